@@ -1,0 +1,69 @@
+"""OpenAI-style error responses, shared by every HTTP service of the kit.
+
+The body shape follows the OpenAI API (and vLLM's ``ErrorResponse``):
+``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    408: "TimeoutError",
+    413: "BadRequestError",
+    415: "BadRequestError",
+    422: "BadRequestError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "TimeoutError",
+}
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict:
+    return {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError"),
+            "param": param,
+            "code": code if code is not None else status,
+        }
+    }
+
+
+def error_response(
+    status: int, message: str, *, param: str | None = None, code: str | None = None, headers=None
+) -> web.Response:
+    return web.json_response(error_body(status, message, param=param, code=code), status=status, headers=headers)
+
+
+class OpenAIError(Exception):
+    """Raise from a handler to answer with an OpenAI-style error."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def response(self, headers=None) -> web.Response:
+        return error_response(self.status, self.message, param=self.param, code=self.code, headers=headers)
+
+
+@web.middleware
+async def openai_error_middleware(request: web.Request, handler):
+    """Turn every failure into OpenAI-style JSON so no client ever sees an HTML page."""
+    try:
+        return await handler(request)
+    except OpenAIError as exc:
+        return exc.response()
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(413, f"request body too large: {exc.text}")
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(exc.status, exc.reason or exc.text or "error")

@@ -1,0 +1,63 @@
+"""Run one of the kit's aiohttp services: common flags, tracing, clean shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+from typing import Awaitable, Callable
+
+from aiohttp import web
+
+from observability import otel
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, default_port: int) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=default_port, help="port to bind (default: %(default)s)")
+    parser.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help=f"OTLP gRPC endpoint host:port for spans (default: ${otel.OTLP_ENDPOINT_ENV}; unset: no export)",
+    )
+    parser.add_argument("--log-level", default="INFO", help="Python log level (default: %(default)s)")
+
+
+def serve(
+    app: web.Application,
+    *,
+    host: str,
+    port: int,
+    name: str,
+    on_ready: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serve ``app`` until SIGINT/SIGTERM, then flush spans and exit 0.
+
+    Prints ``<name> listening on http://host:port`` once the socket is bound; the
+    testbed waits on /health rather than this line, but people read it.
+    """
+
+    async def main() -> None:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
+        await site.start()
+        logging.getLogger(name).info("%s listening on http://%s:%d", name, host, port)
+        if on_ready is not None:
+            await on_ready()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    finally:
+        otel.shutdown_tracing()
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

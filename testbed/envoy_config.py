@@ -1,0 +1,52 @@
+"""Render Envoy bootstraps from envoy/<mode>.yaml.j2 and validate them with the real binary."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from testbed.paths import ENVOY_TEMPLATES
+
+MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
+
+
+def template_name(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    return f"{mode.replace('-', '_')}.yaml.j2"
+
+
+def render(mode: str, variables: dict[str, Any]) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(ENVOY_TEMPLATES)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode}
+    return env.get_template(template_name(mode)).render({**defaults, **variables})
+
+
+def write(mode: str, variables: dict[str, Any], path: Path) -> Path:
+    path.write_text(render(mode, variables))
+    return path
+
+
+class EnvoyConfigInvalid(RuntimeError):
+    pass
+
+
+def validate(envoy_binary: str, config_path: Path) -> None:
+    """Run ``envoy --mode validate``; raise with Envoy's own message when it refuses the config."""
+    proc = subprocess.run(
+        [envoy_binary, "--mode", "validate", "-c", str(config_path), "--log-level", "error"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if proc.returncode != 0:
+        raise EnvoyConfigInvalid(
+            f"envoy rejected {config_path}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+        )

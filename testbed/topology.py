@@ -1,0 +1,82 @@
+"""What a testbed is made of: the mode, the flow, the backends, and per-service start specs."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A started backend as the pickers see it."""
+
+    name: str  # instance name, e.g. "vllm-0"; also what the mock reports in x-inference-pod
+    host: str
+    port: int
+    role: str = "both"
+    model: str = "mock-llm"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class VllmSpec:
+    """One mock vLLM instance to start."""
+
+    name: str = "vllm-0"
+    role: str = "both"  # prefill | decode | both
+    model: str = "mock-llm"
+    extra_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ServiceSpec:
+    """How to start one kit service: ``python -m <module> --host 127.0.0.1 --port <port> <args>``."""
+
+    name: str
+    module: str
+    port: int
+    args: list[str] = field(default_factory=list)
+    health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ModePlan:
+    """What a mode adds to the testbed: its services and the variables its Envoy template needs."""
+
+    services: list[ServiceSpec] = field(default_factory=list)
+    envoy_vars: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Topology:
+    mode: str = "direct"
+    flow: str = "aggregated"
+    vllm: list[VllmSpec] = field(default_factory=lambda: [VllmSpec()])
+    encoders: int = 0
+    time_to_first_token_ms: float = 100.0
+    inter_token_latency_ms: float = 10.0
+    seed: int = 0
+    # Mode-specific knobs, read by testbed/modes/<mode>.py (e.g. {"failure_mode_allow": True}).
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class PortAllocator:
+    """Hands out free loopback ports, never the same one twice in a testbed."""
+
+    def __init__(self) -> None:
+        self._given: set[int] = set()
+
+    def port(self) -> int:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in self._given:
+                self._given.add(port)
+                return port
+        raise RuntimeError("no free loopback port found after 100 tries")
