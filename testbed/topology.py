@@ -50,6 +50,7 @@ class ModePlan:
 
     services: list[ServiceSpec] = field(default_factory=list)
     envoy_vars: dict[str, Any] = field(default_factory=dict)
+    envoy_env: dict[str, str] = field(default_factory=dict)  # e.g. ENVOY_DYNAMIC_MODULES_SEARCH_PATH
 
 
 @dataclass

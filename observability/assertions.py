@@ -1,0 +1,107 @@
+"""Assertions that say what they mean about a trace: order, containment, duration, presence.
+
+Every failure message ends with the text waterfall of the whole trace so the reader
+sees what actually happened.
+
+    check = TraceCheck(trace)
+    prefill = check.one("vllm.prefill")
+    check.before(prefill, check.one("vllm.decode"))
+    check.duration(prefill, expected_ms=300, tolerance_ms=30)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from observability import waterfall
+from observability.trace_model import Span, SpanNotFound, Trace
+
+
+class TraceAssertionError(AssertionError):
+    pass
+
+
+class TraceCheck:
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    def fail(self, message: str) -> None:
+        raise TraceAssertionError(f"{message}\n\n{waterfall.render(self.trace)}")
+
+    # -- lookup -----------------------------------------------------------------------
+    def one(self, name: str | None = None, service: str | None = None, **attrs: Any) -> Span:
+        try:
+            return self.trace.one(name, service, **attrs)
+        except SpanNotFound as exc:
+            self.fail(str(exc))
+            raise  # unreachable; keeps type checkers happy
+
+    def all(self, name: str | None = None, service: str | None = None, **attrs: Any) -> list[Span]:
+        return self.trace.find_all(name, service, **attrs)
+
+    # -- presence -----------------------------------------------------------------------
+    def present_once(self, expected: Iterable[tuple[str, str]]) -> None:
+        """Every (service, span name) appears exactly once."""
+        problems = []
+        for service, name in expected:
+            n = len(self.trace.find_all(name, service))
+            if n != 1:
+                problems.append(f"{service}:{name} x{n}")
+        if problems:
+            self.fail("expected each step exactly once; wrong counts: " + ", ".join(problems))
+
+    def absent(self, name: str, service: str | None = None) -> None:
+        found = self.trace.find_all(name, service)
+        if found:
+            self.fail(f"expected no {service or '*'}:{name} span, found {len(found)}")
+
+    # -- order and structure ---------------------------------------------------------------
+    def before(self, a: Span, b: Span, slack_ms: float = 0.0) -> None:
+        """``a`` ends before ``b`` starts (``slack_ms`` forgives clock rounding across processes)."""
+        if a.end_us > b.start_us + slack_ms * 1000:
+            self.fail(
+                f"expected {a.label} to end before {b.label} starts, but it ended "
+                f"{(a.end_us - b.start_us) / 1000:.2f} ms after"
+            )
+
+    def event_before(self, a_time_us: int, a_label: str, b: Span, slack_ms: float = 0.0) -> None:
+        if a_time_us > b.start_us + slack_ms * 1000:
+            self.fail(f"expected {a_label} before {b.label} starts; it came {(a_time_us - b.start_us) / 1000:.2f} ms after")
+
+    def in_order(self, spans: list[Span], slack_ms: float = 0.0) -> None:
+        for a, b in zip(spans, spans[1:]):
+            self.before(a, b, slack_ms)
+
+    def within(self, child: Span, parent: Span, slack_ms: float = 0.5) -> None:
+        """``child`` starts and ends inside ``parent``."""
+        slack = slack_ms * 1000
+        if child.start_us + slack < parent.start_us or child.end_us > parent.end_us + slack:
+            self.fail(f"expected {child.label} within {parent.label}")
+
+    def child_of(self, child: Span, parent: Span) -> None:
+        if child.parent is not parent:
+            actual = child.parent.label if child.parent else "no parent (a root)"
+            self.fail(f"expected {child.label} to be a direct child of {parent.label}; its parent is {actual}")
+
+    def descendant_of(self, child: Span, ancestor: Span) -> None:
+        if not child.is_descendant_of(ancestor):
+            chain = " < ".join(a.label for a in child.ancestors()) or "no parent"
+            self.fail(f"expected {child.label} under {ancestor.label}; its ancestors are: {chain}")
+
+    def single_root(self, root: Span) -> None:
+        others = [s.label for s in self.trace.roots if s is not root]
+        if others:
+            self.fail(f"expected {root.label} to be the only root; also roots: {', '.join(others)}")
+
+    # -- timing ---------------------------------------------------------------------------------
+    def duration(self, span: Span, expected_ms: float, tolerance_ms: float) -> None:
+        if abs(span.duration_ms - expected_ms) > tolerance_ms:
+            self.fail(
+                f"expected {span.label} to last {expected_ms:.1f} ± {tolerance_ms:.1f} ms, "
+                f"it lasted {span.duration_ms:.1f} ms"
+            )
+
+    def attribute(self, span: Span, key: str, expected: Any) -> None:
+        actual = span.attributes.get(key, "<missing>")
+        if actual != expected:
+            self.fail(f"expected {span.label} attribute {key}={expected!r}, got {actual!r}")

@@ -1,0 +1,132 @@
+"""The traced client: every request it sends is the root span (`client.request`) of its trace.
+
+It owns a private tracer provider (not the global one), so one process can drive several
+testbeds and each exports to its own Jaeger.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+from opentelemetry import propagate, trace
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+
+@dataclass
+class ClientResult:
+    trace_id: str
+    status: int
+    headers: dict[str, str]
+    body: Any = None  # parsed JSON for non-streaming (or error) responses
+    tokens: list[str] = field(default_factory=list)  # content deltas, in arrival order
+    events: list[dict] = field(default_factory=list)  # every SSE data object
+    started_s: float = 0.0
+    first_token_s: float | None = None  # monotonic time the first content delta arrived
+    finished_s: float = 0.0
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self.tokens:
+            return "".join(self.tokens)
+        if isinstance(self.body, dict):
+            choices = self.body.get("choices") or [{}]
+            msg = choices[0].get("message") or {}
+            return msg.get("content") or choices[0].get("text") or ""
+        return ""
+
+    @property
+    def ttft_ms(self) -> float | None:
+        return None if self.first_token_s is None else (self.first_token_s - self.started_s) * 1000
+
+    @property
+    def e2e_ms(self) -> float:
+        return (self.finished_s - self.started_s) * 1000
+
+
+class TracedClient:
+    def __init__(self, base_url: str, otlp_endpoint: str | None, *, mode: str = "", flow: str = ""):
+        self.base_url = base_url.rstrip("/")
+        self.mode, self.flow = mode, flow
+        self._provider = TracerProvider(resource=Resource.create({"service.name": "client"}))
+        if otlp_endpoint:
+            endpoint = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
+            self._provider.add_span_processor(
+                BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True), schedule_delay_millis=100)
+            )
+        self._tracer = self._provider.get_tracer("eppkit.client")
+        self._session = requests.Session()
+
+    def close(self) -> None:
+        self._provider.force_flush(5000)
+        self._provider.shutdown()
+        self._session.close()
+
+    def flush(self) -> None:
+        self._provider.force_flush(5000)
+
+    def chat(self, body: dict, *, path: str = "/v1/chat/completions", headers: dict | None = None,
+             timeout_s: float = 120.0, raw_body: bytes | None = None,
+             content_type: str = "application/json") -> ClientResult:
+        """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer."""
+        attributes = {"eppkit.mode": self.mode, "eppkit.flow": self.flow, "http.request.method": "POST",
+                      "url.path": path}
+        with self._tracer.start_as_current_span("client.request", kind=SpanKind.CLIENT, attributes=attributes) as span:
+            trace_id = format(span.get_span_context().trace_id, "032x")
+            out_headers = {"content-type": content_type, **(headers or {})}
+            propagate.inject(out_headers)
+            result = ClientResult(trace_id=trace_id, status=0, headers={}, started_s=time.monotonic())
+            data = raw_body if raw_body is not None else json.dumps(body).encode()
+            try:
+                with self._session.post(self.base_url + path, data=data, headers=out_headers,
+                                        stream=True, timeout=timeout_s) as resp:
+                    result.status = resp.status_code
+                    result.headers = {k.lower(): v for k, v in resp.headers.items()}
+                    span.set_attribute("http.response.status_code", resp.status_code)
+                    if "text/event-stream" in resp.headers.get("content-type", ""):
+                        self._read_sse(resp, result, span)
+                    else:
+                        raw = resp.content
+                        try:
+                            result.body = json.loads(raw) if raw else None
+                        except ValueError:
+                            result.body = raw.decode(errors="replace")
+            except requests.RequestException as exc:
+                result.error = f"{type(exc).__name__}: {exc}"
+                span.set_status(Status(StatusCode.ERROR, result.error))
+            result.finished_s = time.monotonic()
+            if result.status >= 500 or result.error:
+                span.set_status(Status(StatusCode.ERROR, result.error or f"HTTP {result.status}"))
+            span.set_attribute("eppkit.tokens_received", len(result.tokens))
+        return result
+
+    def _read_sse(self, resp: requests.Response, result: ClientResult, span) -> None:
+        for line in resp.iter_lines(chunk_size=None):
+            if not line or not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                result.events.append({"done": True})
+                break
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                result.error = f"bad SSE payload: {payload[:200]!r}"
+                continue
+            result.events.append(event)
+            for choice in event.get("choices") or []:
+                delta = choice.get("delta") or {}
+                piece = delta.get("content") if "delta" in choice else choice.get("text")
+                if piece:
+                    if result.first_token_s is None:
+                        result.first_token_s = time.monotonic()
+                        span.add_event("first_token")
+                    result.tokens.append(piece)

@@ -1,0 +1,60 @@
+"""A text waterfall of a trace: one line per span, indented by depth, bars on a shared time axis."""
+
+from __future__ import annotations
+
+from observability.trace_model import Span, Trace
+
+_KEY_ATTRS = (
+    "epp.endpoint",
+    "epp.scorer",
+    "frontend.worker_id",
+    "callout.endpoint",
+    "vllm.role",
+    "vllm.instance",
+    "mm.type",
+    "pd.true_ttft_ms",
+    "http.status_code",
+    "upstream_address",
+)
+
+
+def render(trace: Trace, width: int = 60) -> str:
+    if not trace.spans:
+        return f"trace {trace.trace_id}: (no spans)"
+    t0, t1 = trace.start_us, trace.end_us
+    total = max(t1 - t0, 1)
+    lines = [f"trace {trace.trace_id}  total {total / 1000:.1f} ms  spans {len(trace.spans)}"]
+    label_w = min(52, max(len(_label(s, d)) for s, d in _walk(trace)) + 1)
+    for span, depth in _walk(trace):
+        a = int((span.start_us - t0) / total * width)
+        b = max(a + 1, int((span.end_us - t0) / total * width))
+        bar = " " * a + "█" * (b - a) + " " * (width - b)
+        for ev in span.events:
+            pos = min(width - 1, int((ev.time_us - t0) / total * width))
+            bar = bar[:pos] + "◆" + bar[pos + 1 :]
+        extra = _attrs(span)
+        lines.append(
+            f"{_label(span, depth)[:label_w]:<{label_w}}|{bar}| "
+            f"+{(span.start_us - t0) / 1000:8.1f} {span.duration_ms:8.1f} ms{' ERR' if span.error else ''}{extra}"
+        )
+    lines.append("◆ = span event (e.g. first_token)")
+    return "\n".join(lines)
+
+
+def _label(span: Span, depth: int) -> str:
+    return "  " * depth + span.label
+
+
+def _attrs(span: Span) -> str:
+    shown = [f"{k}={span.attributes[k]}" for k in _KEY_ATTRS if k in span.attributes]
+    return ("  " + " ".join(shown)) if shown else ""
+
+
+def _walk(trace: Trace):
+    def visit(span: Span, depth: int):
+        yield span, depth
+        for child in sorted(span.children, key=lambda s: s.start_us):
+            yield from visit(child, depth + 1)
+
+    for root in sorted(trace.roots, key=lambda s: s.start_us):
+        yield from visit(root, 0)

@@ -1,0 +1,216 @@
+"""Turning a request into a routing decision: forced, scored locally, or asked of the frontend.
+
+A :class:`Decision` names the primary endpoint (what goes into the
+``x-gateway-destination-endpoint`` header, which Envoy's ORIGINAL_DST cluster reads) and the
+fallbacks (appended, comma-separated, to the ``envoy.lb`` dynamic metadata value, as the
+Gateway API Inference Extension protocol allows). A :class:`PickError` carries the HTTP status
+the client should get instead: 503 when there is no endpoint, 429 when the pool is saturated
+and the request is shed, 400 when the body cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import aiohttp
+
+from observability import otel
+from services.epp.pool import Pool, PoolEndpoint
+from services.epp.request import LlmRequest
+from services.epp.scorers import Scorer
+
+log = logging.getLogger("epp.picker")
+
+# Test header in the spirit of the GIE conformance suite's endpoint-selection header: a comma-separated
+# list of endpoint names or addresses; the first one in the pool wins, the rest become fallbacks.
+FORCE_HEADER = "x-eppkit-force-endpoint"
+ROUTING_REQUEST_HEADER = "x-routing-request"
+
+
+@dataclass
+class Decision:
+    endpoint: PoolEndpoint | None  # None only when the frontend named an address outside the pool
+    address: str
+    scorer: str
+    reason: str
+    fallbacks: list[str] = field(default_factory=list)
+    worker_id: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)  # extra span attributes
+
+    @property
+    def name(self) -> str:
+        return self.endpoint.name if self.endpoint is not None else self.address
+
+    @property
+    def metadata_value(self) -> str:
+        return ",".join([self.address, *self.fallbacks])
+
+
+class PickError(Exception):
+    def __init__(self, status: int, message: str, *, code: str, scorer: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.scorer = scorer
+
+
+class Picker(Protocol):
+    scorer_name: str
+
+    async def pick(self, request: LlmRequest) -> Decision: ...
+
+    async def close(self) -> None: ...
+
+
+def forced_decision(pool: Pool, request: LlmRequest) -> Decision | None:
+    """Honour ``x-eppkit-force-endpoint``; None when the header is absent."""
+    value = request.headers.get(FORCE_HEADER)
+    if value is None:
+        return None
+    wanted = [v.strip() for v in value.split(",") if v.strip()]
+    found = [ep for ep in (pool.find(w) for w in wanted) if ep is not None]
+    if not found:
+        raise PickError(
+            503,
+            f"no endpoint available: {FORCE_HEADER}={value!r} names no endpoint of the pool "
+            f"({', '.join(ep.name for ep in pool.endpoints) or 'empty pool'})",
+            code="no_endpoint",
+            scorer="forced",
+        )
+    pool.note_pick(found[0])
+    return Decision(
+        endpoint=found[0],
+        address=found[0].address,
+        scorer="forced",
+        reason=f"{FORCE_HEADER}: {value}",
+        fallbacks=[ep.address for ep in found[1:]],
+    )
+
+
+def no_endpoint_error(pool: Pool, scorer: str) -> PickError:
+    if not pool.endpoints:
+        detail = "the pool is empty"
+    else:
+        detail = "all endpoints are down: " + "; ".join(
+            f"{ep.name} ({ep.last_error or 'down'})" for ep in pool.endpoints
+        )
+    return PickError(503, f"no endpoint available: {detail}", code="no_endpoint", scorer=scorer)
+
+
+class LocalPicker:
+    """Scores the healthy endpoints in-process with one of the scorers."""
+
+    def __init__(self, pool: Pool, scorer: Scorer, *, shed_threshold: float = 0, max_fallbacks: int = 2):
+        self.pool = pool
+        self.scorer = scorer
+        self.scorer_name = scorer.name
+        self.shed_threshold = shed_threshold
+        self.max_fallbacks = max_fallbacks
+
+    async def pick(self, request: LlmRequest) -> Decision:
+        forced = forced_decision(self.pool, request)
+        if forced is not None:
+            return forced
+        candidates = self.pool.healthy()
+        if not candidates:
+            raise no_endpoint_error(self.pool, self.scorer_name)
+        if self.shed_threshold > 0 and all(ep.queue_depth >= self.shed_threshold for ep in candidates):
+            raise PickError(
+                429,
+                f"request shed: every endpoint is at or over the queue threshold {self.shed_threshold:g} ("
+                + "; ".join(f"{ep.name}: {ep.describe_load()}" for ep in candidates)
+                + ")",
+                code="shed",
+                scorer=self.scorer_name,
+            )
+        pick = self.scorer.pick(request, candidates)
+        self.pool.note_pick(pick.endpoint)
+        return Decision(
+            endpoint=pick.endpoint,
+            address=pick.endpoint.address,
+            scorer=self.scorer_name,
+            reason=pick.reason,
+            fallbacks=[ep.address for ep in pick.fallbacks[: self.max_fallbacks]],
+        )
+
+    async def close(self) -> None:
+        pass
+
+
+class FrontendPicker:
+    """Sidecar mode: asks the frontend (``x-routing-request: true``) and relays its answer.
+
+    The frontend tokenizes and routes; it answers ``{"worker_id", "endpoint", "token_count",
+    "reason"}``. Its 4xx/5xx answers become the client's answer. A frontend that cannot be
+    reached is a 503 (no decision can be made), not a crash.
+    """
+
+    scorer_name = "frontend"
+
+    def __init__(self, pool: Pool, frontend_url: str, *, timeout_s: float = 5.0):
+        self.pool = pool
+        self.frontend_url = frontend_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        return self._session
+
+    async def pick(self, request: LlmRequest) -> Decision:
+        forced = forced_decision(self.pool, request)
+        if forced is not None:
+            return forced
+        path = request.path if request.path.startswith("/") else "/" + request.path
+        headers = {"content-type": "application/json", ROUTING_REQUEST_HEADER: "true"}
+        otel.inject(headers)
+        url = f"{self.frontend_url}{path.split('?', 1)[0]}"
+        try:
+            async with self._client().post(url, data=request.body, headers=headers) as resp:
+                text = await resp.text()
+                status = resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise PickError(
+                503, f"no endpoint available: frontend {self.frontend_url} unreachable ({exc.__class__.__name__}: {exc})",
+                code="frontend_unreachable", scorer=self.scorer_name,
+            ) from None
+        try:
+            answer = json.loads(text) if text else {}
+        except json.JSONDecodeError:
+            answer = {}
+        if status != 200:
+            message = (answer.get("error") or {}).get("message") if isinstance(answer.get("error"), dict) else None
+            raise PickError(
+                status if 400 <= status < 600 else 502,
+                message or f"frontend answered {status}: {text[:200]}",
+                code=str((answer.get("error") or {}).get("code", "frontend_error")) if isinstance(answer.get("error"), dict) else "frontend_error",
+                scorer=self.scorer_name,
+            )
+        address = answer.get("endpoint")
+        if not isinstance(address, str) or ":" not in address:
+            raise PickError(502, f"frontend answer has no endpoint: {text[:200]}", code="frontend_bad_answer", scorer=self.scorer_name)
+        endpoint = self.pool.find(address)
+        if endpoint is None:
+            log.warning("frontend picked %s, which is not in the EPP's pool", address)
+        else:
+            self.pool.note_pick(endpoint)
+        worker_id = answer.get("worker_id")
+        return Decision(
+            endpoint=endpoint,
+            address=address,
+            scorer=f"frontend:{answer.get('router', 'kv')}",
+            reason=str(answer.get("reason", "frontend decision")),
+            fallbacks=[a for a in answer.get("fallbacks", []) if isinstance(a, str)],
+            worker_id=None if worker_id is None else str(worker_id),
+            attributes={"frontend.token_count": int(answer.get("token_count", 0) or 0)},
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,0 +1,116 @@
+"""Building and reading ext_proc messages (envoy.service.ext_proc.v3) the way the EPP protocol uses them.
+
+The EPP protocol of the Gateway API Inference Extension, as spoken here:
+- the chosen endpoint goes into the request header ``x-gateway-destination-endpoint`` (a single
+  ``host:port``: Envoy's ORIGINAL_DST cluster parses the header as one address) and into the
+  dynamic metadata ``envoy.lb`` / ``x-gateway-destination-endpoint`` (the primary, then
+  comma-separated fallbacks);
+- the headers response asks Envoy to clear its route cache, so the route is matched again
+  now that the decision exists;
+- in FULL_DUPLEX_STREAMED the body goes back as ``streamed_response`` chunks; the last one
+  carries ``end_of_stream``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Mapping
+
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
+
+from services.openai_errors import error_body
+
+DESTINATION_HEADER = "x-gateway-destination-endpoint"
+WORKER_ID_HEADER = "x-gateway-worker-id"
+METADATA_NAMESPACE = "envoy.lb"
+METADATA_KEY = DESTINATION_HEADER
+
+# Envoy's ext_proc stream closes the gRPC stream early and our message size stays modest;
+# send bodies back in chunks no larger than this.
+MAX_CHUNK = 1 << 20
+
+
+def header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
+    """HeaderMap -> {lower-case name: value}; Envoy fills ``raw_value`` (bytes), older ones ``value``."""
+    out: dict[str, str] = {}
+    for h in headers.headers:
+        value = h.raw_value.decode("utf-8", "replace") if h.raw_value else h.value
+        key = h.key.lower()
+        out[key] = f"{out[key]},{value}" if key in out else value
+    return out
+
+
+def _set_header(key: str, value: str) -> base_pb2.HeaderValueOption:
+    return base_pb2.HeaderValueOption(
+        header=base_pb2.HeaderValue(key=key, raw_value=value.encode()),
+        append_action=base_pb2.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD,
+    )
+
+
+def headers_response(
+    set_headers: Mapping[str, str] | None = None,
+    *,
+    metadata: Mapping[str, Mapping[str, str]] | None = None,
+    clear_route_cache: bool = False,
+    response_path: bool = False,
+) -> pb.ProcessingResponse:
+    """A HeadersResponse (request or response path) with header mutations and dynamic metadata."""
+    common = pb.CommonResponse(clear_route_cache=clear_route_cache)
+    if set_headers:
+        common.header_mutation.set_headers.extend(_set_header(k, v) for k, v in set_headers.items())
+    msg = pb.ProcessingResponse()
+    target = msg.response_headers if response_path else msg.request_headers
+    target.response.CopyFrom(common)
+    if metadata:
+        msg.dynamic_metadata.CopyFrom(dynamic_metadata(metadata))
+    return msg
+
+
+def dynamic_metadata(namespaces: Mapping[str, Mapping[str, str]]) -> struct_pb2.Struct:
+    out = struct_pb2.Struct()
+    for namespace, values in namespaces.items():
+        inner = out.fields[namespace].struct_value
+        for key, value in values.items():
+            inner.fields[key].string_value = value
+    return out
+
+
+def body_responses(body: bytes, *, end_of_stream: bool, response_path: bool = False) -> list[pb.ProcessingResponse]:
+    """The body sent back as streamed chunks; only the last chunk may carry end_of_stream.
+
+    An empty body still needs one message when it ends the stream.
+    """
+    chunks = [body[i : i + MAX_CHUNK] for i in range(0, len(body), MAX_CHUNK)] or [b""]
+    out = []
+    for i, chunk in enumerate(chunks):
+        msg = pb.ProcessingResponse()
+        target = msg.response_body if response_path else msg.request_body
+        target.response.body_mutation.streamed_response.body = chunk
+        target.response.body_mutation.streamed_response.end_of_stream = end_of_stream and i == len(chunks) - 1
+        out.append(msg)
+    return out
+
+
+def trailers_response(response_path: bool = False) -> pb.ProcessingResponse:
+    msg = pb.ProcessingResponse()
+    (msg.response_trailers if response_path else msg.request_trailers).SetInParent()
+    return msg
+
+
+def immediate_response(
+    status: int, message: str, *, code: str, extra_headers: Iterable[tuple[str, str]] = ()
+) -> pb.ProcessingResponse:
+    """A local reply with an OpenAI-style JSON error body."""
+    body = json.dumps(error_body(status, message, code=code)).encode()
+    resp = pb.ImmediateResponse(
+        status=http_status_pb2.HttpStatus(code=status),
+        body=body,
+        details=f"epp_{code}",
+    )
+    resp.headers.set_headers.append(_set_header("content-type", "application/json"))
+    for k, v in extra_headers:
+        resp.headers.set_headers.append(_set_header(k, v))
+    return pb.ProcessingResponse(immediate_response=resp)

