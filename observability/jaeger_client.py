@@ -42,15 +42,18 @@ class JaegerClient:
         self.timeout_s = timeout_s
         self._session = requests.Session()
 
-    def get_trace(self, trace_id: str) -> Trace | None:
+    def get_trace_json(self, trace_id: str) -> dict | None:
+        """The raw Jaeger JSON of one trace (one element of /api/traces/{id} ``data``)."""
         resp = self._session.get(f"{self.api_url}/api/traces/{trace_id}", timeout=self.timeout_s)
         if resp.status_code == 404:
             return None
         resp.raise_for_status()
         data = resp.json().get("data") or []
-        if not data:
-            return None
-        return from_jaeger_json(data[0])
+        return data[0] if data else None
+
+    def get_trace(self, trace_id: str) -> Trace | None:
+        raw = self.get_trace_json(trace_id)
+        return from_jaeger_json(raw) if raw else None
 
     def services(self) -> list[str]:
         resp = self._session.get(f"{self.api_url}/api/services", timeout=self.timeout_s)

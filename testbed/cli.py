@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import time
@@ -86,7 +87,9 @@ def cmd_run(args) -> int:
             return 1
         print()
         print(waterfall.render(trace))
-        print(f"\ntrace JSON: {bed.jaeger.trace_url(result.trace_id)} (while the testbed runs; use `eppkit up` to keep it)")
+        saved = bed.run_dir / f"trace-{result.trace_id}.json"
+        saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
+        print(f"\ntrace {result.trace_id} saved as Jaeger JSON: {saved}")
         client.close()
         return 0 if result.status == 200 else 1
 
@@ -106,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    # A shell that starts us in the background sets SIGINT to "ignore"; we want Ctrl-C semantics always.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.command == "doctor":
         from testbed import doctor
 

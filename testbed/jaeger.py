@@ -45,11 +45,13 @@ def find() -> Path | None:
 
 def version(binary: Path) -> str:
     proc = subprocess.run([str(binary), "version"], capture_output=True, text=True, timeout=30)
-    text = (proc.stdout + proc.stderr).strip()
+    text = proc.stdout.strip()
     try:
-        return json.loads(text.splitlines()[-1]).get("gitVersion", text)
+        info = json.loads(text.splitlines()[0])
     except (ValueError, IndexError):
-        return text.splitlines()[0] if text else "unknown"
+        return text or "unknown"
+    commit = info.get("gitCommit")
+    return info.get("gitVersion", "unknown") + (f" ({commit[:12]})" if commit else "")
 
 
 def build(progress: Callable[[str], None] = print) -> Path:
@@ -67,7 +69,9 @@ def build(progress: Callable[[str], None] = print) -> Path:
                         capture_output=True, text=True, env=env, timeout=1800)
     if dl.returncode != 0:
         raise RuntimeError(f"go mod download failed:\n{dl.stdout[-2000:]}{dl.stderr[-2000:]}")
-    module_dir = json.loads(dl.stdout)["Dir"]
+    info = json.loads(dl.stdout)
+    module_dir = info["Dir"]
+    commit = (info.get("Origin") or {}).get("Hash", "")
     progress("jaeger: listing packages to compile ...")
     listing = subprocess.run([go, "list", "-deps", "./cmd/jaeger"], cwd=module_dir, capture_output=True,
                              text=True, env=env, timeout=1800)
@@ -75,6 +79,8 @@ def build(progress: Callable[[str], None] = print) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_suffix(".partial")
     ldflags = f"-X {JAEGER_MODULE}/internal/version.latestVersion={JAEGER_VERSION}"
+    if commit:
+        ldflags += f" -X {JAEGER_MODULE}/internal/version.commitSHA={commit}"
     cmd = [go, "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), "./cmd/jaeger"]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=module_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

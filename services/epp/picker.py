@@ -27,6 +27,8 @@ log = logging.getLogger("epp.picker")
 # Test header in the spirit of the GIE conformance suite's endpoint-selection header: a comma-separated
 # list of endpoint names or addresses; the first one in the pool wins, the rest become fallbacks.
 FORCE_HEADER = "x-eppkit-force-endpoint"
+# Set by the body-based router in front (if any); else the body's "model" is used.
+MODEL_HEADER = "x-gateway-model-name"
 ROUTING_REQUEST_HEADER = "x-routing-request"
 
 
@@ -101,6 +103,30 @@ def no_endpoint_error(pool: Pool, scorer: str) -> PickError:
     return PickError(503, f"no endpoint available: {detail}", code="no_endpoint", scorer=scorer)
 
 
+def requested_model(request: LlmRequest) -> str | None:
+    return request.headers.get(MODEL_HEADER) or request.model
+
+
+def candidates(pool: Pool, request: LlmRequest, scorer: str) -> list[PoolEndpoint]:
+    """Healthy endpoints serving the request's model; 404 for a model nobody serves, 503 for none up."""
+    model = requested_model(request)
+    endpoints = pool.endpoints
+    if model and any(ep.models for ep in endpoints):
+        endpoints = [ep for ep in endpoints if ep.serves(model)]
+        if not endpoints:
+            served = sorted({m for ep in pool.endpoints for m in ep.models})
+            raise PickError(
+                404,
+                f"the model {model!r} is not served by this pool; served models: {', '.join(served)}",
+                code="model_not_found",
+                scorer=scorer,
+            )
+    healthy = [ep for ep in endpoints if ep.healthy]
+    if not healthy:
+        raise no_endpoint_error(pool, scorer)
+    return healthy
+
+
 class LocalPicker:
     """Scores the healthy endpoints in-process with one of the scorers."""
 
@@ -115,19 +141,17 @@ class LocalPicker:
         forced = forced_decision(self.pool, request)
         if forced is not None:
             return forced
-        candidates = self.pool.healthy()
-        if not candidates:
-            raise no_endpoint_error(self.pool, self.scorer_name)
-        if self.shed_threshold > 0 and all(ep.queue_depth >= self.shed_threshold for ep in candidates):
+        pool_candidates = candidates(self.pool, request, self.scorer_name)
+        if self.shed_threshold > 0 and all(ep.queue_depth >= self.shed_threshold for ep in pool_candidates):
             raise PickError(
                 429,
                 f"request shed: every endpoint is at or over the queue threshold {self.shed_threshold:g} ("
-                + "; ".join(f"{ep.name}: {ep.describe_load()}" for ep in candidates)
+                + "; ".join(f"{ep.name}: {ep.describe_load()}" for ep in pool_candidates)
                 + ")",
                 code="shed",
                 scorer=self.scorer_name,
             )
-        pick = self.scorer.pick(request, candidates)
+        pick = self.scorer.pick(request, pool_candidates)
         self.pool.note_pick(pick.endpoint)
         return Decision(
             endpoint=pick.endpoint,

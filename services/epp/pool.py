@@ -30,6 +30,7 @@ class PoolEndpoint:
     name: str
     host: str
     port: int
+    models: tuple[str, ...] = ()  # empty: serves whatever model is asked for
     # Last scrape: None until the first one answered.
     waiting: float | None = None
     running: float | None = None
@@ -42,6 +43,9 @@ class PoolEndpoint:
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def serves(self, model: str | None) -> bool:
+        return not self.models or model is None or model in self.models
 
     @property
     def queue_depth(self) -> float:
@@ -61,7 +65,11 @@ def _fmt(value: float | None) -> str:
 
 
 def parse_endpoints(spec: str | Iterable[str]) -> list[PoolEndpoint]:
-    """``"vllm-0=127.0.0.1:8001,127.0.0.1:8002"`` -> endpoints; raises ValueError on a bad item."""
+    """``"vllm-0=127.0.0.1:8001@mock-llm,127.0.0.1:8002"`` -> endpoints; ValueError on a bad item.
+
+    Each item is ``[name=]host:port[@model[|model...]]``; without a model list the endpoint
+    serves every model.
+    """
     items = spec.split(",") if isinstance(spec, str) else list(spec)
     endpoints: list[PoolEndpoint] = []
     seen: set[str] = set()
@@ -71,12 +79,19 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[PoolEndpoint]:
             continue
         name, sep, address = item.partition("=")
         if not sep:
-            name, address = item, item
+            name, address = "", item
+        address, _, models = address.partition("@")
+        name = name or address
         host, colon, port_text = address.rpartition(":")
         if not colon or not host or not port_text.isdigit():
             raise ValueError(f"endpoint {item!r} is not name=host:port or host:port")
         host = host.strip("[]")
-        ep = PoolEndpoint(name=name.strip(), host=host, port=int(port_text))
+        ep = PoolEndpoint(
+            name=name.strip(),
+            host=host,
+            port=int(port_text),
+            models=tuple(m.strip() for m in models.split("|") if m.strip()),
+        )
         if ep.address in seen:
             raise ValueError(f"endpoint {ep.address} listed twice")
         seen.add(ep.address)

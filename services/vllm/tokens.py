@@ -43,7 +43,7 @@ def prompt_text_of(body: dict[str, Any]) -> str:
         return "\n".join(parts)
     prompt = body.get("prompt", "")
     if isinstance(prompt, list):
-        return " ".join(p if isinstance(p, str) else " ".join(map(str, p)) for p in prompt)
+        return " ".join(p if isinstance(p, str) else " ".join(map(str, p)) if isinstance(p, list) else str(p) for p in prompt)
     return str(prompt)
 
 

@@ -1,0 +1,139 @@
+package callout
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Outcome is what the filter does with the client's request once the picker has answered.
+type Outcome int
+
+const (
+	// OutcomeRoute: set the destination header and let the request continue.
+	OutcomeRoute Outcome = iota
+	// OutcomeReject: the picker refused (503 no endpoint, 429 shed, 400 bad body):
+	// answer the client with the picker's status and an OpenAI-style body.
+	OutcomeReject
+	// OutcomeFailure: the picker could not be asked or answered nonsense. Fail closed
+	// (502) or, with failure_mode_allow, continue to the pool.
+	OutcomeFailure
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeRoute:
+		return "route"
+	case OutcomeReject:
+		return "reject"
+	default:
+		return "failure"
+	}
+}
+
+// Response is a finished callout as the filter saw it.
+type Response struct {
+	// Completed is false when Envoy reports a reset or an oversized answer (no HTTP response).
+	Completed bool
+	// FailureReason names why Completed is false.
+	FailureReason string
+	Headers       map[string]string // lower-case names; first value wins
+	Body          []byte
+}
+
+// Decision is what Decide concluded.
+type Decision struct {
+	Outcome  Outcome
+	Endpoint string // OutcomeRoute: canonical ip:port
+	Scorer   string
+	Reason   string
+	Status   uint32 // OutcomeReject: status for the client
+	Body     []byte // OutcomeReject: OpenAI-style JSON body for the client
+	Detail   string // OutcomeFailure: why (logged, and in the 502 body)
+}
+
+type pickAnswer struct {
+	Endpoint string `json:"endpoint"`
+	Scorer   string `json:"scorer"`
+	Reason   string `json:"reason"`
+}
+
+// Decide turns the picker's answer into an outcome.
+//
+//   - 200 with an ip:port in the destination header (or the JSON "endpoint") routes there.
+//   - 4xx or 503 whose body is a JSON object is the picker speaking: passed to the client.
+//   - Anything else — reset, timeout, Envoy's own "upstream connect error" / "no healthy
+//     upstream" replies (plain text), 500s, a 200 without a usable endpoint — is a failure.
+func Decide(cfg *Config, resp Response) Decision {
+	if !resp.Completed {
+		return Decision{Outcome: OutcomeFailure, Detail: "callout " + resp.FailureReason}
+	}
+	status, err := strconv.Atoi(resp.Headers[":status"])
+	if err != nil {
+		return Decision{Outcome: OutcomeFailure, Detail: "callout answer has no valid :status"}
+	}
+	if status == 200 {
+		return decideOK(cfg, resp)
+	}
+	isJSONObject := json.Valid(resp.Body) && strings.HasPrefix(strings.TrimSpace(string(resp.Body)), "{")
+	if (status == 503 || (status >= 400 && status < 500)) && isJSONObject {
+		return Decision{Outcome: OutcomeReject, Status: uint32(status), Body: asOpenAIError(status, resp.Body)}
+	}
+	return Decision{
+		Outcome: OutcomeFailure,
+		Detail:  fmt.Sprintf("callout answered %d: %s", status, snippet(resp.Body)),
+	}
+}
+
+func decideOK(cfg *Config, resp Response) Decision {
+	var ans pickAnswer
+	_ = json.Unmarshal(resp.Body, &ans) // the header alone is enough; the JSON adds scorer/reason
+	raw := resp.Headers[cfg.DestinationHeader]
+	if raw == "" {
+		raw = ans.Endpoint
+	}
+	// GIE allows a comma-separated fallback list; ORIGINAL_DST takes one address: use the first.
+	if i := strings.IndexByte(raw, ','); i >= 0 {
+		raw = raw[:i]
+	}
+	if strings.TrimSpace(raw) == "" {
+		return Decision{Outcome: OutcomeFailure, Detail: "callout answered 200 without an endpoint"}
+	}
+	ep, err := ParseEndpoint(raw)
+	if err != nil {
+		return Decision{Outcome: OutcomeFailure, Detail: "callout answered 200 with a bad " + err.Error()}
+	}
+	if !cfg.allowed(ep) {
+		return Decision{Outcome: OutcomeFailure, Detail: fmt.Sprintf("callout picked %s, which is not in allowed_endpoints", ep)}
+	}
+	return Decision{Outcome: OutcomeRoute, Endpoint: ep, Scorer: ans.Scorer, Reason: ans.Reason}
+}
+
+// asOpenAIError keeps a body that already has the OpenAI {"error": {...}} shape and wraps any
+// other JSON object's "message"/"detail"/"reason" into that shape.
+func asOpenAIError(status int, body []byte) []byte {
+	var obj map[string]any
+	if err := json.Unmarshal(body, &obj); err == nil {
+		if e, ok := obj["error"].(map[string]any); ok && e["message"] != nil {
+			return body
+		}
+		for _, k := range []string{"message", "detail", "reason", "error"} {
+			if s, ok := obj[k].(string); ok && s != "" {
+				return ErrorBody(status, "endpoint picker: "+s)
+			}
+		}
+	}
+	return ErrorBody(status, "endpoint picker answered "+strconv.Itoa(status)+": "+snippet(body))
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	if s == "" {
+		return "(empty body)"
+	}
+	return s
+}

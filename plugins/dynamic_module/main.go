@@ -1,0 +1,26 @@
+// Command libeppkit_callout is an Envoy dynamic module (go build -buildmode=c-shared).
+//
+// It registers the HTTP filters of the kit's dynmod-callout mode; Envoy picks one by the
+// filter_name of its DynamicModuleFilter config:
+//
+//	eppkit_callout         ask the routing service which endpoint serves the request
+//	                       (internal/callout, docs/modes-dynmod.md)
+//	eppkit_multipart_probe the two-phase multipart experiment of issue 5
+//	                       (internal/multipart, docs/dynmod-multipart.md)
+package main
+
+import (
+	sdk "github.com/envoyproxy/envoy/source/extensions/dynamic_modules/sdk/go"
+	_ "github.com/envoyproxy/envoy/source/extensions/dynamic_modules/sdk/go/abi"
+	"github.com/envoyproxy/envoy/source/extensions/dynamic_modules/sdk/go/shared"
+
+	"github.com/eppkit/eppkit/plugins/dynamic_module/internal/callout"
+)
+
+func init() {
+	sdk.RegisterHttpFilterConfigFactories(map[string]shared.HttpFilterConfigFactory{
+		callout.FilterName: callout.ConfigFactory{},
+	})
+}
+
+func main() {}

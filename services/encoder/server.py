@@ -1,0 +1,146 @@
+"""The mock encoder: encodes each media item of a chat request, fills the encoder cache.
+
+One ``encoder.encode`` span per item (attributes ``mm.type``, ``mm.hash``), parented on
+the caller's W3C context, items encoded one after another. Each item's entry is written to
+``--ec-cache-dir`` under its hash, so a prefill or PD mock given the same directory sees a
+cache hit. The answer is what vLLM's encoder instance gives the EPD proxy: a 1-token chat
+completion (plus ``mm_hashes``, non-standard, listing what was cached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import time
+import uuid
+
+from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from observability import otel
+from services.encoder.config import EncoderConfig
+from services.encoder.ec_cache import EncoderCache
+from services.encoder.media import media_kind
+from services.openai_errors import OpenAIError, openai_error_middleware
+from services.vllm import api
+from services.vllm.latency import jittered
+from services.vllm.metrics import Counter, Histogram, E2E_BUCKETS
+from services.vllm.responses import DONE, Renderer, usage
+
+HEADER_POD = "x-inference-pod"
+HEADER_REQUEST_ID = "x-request-id"
+HEADER_ENCODE_MS = "x-mock-encode-ms"
+HEADER_FAILURE = "x-mock-failure"
+REQUEST_ID_KEY = web.RequestKey("eppkit_request_id", str) if hasattr(web, "RequestKey") else "eppkit_request_id"
+
+
+class MockEncoder:
+    def __init__(self, config: EncoderConfig, tracer: trace.Tracer | None = None) -> None:
+        self.c = config
+        self.tracer = tracer or trace.get_tracer("encoder")
+        self.cache = EncoderCache(config.ec_cache_dir) if config.ec_cache_dir else None
+        self._seq = itertools.count()
+        base = {"engine": "0", "model_name": config.model}
+        self.items_total = Counter("eppkit_mock_encoder_items_total", "Media items encoded, by type (mock only).", base)
+        self.requests_total = Counter("eppkit_mock_encoder_requests_total", "Encode requests answered, by status (mock only).", base)
+        self.encode_seconds = Histogram("eppkit_mock_encoder_item_seconds", "Encode time per item in seconds (mock only).", base, (0.001, 0.01, 0.05, 0.1) + E2E_BUCKETS)
+
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[self._headers_middleware, openai_error_middleware], client_max_size=self.c.max_body_bytes)
+        app.router.add_get("/health", lambda r: web.Response(text=""))
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        return app
+
+    @web.middleware
+    async def _headers_middleware(self, request: web.Request, handler):
+        rid = request.headers.get(HEADER_REQUEST_ID) or uuid.uuid4().hex
+        request[REQUEST_ID_KEY] = rid
+        resp = await handler(request)
+        if not resp.prepared:
+            resp.headers[HEADER_POD] = self.c.instance
+            resp.headers[HEADER_REQUEST_ID] = rid
+        if resp.status >= 400:
+            self.requests_total.inc(status=str(resp.status))
+        return resp
+
+    async def models(self, request: web.Request) -> web.Response:
+        data = [{"id": n, "object": "model", "created": int(time.time()), "owned_by": "eppkit"} for n in self.c.served_model_names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        lines = self.items_total.render() + self.requests_total.render() + self.encode_seconds.render()
+        return web.Response(body=("\n".join(lines) + "\n").encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        rid = request[REQUEST_ID_KEY]
+        if request.content_length is not None and request.content_length > self.c.max_body_bytes:
+            raise OpenAIError(413, f"request body of {request.content_length} bytes exceeds the limit of {self.c.max_body_bytes} bytes")
+        raw = await request.read()
+        req = api.parse_request(api.CHAT, api.parse_json(raw), self.c.served_model_names, max_model_len=1 << 30)
+        forced = (request.headers.get(HEADER_FAILURE) or "").strip().lower()
+        if forced in ("500", "server_error"):
+            raise OpenAIError(500, "injected failure: internal server error", code="server_error")
+        if forced in ("429", "rate_limit"):
+            raise OpenAIError(429, "injected failure: rate limit exceeded", code="rate_limit_exceeded")
+        override = request.headers.get(HEADER_ENCODE_MS)
+        try:
+            override_ms = float(override) if override is not None else None
+        except ValueError:
+            raise OpenAIError(400, f"{HEADER_ENCODE_MS} must be a number of milliseconds, got {override!r}") from None
+        if override_ms is not None and override_ms < 0:
+            raise OpenAIError(400, f"{HEADER_ENCODE_MS} cannot be negative")
+
+        parent = otel.extract(request.headers)
+        rng = random.Random(f"{self.c.seed}:{self.c.instance}:{next(self._seq)}")
+        for index, item in enumerate(req.media):
+            span = self.tracer.start_span("encoder.encode", context=parent)
+            span.set_attribute("mm.type", media_kind(item.type))
+            span.set_attribute("mm.hash", item.hash)
+            span.set_attribute("mm.index", index)
+            span.set_attribute("mm.size_bytes", item.size_bytes)
+            span.set_attribute("encoder.instance", self.c.instance)
+            span.set_attribute("gen_ai.request.id", rid)
+            hit = self.cache.contains(item.hash) if self.cache else False
+            span.set_attribute("encoder.cache_hit", hit)
+            try:
+                if override_ms is not None:
+                    ms = override_ms
+                else:
+                    ms = jittered(self.c.encode_latency, self.c.encode_latency_std_dev, rng)
+                    ms += self.c.encode_time_per_kb * item.size_bytes / 1024.0
+                span.set_attribute("encoder.configured_ms", ms)
+                started = time.monotonic()
+                await asyncio.sleep(ms / 1000.0)
+                if self.cache is not None:
+                    self.cache.put(item.hash, {"type": item.type, "instance": self.c.instance, "size_bytes": item.size_bytes, "request_id": rid})
+                self.items_total.inc(type=media_kind(item.type))
+                self.encode_seconds.observe(time.monotonic() - started)
+            except asyncio.CancelledError:
+                span.set_status(Status(StatusCode.ERROR, "cancelled"))
+                raise
+            finally:
+                span.end()
+
+        out = ["<ec>"]  # one token, like max_tokens=1 on a real encoder instance
+        renderer = Renderer(api.CHAT, rid, req.model)
+        use = usage(req.prompt_tokens, 1, 0)
+        extra = {"mm_hashes": [item.hash for item in req.media]}
+        headers = {HEADER_POD: self.c.instance, HEADER_REQUEST_ID: rid}
+        self.requests_total.inc(status="200")
+        if req.stream:
+            resp = web.StreamResponse(headers=headers)
+            resp.content_type = "text/event-stream"
+            await resp.prepare(request)
+            data = renderer.token_chunk(out[0], first=True) + renderer.final_chunk("length", extra)
+            if req.include_usage:
+                data += renderer.usage_chunk(use)
+            await resp.write(data + DONE)
+            await resp.write_eof()
+            return resp
+        body = renderer.full(out[0], "length", use, extra)
+        return web.Response(body=json.dumps(body).encode(), content_type="application/json", headers=headers)

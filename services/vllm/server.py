@@ -1,0 +1,630 @@
+"""The mock vLLM's HTTP server: OpenAI endpoints, the request lifecycle, its spans.
+
+One request goes: read the body (JSON, or multipart part 1) -> check it -> injected
+failure? -> queue for a slot (``vllm.queue``) -> prefill (``vllm.prefill``) or, for a
+decode request carrying a prefiller's ``kv_transfer_params``, KV transfer
+(``vllm.kv_transfer``) -> first token written (event ``first_token``) -> multipart only:
+wait for the metadata part and the closing boundary (``vllm.await_metadata``) -> decode
+(``vllm.decode``) -> finish. Every step's span is started before the step's wait and
+ended after it, so span times are the step's real times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from observability import otel
+from services.encoder.ec_cache import EncoderCache
+from services.openai_errors import OpenAIError, error_body, openai_error_middleware
+from services.vllm import api, handshake, multipart, tokens
+from services.vllm.config import VllmConfig
+from services.vllm.disconnects import DisconnectWatcher, Watch
+from services.vllm.failures import (
+    CONTEXT_LENGTH,
+    DISCONNECT,
+    RATE_LIMIT,
+    SERVER_ERROR,
+    STALL,
+    Failure,
+    FailureInjector,
+)
+from services.vllm.kvcache import PrefixCache
+from services.vllm.latency import LatencyModel, Overrides
+from services.vllm.metrics import VllmMetrics
+from services.vllm.responses import DONE, Renderer, usage
+from services.vllm.scheduler import QueueFull, Scheduler
+
+log = logging.getLogger("vllm")
+
+HEADER_POD = "x-inference-pod"
+HEADER_REQUEST_ID = "x-request-id"
+HEADER_TTFT = "x-mock-ttft-ms"
+HEADER_ITL = "x-mock-itl-ms"
+HEADER_KV_TRANSFER = "x-mock-kv-transfer-ms"
+HEADER_METADATA_TIMEOUT = "x-mock-metadata-timeout-ms"
+
+REQUEST_ID_KEY = web.RequestKey("eppkit_request_id", str) if hasattr(web, "RequestKey") else "eppkit_request_id"
+
+
+class _ClientGone(Exception):
+    """The client closed the connection while we were writing to it."""
+
+
+@dataclass
+class _Flow:
+    """What one request holds while it runs (so cleanup knows what to give back)."""
+
+    request_id: str
+    span: trace.Span
+    arrival: float  # loop time
+    rng: random.Random
+    response: web.StreamResponse | None = None
+    slot: bool = False
+    kv_blocks: int = 0
+    first_token_at: float | None = None
+    finish_reason: str | None = None
+    injected: Failure | None = None
+    watch: Watch | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class MockVllm:
+    def __init__(self, config: VllmConfig, tracer: trace.Tracer | None = None) -> None:
+        self.c = config
+        self.tracer = tracer or trace.get_tracer("vllm")
+        self.latency = LatencyModel(config)
+        self.scheduler = Scheduler(config.max_num_seqs, config.max_waiting_queue_length)
+        self.cache = PrefixCache(config.block_size, config.kv_cache_size)
+        self.failures = FailureInjector(
+            config.failure_injection_rate, config.failure_types, config.failure_after_tokens, config.seed
+        )
+        self.ec_cache = EncoderCache(config.ec_cache_dir) if config.ec_cache_dir else None
+        self.metrics = VllmMetrics(
+            config.model,
+            running=lambda: self.scheduler.running,
+            waiting=lambda: self.scheduler.waiting,
+            kv_usage=lambda: self.cache.usage,
+        )
+        self.watcher = DisconnectWatcher()
+        self._seq = itertools.count()
+        self._pod_headers = {HEADER_POD: config.instance}
+
+    # ---- app -------------------------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[self._headers_middleware, openai_error_middleware],
+            client_max_size=self.c.max_body_bytes,
+        )
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.completions)
+        app.on_startup.append(self.watcher.start)
+        app.on_cleanup.append(self.watcher.stop)
+        return app
+
+    @web.middleware
+    async def _headers_middleware(self, request: web.Request, handler):
+        rid = request.headers.get(HEADER_REQUEST_ID) or uuid.uuid4().hex
+        request[REQUEST_ID_KEY] = rid
+        resp = await handler(request)
+        if not resp.prepared:
+            resp.headers[HEADER_POD] = self.c.instance
+            resp.headers[HEADER_REQUEST_ID] = rid
+        return resp
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    async def models(self, request: web.Request) -> web.Response:
+        created = int(time.time())
+        data = [
+            {"id": name, "object": "model", "created": created, "owned_by": "eppkit", "root": name, "parent": None, "max_model_len": self.c.max_model_len}
+            for name in self.c.served_model_names
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.render().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, api.CHAT)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, api.COMPLETION)
+
+    # ---- one request -----------------------------------------------------------------
+
+    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        rid = request[REQUEST_ID_KEY]
+        span = self.tracer.start_span("llm_request", context=otel.extract(request.headers), kind=SpanKind.SERVER)
+        span.set_attribute("vllm.role", self.c.role)
+        span.set_attribute("vllm.instance", self.c.instance)
+        span.set_attribute("gen_ai.request.id", rid)
+        seq = next(self._seq)
+        flow = _Flow(request_id=rid, span=span, arrival=loop.time(), rng=random.Random(f"{self.c.seed}:{self.c.instance}:{seq}"))
+        flow.watch = self.watcher.watch(request)
+        try:
+            return await self._run(request, kind, flow)
+        except OpenAIError as exc:
+            self._record_error(flow, exc.status, exc.message)
+            if flow.response is not None and flow.response.prepared:
+                await self._inband_error(flow, exc)
+                return flow.response
+            raise
+        except asyncio.CancelledError:
+            if flow.watch.client_gone or _transport_gone(request):
+                self._record_cancel(flow)
+            raise
+        except _ClientGone:
+            self._record_cancel(flow)
+            return flow.response if flow.response is not None else web.Response(status=499)
+        except _InjectedDrop:
+            # the connection is closed; aiohttp's attempt to finish the response fails quietly
+            return flow.response if flow.response is not None else web.Response(status=500)
+        except Exception as exc:  # a bug in the mock: answer 500, keep serving, say what
+            log.exception("request %s failed", rid)
+            self._record_error(flow, 500, f"mock vLLM internal error: {exc!r}")
+            if flow.response is not None and flow.response.prepared:
+                return flow.response
+            raise OpenAIError(500, f"mock vLLM internal error: {exc!r}") from exc
+        finally:
+            self.watcher.unwatch(flow.watch)
+            if flow.slot:
+                self.scheduler.release()
+                flow.slot = False
+            if flow.kv_blocks:
+                self.cache.release(flow.kv_blocks)
+                flow.kv_blocks = 0
+            span.end()
+
+    async def _run(self, request: web.Request, kind: str, flow: _Flow) -> web.StreamResponse:
+        c, span, loop = self.c, flow.span, asyncio.get_running_loop()
+
+        # 1. the request: whole JSON body, or multipart part 1 (the body stays open)
+        reader: multipart.MultipartReader | None = None
+        if request.content_type.startswith("multipart/"):
+            reader, raw = await self._read_payload_part(request)
+            span.set_attribute("vllm.multipart", True)
+        else:
+            raw = await self._read_body(request)
+        req = api.parse_request(kind, api.parse_json(raw), c.served_model_names, c.max_model_len)
+        overrides = _overrides(request.headers)
+        self._request_attributes(span, req)
+
+        # 2. injected failures that answer at once
+        try:
+            failure = self.failures.choose(request.headers)
+        except ValueError as exc:
+            raise OpenAIError(400, str(exc)) from None
+        if failure is not None:
+            flow.injected = failure
+            self.metrics.injected_failures.inc(type=failure.kind)
+            span.set_attribute("mock.failure", failure.kind)
+            span.add_event("failure_injected", {"mock.failure": failure.kind, "mock.failure.source": failure.source})
+            if failure.kind == SERVER_ERROR:
+                raise OpenAIError(500, "injected failure: internal server error", code="server_error")
+            if failure.kind == RATE_LIMIT:
+                raise OpenAIError(429, "injected failure: rate limit exceeded", code="rate_limit_exceeded")
+            if failure.kind == CONTEXT_LENGTH:
+                raise api.context_length_error(req.prompt_tokens, c.max_model_len + 1 - req.prompt_tokens if req.prompt_tokens <= c.max_model_len else 1, c.max_model_len)
+
+        # 3. queue
+        queue_span = self._child(span, "vllm.queue")
+        queue_start = loop.time()
+        try:
+            await self.scheduler.acquire()
+        except QueueFull as exc:
+            queue_span.set_status(Status(StatusCode.ERROR, str(exc)))
+            queue_span.end()
+            raise OpenAIError(429, f"the mock vLLM is overloaded: {exc}", code="queue_full") from None
+        except BaseException:
+            queue_span.end()
+            raise
+        flow.slot = True
+        queue_span.set_attribute("vllm.num_requests_running", self.scheduler.running)
+        queue_span.end()
+        time_in_queue = loop.time() - queue_start
+        self.metrics.queue_time.observe(time_in_queue)
+        running = self.scheduler.running
+
+        # 4. prefill, or KV transfer for a decode request with a remote prefill
+        params = req.kv_transfer_params
+        prefill_only = handshake.wants_remote_decode(params)
+        remote_prefill = handshake.has_remote_prefill(params)
+        n_out = 1 if prefill_only else self._output_length(req)
+        cached = 0
+        step_start = loop.time()
+        if remote_prefill:
+            kv_span = self._child(span, "vllm.kv_transfer")
+            kv_span.set_attribute("vllm.kv_transfer.remote_engine_id", str(params.get("remote_engine_id")))
+            kv_span.set_attribute("vllm.kv_transfer.remote_host", str(params.get("remote_host")))
+            kv_span.set_attribute("vllm.kv_transfer.remote_port", int(params.get("remote_port")))
+            kv_span.set_attribute("vllm.kv_transfer.num_blocks", len(params.get("remote_block_ids") or []))
+            kv_span.set_attribute("vllm.kv_transfer.prompt_tokens", req.prompt_tokens)
+            ms = self.latency.kv_transfer_ms(req.prompt_tokens, flow.rng, running=running, override=overrides.kv_transfer_ms)
+            try:
+                await asyncio.sleep(ms / 1000.0)
+            finally:
+                kv_span.end()
+            self.cache.insert(req.prompt_token_list)  # the pulled blocks are now local
+        else:
+            cached = self.cache.cached_tokens(req.prompt_token_list)
+            self.metrics.prefix_cache_queries.inc(req.prompt_tokens)
+            self.metrics.prefix_cache_hits.inc(cached)
+            hits, misses = self._ec_lookup(req)
+            prefill_span = self._child(span, "vllm.prefill")
+            prefill_span.set_attribute("vllm.prefill.uncached_tokens", req.prompt_tokens - cached)
+            prefill_span.set_attribute("vllm.prefix_cached_tokens", cached)
+            if req.media:
+                prefill_span.set_attribute("vllm.ec_cache_hits", hits)
+                prefill_span.set_attribute("vllm.ec_cache_misses", misses)
+            ms = self.latency.prefill_ms(
+                req.prompt_tokens - cached, flow.rng, running=running, ec_misses=misses, override=overrides.ttft_ms
+            )
+            prefill_span.set_attribute("vllm.prefill.configured_ms", ms)
+            try:
+                await asyncio.sleep(ms / 1000.0)
+            finally:
+                prefill_span.end()
+            self.cache.insert(req.prompt_token_list)
+        prefill_time = loop.time() - step_start
+        self.metrics.prefill_time.observe(prefill_time)
+        flow.kv_blocks = self.cache.blocks_for(req.prompt_tokens + n_out)
+        self.cache.acquire(flow.kv_blocks)
+
+        # 5. the first token
+        seed = req.seed if req.seed is not None else c.seed
+        out = tokens.output_tokens(seed, req.prompt, n_out)
+        renderer = Renderer(kind, flow.request_id, req.model)
+        stream_now = req.stream or reader is not None
+        injected = flow.injected if flow.injected and flow.injected.kind in (STALL, DISCONNECT) else None
+        if injected is not None and injected.after_tokens == 0:
+            await self._inject(request, flow, injected)
+        if stream_now:
+            await self._prepare(request, flow, req.stream)
+        if req.stream:
+            await self._write(flow, renderer.token_chunk(out[0], first=True))
+        flow.first_token_at = loop.time()
+        span.add_event("first_token")
+        ttft = flow.first_token_at - flow.arrival
+        self.metrics.ttft.observe(ttft)
+
+        # 6. multipart: the metadata part and the closing boundary, then decode
+        metadata_report = None
+        if reader is not None:
+            metadata_report = await self._await_metadata(request, reader, flow)
+
+        # 7. decode
+        decode_start = loop.time()
+        if not prefill_only:
+            decode_span = self._child(span, "vllm.decode")
+            decode_span.set_attribute("vllm.decode.tokens", n_out)
+            try:
+                await self._decode(request, flow, renderer, out, running, overrides, req.stream, injected)
+            finally:
+                decode_span.end()
+        elif injected is not None and injected.after_tokens >= 1:
+            await self._inject(request, flow, injected)
+        decode_time = loop.time() - decode_start
+        self.metrics.decode_time.observe(decode_time)
+
+        # 8. finish
+        finish_reason = "length" if (prefill_only or req.max_tokens is not None) else "stop"
+        flow.finish_reason = finish_reason
+        extra: dict[str, Any] = {}
+        if prefill_only:
+            extra["kv_transfer_params"] = handshake.prefill_response_params(
+                instance=c.instance,
+                request_id=flow.request_id,
+                prompt_tokens=req.prompt_tokens,
+                block_size=c.block_size,
+                host=c.kv_host,
+                port=c.kv_port,
+            )
+        else:
+            extra["kv_transfer_params"] = None
+        if metadata_report is not None:
+            extra["multipart_metadata"] = metadata_report
+        use = usage(req.prompt_tokens, n_out, cached)
+        e2e = loop.time() - flow.arrival
+        self._finish_attributes(span, req, n_out, finish_reason, time_in_queue, ttft, e2e, prefill_time, decode_time)
+        self.metrics.e2e.observe(e2e)
+        self.metrics.prompt_tokens.inc(req.prompt_tokens)
+        self.metrics.generation_tokens.inc(n_out)
+        self.metrics.request_success.inc(finished_reason=finish_reason)
+
+        if req.stream:
+            tail = renderer.final_chunk(finish_reason, extra)
+            if req.include_usage:
+                tail += renderer.usage_chunk(use)
+            await self._write(flow, tail + DONE)
+            await self._write_eof(flow)
+            return flow.response
+        body = json.dumps(renderer.full("".join(out), finish_reason, use, extra)).encode()
+        if flow.response is not None:  # multipart: headers went out at the first token
+            await self._write(flow, body)
+            await self._write_eof(flow)
+            return flow.response
+        return web.Response(body=body, content_type="application/json", headers=self._headers(flow))
+
+    # ---- steps -----------------------------------------------------------------------
+
+    async def _decode(self, request, flow, renderer, out, running, overrides, stream, injected) -> None:
+        loop = asyncio.get_running_loop()
+        # Token 2 is due one gap after token 1, or after decoding could start (multipart:
+        # once the metadata arrived); every later token one gap after the previous deadline.
+        deadline = max(flow.first_token_at, loop.time())
+        itl_hist = self.metrics.itl
+        last = deadline
+        for i in range(1, len(out)):
+            if injected is not None and i == injected.after_tokens:
+                await self._inject(request, flow, injected)
+            gap = self.latency.inter_token_ms(flow.rng, running=running, override=overrides.itl_ms) / 1000.0
+            deadline += gap
+            if not stream and injected is None:
+                continue  # nothing to write per token: one sleep to the last deadline below
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await self._write(flow, renderer.token_chunk(out[i], first=False))
+            now = loop.time()
+            itl_hist.observe(now - last)
+            last = now
+        if injected is not None and injected.after_tokens >= len(out):
+            await self._inject(request, flow, injected)
+        delay = deadline - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _await_metadata(self, request: web.Request, reader: multipart.MultipartReader, flow: _Flow) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        timeout_ms = _float_header(request.headers, HEADER_METADATA_TIMEOUT)
+        if timeout_ms is None:
+            timeout_ms = self.c.multipart_metadata_timeout
+        span = self._child(flow.span, "vllm.await_metadata")
+        span.set_attribute("vllm.multipart.timeout_ms", timeout_ms)
+        started = loop.time()
+        try:
+            try:
+                parts = await asyncio.wait_for(reader.read_until_closed(), timeout_ms / 1000.0)
+            except asyncio.TimeoutError:
+                raise OpenAIError(
+                    408,
+                    f"multipart: the '{multipart.METADATA_PART}' part and the closing boundary did not arrive "
+                    f"within {timeout_ms:g} ms after the first token",
+                    code="metadata_timeout",
+                ) from None
+            except multipart.MultipartError as exc:
+                if _transport_gone(request):
+                    raise _ClientGone() from None
+                raise OpenAIError(400, f"multipart: {exc}", code="metadata_missing") from None
+            except (ConnectionResetError, web.HTTPException):
+                raise _ClientGone() from None
+            meta = [p for p in parts if p.name == multipart.METADATA_PART]
+            if not meta:
+                names = ", ".join(p.name for p in parts) or "none"
+                raise OpenAIError(
+                    400,
+                    f"multipart: the body closed without a '{multipart.METADATA_PART}' part (parts after the payload: {names})",
+                    code="metadata_missing",
+                )
+            waited = loop.time() - started
+            body = meta[0].body
+            try:
+                value: Any = json.loads(body) if body else None
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                value = body.decode("utf-8", "replace")
+            report = {
+                "received": True,
+                "content": value,
+                "bytes": len(body),
+                "waited_ms": round(waited * 1000.0, 3),
+                "parts": [p.name for p in parts],
+            }
+            span.set_attribute("vllm.multipart.metadata_bytes", len(body))
+            span.set_attribute("vllm.multipart.metadata", body[:1024].decode("utf-8", "replace"))
+            return report
+        except OpenAIError as exc:
+            span.set_status(Status(StatusCode.ERROR, exc.message))
+            raise
+        finally:
+            span.end()
+
+    async def _inject(self, request: web.Request, flow: _Flow, failure: Failure) -> None:
+        """A stall (hang, then drop) or a disconnect (close the connection) at this point."""
+        if failure.kind == STALL:
+            flow.span.add_event("stall_started")
+            await asyncio.sleep(self.c.stall_timeout / 1000.0)
+        flow.span.add_event("injected_disconnect")
+        flow.span.set_status(Status(StatusCode.ERROR, f"injected {failure.kind}"))
+        self.watcher.unwatch(flow.watch)
+        if flow.response is not None and flow.response.prepared:
+            # let what was written reach the client, then close without the final chunk
+            await asyncio.sleep(0)
+        transport = request.transport
+        if transport is not None:
+            transport.close()
+        raise _InjectedDrop()
+
+    async def _read_payload_part(self, request: web.Request) -> tuple[multipart.MultipartReader, bytes]:
+        try:
+            boundary = multipart.boundary_of(request.headers.get("Content-Type", ""))
+            reader = multipart.MultipartReader(request.content, boundary, max_bytes=self.c.max_body_bytes)
+            part = await reader.next_part()
+        except multipart.MultipartError as exc:
+            status = 413 if "larger than" in str(exc) else 400
+            raise OpenAIError(status, f"multipart: {exc}") from None
+        if part is None:
+            raise OpenAIError(400, "multipart: the body closed before any part")
+        if part.name != multipart.PAYLOAD_PART:
+            raise OpenAIError(400, f"multipart: the first part must be '{multipart.PAYLOAD_PART}', got '{part.name}'")
+        return reader, part.body
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        limit = self.c.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise OpenAIError(413, f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes")
+        chunks, total = [], 0
+        while True:
+            chunk = await request.content.readany()
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > limit:
+                raise OpenAIError(413, f"request body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _ec_lookup(self, req: api.GenRequest) -> tuple[int, int]:
+        if not req.media:
+            return 0, 0
+        if self.ec_cache is None:
+            return 0, len(req.media)
+        hits = sum(1 for item in req.media if self.ec_cache.contains(item.hash))
+        return hits, len(req.media) - hits
+
+    def _output_length(self, req: api.GenRequest) -> int:
+        if req.max_tokens is not None:
+            return req.max_tokens
+        room = self.c.max_model_len - req.prompt_tokens
+        return max(1, min(self.c.default_max_tokens, room))
+
+    # ---- response plumbing -----------------------------------------------------------
+
+    def _headers(self, flow: _Flow) -> dict[str, str]:
+        return {HEADER_POD: self.c.instance, HEADER_REQUEST_ID: flow.request_id}
+
+    async def _prepare(self, request: web.Request, flow: _Flow, sse: bool) -> None:
+        resp = web.StreamResponse(status=200, headers=self._headers(flow))
+        if sse:
+            resp.content_type = "text/event-stream"
+            resp.headers["Cache-Control"] = "no-cache"
+        else:
+            resp.content_type = "application/json"
+        flow.response = resp
+        try:
+            await resp.prepare(request)
+        except (ConnectionResetError, RuntimeError) as exc:
+            raise _ClientGone() from exc
+
+    async def _write(self, flow: _Flow, data: bytes) -> None:
+        try:
+            await flow.response.write(data)
+        except ConnectionResetError as exc:  # includes aiohttp's ClientConnectionResetError
+            raise _ClientGone() from exc
+
+    async def _write_eof(self, flow: _Flow) -> None:
+        try:
+            await flow.response.write_eof()
+        except ConnectionResetError as exc:
+            raise _ClientGone() from exc
+
+    async def _inband_error(self, flow: _Flow, exc: OpenAIError) -> None:
+        """Headers already went out (multipart/streaming): say it in the body, then end."""
+        body = error_body(exc.status, exc.message, param=exc.param, code=exc.code)
+        try:
+            if flow.response.content_type == "text/event-stream":
+                await flow.response.write(Renderer._sse(body) + DONE)
+            else:
+                await flow.response.write(json.dumps(body).encode())
+            await flow.response.write_eof()
+        except ConnectionResetError:
+            pass
+
+    # ---- spans and metrics -----------------------------------------------------------
+
+    def _child(self, parent: trace.Span, name: str) -> trace.Span:
+        span = self.tracer.start_span(name, context=trace.set_span_in_context(parent))
+        span.set_attribute("vllm.instance", self.c.instance)
+        return span
+
+    def _request_attributes(self, span: trace.Span, req: api.GenRequest) -> None:
+        b = req.body
+        span.set_attribute("gen_ai.response.model", req.model)
+        span.set_attribute("gen_ai.usage.prompt_tokens", req.prompt_tokens)
+        span.set_attribute("gen_ai.request.n", 1)
+        span.set_attribute("vllm.stream", req.stream)
+        span.set_attribute("vllm.api", req.kind)
+        if req.max_tokens is not None:
+            span.set_attribute("gen_ai.request.max_tokens", req.max_tokens)
+        for key in ("temperature", "top_p"):
+            if b.get(key) is not None:
+                span.set_attribute(f"gen_ai.request.{key}", float(b[key]))
+        if req.media:
+            span.set_attribute("vllm.mm_items", len(req.media))
+        params = req.kv_transfer_params
+        if handshake.wants_remote_decode(params):
+            span.set_attribute("vllm.kv_transfer", "do_remote_decode")
+        elif handshake.has_remote_prefill(params):
+            span.set_attribute("vllm.kv_transfer", "do_remote_prefill")
+
+    def _finish_attributes(self, span, req, n_out, finish_reason, queue, ttft, e2e, prefill, decode) -> None:
+        span.set_attribute("gen_ai.usage.completion_tokens", n_out)
+        span.set_attribute("gen_ai.usage.num_sequences", 1)
+        span.set_attribute("gen_ai.latency.time_in_queue", queue)
+        span.set_attribute("gen_ai.latency.time_to_first_token", ttft)
+        span.set_attribute("gen_ai.latency.e2e", e2e)
+        span.set_attribute("gen_ai.latency.time_in_model_prefill", prefill)
+        span.set_attribute("gen_ai.latency.time_in_model_decode", decode)
+        span.set_attribute("gen_ai.latency.time_in_model_inference", prefill + decode)
+        span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+
+    def _record_error(self, flow: _Flow, status: int, message: str) -> None:
+        self.metrics.request_errors.inc(status=str(status))
+        flow.span.set_status(Status(StatusCode.ERROR, message))
+        flow.span.set_attribute("error.type", str(status))
+        flow.span.set_attribute("http.response.status_code", status)
+
+    def _record_cancel(self, flow: _Flow) -> None:
+        self.metrics.client_cancellations.inc()
+        self.metrics.request_success.inc(finished_reason="abort")
+        flow.span.add_event("client_cancelled")
+        flow.span.set_attribute("vllm.cancelled", True)
+        flow.span.set_attribute("gen_ai.response.finish_reasons", ["abort"])
+        flow.span.set_status(Status(StatusCode.ERROR, "client disconnected"))
+
+
+class _InjectedDrop(Exception):
+    """Raised after an injected stall/disconnect closed the connection."""
+
+
+def _transport_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def _float_header(headers, name: str) -> float | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OpenAIError(400, f"{name} must be a number of milliseconds, got {raw!r}") from None
+    if value < 0 or value != value:
+        raise OpenAIError(400, f"{name} cannot be negative")
+    return value
+
+
+def _overrides(headers) -> Overrides:
+    return Overrides(
+        ttft_ms=_float_header(headers, HEADER_TTFT),
+        itl_ms=_float_header(headers, HEADER_ITL),
+        kv_transfer_ms=_float_header(headers, HEADER_KV_TRANSFER),
+    )

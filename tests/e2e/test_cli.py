@@ -1,0 +1,91 @@
+"""The `eppkit` command as a person uses it: doctor, run, and up until Ctrl-C with nothing left behind."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.e2e
+
+EPPKIT = [sys.executable, "-m", "testbed.cli"]
+
+
+def _children(pid: int) -> set[int]:
+    """Every live process whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.add(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_doctor_reports_every_prerequisite_found(jaeger):
+    proc = subprocess.run(EPPKIT + ["doctor"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for name in ("envoy", "jaeger", "ext_proc protos", "otel protos"):
+        assert re.search(rf"^{re.escape(name)}\s+ok\b", proc.stdout, re.M), proc.stdout
+    assert "1.40.0" in proc.stdout
+
+
+def test_run_prints_answer_and_waterfall(jaeger, tmp_path):
+    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
+    proc = subprocess.run(EPPKIT + ["run", "--ttft-ms", "100", "--itl-ms", "5"], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "HTTP 200 from vllm-" in proc.stdout
+    for span in ("client:client.request", "envoy:ingress", "vllm:llm_request", "vllm:vllm.prefill", "vllm:vllm.decode"):
+        assert span in proc.stdout, proc.stdout
+    assert list(tmp_path.glob("*/trace-*.json")), "the trace was not saved in the run folder"
+
+
+def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, tmp_path):
+    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
+    proc = subprocess.Popen(EPPKIT + ["up", "--mode", "direct", "--ttft-ms", "20"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        lines, envoy_url = [], None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            m = re.search(r"Envoy\s+(http://\S+)", line)
+            if m:
+                envoy_url = m.group(1)
+            if "Ctrl-C to stop" in line:
+                break
+        assert envoy_url, "".join(lines)
+        resp = requests.post(envoy_url + "/v1/chat/completions", timeout=30,
+                             json={"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+        assert resp.status_code == 200, resp.text
+        children = _children(proc.pid)
+        assert len(children) >= 4, f"expected jaeger, 2 vLLMs and envoy as children, got {children}"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) in (0, 130)
+        time.sleep(0.2)
+        survivors = [pid for pid in children if _alive(pid)]
+        assert survivors == [], f"processes left running after Ctrl-C: {survivors}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

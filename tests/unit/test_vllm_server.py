@@ -1,0 +1,257 @@
+"""The mock vLLM in process: endpoints, headers, streaming, spans, metrics, queueing."""
+
+import asyncio
+
+import pytest
+
+from services.vllm.testing import chat_body, in_process, make_mock, sse_events
+
+pytestmark = pytest.mark.unit
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+# Sleep-based timings on a shared 2-core machine: generous, but far below the values checked.
+TOL_MS = 40
+
+
+def ms(span_or_ns, end=None):
+    if end is not None:
+        return (end - span_or_ns) / 1e6
+    return (span_or_ns.end_time - span_or_ns.start_time) / 1e6
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_health_models_and_pod_header_on_every_response():
+    mock, _ = make_mock(instance="pod-7", served_model_names=["a", "b"])
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            health = await c.get("/health")
+            models = await c.get("/v1/models")
+            missing = await c.get("/nope")
+            bad = await c.post("/v1/chat/completions", data=b"{")
+            return health, await models.json(), missing, await missing.json(), bad
+
+    health, models, missing, missing_body, bad = run(go())
+    assert health.status == 200
+    assert [m["id"] for m in models["data"]] == ["a", "b"]
+    assert missing.status == 404 and "error" in missing_body
+    for resp in (health, missing, bad):
+        assert resp.headers["x-inference-pod"] == "pod-7"
+
+
+def test_request_id_is_honoured_and_echoed():
+    mock, rec = make_mock(time_to_first_token=0, inter_token_latency=0)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post("/v1/chat/completions", json=chat_body(max_tokens=2), headers={"x-request-id": "req-42"})
+            return r.headers["x-request-id"], await r.json()
+
+    rid, body = run(go())
+    assert rid == "req-42"
+    assert body["id"] == "chatcmpl-req-42"
+    assert rec.one("llm_request").attributes["gen_ai.request.id"] == "req-42"
+
+
+def test_streaming_chat_sends_tokens_usage_and_done_with_real_step_times():
+    mock, rec = make_mock(instance="v0", time_to_first_token=150, inter_token_latency=20)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post(
+                "/v1/chat/completions",
+                json=chat_body(max_tokens=6, stream=True, stream_options={"include_usage": True}),
+                headers={"traceparent": TRACEPARENT},
+            )
+            return r, await r.text()
+
+    resp, text = run(go())
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(text)
+    assert events[-1] == "[DONE]"
+    content = [e["choices"][0]["delta"].get("content") for e in events[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert len(content) == 6
+    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[-3]["choices"][0]["finish_reason"] == "length"
+    assert events[-2]["usage"]["completion_tokens"] == 6 and events[-2]["choices"] == []
+
+    root = rec.one("llm_request")
+    assert root.kind.name == "SERVER"
+    assert format(root.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert format(root.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert root.resource is not None
+    queue, prefill, decode = rec.one("vllm.queue"), rec.one("vllm.prefill"), rec.one("vllm.decode")
+    for child in (queue, prefill, decode):
+        assert child.parent.span_id == root.context.span_id
+        assert root.start_time <= child.start_time and child.end_time <= root.end_time
+    assert queue.end_time <= prefill.start_time and prefill.end_time <= decode.start_time
+    assert ms(prefill) == pytest.approx(150, abs=TOL_MS) and ms(prefill) >= 149
+    assert ms(decode) == pytest.approx(5 * 20, abs=TOL_MS)
+    (event,) = [e for e in root.events if e.name == "first_token"]
+    assert prefill.end_time <= event.timestamp <= decode.start_time + 5e6
+    a = root.attributes
+    assert (a["vllm.role"], a["vllm.instance"]) == ("both", "v0")
+    assert a["gen_ai.usage.prompt_tokens"] == 4  # "user", ":", "hello", "there" and a["gen_ai.usage.completion_tokens"] == 6
+    assert a["gen_ai.latency.time_to_first_token"] == pytest.approx(0.15, abs=TOL_MS / 1000)
+    assert a["gen_ai.latency.e2e"] >= a["gen_ai.latency.time_to_first_token"]
+    assert a["gen_ai.response.model"] == "mock-llm"
+    assert a["gen_ai.request.max_tokens"] == 6
+
+
+def test_stream_tokens_keep_their_schedule():
+    mock, _ = make_mock(time_to_first_token=10, inter_token_latency=25)
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        async with in_process(mock.make_app()) as c:
+            r = await c.post("/v1/completions", json={"model": "mock-llm", "prompt": "x", "max_tokens": 11, "stream": True})
+            times = []
+            async for line in r.content:
+                if line.startswith(b"data: {") and b'"text":""' not in line:
+                    times.append(loop.time())
+            return times
+
+    times = run(go())
+    assert len(times) == 11
+    # absolute schedule: token i is due i*25 ms after token 0 (no drift from write time)
+    errors = [(t - times[0]) * 1000 - i * 25 for i, t in enumerate(times)]
+    assert max(abs(e) for e in errors) < 15, errors
+
+
+def test_non_streaming_completion_and_usage():
+    mock, rec = make_mock(time_to_first_token=20, inter_token_latency=5, default_max_tokens=4)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post("/v1/completions", json={"model": "mock-llm", "prompt": "once upon a time"})
+            return await r.json()
+
+    body = run(go())
+    assert body["object"] == "text_completion"
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert len(body["choices"][0]["text"].split()) == 4
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8, "prompt_tokens_details": {"cached_tokens": 0}}
+    assert [e.name for e in rec.one("llm_request").events] == ["first_token"]
+
+
+def test_request_seed_gives_same_tokens_on_two_instances():
+    p, _ = make_mock(instance="p", role="prefill", seed=1, time_to_first_token=0, inter_token_latency=0)
+    d, _ = make_mock(instance="d", role="decode", seed=2, time_to_first_token=0, inter_token_latency=0)
+
+    async def text(mock, body):
+        async with in_process(mock.make_app()) as c:
+            r = await c.post("/v1/chat/completions", json=body)
+            return (await r.json())["choices"][0]["message"]["content"]
+
+    async def go():
+        with_seed = chat_body(max_tokens=8, seed=99)
+        without = chat_body(max_tokens=8)
+        return await text(p, with_seed), await text(d, with_seed), await text(p, without), await text(d, without)
+
+    p_seed, d_seed, p_own, d_own = run(go())
+    assert p_seed == d_seed
+    assert p_own != d_own  # different server seeds
+
+
+def test_max_num_seqs_queues_and_queue_span_covers_the_wait():
+    mock, rec = make_mock(time_to_first_token=200, inter_token_latency=0, max_num_seqs=1)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            async def one(i):
+                r = await c.post("/v1/chat/completions", json=chat_body(f"q{i}", max_tokens=1), headers={"x-request-id": f"r{i}"})
+                return r.status
+
+            first = asyncio.ensure_future(one(0))
+            await asyncio.sleep(0.05)
+            second = asyncio.ensure_future(one(1))
+            await asyncio.sleep(0.05)
+            metrics = await (await c.get("/metrics")).text()
+            return await first, await second, metrics
+
+    s1, s2, metrics = run(go())
+    assert (s1, s2) == (200, 200)
+    assert 'vllm:num_requests_running{engine="0",model_name="mock-llm"} 1.0' in metrics
+    assert 'vllm:num_requests_waiting{engine="0",model_name="mock-llm"} 1.0' in metrics
+    queues = sorted(rec.by_name("vllm.queue"), key=lambda s: s.start_time)
+    assert ms(queues[0]) < 10
+    assert ms(queues[1]) == pytest.approx(150, abs=TOL_MS + 10)
+
+
+def test_full_waiting_queue_answers_429():
+    mock, _ = make_mock(time_to_first_token=200, inter_token_latency=0, max_num_seqs=1, max_waiting_queue_length=0)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            first = asyncio.ensure_future(c.post("/v1/chat/completions", json=chat_body(max_tokens=1)))
+            await asyncio.sleep(0.05)
+            second = await c.post("/v1/chat/completions", json=chat_body(max_tokens=1))
+            body = await second.json()
+            await (await first).read()
+            return second.status, body
+
+    status, body = run(go())
+    assert status == 429
+    assert "overloaded" in body["error"]["message"]
+
+
+def test_prefix_cache_makes_repeat_prompts_cheaper_under_per_token_prefill():
+    long_prompt = " ".join(f"w{i}" for i in range(64))
+    mock, rec = make_mock(prefill_overhead=10, prefill_time_per_token=2, block_size=16, inter_token_latency=0)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            for _ in range(2):
+                r = await c.post("/v1/completions", json={"model": "mock-llm", "prompt": long_prompt, "max_tokens": 1})
+                body = await r.json()
+            return body
+
+    body = run(go())
+    first, second = sorted(rec.by_name("vllm.prefill"), key=lambda s: s.start_time)
+    assert first.attributes["vllm.prefix_cached_tokens"] == 0
+    assert second.attributes["vllm.prefix_cached_tokens"] == 64
+    assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 64
+    assert ms(first) == pytest.approx(10 + 2 * 64, abs=TOL_MS)
+    assert ms(second) == pytest.approx(10, abs=TOL_MS)
+
+
+def test_metrics_use_vllm_names():
+    mock, _ = make_mock(time_to_first_token=5, inter_token_latency=1)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            await (await c.post("/v1/chat/completions", json=chat_body(max_tokens=3))).read()
+            r = await c.get("/metrics")
+            return r.headers["content-type"], await r.text()
+
+    ctype, text = run(go())
+    assert ctype.startswith("text/plain")
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:e2e_request_latency_seconds_count",
+        "eppkit_mock_client_cancellations_total",
+    ):
+        assert name in text, name
+    assert 'vllm:time_to_first_token_seconds_count{engine="0",model_name="mock-llm"} 1' in text
+    assert 'vllm:generation_tokens_total{engine="0",model_name="mock-llm"} 3.0' in text
+    assert 'vllm:request_success_total{engine="0",model_name="mock-llm",finished_reason="length"} 1.0' in text
+
+
+def test_x_mock_latency_headers_override_flags():
+    mock, rec = make_mock(time_to_first_token=500, inter_token_latency=100)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post("/v1/chat/completions", json=chat_body(max_tokens=3),
+                             headers={"x-mock-ttft-ms": "30", "x-mock-itl-ms": "10"})
+            return r.status
+
+    assert run(go()) == 200
+    assert ms(rec.one("vllm.prefill")) == pytest.approx(30, abs=TOL_MS)
+    assert ms(rec.one("vllm.decode")) == pytest.approx(20, abs=TOL_MS)

@@ -1,0 +1,51 @@
+"""Deterministic tokens: the same seed and prompt give the same sequence anywhere."""
+
+import subprocess
+import sys
+
+import pytest
+
+from services.vllm import tokens
+
+pytestmark = pytest.mark.unit
+
+
+def test_same_seed_and_prompt_give_same_tokens():
+    assert tokens.output_tokens(3, "hello world", 20) == tokens.output_tokens(3, "hello world", 20)
+
+
+def test_shorter_request_is_a_prefix_of_a_longer_one():
+    # a prefiller (max_tokens 1) and a decoder (max_tokens n) agree on the first token
+    assert tokens.output_tokens(3, "p", 1) == tokens.output_tokens(3, "p", 50)[:1]
+
+
+def test_different_seed_or_prompt_gives_different_tokens():
+    base = tokens.output_tokens(3, "hello world", 20)
+    assert tokens.output_tokens(4, "hello world", 20) != base
+    assert tokens.output_tokens(3, "hello there", 20) != base
+
+
+def test_tokens_do_not_depend_on_python_hash_seed():
+    code = "from services.vllm import tokens; print(tokens.output_tokens(1, 'x', 5))"
+    outs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={"PYTHONHASHSEED": str(h), "PYTHONPATH": "."}).stdout
+        for h in (1, 2)
+    }
+    assert len(outs) == 1
+
+
+def test_prompt_text_flattens_chat_and_ignores_media():
+    body = {"messages": [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "what is"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]},
+    ]}
+    assert tokens.prompt_text_of(body) == "system: be brief\nuser: what is"
+    assert tokens.count_tokens("Hello, world!") == 4
+
+
+def test_completion_prompt_forms():
+    assert tokens.prompt_text_of({"prompt": "a b"}) == "a b"
+    assert tokens.prompt_text_of({"prompt": ["a", "b"]}) == "a b"
+    assert tokens.prompt_text_of({"prompt": [1, 2, 3]}) == "1 2 3"
+    assert tokens.prompt_text_of({"prompt": [[1, 2], [3]]}) == "1 2 3"
