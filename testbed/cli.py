@@ -10,9 +10,9 @@ import time
 
 from testbed import RUNTIMES, create
 from testbed.envoy_config import MODES
+from testbed.flows import FLOWS
 from testbed.topology import Topology, VllmSpec
 
-FLOWS = ("aggregated",)
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM gets the same clean teardown as Ctrl-C

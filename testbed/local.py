@@ -13,7 +13,7 @@ from pathlib import Path
 
 from observability.client import TracedClient
 from observability.jaeger_client import JaegerClient
-from testbed import envoy_config, envoy_process, modes
+from testbed import envoy_config, envoy_process, flows, modes
 from testbed.jaeger import JaegerProcess
 from testbed.paths import REPO_ROOT, runs_dir
 from testbed.process import ManagedProcess
@@ -52,7 +52,8 @@ class LocalTestbed:
         self._shared_jaeger = jaeger is not None
         self._jaeger = jaeger
         self._envoy_env = envoy_env or {}
-        self.backends: list[Endpoint] = []
+        self.backends: list[Endpoint] = []  # what Envoy routes to
+        self.layout: flows.FlowPlan | None = None
         self.services: dict[str, ServiceHandle] = {}
         self.envoy: envoy_process.EnvoyProcess | None = None
         self.listen_port = 0
@@ -116,14 +117,11 @@ class LocalTestbed:
         if self._jaeger is None:
             self._jaeger = JaegerProcess(self.run_dir, ports=self.ports).start()
         env = {"EPPKIT_OTLP_ENDPOINT": self.otlp_endpoint}
-        for spec in self.topology.vllm:
-            port = self.ports.port()
-            args = ["--role", spec.role, "--instance", spec.name, "--served-model-name", spec.model,
-                    "--time-to-first-token", str(self.topology.time_to_first_token_ms),
-                    "--inter-token-latency", str(self.topology.inter_token_latency_ms),
-                    "--seed", str(self.topology.seed), *spec.extra_args]
-            self._start_service(ServiceSpec(name=spec.name, module="services.vllm", port=port, args=args), env)
-            self.backends.append(Endpoint(spec.name, "127.0.0.1", port, spec.role, spec.model))
+        layout = flows.plan(self.topology, self.ports, self.run_dir)
+        for spec in layout.services:
+            self._start_service(spec, env)
+        self.layout = layout
+        self.backends = layout.routable
 
         plan = modes.plan(self.topology, self.ports, self.backends)
         for spec in plan.services:

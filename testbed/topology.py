@@ -58,9 +58,14 @@ class Topology:
     mode: str = "direct"
     flow: str = "aggregated"
     vllm: list[VllmSpec] = field(default_factory=lambda: [VllmSpec()])
-    encoders: int = 0
+    # Disaggregated flows (pd, epd, ttft): how many of each; prefill=0 in epd means E+PD.
+    prefill: int = 1
+    decode: int = 1
+    encoders: int = 2
     time_to_first_token_ms: float = 100.0
     inter_token_latency_ms: float = 10.0
+    kv_transfer_ms: float = 0.0  # decode's wait for the KV blocks in disaggregated flows
+    encode_ms: float = 50.0  # per media item
     seed: int = 0
     # Mode-specific knobs, read by testbed/modes/<mode>.py (e.g. {"failure_mode_allow": True}).
     options: dict[str, Any] = field(default_factory=dict)

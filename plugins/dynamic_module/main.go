@@ -15,12 +15,24 @@ import (
 	"github.com/envoyproxy/envoy/source/extensions/dynamic_modules/sdk/go/shared"
 
 	"github.com/eppkit/eppkit/plugins/dynamic_module/internal/callout"
+	"github.com/eppkit/eppkit/plugins/dynamic_module/internal/envoytrace"
+	"github.com/eppkit/eppkit/plugins/dynamic_module/internal/multipart"
 )
 
 func init() {
 	sdk.RegisterHttpFilterConfigFactories(map[string]shared.HttpFilterConfigFactory{
-		callout.FilterName: callout.ConfigFactory{},
+		callout.FilterName:   callout.ConfigFactory{StartSpan: envoySpan},
+		multipart.FilterName: multipart.ConfigFactory{},
 	})
+}
+
+// envoySpan gives each callout an Envoy child span of the request's span (nil: tracing off for
+// the request, or this Envoy lacks the span ABI; the client's traceparent is forwarded then).
+func envoySpan(handle shared.HttpFilterHandle) callout.CalloutSpan {
+	if span := envoytrace.StartChild(handle, callout.SpanName); span != nil {
+		return span
+	}
+	return nil
 }
 
 func main() {}

@@ -28,11 +28,11 @@ end
 -- ---------------------------------------------------------------------------------
 -- Minimal JSON reading.
 --
--- Envoy's LuaJIT ships no JSON library (cjson is not linked in and the filter cannot
--- load C modules), and the body can be megabytes of prompt. A full decoder in Lua would
--- build tables for every message only to throw them away. A pattern such as
--- '"model"%s*:%s*"(.-)"' is wrong: it also matches a "model" key nested inside
--- messages, tools or a prompt that quotes JSON, and it cannot handle escapes.
+-- Envoy's LuaJIT ships no JSON library, and release builds do not export the Lua C API
+-- symbols a C module such as lua-cjson needs. The body can be megabytes of prompt: a
+-- full decoder in Lua would build tables for every message only to throw them away.
+-- A pattern such as '"model"%s*:%s*"(.-)"' is wrong: it also matches a "model" key
+-- nested inside messages, tools or a prompt that quotes JSON, and mishandles escapes.
 -- So this walks only the top-level object: it reads each key, decodes the value when
 -- the key is "model", and skips every other value without building it. Skipping jumps
 -- with string.find from one structural character (quote, bracket, brace) to the next,
@@ -46,18 +46,24 @@ local function skip_ws(s, i)
 end
 
 -- s:sub(i, i) is the opening quote. Returns the index after the closing quote and the
--- raw (still escaped) contents, or nil when the string never ends.
+-- raw (still escaped) contents, or nil when the string never ends. It jumps from quote to
+-- quote with a plain find (escapes such as \n in a prompt cost nothing); a quote preceded
+-- by an odd number of backslashes is escaped and does not end the string.
 local function scan_string(s, i)
   local j = i + 1
   while true do
-    local k = s:find('["\\]', j)
+    local k = s:find('"', j, true)
     if not k then
       return nil
     end
-    if s:byte(k) == 34 then -- '"'
+    local b = k - 1
+    while b > i and s:byte(b) == 92 do -- backslash
+      b = b - 1
+    end
+    if (k - 1 - b) % 2 == 0 then
       return k + 1, s:sub(i + 1, k - 1)
     end
-    j = k + 2 -- a backslash: skip it and the character it escapes
+    j = k + 1
   end
 end
 

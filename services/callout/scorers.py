@@ -54,15 +54,17 @@ class Scorer(Protocol):
 
 
 class RoundRobin:
-    """Each pick takes the next candidate in turn."""
+    """Each pick takes the next candidate in turn, counting separately per candidate set
+    (per model pool), so picks for one model do not skip endpoints of another."""
 
     name = "round-robin"
 
     def __init__(self) -> None:
-        self._counter = itertools.count()
+        self._counters: dict[tuple[str, ...], itertools.count] = {}
 
     def pick(self, candidates: list[PoolEndpoint], body: dict[str, Any]) -> tuple[PoolEndpoint, str]:
-        return candidates[next(self._counter) % len(candidates)], "round-robin"
+        counter = self._counters.setdefault(tuple(ep.address for ep in candidates), itertools.count())
+        return candidates[next(counter) % len(candidates)], "round-robin"
 
 
 def prompt_text(body: dict[str, Any]) -> str:

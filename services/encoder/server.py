@@ -50,7 +50,7 @@ class MockEncoder:
 
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self._headers_middleware, openai_error_middleware], client_max_size=self.c.max_body_bytes)
-        app.router.add_get("/health", lambda r: web.Response(text=""))
+        app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/v1/chat/completions", self.chat)
@@ -67,6 +67,9 @@ class MockEncoder:
         if resp.status >= 400:
             self.requests_total.inc(status=str(resp.status))
         return resp
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(text="")
 
     async def models(self, request: web.Request) -> web.Response:
         data = [{"id": n, "object": "model", "created": int(time.time()), "owned_by": "eppkit"} for n in self.c.served_model_names]

@@ -43,10 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between /metrics scrapes of every endpoint; 0 turns scraping (and health) off (default: %(default)s)",
     )
     p.add_argument(
-        "--shed-threshold",
+        "--shed-queue-threshold",
         type=float,
         default=0,
-        help="answer 429 when every healthy endpoint's queue depth (waiting + running + picks since the "
+        help="answer 429 when every healthy endpoint's waiting queue (vllm:num_requests_waiting at the "
         "last scrape) is at least this; 0 never sheds (default: %(default)s)",
     )
     p.add_argument("--prefix-block-size", type=int, default=64, help="prefix-cache scorer block size in characters (default: %(default)s)")
@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
-    if args.metrics_interval < 0 or args.shed_threshold < 0 or args.max_fallbacks < 0:
-        print("--metrics-interval, --shed-threshold and --max-fallbacks cannot be negative", file=sys.stderr)
+    if args.metrics_interval < 0 or args.shed_queue_threshold < 0 or args.max_fallbacks < 0:
+        print("--metrics-interval, --shed-queue-threshold and --max-fallbacks cannot be negative", file=sys.stderr)
         return 2
     try:
         pool = Pool(parse_endpoints(args.endpoints))
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.frontend_url:
         picker = FrontendPicker(pool, args.frontend_url, timeout_s=args.frontend_timeout)
     else:
-        picker = LocalPicker(pool, scorer, shed_threshold=args.shed_threshold, max_fallbacks=args.max_fallbacks)
+        picker = LocalPicker(pool, scorer, shed_threshold=args.shed_queue_threshold, max_fallbacks=args.max_fallbacks)
     scraper = MetricsScraper(pool, interval_s=args.metrics_interval)
     try:
         asyncio.run(server.serve_forever(args.host, args.port, picker, scraper, tracer))

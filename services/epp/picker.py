@@ -142,10 +142,10 @@ class LocalPicker:
         if forced is not None:
             return forced
         pool_candidates = candidates(self.pool, request, self.scorer_name)
-        if self.shed_threshold > 0 and all(ep.queue_depth >= self.shed_threshold for ep in pool_candidates):
+        if self.shed_threshold > 0 and all((ep.waiting or 0) >= self.shed_threshold for ep in pool_candidates):
             raise PickError(
                 429,
-                f"request shed: every endpoint is at or over the queue threshold {self.shed_threshold:g} ("
+                f"request shed: every endpoint's waiting queue is at or over {self.shed_threshold:g} ("
                 + "; ".join(f"{ep.name}: {ep.describe_load()}" for ep in pool_candidates)
                 + ")",
                 code="shed",

@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoints", default="", help="the workers: comma-separated name=host:port[@model] (name = worker id)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")
     p.add_argument("--overlap-weight", type=float, default=1.0, help="cost of one block to prefill (default: %(default)s)")
-    p.add_argument("--load-weight", type=float, default=4.0, help="cost of one queued request, in blocks (default: %(default)s)")
+    p.add_argument("--load-weight", type=float, default=0.5, help="cost of one queued request, in blocks (default: %(default)s)")
     p.add_argument(
         "--metrics-interval", type=float, default=0.5,
         help="seconds between /metrics scrapes of the workers; 0: off (default: %(default)s)",

@@ -5,7 +5,7 @@ For each worker the router estimates the cost of serving the request there:
     cost = overlap_weight * (prompt blocks the worker would have to prefill)
          + load_weight    * (the worker's queue depth, from /metrics and recent picks)
 
-and picks the cheapest (ties: fewest queued, then rotation). "Blocks the worker would have to
+and picks the cheapest (ties: longest overlap, fewest queued, then rotation). "Blocks the worker would have to
 prefill" are the prompt's token blocks minus the leading run the router believes the worker
 already holds: the router remembers the chained block hashes of every prompt it sent where,
 in an LRU index (Dynamo learns the same from KV events; here the router's own history stands
@@ -59,7 +59,7 @@ class KvRouter:
         *,
         block_size: int = 16,
         overlap_weight: float = 1.0,
-        load_weight: float = 4.0,
+        load_weight: float = 0.5,
         capacity: int = 65536,
     ):
         if block_size <= 0:
@@ -112,8 +112,9 @@ class KvRouter:
             overlap = self._overlap(hashes, ep.address)
             cost = self.overlap_weight * (total - overlap) + self.load_weight * ep.queue_depth
             rotation = (i - turn) % len(workers)
-            scored.append((cost, ep.queue_depth, rotation, overlap, ep))
-        cost, depth, _, overlap, best = min(scored, key=lambda s: s[:3])
+            scored.append((cost, -overlap, ep.queue_depth, rotation, ep))
+        cost, neg_overlap, depth, _, best = min(scored, key=lambda s: s[:4])
+        overlap = -neg_overlap
         self._record(hashes, best.address)
         self.pool.note_pick(best)
         return Route(

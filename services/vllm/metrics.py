@@ -94,7 +94,7 @@ class VllmMetrics:
         self.num_requests_waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", base, waiting)
         self.kv_cache_usage_perc = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", base, kv_usage)
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", base, TTFT_BUCKETS)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", base, ITL_BUCKETS)
+        self.tpot = Histogram("vllm:request_time_per_output_token_seconds", "Histogram of time_per_output_token_seconds per request.", base, ITL_BUCKETS)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", base, E2E_BUCKETS)
         self.queue_time = Histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", base, E2E_BUCKETS)
         self.prefill_time = Histogram("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", base, E2E_BUCKETS)
@@ -115,7 +115,7 @@ class VllmMetrics:
             self.num_requests_waiting,
             self.kv_cache_usage_perc,
             self.ttft,
-            self.itl,
+            self.tpot,
             self.e2e,
             self.queue_time,
             self.prefill_time,

@@ -30,6 +30,7 @@ from services.encoder.ec_cache import EncoderCache
 from services.openai_errors import OpenAIError, error_body, openai_error_middleware
 from services.vllm import api, handshake, multipart, tokens
 from services.vllm.config import VllmConfig
+from services.vllm.clock import TokenClock
 from services.vllm.disconnects import DisconnectWatcher, Watch
 from services.vllm.failures import (
     CONTEXT_LENGTH,
@@ -98,6 +99,7 @@ class MockVllm:
             kv_usage=lambda: self.cache.usage,
         )
         self.watcher = DisconnectWatcher()
+        self.clock = TokenClock()
         self._seq = itertools.count()
         self._pod_headers = {HEADER_POD: config.instance}
 
@@ -366,31 +368,30 @@ class MockVllm:
     # ---- steps -----------------------------------------------------------------------
 
     async def _decode(self, request, flow, renderer, out, running, overrides, stream, injected) -> None:
+        """Tokens 2..n on their absolute deadlines; an injected stall/disconnect cuts in."""
         loop = asyncio.get_running_loop()
         # Token 2 is due one gap after token 1, or after decoding could start (multipart:
         # once the metadata arrived); every later token one gap after the previous deadline.
-        deadline = max(flow.first_token_at, loop.time())
-        itl_hist = self.metrics.itl
-        last = deadline
-        for i in range(1, len(out)):
-            if injected is not None and i == injected.after_tokens:
-                await self._inject(request, flow, injected)
-            gap = self.latency.inter_token_ms(flow.rng, running=running, override=overrides.itl_ms) / 1000.0
-            deadline += gap
-            if not stream and injected is None:
-                continue  # nothing to write per token: one sleep to the last deadline below
+        base = max(flow.first_token_at, loop.time())
+        n = len(out)
+        stop = min(injected.after_tokens, n) if injected is not None else n  # tokens written in all
+
+        def next_gap() -> float:
+            return self.latency.inter_token_ms(flow.rng, running=running, override=overrides.itl_ms) / 1000.0
+
+        if stream and stop > 1:
+            writer = _TokenWriter(self.clock, flow.response, request.transport, renderer, out, stop, next_gap)
+            await writer.run(base)
+            deadline = writer.deadline
+        else:
+            deadline = base + sum(next_gap() for _ in range(1, stop))
             delay = deadline - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await self._write(flow, renderer.token_chunk(out[i], first=False))
-            now = loop.time()
-            itl_hist.observe(now - last)
-            last = now
-        if injected is not None and injected.after_tokens >= len(out):
+        if injected is not None:
             await self._inject(request, flow, injected)
-        delay = deadline - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        if n > 1:
+            self.metrics.tpot.observe((deadline - base) / (n - 1))
 
     async def _await_metadata(self, request: web.Request, reader: multipart.MultipartReader, flow: _Flow) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -598,6 +599,51 @@ class MockVllm:
         flow.span.set_attribute("vllm.cancelled", True)
         flow.span.set_attribute("gen_ai.response.finish_reasons", ["abort"])
         flow.span.set_status(Status(StatusCode.ERROR, "client disconnected"))
+
+
+class _TokenWriter:
+    """Writes tokens ``1..stop-1`` of a stream from TokenClock callbacks.
+
+    The first token and the final chunks go through aiohttp's ``StreamResponse.write``;
+    the tokens in between are framed here (HTTP/1.1 chunked, as aiohttp frames them) and
+    handed straight to the transport. That skips a coroutine switch, a future and a timer
+    per token, which is what lets one process keep hundreds of streams on time.
+    """
+
+    def __init__(self, clock, response: web.StreamResponse, transport, renderer, out, stop, next_gap) -> None:
+        self.clock = clock
+        self.transport = transport
+        self.chunked = response.chunked
+        self.renderer = renderer
+        self.out = out
+        self.stop = stop
+        self.next_gap = next_gap
+        self.index = 1
+        self.deadline = 0.0
+        self.done: asyncio.Future | None = None
+
+    async def run(self, base: float) -> None:
+        self.done = asyncio.get_running_loop().create_future()
+        self.deadline = base + self.next_gap()
+        self.clock.call_at(self.deadline, self._tick)
+        await self.done  # a cancelled handler cancels this future; _tick then stops
+
+    def _tick(self) -> None:
+        done = self.done
+        if done.done():
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            done.set_exception(_ClientGone())
+            return
+        chunk = self.renderer.token_chunk(self.out[self.index], first=False)
+        transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
+        self.index += 1
+        if self.index >= self.stop:
+            done.set_result(None)
+            return
+        self.deadline += self.next_gap()
+        self.clock.call_at(self.deadline, self._tick)
 
 
 class _InjectedDrop(Exception):

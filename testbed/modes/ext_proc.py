@@ -5,11 +5,14 @@ Options read from ``topology.options`` (all optional):
 | key | default | meaning |
 |---|---|---|
 | ``failure_mode_allow`` | False | Envoy lets requests through (default route, round-robin) when the EPP fails |
+| ``epp_status_on_error`` | None | HTTP status Envoy answers when the EPP fails and it fails closed (Envoy: 500) |
+| ``body_routing`` | False | body-based model router in front; one pool per model; the EPP picks within the model |
 | ``scorer`` | ``least-queue`` | ``round-robin`` / ``least-queue`` / ``prefix-cache`` |
 | ``metrics_interval`` | 0.2 | seconds between the EPP's ``/metrics`` scrapes; 0 turns them off |
-| ``shed_threshold`` | 0 | queue depth at which every endpoint counts as full and requests get 429; 0 never |
+| ``shed_queue_threshold`` | 0 | waiting-queue length at which an endpoint is full; all full: 429; 0 never |
 | ``prefix_block_size`` | 64 | prefix-cache scorer block size, characters |
 | ``epp_message_timeout_ms`` | 10000 | Envoy's per-message wait for the EPP |
+| ``epp_health_check_interval_ms`` | 500 | Envoy's TCP health check of the EPP; 0: none (then fail-open cannot work for requests with a body, see docs/modes-ext_proc.md) |
 | ``epp_process_response`` | False | also send response headers/body through the EPP |
 | ``epp_disabled`` | False | do not start the EPP (Envoy still points at its port): the EPP-down case |
 | ``epp_args`` | [] | extra command-line arguments for the EPP |
@@ -19,32 +22,37 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.modes.lua_callout import body_routing_vars
 from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 
-def pool_arg(backends: list[Endpoint]) -> str:
-    """``--endpoints`` value: ``name=host:port`` so the EPP reports the names tests compare with."""
-    return ",".join(f"{b.name}={b.address}" for b in backends)
+def pool_arg(backends: list[Endpoint], *, with_models: bool = False) -> str:
+    """``--endpoints`` value: ``name=host:port[@model]`` so the EPP reports the names tests compare with."""
+    return ",".join(f"{b.name}={b.address}" + (f"@{b.model}" if with_models else "") for b in backends)
 
 
 def epp_args(options: dict[str, Any], backends: list[Endpoint]) -> list[str]:
     args = [
-        "--endpoints", pool_arg(backends),
+        "--endpoints", pool_arg(backends, with_models=bool(options.get("body_routing"))),
         "--scorer", str(options.get("scorer", "least-queue")),
         "--metrics-interval", str(options.get("metrics_interval", 0.2)),
-        "--shed-threshold", str(options.get("shed_threshold", 0)),
+        "--shed-queue-threshold", str(options.get("shed_queue_threshold", 0)),
         "--prefix-block-size", str(options.get("prefix_block_size", 64)),
     ]
     return args + [str(a) for a in options.get("epp_args", [])]
 
 
-def envoy_vars(options: dict[str, Any], epp_port: int) -> dict[str, Any]:
+def envoy_vars(topology: Topology, backends: list[Endpoint], epp_port: int) -> dict[str, Any]:
+    options = topology.options
     return {
+        **body_routing_vars(topology, backends),
         "epp_port": epp_port,
+        "epp_status_on_error": options.get("epp_status_on_error"),
         "failure_mode_allow": bool(options.get("failure_mode_allow", False)),
         "epp_message_timeout_ms": int(options.get("epp_message_timeout_ms", 10000)),
         "epp_process_response": bool(options.get("epp_process_response", False)),
         "picked_cleanup_interval_s": 5,
+        "epp_health_check_interval_ms": int(options.get("epp_health_check_interval_ms", 500)),
     }
 
 
@@ -62,4 +70,4 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
                 health_path=None,  # gRPC: the testbed waits for the TCP port
             )
         )
-    return ModePlan(services=services, envoy_vars=envoy_vars(options, epp_port))
+    return ModePlan(services=services, envoy_vars=envoy_vars(topology, backends, epp_port))

@@ -5,7 +5,7 @@ to the frontend with ``x-routing-request: true``; the frontend tokenizes, routes
 aware) and answers the worker; the EPP sets ``x-gateway-destination-endpoint`` and
 ``x-gateway-worker-id``. Envoy's side is the ext_proc one.
 
-Options: those of ``testbed.modes.ext_proc`` (``scorer`` and ``shed_threshold`` do not apply:
+Options: those of ``testbed.modes.ext_proc`` (``scorer`` and ``shed_queue_threshold`` do not apply:
 the frontend decides), plus:
 
 | key | default | meaning |
@@ -33,7 +33,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
                 module="services.frontend",
                 port=frontend_port,
                 args=[
-                    "--endpoints", pool_arg(backends),
+                    "--endpoints", pool_arg(backends, with_models=bool(options.get("body_routing"))),
                     "--block-size", str(options.get("frontend_block_size", 16)),
                     "--metrics-interval", str(options.get("metrics_interval", 0.2)),
                     *[str(a) for a in options.get("frontend_args", [])],
@@ -47,7 +47,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
                 module="services.epp",
                 port=epp_port,
                 args=[
-                    "--endpoints", pool_arg(backends),
+                    "--endpoints", pool_arg(backends, with_models=bool(options.get("body_routing"))),
                     "--frontend-url", f"http://127.0.0.1:{frontend_port}",
                     "--metrics-interval", str(options.get("metrics_interval", 0.2)),
                     *[str(a) for a in options.get("epp_args", [])],
@@ -55,4 +55,4 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
                 health_path=None,
             )
         )
-    return ModePlan(services=services, envoy_vars=envoy_vars(options, epp_port))
+    return ModePlan(services=services, envoy_vars=envoy_vars(topology, backends, epp_port))

@@ -23,7 +23,7 @@ type Config struct {
 	Authority string `json:"authority"`
 	// Path is the callout request path. Defaults to /pick.
 	Path string `json:"path"`
-	// TimeoutMs bounds the whole callout (connect + answer). Defaults to 5000.
+	// TimeoutMs bounds the whole callout (connect + answer). Defaults to 1000.
 	TimeoutMs uint64 `json:"timeout_ms"`
 	// FailureModeAllow: when the callout cannot be made or answers nonsense, let the request
 	// through without a destination (the route table sends it to the pool) instead of a 502.
@@ -34,14 +34,11 @@ type Config struct {
 	// AllowedEndpoints, when not empty, is the only set of "ip:port" the filter routes to;
 	// any other pick is treated as a callout failure.
 	AllowedEndpoints []string `json:"allowed_endpoints"`
-	// SkipBodyless: requests that end at their headers (GET /v1/models, /health) are not
-	// picked and go to the pool. Defaults to true.
-	SkipBodyless *bool `json:"skip_bodyless"`
 }
 
 const (
 	DefaultPath              = "/pick"
-	DefaultTimeoutMs         = 5000
+	DefaultTimeoutMs         = 1000
 	DefaultDestinationHeader = "x-gateway-destination-endpoint"
 )
 
@@ -79,10 +76,6 @@ func ParseConfig(raw []byte) (*Config, error) {
 		if _, err := ParseEndpoint(ep); err != nil {
 			return nil, fmt.Errorf("eppkit_callout: allowed_endpoints: %w", err)
 		}
-	}
-	if cfg.SkipBodyless == nil {
-		yes := true
-		cfg.SkipBodyless = &yes
 	}
 	return cfg, nil
 }

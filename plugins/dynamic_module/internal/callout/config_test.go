@@ -10,8 +10,8 @@ func TestParseConfig_defaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Authority != "callout" || cfg.Path != "/pick" || cfg.TimeoutMs != 5000 ||
-		cfg.DestinationHeader != "x-gateway-destination-endpoint" || cfg.FailureModeAllow || !*cfg.SkipBodyless {
+	if cfg.Authority != "callout" || cfg.Path != "/pick" || cfg.TimeoutMs != 1000 ||
+		cfg.DestinationHeader != "x-gateway-destination-endpoint" || cfg.FailureModeAllow {
 		t.Errorf("defaults not filled: %+v", cfg)
 	}
 }

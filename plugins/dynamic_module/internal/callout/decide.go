@@ -62,9 +62,10 @@ type pickAnswer struct {
 // Decide turns the picker's answer into an outcome.
 //
 //   - 200 with an ip:port in the destination header (or the JSON "endpoint") routes there.
-//   - 4xx or 503 whose body is a JSON object is the picker speaking: passed to the client.
+//   - 4xx/5xx in JSON is the picker's own verdict (400 bad body, 429 shed, 503 no endpoint):
+//     passed to the client, as the Lua callout does.
 //   - Anything else — reset, timeout, Envoy's own "upstream connect error" / "no healthy
-//     upstream" replies (plain text), 500s, a 200 without a usable endpoint — is a failure.
+//     upstream" replies (plain text), a 200 without a usable endpoint — is a failure.
 func Decide(cfg *Config, resp Response) Decision {
 	if !resp.Completed {
 		return Decision{Outcome: OutcomeFailure, Detail: "callout " + resp.FailureReason}
@@ -76,8 +77,9 @@ func Decide(cfg *Config, resp Response) Decision {
 	if status == 200 {
 		return decideOK(cfg, resp)
 	}
-	isJSONObject := json.Valid(resp.Body) && strings.HasPrefix(strings.TrimSpace(string(resp.Body)), "{")
-	if (status == 503 || (status >= 400 && status < 500)) && isJSONObject {
+	isJSON := strings.Contains(resp.Headers["content-type"], "application/json") ||
+		(json.Valid(resp.Body) && strings.HasPrefix(strings.TrimSpace(string(resp.Body)), "{"))
+	if status >= 400 && status < 600 && isJSON {
 		return Decision{Outcome: OutcomeReject, Status: uint32(status), Body: asOpenAIError(status, resp.Body)}
 	}
 	return Decision{
@@ -120,11 +122,11 @@ func asOpenAIError(status int, body []byte) []byte {
 		}
 		for _, k := range []string{"message", "detail", "reason", "error"} {
 			if s, ok := obj[k].(string); ok && s != "" {
-				return ErrorBody(status, "endpoint picker: "+s)
+				return ErrorBody(status, "endpoint picker: "+s, status)
 			}
 		}
 	}
-	return ErrorBody(status, "endpoint picker answered "+strconv.Itoa(status)+": "+snippet(body))
+	return ErrorBody(status, "endpoint picker answered "+strconv.Itoa(status)+": "+snippet(body), status)
 }
 
 func snippet(b []byte) string {

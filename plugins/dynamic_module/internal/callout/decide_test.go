@@ -56,8 +56,10 @@ func TestDecide(t *testing.T) {
 			want: OutcomeFailure, wantInText: "callout answered 503: upstream connect error"},
 		{name: "Envoy's timeout reply", resp: answer("504", `upstream request timeout`),
 			want: OutcomeFailure, wantInText: "504"},
-		{name: "picker crash (500 JSON) is a failure", resp: answer("500", `{"error":{"message":"boom"}}`),
-			want: OutcomeFailure, wantInText: "500"},
+		{name: "any JSON 5xx is the picker's own verdict", resp: answer("500", `{"error":{"message":"boom"}}`),
+			want: OutcomeReject, wantStatus: 500, wantInText: "boom"},
+		{name: "JSON content type counts even for an odd body", resp: answer("503", `"pool empty"`, "content-type", "application/json"),
+			want: OutcomeReject, wantStatus: 503, wantInText: "pool empty"},
 		{name: "reset", resp: Response{Completed: false, FailureReason: "was reset"},
 			want: OutcomeFailure, wantInText: "callout was reset"},
 		{name: "no :status", resp: Response{Completed: true, Headers: map[string]string{}},
@@ -111,7 +113,7 @@ func TestDecide_keepsScorerAndReason(t *testing.T) {
 
 func TestErrorBody_matchesServicesShape(t *testing.T) {
 	var got map[string]map[string]any
-	if err := json.Unmarshal(ErrorBody(502, "picker down"), &got); err != nil {
+	if err := json.Unmarshal(ErrorBody(502, "picker down", 502), &got); err != nil {
 		t.Fatal(err)
 	}
 	e := got["error"]
@@ -121,7 +123,10 @@ func TestErrorBody_matchesServicesShape(t *testing.T) {
 	if v, ok := e["param"]; !ok || v != nil {
 		t.Errorf("param must be present and null, got %v", e)
 	}
-	if t418 := ErrorBody(418, "x"); !strings.Contains(string(t418), "BadRequestError") {
+	if t418 := ErrorBody(418, "x", 418); !strings.Contains(string(t418), "BadRequestError") {
 		t.Errorf("unknown 4xx type: %s", t418)
+	}
+	if s := ErrorBody(502, "x", "callout_unavailable"); !strings.Contains(string(s), `"code":"callout_unavailable"`) {
+		t.Errorf("string code: %s", s)
 	}
 }

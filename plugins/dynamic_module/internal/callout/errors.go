@@ -22,11 +22,12 @@ type openAIError struct {
 	Message string  `json:"message"`
 	Type    string  `json:"type"`
 	Param   *string `json:"param"`
-	Code    int     `json:"code"`
+	Code    any     `json:"code"`
 }
 
-// ErrorBody is an OpenAI-style error: {"error": {"message", "type", "param", "code"}}.
-func ErrorBody(status int, message string) []byte {
+// ErrorBody is an OpenAI-style error: {"error": {"message", "type", "param", "code"}}; code is
+// the status or a string such as "callout_unavailable", as services/openai_errors.py allows.
+func ErrorBody(status int, message string, code any) []byte {
 	t, ok := errorTypes[status]
 	if !ok {
 		if status >= 500 {
@@ -35,6 +36,6 @@ func ErrorBody(status int, message string) []byte {
 			t = "BadRequestError"
 		}
 	}
-	b, _ := json.Marshal(map[string]openAIError{"error": {Message: message, Type: t, Code: status}})
+	b, _ := json.Marshal(map[string]openAIError{"error": {Message: message, Type: t, Code: code}})
 	return b
 }

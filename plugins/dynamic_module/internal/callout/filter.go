@@ -2,6 +2,7 @@ package callout
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/envoyproxy/envoy/source/extensions/dynamic_modules/sdk/go/shared"
 	"github.com/envoyproxy/envoy/source/extensions/dynamic_modules/sdk/go/shared/utility"
@@ -10,18 +11,34 @@ import (
 // FilterName is the filter_name Envoy's DynamicModuleFilter config uses for this filter.
 const FilterName = "eppkit_callout"
 
-// MetadataNamespace holds endpoint/scorer/reason of the pick as dynamic metadata, for access
-// logs (%DYNAMIC_METADATA(eppkit.callout:endpoint)%).
+// MetadataNamespace holds the outcome as dynamic metadata (status; endpoint, scorer, reason of
+// a pick), for access logs: %DYNAMIC_METADATA(eppkit.callout:status)%.
 const MetadataNamespace = "eppkit.callout"
 
-// ResponseHeader is added to the client's response when the filter failed open, so tests and
-// people can tell a pool-routed fallback from a pick.
-const ResponseHeader = "x-eppkit-callout"
+// StatusHeader tells the client what the filter did, with the Lua callout's values:
+// "picked <ip:port>", "rejected <status>", "fail-open: <why>", "unavailable".
+const StatusHeader = "x-eppkit-callout"
+
+// SpanName is the operation name of the callout's Envoy span (a child of the request's span).
+const SpanName = "dynmod callout"
+
+// CalloutSpan is the span that brackets one callout (internal/envoytrace in the module).
+type CalloutSpan interface {
+	IDs() (traceID, spanID string)
+	SetTag(key, value string)
+	Finish()
+}
+
+// SpanStarter starts the callout's span for a request; a nil starter or a nil span means no
+// span, and the client's traceparent is forwarded instead.
+type SpanStarter func(shared.HttpFilterHandle) CalloutSpan
 
 // ConfigFactory parses the filter_config once per Envoy filter config.
-type ConfigFactory struct{}
+type ConfigFactory struct {
+	StartSpan SpanStarter
+}
 
-func (ConfigFactory) Create(handle shared.HttpFilterConfigHandle, raw []byte) (shared.HttpFilterFactory, error) {
+func (c ConfigFactory) Create(handle shared.HttpFilterConfigHandle, raw []byte) (shared.HttpFilterFactory, error) {
 	cfg, err := ParseConfig(raw)
 	if err != nil {
 		handle.Log(shared.LogLevelError, "%v", err)
@@ -29,7 +46,7 @@ func (ConfigFactory) Create(handle shared.HttpFilterConfigHandle, raw []byte) (s
 	}
 	handle.Log(shared.LogLevelInfo, "eppkit_callout: cluster=%s path=%s timeout_ms=%d failure_mode_allow=%t",
 		cfg.Cluster, cfg.Path, cfg.TimeoutMs, cfg.FailureModeAllow)
-	return &Factory{Config: cfg}, nil
+	return &Factory{Config: cfg, StartSpan: c.StartSpan}, nil
 }
 
 func (ConfigFactory) CreatePerRoute(raw []byte) (any, error) { return nil, nil }
@@ -37,61 +54,63 @@ func (ConfigFactory) CreatePerRoute(raw []byte) (any, error) { return nil, nil }
 // Factory makes one Filter per request.
 type Factory struct {
 	shared.EmptyHttpFilterFactory
-	Config *Config
+	Config    *Config
+	StartSpan SpanStarter
 }
 
 func (f *Factory) Create(handle shared.HttpFilterHandle) shared.HttpFilter {
-	return &Filter{handle: handle, cfg: f.Config}
+	return &Filter{handle: handle, cfg: f.Config, startSpan: f.StartSpan}
 }
 
 type state int
 
 const (
 	stateStart     state = iota
+	stateNotPicked       // not a POST: the route's pool serves it
 	stateAwaitBody       // headers seen, buffering the body
 	stateCalling         // callout in flight, request held
 	stateRouted          // destination set, request continued
 	stateFailOpen        // callout failed, request continued to the pool
-	stateReplied         // local reply sent (reject or fail closed)
-	stateSkipped         // bodiless request, not picked
+	stateReplied         // local reply sent (rejected, or failed closed)
 )
 
 // Filter holds one request until the picker answers.
 type Filter struct {
 	shared.EmptyHttpFilter
-	handle  shared.HttpFilterHandle
-	cfg     *Config
-	state   state
-	headers [][2]string // copy of the client's request headers, for the callout
+	handle    shared.HttpFilterHandle
+	cfg       *Config
+	startSpan SpanStarter
+	state     state
+	headers   [][2]string // copy of the client's request headers, for the callout
+	span      CalloutSpan
+	status    string // StatusHeader value for the response
 }
 
 func (f *Filter) OnRequestHeaders(headers shared.HeaderMap, endOfStream bool) shared.HeadersStatus {
-	// The destination is the picker's to set: a client-sent one would bypass it.
+	// Only the picker names the destination: a client-sent one would bypass it.
 	if len(headers.Get(f.cfg.DestinationHeader)) > 0 {
 		headers.Remove(f.cfg.DestinationHeader)
 		f.handle.ClearRouteCache()
+	}
+	if headers.GetOne(":method").ToUnsafeString() != "POST" {
+		f.state = stateNotPicked // GET /v1/models, /health: round-robin pool
+		return shared.HeadersStatusContinue
 	}
 	all := headers.GetAll()
 	f.headers = make([][2]string, 0, len(all))
 	for _, kv := range all {
 		f.headers = append(f.headers, [2]string{kv[0].ToString(), kv[1].ToString()})
 	}
-	if endOfStream && *f.cfg.SkipBodyless {
-		f.state = stateSkipped
-		return shared.HeadersStatusContinue
+	if !endOfStream {
+		f.state = stateAwaitBody
+		return shared.HeadersStatusStop
 	}
-	if endOfStream {
-		f.state = stateCalling
-		if f.startCallout(nil) {
-			return shared.HeadersStatusStop
-		}
-		if f.state == stateReplied {
-			return shared.HeadersStatusStop
-		}
-		return shared.HeadersStatusContinue
+	// A POST without a body: the picker judges it (its 400 reaches the client).
+	f.state = stateCalling
+	if f.startCallout(nil) || f.state == stateReplied {
+		return shared.HeadersStatusStop
 	}
-	f.state = stateAwaitBody
-	return shared.HeadersStatusStop
+	return shared.HeadersStatusContinue
 }
 
 func (f *Filter) OnRequestBody(body shared.BodyBuffer, endOfStream bool) shared.BodyStatus {
@@ -142,11 +161,21 @@ func (f *Filter) callWithBody(body []byte) shared.BodyStatus {
 // startCallout sends the pick request. It returns true when the callout is in flight; false
 // when it could not start, in which case the failure was already applied inline.
 func (f *Filter) startCallout(body []byte) bool {
-	result, _ := f.handle.HttpCallout(f.cfg.Cluster, CalloutHeaders(f.cfg, f.headers), body, f.cfg.TimeoutMs, f)
+	traceparent := ""
+	if f.startSpan != nil {
+		if span := f.startSpan(f.handle); span != nil {
+			f.span = span
+			traceID, spanID := span.IDs()
+			traceparent = Traceparent(traceID, spanID, clientTraceparent(f.headers))
+			span.SetTag("upstream_cluster", f.cfg.Cluster)
+			span.SetTag("component", FilterName)
+		}
+	}
+	result, _ := f.handle.HttpCallout(f.cfg.Cluster, CalloutHeaders(f.cfg, f.headers, traceparent), body, f.cfg.TimeoutMs, f)
 	if result == shared.HttpCalloutInitSuccess {
 		return true
 	}
-	f.apply(Decision{Outcome: OutcomeFailure, Detail: "callout could not start: " + initResultName(result)}, true)
+	f.apply(Decision{Outcome: OutcomeFailure, Detail: "callout could not start: " + initResultName(result)}, "", true)
 	return false
 }
 
@@ -167,15 +196,18 @@ func (f *Filter) OnHttpCalloutDone(_ uint64, result shared.HttpCalloutResult,
 			resp.Body = append(resp.Body, chunk.ToUnsafeBytes()...)
 		}
 	}
-	f.apply(Decide(f.cfg, resp), false)
+	f.apply(Decide(f.cfg, resp), resp.Headers[":status"], false)
 }
 
 // apply carries out a decision. inline is true inside OnRequest* (the return status continues
 // the request), false in the callout callback (ContinueRequest does).
-func (f *Filter) apply(d Decision, inline bool) {
+func (f *Filter) apply(d Decision, calloutStatus string, inline bool) {
+	f.endSpan(d, calloutStatus)
 	switch d.Outcome {
 	case OutcomeRoute:
 		f.handle.RequestHeaders().Set(f.cfg.DestinationHeader, d.Endpoint)
+		f.status = "picked " + d.Endpoint
+		f.handle.SetMetadata(MetadataNamespace, "status", f.status)
 		f.handle.SetMetadata(MetadataNamespace, "endpoint", d.Endpoint)
 		if d.Scorer != "" {
 			f.handle.SetMetadata(MetadataNamespace, "scorer", d.Scorer)
@@ -183,24 +215,31 @@ func (f *Filter) apply(d Decision, inline bool) {
 		if d.Reason != "" {
 			f.handle.SetMetadata(MetadataNamespace, "reason", d.Reason)
 		}
-		f.handle.ClearRouteCache()
+		f.handle.ClearRouteCache() // the route table matches on the destination header
 		f.state = stateRouted
 		f.handle.Log(shared.LogLevelDebug, "eppkit_callout: picked %s (scorer=%s reason=%s)", d.Endpoint, d.Scorer, d.Reason)
 	case OutcomeReject:
 		f.state = stateReplied
+		status := "rejected " + strconv.Itoa(int(d.Status))
+		f.handle.SetMetadata(MetadataNamespace, "status", status)
 		f.handle.Log(shared.LogLevelDebug, "eppkit_callout: picker refused with %d", d.Status)
-		f.handle.SendLocalResponse(d.Status, jsonHeaders(), d.Body, "eppkit_callout_refused")
+		f.handle.SendLocalResponse(d.Status, [][2]string{{"content-type", "application/json"}, {StatusHeader, status}},
+			d.Body, "eppkit_callout_rejected")
 		return
 	default:
 		if f.cfg.FailureModeAllow {
 			f.state = stateFailOpen
-			f.handle.SetMetadata(MetadataNamespace, "failure", d.Detail)
+			f.status = "fail-open: " + headerSafe(d.Detail)
+			f.handle.SetMetadata(MetadataNamespace, "status", f.status)
 			f.handle.Log(shared.LogLevelWarn, "eppkit_callout: %s; failing open to the pool", d.Detail)
 		} else {
 			f.state = stateReplied
+			f.handle.SetMetadata(MetadataNamespace, "status", "unavailable: "+d.Detail)
 			f.handle.Log(shared.LogLevelWarn, "eppkit_callout: %s; failing closed (502)", d.Detail)
-			f.handle.SendLocalResponse(502, jsonHeaders(),
-				ErrorBody(502, "endpoint picker unavailable: "+d.Detail), "eppkit_callout_failed")
+			f.handle.SendLocalResponse(502,
+				[][2]string{{"content-type", "application/json"}, {StatusHeader, "unavailable"}},
+				ErrorBody(502, "the routing service could not pick an endpoint: "+d.Detail, "callout_unavailable"),
+				"eppkit_callout_unavailable")
 			return
 		}
 	}
@@ -209,15 +248,62 @@ func (f *Filter) apply(d Decision, inline bool) {
 	}
 }
 
+func (f *Filter) endSpan(d Decision, calloutStatus string) {
+	if f.span == nil {
+		return
+	}
+	if calloutStatus != "" {
+		f.span.SetTag("http.status_code", calloutStatus)
+	}
+	f.span.SetTag("eppkit.callout.outcome", d.Outcome.String())
+	switch d.Outcome {
+	case OutcomeRoute:
+		f.span.SetTag("eppkit.callout.endpoint", d.Endpoint)
+	case OutcomeFailure:
+		f.span.SetTag("error", "true")
+		f.span.SetTag("eppkit.callout.failure", d.Detail)
+	}
+	f.span.Finish()
+	f.span = nil
+}
+
 func (f *Filter) OnResponseHeaders(headers shared.HeaderMap, endOfStream bool) shared.HeadersStatus {
-	if f.state == stateFailOpen {
-		headers.Set(ResponseHeader, "fail-open")
+	if f.status != "" {
+		headers.Set(StatusHeader, f.status)
 	}
 	return shared.HeadersStatusContinue
 }
 
-func jsonHeaders() [][2]string {
-	return [][2]string{{"content-type", "application/json"}}
+// OnStreamComplete closes a callout span left open (client went away mid-callout).
+func (f *Filter) OnStreamComplete() {
+	if f.span != nil {
+		f.span.SetTag("eppkit.callout.outcome", "cancelled")
+		f.span.Finish()
+		f.span = nil
+	}
+}
+
+func clientTraceparent(headers [][2]string) string {
+	for _, kv := range headers {
+		if strings.ToLower(kv[0]) == "traceparent" {
+			return kv[1]
+		}
+	}
+	return ""
+}
+
+// headerSafe keeps a reason printable for a header value.
+func headerSafe(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
 }
 
 func initResultName(r shared.HttpCalloutInitResult) string {

@@ -31,11 +31,25 @@ func calloutHeaders(kv ...string) [][2]shared.UnsafeEnvoyBuffer {
 	return out
 }
 
+// fakeSpan records what the filter does with its callout span.
+type fakeSpan struct {
+	tags     map[string]string
+	finished int
+}
+
+func (s *fakeSpan) IDs() (string, string) {
+	return "0af7651916cd43dd8448eb211c80319c", "00f067aa0ba902b7"
+}
+func (s *fakeSpan) SetTag(key, value string) { s.tags[key] = value }
+func (s *fakeSpan) Finish()                  { s.finished++ }
+
 type rig struct {
-	t       *testing.T
-	handle  *mocks.MockHttpFilterHandle
-	headers *fake.FakeHeaderMap
-	filter  *Filter
+	t        *testing.T
+	handle   *mocks.MockHttpFilterHandle
+	headers  *fake.FakeHeaderMap
+	filter   *Filter
+	span     *fakeSpan
+	metadata map[string]any
 }
 
 func newRig(t *testing.T, config string) *rig {
@@ -46,12 +60,16 @@ func newRig(t *testing.T, config string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := (&Factory{Config: cfg}).Create(handle).(*Filter)
-	headers := fake.NewFakeHeaderMap(map[string][]string{
+	r := &rig{t: t, handle: handle, span: &fakeSpan{tags: map[string]string{}}, metadata: map[string]any{}}
+	handle.EXPECT().SetMetadata(MetadataNamespace, gomock.Any(), gomock.Any()).AnyTimes().
+		Do(func(_, key string, value any) { r.metadata[key] = value })
+	factory := &Factory{Config: cfg, StartSpan: func(shared.HttpFilterHandle) CalloutSpan { return r.span }}
+	r.filter = factory.Create(handle).(*Filter)
+	r.headers = fake.NewFakeHeaderMap(map[string][]string{
 		":method": {"POST"}, ":path": {"/v1/chat/completions"}, ":authority": {"gw"},
 		"content-type": {"application/json"}, "traceparent": {validTP},
 	})
-	return &rig{t: t, handle: handle, headers: headers, filter: f}
+	return r
 }
 
 // sendBody drives headers then a two-chunk body and returns the callout callback Envoy got.
@@ -68,17 +86,25 @@ func (r *rig) sendBody(initResult shared.HttpCalloutInitResult) (shared.HttpCall
 	r.handle.EXPECT().ReceivedRequestBody().Return(fake.NewFakeBodyBuffer([]byte(last))).AnyTimes()
 	r.handle.EXPECT().ReceivedBufferedRequestBody().Return(false).AnyTimes()
 	var cb shared.HttpCalloutCallback
-	r.handle.EXPECT().HttpCallout("callout", gomock.Any(), []byte(reqBody), uint64(5000), gomock.Any()).
+	r.handle.EXPECT().HttpCallout("callout", gomock.Any(), []byte(reqBody), uint64(1000), gomock.Any()).
 		DoAndReturn(func(cluster string, headers [][2]string, body []byte, timeout uint64, c shared.HttpCalloutCallback) (shared.HttpCalloutInitResult, uint64) {
 			idx := HeaderIndex(headers)
-			if idx[":path"] != "/pick" || idx[":method"] != "POST" || idx["traceparent"] != validTP {
-				r.t.Errorf("callout headers %v: want POST /pick with the client's traceparent", headers)
+			// The callout carries its own span's context: same trace as the client, new parent.
+			want := "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+			if idx[":path"] != "/pick" || idx[":method"] != "POST" || idx["traceparent"] != want {
+				r.t.Errorf("callout headers %v: want POST /pick with traceparent %s", headers, want)
 			}
 			cb = c
 			return initResult, 7
 		})
 	status := r.filter.OnRequestBody(fake.NewFakeBodyBuffer([]byte(last)), true)
 	return cb, status
+}
+
+func (r *rig) response() *fake.FakeHeaderMap {
+	resp := fake.NewFakeHeaderMap(map[string][]string{":status": {"200"}})
+	r.filter.OnResponseHeaders(resp, false)
+	return resp
 }
 
 func TestFilter_routesToThePickedEndpoint(t *testing.T) {
@@ -95,9 +121,6 @@ func TestFilter_routesToThePickedEndpoint(t *testing.T) {
 
 	gomock.InOrder(
 		r.handle.EXPECT().RequestHeaders().Return(r.headers),
-		r.handle.EXPECT().SetMetadata(MetadataNamespace, "endpoint", "127.0.0.1:8001"),
-		r.handle.EXPECT().SetMetadata(MetadataNamespace, "scorer", "kv"),
-		r.handle.EXPECT().SetMetadata(MetadataNamespace, "reason", "hit"),
 		r.handle.EXPECT().ContinueRequest(),
 	)
 	cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess,
@@ -106,26 +129,36 @@ func TestFilter_routesToThePickedEndpoint(t *testing.T) {
 	if got := r.headers.GetOne("x-gateway-destination-endpoint").ToString(); got != "127.0.0.1:8001" {
 		t.Errorf("destination header = %q", got)
 	}
-	resp := fake.NewFakeHeaderMap(map[string][]string{":status": {"200"}})
-	r.filter.OnResponseHeaders(resp, false)
-	if len(resp.Get(ResponseHeader)) != 0 {
-		t.Errorf("a picked request must not be marked fail-open")
+	if r.metadata["endpoint"] != "127.0.0.1:8001" || r.metadata["scorer"] != "kv" || r.metadata["reason"] != "hit" {
+		t.Errorf("metadata = %v", r.metadata)
+	}
+	if got := r.response().GetOne(StatusHeader).ToString(); got != "picked 127.0.0.1:8001" {
+		t.Errorf("%s = %q", StatusHeader, got)
+	}
+	if r.span.finished != 1 || r.span.tags["eppkit.callout.outcome"] != "route" || r.span.tags["http.status_code"] != "200" {
+		t.Errorf("span: finished %d, tags %v", r.span.finished, r.span.tags)
 	}
 }
 
-func TestFilter_passesPickerRefusalsToTheClient(t *testing.T) {
+func TestFilter_passesPickerVerdictsToTheClient(t *testing.T) {
 	for _, tt := range []struct {
 		status string
 		want   uint32
 	}{{"503", 503}, {"429", 429}, {"400", 400}} {
 		t.Run(tt.status, func(t *testing.T) {
-			r := newRig(t, `{"cluster": "callout", "failure_mode_allow": true}`) // a refusal is not a failure
+			r := newRig(t, `{"cluster": "callout", "failure_mode_allow": true}`) // a verdict is not a failure
 			cb, _ := r.sendBody(shared.HttpCalloutInitSuccess)
 			body := `{"error":{"message":"picker says no","type":"X","param":null,"code":` + tt.status + `}}`
-			r.handle.EXPECT().SendLocalResponse(tt.want, [][2]string{{"content-type", "application/json"}}, []byte(body), "eppkit_callout_refused")
-			cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess, calloutHeaders(":status", tt.status), []shared.UnsafeEnvoyBuffer{buf(body)})
+			r.handle.EXPECT().SendLocalResponse(tt.want,
+				[][2]string{{"content-type", "application/json"}, {StatusHeader, "rejected " + tt.status}},
+				[]byte(body), "eppkit_callout_rejected")
+			cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess,
+				calloutHeaders(":status", tt.status, "content-type", "application/json"), []shared.UnsafeEnvoyBuffer{buf(body)})
 			// A second answer (or a late one) changes nothing.
 			cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess, calloutHeaders(":status", "200"), nil)
+			if r.span.tags["eppkit.callout.outcome"] != "reject" || r.span.finished != 1 {
+				t.Errorf("span: %v", r.span)
+			}
 		})
 	}
 }
@@ -133,63 +166,72 @@ func TestFilter_passesPickerRefusalsToTheClient(t *testing.T) {
 func TestFilter_failsClosedWith502WhenThePickerIsDown(t *testing.T) {
 	r := newRig(t, `{"cluster": "callout"}`)
 	cb, _ := r.sendBody(shared.HttpCalloutInitSuccess)
-	r.handle.EXPECT().SendLocalResponse(uint32(502), gomock.Any(), gomock.Any(), "eppkit_callout_failed").
+	r.handle.EXPECT().SendLocalResponse(uint32(502),
+		[][2]string{{"content-type", "application/json"}, {StatusHeader, "unavailable"}},
+		gomock.Any(), "eppkit_callout_unavailable").
 		Do(func(_ uint32, _ [][2]string, body []byte, _ string) {
-			if !strings.Contains(string(body), "endpoint picker unavailable: callout answered 503: upstream connect error") {
-				t.Errorf("502 body does not say why: %s", body)
+			for _, want := range []string{"the routing service could not pick an endpoint: callout answered 503: upstream connect error",
+				`"code":"callout_unavailable"`, `"type":"BadGatewayError"`} {
+				if !strings.Contains(string(body), want) {
+					t.Errorf("502 body %s lacks %s", body, want)
+				}
 			}
 		})
-	cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess, calloutHeaders(":status", "503"),
+	cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess, calloutHeaders(":status", "503", "content-type", "text/plain"),
 		[]shared.UnsafeEnvoyBuffer{buf("upstream connect error or disconnect/reset before headers")})
+	if r.span.tags["error"] != "true" {
+		t.Errorf("a failed callout's span must be marked error: %v", r.span.tags)
+	}
 }
 
 func TestFilter_failsOpenToThePoolWhenAllowed(t *testing.T) {
 	r := newRig(t, `{"cluster": "callout", "failure_mode_allow": true}`)
 	cb, _ := r.sendBody(shared.HttpCalloutInitSuccess)
-	r.handle.EXPECT().SetMetadata(MetadataNamespace, "failure", "callout was reset")
 	r.handle.EXPECT().ContinueRequest()
 	cb.OnHttpCalloutDone(7, shared.HttpCalloutReset, nil, nil)
 	if got := r.headers.GetOne("x-gateway-destination-endpoint").ToString(); got != "" {
 		t.Errorf("fail-open must not set a destination, got %q", got)
 	}
-	resp := fake.NewFakeHeaderMap(map[string][]string{":status": {"200"}})
-	r.filter.OnResponseHeaders(resp, false)
-	if got := resp.GetOne(ResponseHeader).ToString(); got != "fail-open" {
-		t.Errorf("%s = %q, want fail-open", ResponseHeader, got)
+	if got := r.response().GetOne(StatusHeader).ToString(); got != "fail-open: callout was reset" {
+		t.Errorf("%s = %q", StatusHeader, got)
 	}
 }
 
 func TestFilter_calloutThatCannotStart(t *testing.T) {
 	t.Run("fail closed: 502 at once", func(t *testing.T) {
 		r := newRig(t, `{"cluster": "callout"}`)
-		r.handle.EXPECT().SendLocalResponse(uint32(502), gomock.Any(), gomock.Any(), "eppkit_callout_failed")
+		r.handle.EXPECT().SendLocalResponse(uint32(502), gomock.Any(), gomock.Any(), "eppkit_callout_unavailable")
 		if _, status := r.sendBody(shared.HttpCalloutInitClusterNotFound); status != shared.BodyStatusStopNoBuffer {
 			t.Errorf("status = %v, want StopNoBuffer after the local reply", status)
+		}
+		if r.span.finished != 1 {
+			t.Errorf("the span must end with the failed start")
 		}
 	})
 	t.Run("fail open: continue inline, no ContinueRequest", func(t *testing.T) {
 		r := newRig(t, `{"cluster": "callout", "failure_mode_allow": true}`)
-		r.handle.EXPECT().SetMetadata(MetadataNamespace, "failure", gomock.Any())
 		if _, status := r.sendBody(shared.HttpCalloutInitCannotCreateRequest); status != shared.BodyStatusContinue {
 			t.Errorf("status = %v, want Continue", status)
 		}
 	})
 }
 
-func TestFilter_bodylessRequestsGoToThePoolUnpicked(t *testing.T) {
+func TestFilter_onlyPOSTIsPicked(t *testing.T) {
 	r := newRig(t, `{"cluster": "callout"}`)
 	get := fake.NewFakeHeaderMap(map[string][]string{":method": {"GET"}, ":path": {"/v1/models"}})
 	if got := r.filter.OnRequestHeaders(get, true); got != shared.HeadersStatusContinue {
 		t.Errorf("got %v, want Continue without a callout", got)
 	}
+	if got := r.response().GetOne(StatusHeader).ToString(); got != "" {
+		t.Errorf("an unpicked request carries no %s, got %q", StatusHeader, got)
+	}
 }
 
-func TestFilter_bodylessRequestsArePickedWhenAsked(t *testing.T) {
-	r := newRig(t, `{"cluster": "callout", "skip_bodyless": false}`)
-	r.handle.EXPECT().HttpCallout("callout", gomock.Any(), []byte(nil), uint64(5000), gomock.Any()).
+func TestFilter_aPOSTWithoutBodyIsJudgedByThePicker(t *testing.T) {
+	r := newRig(t, `{"cluster": "callout"}`)
+	r.handle.EXPECT().HttpCallout("callout", gomock.Any(), []byte(nil), uint64(1000), gomock.Any()).
 		Return(shared.HttpCalloutInitSuccess, uint64(1))
-	get := fake.NewFakeHeaderMap(map[string][]string{":method": {"GET"}, ":path": {"/v1/models"}})
-	if got := r.filter.OnRequestHeaders(get, true); got != shared.HeadersStatusStop {
+	if got := r.filter.OnRequestHeaders(r.headers, true); got != shared.HeadersStatusStop {
 		t.Errorf("got %v, want Stop while the callout is in flight", got)
 	}
 }
@@ -199,10 +241,32 @@ func TestFilter_trailersEndTheBody(t *testing.T) {
 	r.filter.OnRequestHeaders(r.headers, false)
 	r.filter.OnRequestBody(fake.NewFakeBodyBuffer([]byte(reqBody)), false)
 	r.handle.EXPECT().BufferedRequestBody().Return(fake.NewFakeBodyBuffer([]byte(reqBody)))
-	r.handle.EXPECT().HttpCallout("callout", gomock.Any(), []byte(reqBody), uint64(5000), gomock.Any()).
+	r.handle.EXPECT().HttpCallout("callout", gomock.Any(), []byte(reqBody), uint64(1000), gomock.Any()).
 		Return(shared.HttpCalloutInitSuccess, uint64(1))
 	if got := r.filter.OnRequestTrailers(fake.NewFakeHeaderMap(map[string][]string{})); got != shared.TrailersStatusStop {
 		t.Errorf("got %v, want Stop", got)
+	}
+}
+
+func TestFilter_withoutASpanTheClientTraceparentIsForwarded(t *testing.T) {
+	r := newRig(t, `{"cluster": "callout"}`)
+	r.filter.startSpan = func(shared.HttpFilterHandle) CalloutSpan { return nil } // tracing off
+	r.handle.EXPECT().HttpCallout("callout", gomock.Any(), gomock.Any(), gomock.Any(), gomock.Any()).
+		DoAndReturn(func(_ string, headers [][2]string, _ []byte, _ uint64, _ shared.HttpCalloutCallback) (shared.HttpCalloutInitResult, uint64) {
+			if got := HeaderIndex(headers)["traceparent"]; got != validTP {
+				t.Errorf("traceparent = %q, want the client's %q", got, validTP)
+			}
+			return shared.HttpCalloutInitSuccess, 1
+		})
+	r.filter.OnRequestHeaders(r.headers, true)
+}
+
+func TestFilter_streamEndingMidCalloutClosesTheSpan(t *testing.T) {
+	r := newRig(t, `{"cluster": "callout"}`)
+	r.sendBody(shared.HttpCalloutInitSuccess)
+	r.filter.OnStreamComplete()
+	if r.span.finished != 1 || r.span.tags["eppkit.callout.outcome"] != "cancelled" {
+		t.Errorf("span: %+v", r.span)
 	}
 }
 

@@ -5,15 +5,6 @@ import (
 	"strings"
 )
 
-// notForwarded are request headers the callout must not inherit from the client request:
-// pseudo-headers (set per callout), hop-by-hop and framing headers (Envoy frames the
-// callout itself), and Envoy's internal headers.
-var notForwarded = map[string]bool{
-	"host": true, "content-length": true, "transfer-encoding": true, "connection": true,
-	"keep-alive": true, "te": true, "trailer": true, "upgrade": true, "expect": true,
-	"proxy-connection": true, "proxy-authorization": true,
-}
-
 // traceparentRE is the W3C Trace Context version-00 form: version-traceid-parentid-flags,
 // lower-case hex, with the all-zero trace and parent ids invalid.
 var traceparentRE = regexp.MustCompile(`^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$`)
@@ -29,43 +20,68 @@ func ValidTraceparent(v string) bool {
 
 // CalloutHeaders builds the callout request's headers from the client request's headers.
 //
-// Everything the client sent is forwarded (the picker may key on the model header, on
-// x-eppkit-* steering headers, on x-request-id), except what notForwarded lists and the
-// destination header. The W3C context (traceparent, tracestate) is forwarded as received
-// when the traceparent is valid, so the picker's span joins the client's trace; an invalid
-// traceparent is dropped together with its tracestate.
-func CalloutHeaders(cfg *Config, request [][2]string) [][2]string {
+// Forwarded, as the Lua callout does: the contract's optional model header, x-request-id for
+// logs, and the kit's x-eppkit-* test steering headers (force an endpoint, shed). Nothing else
+// of the client's request reaches the picker.
+//
+// Trace context: traceparent is the callout span's own context when the filter has one
+// (an Envoy child span, see internal/envoytrace); otherwise the client's traceparent as
+// received, if valid, so the picker's span still joins the client's trace. tracestate goes
+// along only with a valid client traceparent (same trace).
+func CalloutHeaders(cfg *Config, request [][2]string, traceparent string) [][2]string {
 	out := [][2]string{
 		{":method", "POST"},
 		{":path", cfg.Path},
 		{":authority", cfg.Authority},
 	}
-	validTrace := false
+	out = append(out, [2]string{"content-type", "application/json"})
+	clientTrace := ""
 	for _, kv := range request {
-		if strings.ToLower(kv[0]) == "traceparent" && ValidTraceparent(kv[1]) {
-			validTrace = true
+		if strings.ToLower(kv[0]) == "traceparent" && ValidTraceparent(kv[1]) && clientTrace == "" {
+			clientTrace = kv[1]
 		}
 	}
-	hasContentType := false
+	if traceparent == "" {
+		traceparent = clientTrace
+	}
+	if traceparent != "" {
+		out = append(out, [2]string{"traceparent", traceparent})
+	}
 	for _, kv := range request {
 		name := strings.ToLower(kv[0])
 		switch {
-		case strings.HasPrefix(name, ":"), notForwarded[name], name == cfg.DestinationHeader,
-			strings.HasPrefix(name, "x-envoy-"):
-			continue
-		case (name == "traceparent" || name == "tracestate") && !validTrace:
-			continue
-		case name == "traceparent" && !ValidTraceparent(kv[1]):
-			continue // a second, invalid copy
-		case name == "content-type":
-			hasContentType = true
+		case name == ModelHeader, name == "x-request-id", strings.HasPrefix(name, "x-eppkit-"):
+			out = append(out, [2]string{name, kv[1]})
+		case name == "tracestate" && clientTrace != "":
+			out = append(out, [2]string{name, kv[1]})
 		}
-		out = append(out, [2]string{name, kv[1]})
-	}
-	if !hasContentType {
-		out = append(out, [2]string{"content-type", "application/json"})
 	}
 	return out
+}
+
+// ModelHeader is the contract's optional model hint for the picker.
+const ModelHeader = "x-gateway-model-name"
+
+// Traceparent makes a W3C traceparent from an Envoy span's ids (hex as Envoy's tracer prints
+// them; shorter ids, e.g. 64-bit trace ids, are left-padded) and the flags of the client's
+// traceparent (sampled "01" when there is none). Returns "" when the ids do not make a valid one.
+func Traceparent(traceID, spanID, clientTraceparent string) string {
+	flags := "01"
+	if ValidTraceparent(clientTraceparent) {
+		flags = clientTraceparent[len(clientTraceparent)-2:]
+	}
+	pad := func(s string, n int) string {
+		s = strings.ToLower(s)
+		if len(s) < n {
+			s = strings.Repeat("0", n-len(s)) + s
+		}
+		return s
+	}
+	tp := "00-" + pad(traceID, 32) + "-" + pad(spanID, 16) + "-" + flags
+	if !ValidTraceparent(tp) {
+		return ""
+	}
+	return tp
 }
 
 // HeaderIndex turns the callout answer's header list into a lower-case name -> first value map.

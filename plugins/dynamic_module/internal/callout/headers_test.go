@@ -27,31 +27,65 @@ func TestValidTraceparent(t *testing.T) {
 	}
 }
 
-func TestCalloutHeaders_forwardsClientHeadersAndTraceContext(t *testing.T) {
+func TestTraceparent(t *testing.T) {
+	for _, tt := range []struct {
+		name, traceID, spanID, client, want string
+	}{
+		{"Envoy's ids, sampled by default", "0af7651916cd43dd8448eb211c80319c", "00f067aa0ba902b7", "",
+			"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"},
+		{"client's flags kept", "0af7651916cd43dd8448eb211c80319c", "00f067aa0ba902b7",
+			"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+			"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-00"},
+		{"64-bit trace id is left-padded", "8448eb211c80319c", "f067aa0ba902b7", "",
+			"00-00000000000000008448eb211c80319c-00f067aa0ba902b7-01"},
+		{"upper-case hex is lowered", "0AF7651916CD43DD8448EB211C80319C", "00F067AA0BA902B7", "",
+			"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"},
+		{"no ids: none", "", "", validTP, ""},
+		{"not hex: none", "zzz", "00f067aa0ba902b7", "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Traceparent(tt.traceID, tt.spanID, tt.client); got != tt.want {
+				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+var clientRequest = [][2]string{
+	{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "gw"}, {":scheme", "http"},
+	{"content-type", "application/json"}, {"content-length", "64"}, {"authorization", "Bearer secret"},
+	{"traceparent", validTP}, {"tracestate", "vendor=1"},
+	{"x-gateway-model-name", "m"}, {"x-eppkit-force-endpoint", "127.0.0.1:8001"},
+	{"x-request-id", "r1"}, {"x-envoy-expected-rq-timeout-ms", "15000"},
+	{"x-gateway-destination-endpoint", "127.0.0.1:1"}, {"connection", "keep-alive"},
+}
+
+func TestCalloutHeaders_forwardsTheContractHeadersAndTheClientTraceContext(t *testing.T) {
 	cfg, _ := ParseConfig([]byte(`{"cluster": "callout"}`))
-	got := CalloutHeaders(cfg, [][2]string{
-		{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "gw"}, {":scheme", "http"},
-		{"content-type", "application/json"}, {"content-length", "64"},
-		{"traceparent", validTP}, {"tracestate", "vendor=1"},
-		{"x-gateway-model-name", "m"}, {"x-eppkit-force-endpoint", "127.0.0.1:8001"},
-		{"x-request-id", "r1"}, {"x-envoy-expected-rq-timeout-ms", "15000"},
-		{"x-gateway-destination-endpoint", "127.0.0.1:1"}, {"connection", "keep-alive"},
-	})
+	got := CalloutHeaders(cfg, clientRequest, "")
 	want := [][2]string{
 		{":method", "POST"}, {":path", "/pick"}, {":authority", "callout"},
-		{"content-type", "application/json"},
-		{"traceparent", validTP}, {"tracestate", "vendor=1"},
-		{"x-gateway-model-name", "m"}, {"x-eppkit-force-endpoint", "127.0.0.1:8001"},
-		{"x-request-id", "r1"},
+		{"content-type", "application/json"}, {"traceparent", validTP},
+		{"tracestate", "vendor=1"}, {"x-gateway-model-name", "m"},
+		{"x-eppkit-force-endpoint", "127.0.0.1:8001"}, {"x-request-id", "r1"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got  %v\nwant %v", got, want)
 	}
 }
 
+func TestCalloutHeaders_theCalloutSpanIsTheParentWhenThereIsOne(t *testing.T) {
+	cfg, _ := ParseConfig([]byte(`{"cluster": "callout"}`))
+	own := "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"
+	idx := HeaderIndex(CalloutHeaders(cfg, clientRequest, own))
+	if idx["traceparent"] != own || idx["tracestate"] != "vendor=1" {
+		t.Errorf("got %v", idx)
+	}
+}
+
 func TestCalloutHeaders_dropsInvalidTraceContext(t *testing.T) {
 	cfg, _ := ParseConfig([]byte(`{"cluster": "callout"}`))
-	got := CalloutHeaders(cfg, [][2]string{{"traceparent", "garbage"}, {"tracestate", "vendor=1"}})
+	got := CalloutHeaders(cfg, [][2]string{{"traceparent", "garbage"}, {"tracestate", "vendor=1"}}, "")
 	want := [][2]string{{":method", "POST"}, {":path", "/pick"}, {":authority", "callout"}, {"content-type", "application/json"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)

@@ -1,0 +1,166 @@
+"""Issue 5 experiment: can the Go dynamic module run the two-phase multipart flow?
+
+Run from the repo root:  python plugins/dynamic_module/experiments/multipart/run.py
+
+It builds (or reuses) the module, starts a stub backend and an Envoy with two listeners
+(probe: eppkit_multipart_probe owns the upstream stream; control: plain router), sends the
+same multipart request through each, and prints what the backend saw:
+
+  bytes_before_headers  request bytes the backend had received when it sent its response
+                        headers (after a simulated prefill). Two-phase: part 1 only.
+  part2_after_headers_ms  when the rest of the body arrived, relative to the headers.
+
+Everything binds 127.0.0.1; Envoy is stopped with SIGINT, then killed after 5 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import signal
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from aiohttp import ClientSession, web
+
+REPO = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(REPO))
+
+from testbed import dynmod_build  # noqa: E402
+from testbed.topology import PortAllocator  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+BOUNDARY = "eppkit-boundary"
+MARKER = f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"metadata\""
+PREFILL_S = 0.3
+
+
+def multipart_body() -> tuple[bytes, int]:
+    part1 = (
+        f"--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"request_payload\"\r\n"
+        "Content-Type: application/json\r\n\r\n"
+        + json.dumps({"model": "mock-llm", "prompt": "hello " * 200, "max_tokens": 4})
+        + "\r\n"
+    )
+    part2 = (
+        MARKER + "\r\nContent-Type: application/json\r\n\r\n"
+        + json.dumps({"kv_transfer_params": {"remote_block_ids": list(range(64))}})
+        + f"\r\n--{BOUNDARY}--\r\n"
+    )
+    return (part1 + part2).encode(), len(part1.encode())
+
+
+async def backend(request: web.Request) -> web.StreamResponse:
+    t0 = time.monotonic()
+    n1 = int(request.headers["x-probe-part1-len"])
+    await request.content.readexactly(n1)
+    t_part1 = time.monotonic()
+    await asyncio.sleep(PREFILL_S)  # "prefill"
+    before = request.content.total_bytes
+    resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await resp.prepare(request)
+    t_headers = time.monotonic()
+    await resp.write(b"data: {\"token\": \"first\"}\n\n")
+    rest = await request.content.read()  # part 2 and the closing boundary, to end of stream
+    t_rest = time.monotonic()
+    stats = {
+        "part1_bytes": n1,
+        "bytes_before_headers": before,
+        "rest_bytes": len(rest),
+        "part1_received_ms": round((t_part1 - t0) * 1000, 1),
+        "part2_after_headers_ms": round((t_rest - t_headers) * 1000, 1),
+        "closing_boundary_seen": rest.endswith(f"--{BOUNDARY}--\r\n".encode()),
+    }
+    await resp.write(b"data: " + json.dumps(stats).encode() + b"\n\ndata: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def send(port: int, body: bytes, n1: int) -> dict:
+    async with ClientSession() as s:
+        t0 = time.monotonic()
+        async with s.post(
+            f"http://127.0.0.1:{port}/v1/completions",
+            data=body,
+            headers={"content-type": f"multipart/form-data; boundary={BOUNDARY}", "x-probe-part1-len": str(n1)},
+        ) as r:
+            first = None
+            chunks = []
+            async for chunk in r.content.iter_any():
+                first = first or time.monotonic()
+                chunks.append(chunk)
+            text = b"".join(chunks).decode()
+            stats = json.loads([ln for ln in text.splitlines() if "part1_bytes" in ln][0][len("data: "):])
+            return {
+                "status": r.status,
+                "client_ttft_ms": round((first - t0) * 1000, 1),
+                "client_total_ms": round((time.monotonic() - t0) * 1000, 1),
+                **stats,
+            }
+
+
+async def main() -> int:
+    lib = dynmod_build.build()
+    ports = PortAllocator()
+    backend_port, probe_port, control_port, admin_port = (ports.port() for _ in range(4))
+    runner = web.AppRunner(web.Application())
+    runner.app.router.add_post("/v1/completions", backend)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", backend_port).start()
+
+    results = {}
+    for inject_after in ("headers", "first_data"):
+        probe_config = json.dumps({"cluster": "backend", "split_marker": MARKER, "inject_after": inject_after})
+        config = string.Template((HERE / "envoy.yaml.tmpl").read_text()).substitute(
+            admin_port=admin_port, probe_port=probe_port, control_port=control_port,
+            backend_port=backend_port, dynmod_path=lib, probe_config=probe_config.replace("'", "''"),
+        )
+        workdir = Path(tempfile.mkdtemp(prefix="eppkit-multipart-"))
+        (workdir / "envoy.yaml").write_text(config)
+        log = (workdir / "envoy.log").open("w")
+        envoy = subprocess.Popen(
+            [shutil.which("envoy"), "-c", str(workdir / "envoy.yaml"), "--concurrency", "1",
+             "--use-dynamic-base-id", "--log-level", "info"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        try:
+            for _ in range(100):
+                if "starting main dispatch loop" in (workdir / "envoy.log").read_text():
+                    break
+                if envoy.poll() is not None:
+                    raise RuntimeError(f"envoy exited: {(workdir / 'envoy.log').read_text()[-3000:]}")
+                await asyncio.sleep(0.1)
+            body, n1 = multipart_body()
+            results[f"probe (inject_after={inject_after})"] = await send(probe_port, body, n1)
+            if inject_after == "headers":
+                results["control (plain router)"] = await send(control_port, body, n1)
+        finally:
+            # SIGINT first so Envoy drains and exits on its own; kill only if it hangs.
+            envoy.send_signal(signal.SIGINT)
+            try:
+                envoy.wait(5)
+            except subprocess.TimeoutExpired:
+                envoy.kill()
+                envoy.wait()
+            log.close()
+        events = [ln.split("eppkit_multipart_probe: ", 1)[1] for ln in (workdir / "envoy.log").read_text().splitlines()
+                  if "eppkit_multipart_probe: part1" in ln]
+        results[f"probe (inject_after={inject_after})"]["module_events"] = events[-1] if events else None
+        shutil.rmtree(workdir, ignore_errors=True)
+    await runner.cleanup()
+    print(json.dumps(results, indent=2))
+    ok = all(
+        r["bytes_before_headers"] == r["part1_bytes"] and r["closing_boundary_seen"] and r["status"] == 200
+        for k, r in results.items() if k.startswith("probe")
+    )
+    print("two-phase observed on every probe run:", ok)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

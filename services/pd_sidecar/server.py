@@ -1,0 +1,339 @@
+"""The disaggregation sidecar: E -> P -> D in front of a decode instance, optional first-token streaming.
+
+Placed as llm-d places its routing sidecar: Envoy routes the request to the sidecar of the
+chosen decoder; the picker passes the prefiller as ``x-prefiller-host-port`` and the
+encoders as ``x-encoder-hosts-ports`` (comma separated). Without those headers the
+sidecar falls back to its own ``--prefill-endpoints`` / ``--encoder-endpoints`` (round robin).
+
+Spans (service ``pd-sidecar``): ``pd.request`` > ``pd.encode`` (one per media item),
+``pd.prefill``, ``pd.decode``; ``pd.true_ttft_ms`` is the time from the request's arrival
+to the first token written to the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from observability import otel
+from services.encoder.media import media_kind
+from services.openai_errors import OpenAIError, error_response, openai_error_middleware
+from services.pd_sidecar import requests as derive
+
+HEADER_PREFILLER = "x-prefiller-host-port"
+HEADER_ENCODERS = "x-encoder-hosts-ports"
+HEADER_REQUEST_ID = "x-request-id"
+# Test steering: x-mock-<target>-<knob> on the client's request reaches that target as x-mock-<knob>.
+MOCK_TARGETS = ("encoder", "prefill", "decode")
+# Hop-by-hop and length headers are not copied from an upstream answer to ours.
+_SKIP_RESPONSE_HEADERS = {"content-length", "transfer-encoding", "connection", "content-encoding", "date", "server"}
+
+
+@dataclass
+class SidecarConfig:
+    decode_url: str
+    prefill_endpoints: list[str] = field(default_factory=list)
+    encoder_endpoints: list[str] = field(default_factory=list)
+    stream_first_token: bool = False
+    disable_prefill: bool = False
+    decode_instance: str = ""  # the decoder's name, for x-inference-pod when we answer before it does
+    request_timeout_s: float = 300.0
+    max_body_bytes: int = 32 * 1024 * 1024
+
+
+class _RoundRobin:
+    def __init__(self, items: list[str]):
+        self.items = items
+        self._it = itertools.cycle(items) if items else None
+
+    def next(self) -> str | None:
+        return next(self._it) if self._it else None
+
+
+class PdSidecar:
+    def __init__(self, config: SidecarConfig, tracer: trace.Tracer | None = None):
+        self.c = config
+        self.tracer = tracer or trace.get_tracer("pd-sidecar")
+        self._prefill_rr = _RoundRobin(config.prefill_endpoints)
+        self._encoder_offset = itertools.count()
+        self._session: aiohttp.ClientSession | None = None
+
+    # -- app ----------------------------------------------------------------------------
+    def make_app(self) -> web.Application:
+        app = web.Application(middlewares=[openai_error_middleware], client_max_size=self.c.max_body_bytes)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.generate)
+        app.router.add_post("/v1/completions", self.generate)
+        app.on_startup.append(self._open)
+        app.on_cleanup.append(self._close)
+        return app
+
+    async def _open(self, app) -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=self.c.request_timeout_s, sock_connect=5),
+            connector=aiohttp.TCPConnector(limit=0),
+        )
+
+    async def _close(self, app) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None
+        return self._session
+
+    # -- health and models ---------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        """Healthy only when the decoder and every configured prefiller and encoder are."""
+        targets = {"decode": self.c.decode_url}
+        targets.update({f"prefill {ep}": f"http://{ep}" for ep in self.c.prefill_endpoints})
+        targets.update({f"encoder {ep}": f"http://{ep}" for ep in self.c.encoder_endpoints})
+
+        async def probe(url: str) -> str:
+            try:
+                async with self.session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                    return "ok" if resp.status == 200 else f"HTTP {resp.status}"
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                return f"unreachable ({type(exc).__name__})"
+
+        results = dict(zip(targets, await asyncio.gather(*(probe(u) for u in targets.values()))))
+        status = 200 if all(v == "ok" for v in results.values()) else 503
+        return web.json_response({"status": "ok" if status == 200 else "degraded", "components": results}, status=status)
+
+    async def models(self, request: web.Request) -> web.Response:
+        async with self.session.get(self.c.decode_url + "/v1/models") as resp:
+            return web.Response(body=await resp.read(), status=resp.status, content_type="application/json")
+
+    # -- the flow ----------------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        arrival = time.monotonic()
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise OpenAIError(400, f"Invalid JSON in request body: {exc}") from None
+        if not isinstance(body, dict):
+            raise OpenAIError(400, "Request body must be a JSON object")
+        request_id = request.headers.get(HEADER_REQUEST_ID) or uuid.uuid4().hex
+        with self.tracer.start_as_current_span("pd.request", context=otel.extract(request.headers),
+                                               kind=SpanKind.SERVER) as span:
+            span.set_attribute("gen_ai.request.id", request_id)
+            try:
+                return await self._flow(request, body, request_id, arrival, span)
+            except OpenAIError as exc:
+                span.set_status(Status(StatusCode.ERROR, exc.message))
+                span.set_attribute("http.response.status_code", exc.status)
+                return exc.response()
+
+    async def _flow(self, request: web.Request, body: dict, request_id: str, arrival: float, span) -> web.StreamResponse:
+        path = request.path
+        stream = body.get("stream") is True
+        seed = derive.request_seed(body)
+        span.set_attribute("pd.seed", seed)
+
+        encoders = _split(request.headers.get(HEADER_ENCODERS)) or self.c.encoder_endpoints
+        await self._encode_all(request, body, request_id, encoders, path)
+
+        kv_params = None
+        prefiller = None
+        first_token: str | None = None
+        if not self.c.disable_prefill:
+            prefiller = request.headers.get(HEADER_PREFILLER) or self._prefill_rr.next()
+        if prefiller:
+            kv_params, first_token, prefill_answer = await self._prefill(request, body, seed, request_id, prefiller, path)
+            span.set_attribute("pd.prefiller", prefiller)
+        span.set_attribute("pd.flow", ("E" if encoders and derive.encoder_requests(body) else "") + ("P/D" if prefiller else "PD"))
+
+        decode_body = derive.decode_request(body, seed, kv_params)
+        early = self.c.stream_first_token and stream and first_token is not None
+        out: web.StreamResponse | None = None
+        if early:
+            # Prefill's token goes to the client now, before decode is even asked; decode
+            # will produce the same token first (same seed), and that copy is dropped below.
+            out = web.StreamResponse(status=200, headers={"content-type": "text/event-stream",
+                                                          "cache-control": "no-cache", "x-pd-prefiller": prefiller or ""})
+            if self.c.decode_instance:
+                out.headers["x-inference-pod"] = self.c.decode_instance
+            await out.prepare(request)
+            await out.write(_first_chunk(prefill_answer, first_token, path))
+            self._ttft(span, arrival)
+            span.add_event("first_token_streamed_from_prefill")
+        with self.tracer.start_as_current_span("pd.decode") as dspan:
+            headers = otel.inject({"content-type": "application/json", **_mock_headers(request, "decode"),
+                                   HEADER_REQUEST_ID: request_id})
+            try:
+                upstream = await self.session.post(self.c.decode_url + path, json=decode_body, headers=headers)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                dspan.set_status(Status(StatusCode.ERROR, str(exc)))
+                error = OpenAIError(502, f"decode instance {self.c.decode_url} unreachable: {exc}")
+                if out is None:
+                    raise error from None
+                return await _end_with_error(out, error)
+            try:
+                if upstream.status != 200 and out is not None:
+                    dspan.set_status(Status(StatusCode.ERROR, f"decode answered HTTP {upstream.status}"))
+                    detail = (await upstream.text())[:300]
+                    return await _end_with_error(out, OpenAIError(502, f"decode failed after the first token: "
+                                                                       f"HTTP {upstream.status} {detail}"))
+                if upstream.status != 200 or not stream:
+                    payload = await upstream.read()
+                    resp = web.Response(body=payload, status=upstream.status, headers=_copy_headers(upstream))
+                    if upstream.status == 200:
+                        self._ttft(span, arrival)
+                    else:
+                        dspan.set_status(Status(StatusCode.ERROR, f"decode answered HTTP {upstream.status}"))
+                    return resp
+                if out is None:
+                    out = web.StreamResponse(status=200, headers=_copy_headers(upstream))
+                    if prefiller:
+                        out.headers["x-pd-prefiller"] = prefiller
+                    await out.prepare(request)
+                skip_duplicate = early
+                first_forwarded = False
+                async for event in _sse_events(upstream):
+                    if _has_content(event):
+                        if skip_duplicate:
+                            skip_duplicate = False
+                            continue
+                        if not first_forwarded:
+                            first_forwarded = True
+                            self._ttft(span, arrival)
+                    await out.write(event)
+                await out.write_eof()
+                return out
+            finally:
+                upstream.release()
+
+    def _ttft(self, span, arrival: float) -> None:
+        if not span.attributes or "pd.true_ttft_ms" not in span.attributes:
+            span.set_attribute("pd.true_ttft_ms", round((time.monotonic() - arrival) * 1000, 3))
+
+    async def _encode_all(self, request: web.Request, body: dict, request_id: str, encoders: list[str], path: str) -> None:
+        items = derive.encoder_requests(body)
+        if not items or not encoders:
+            return
+        offset = next(self._encoder_offset)
+        mock = _mock_headers(request, "encoder")
+
+        async def one(index: int, item, req: dict) -> None:
+            endpoint = encoders[(offset + index) % len(encoders)]
+            with self.tracer.start_as_current_span("pd.encode") as espan:
+                espan.set_attribute("mm.type", media_kind(item.type))
+                espan.set_attribute("mm.hash", item.hash)
+                espan.set_attribute("pd.encoder", endpoint)
+                espan.set_attribute("pd.item_index", index)
+                headers = otel.inject({"content-type": "application/json", **mock,
+                                       HEADER_REQUEST_ID: derive.child_request_id(request_id, index)})
+                try:
+                    async with self.session.post(f"http://{endpoint}/v1/chat/completions", json=req, headers=headers) as resp:
+                        if resp.status != 200:
+                            detail = (await resp.text())[:300]
+                            raise OpenAIError(502, f"encoder {endpoint} failed on media item {index} ({item.type}): "
+                                                   f"HTTP {resp.status} {detail}")
+                        await resp.read()
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    espan.set_status(Status(StatusCode.ERROR, str(exc)))
+                    raise OpenAIError(502, f"encoder {endpoint} unreachable for media item {index} ({item.type}): {exc}") from None
+                except OpenAIError as exc:
+                    espan.set_status(Status(StatusCode.ERROR, exc.message))
+                    raise
+
+        results = await asyncio.gather(*(one(i, item, req) for i, (item, req) in enumerate(items)), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _prefill(self, request: web.Request, body: dict, seed: int, request_id: str, prefiller: str, path: str):
+        with self.tracer.start_as_current_span("pd.prefill") as pspan:
+            pspan.set_attribute("pd.prefiller", prefiller)
+            headers = otel.inject({"content-type": "application/json", **_mock_headers(request, "prefill"),
+                                   HEADER_REQUEST_ID: f"{request_id}:prefill"})
+            try:
+                async with self.session.post(f"http://{prefiller}{path}", json=derive.prefill_request(body, seed),
+                                             headers=headers) as resp:
+                    text = await resp.text()
+                    if resp.status != 200:
+                        pspan.set_status(Status(StatusCode.ERROR, f"HTTP {resp.status}"))
+                        raise OpenAIError(502 if resp.status >= 500 else resp.status,
+                                          f"prefill on {prefiller} failed: HTTP {resp.status} {text[:300]}")
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                pspan.set_status(Status(StatusCode.ERROR, str(exc)))
+                raise OpenAIError(502, f"prefiller {prefiller} unreachable: {exc}") from None
+            answer = json.loads(text)
+            params = answer.get("kv_transfer_params")
+            if not params:
+                raise OpenAIError(502, f"prefiller {prefiller} returned no kv_transfer_params")
+            choice = (answer.get("choices") or [{}])[0]
+            first = (choice.get("message") or {}).get("content") if "message" in choice else choice.get("text")
+            return params, first, answer
+
+
+async def _end_with_error(out: web.StreamResponse, error: OpenAIError) -> web.StreamResponse:
+    """The status line is gone already: report the error in the stream, as vLLM does, and end it."""
+    payload = {"error": {"message": error.message, "type": "BadGatewayError", "code": error.status}}
+    await out.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+    await out.write_eof()
+    return out
+
+
+def _mock_headers(request: web.Request, target: str) -> dict[str, str]:
+    prefix = f"x-mock-{target}-"
+    return {"x-mock-" + k[len(prefix):]: v for k, v in request.headers.items() if k.lower().startswith(prefix)}
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def _copy_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:
+    return {k: v for k, v in upstream.headers.items() if k.lower() not in _SKIP_RESPONSE_HEADERS}
+
+
+async def _sse_events(upstream: aiohttp.ClientResponse):
+    """Whole SSE events (``data: ...\\n\\n``) from an upstream stream, as bytes."""
+    buf = b""
+    async for chunk in upstream.content.iter_any():
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            yield event + b"\n\n"
+    if buf.strip():
+        yield buf
+
+
+def _has_content(event: bytes) -> bool:
+    if not event.startswith(b"data:") or event.startswith(b"data: [DONE]"):
+        return False
+    try:
+        payload = json.loads(event[5:])
+    except ValueError:
+        return False
+    for choice in payload.get("choices") or []:
+        if (choice.get("delta") or {}).get("content") or choice.get("text"):
+            return True
+    return False
+
+
+def _first_chunk(prefill_answer: dict, token: str, path: str) -> bytes:
+    base = {"id": prefill_answer.get("id", ""), "created": prefill_answer.get("created", int(time.time())),
+            "model": prefill_answer.get("model", "")}
+    if path.endswith("/chat/completions"):
+        chunk = {**base, "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": token}, "logprobs": None,
+                              "finish_reason": None}]}
+    else:
+        chunk = {**base, "object": "text_completion",
+                 "choices": [{"index": 0, "text": token, "logprobs": None, "finish_reason": None}]}
+    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"

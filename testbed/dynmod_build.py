@@ -1,0 +1,225 @@
+"""Build the Go dynamic module (plugins/dynamic_module) into the kit's cache, once per source version.
+
+``build()`` returns the path of ``libeppkit_callout.so``; the dynmod-callout mode hands it to Envoy
+as an absolute ``module.local.filename``. The cache key is a hash of the module's sources
+(``go.mod``, ``go.sum``, every non-test ``.go`` file) and of the build flags, so an edit rebuilds
+and a second call reuses the build. ``find()`` answers without building.
+
+    python -m testbed.dynmod_build          # build (or reuse) and print the path
+    python -m testbed.dynmod_build --find   # print the path only if already built
+
+The Go SDK comes from the Go module proxy, pinned in go.mod/go.sum; see docs/modes-dynmod.md
+for why it is the 2026-04-23 pseudo-version and not Envoy 1.40.0's commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from testbed.paths import PLUGINS, cache_dir
+
+SOURCE_DIR = PLUGINS / "dynamic_module"
+LIB_NAME = "libeppkit_callout.so"
+
+# The Go SDK hands Go pointers to Envoy by design, which the cgo pointer checks reject
+# ("cgo result is unpinned Go pointer" at the first filter config). Upstream runs Envoy with
+# GODEBUG=cgocheck=0; baking the default into the module instead means Envoy needs no special
+# environment. (cgocheck cannot be set by a //go:debug line or go.mod's godebug block.)
+LDFLAGS = "-X=runtime.godebugDefault=cgocheck=0"
+BUILD_ARGS = ("build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", f"-ldflags={LDFLAGS}")
+HEARTBEAT_S = 15.0
+BUILD_TIMEOUT_S = 900.0
+
+
+class DynmodBuildError(RuntimeError):
+    """The module did not build; the message carries the log tail and a hint."""
+
+
+def source_files(source_dir: Path | None = None) -> list[Path]:
+    """The files whose content decides the .so: go.mod, go.sum and non-test Go sources."""
+    src = source_dir or SOURCE_DIR
+    files = [p for p in (src / "go.mod", src / "go.sum") if p.exists()]
+    for p in sorted(src.rglob("*.go")):
+        rel = p.relative_to(src)
+        if p.name.endswith("_test.go") or rel.parts[0] == "experiments":
+            continue
+        files.append(p)
+    return files
+
+
+def source_hash(source_dir: Path | None = None) -> str:
+    src = source_dir or SOURCE_DIR
+    h = hashlib.sha256()
+    h.update(" ".join(BUILD_ARGS).encode())
+    for p in source_files(src):
+        h.update(b"\0" + str(p.relative_to(src)).encode() + b"\0")
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def build_dir(source_dir: Path | None = None) -> Path:
+    """Where the build for the current sources lives (exists only once built)."""
+    return cache_dir() / "dynmod" / source_hash(source_dir)[:16]
+
+
+def find(source_dir: Path | None = None) -> Path | None:
+    """The built module for the current sources, or None when it has not been built yet."""
+    lib = build_dir(source_dir) / LIB_NAME
+    return lib if lib.is_file() else None
+
+
+def build(
+    progress: Callable[[str], object] = print,
+    *,
+    source_dir: Path | None = None,
+    force: bool = False,
+) -> Path:
+    """Build the module for the current sources (or reuse the cached build) and return its path."""
+    src = source_dir or SOURCE_DIR
+    out = build_dir(src)
+    lib = out / LIB_NAME
+    if lib.is_file() and not force:
+        return lib
+    go = shutil.which("go")
+    if go is None:
+        raise DynmodBuildError(
+            "cannot build the dynamic module: `go` is not on PATH.\n"
+            "Hint: install Go >= 1.25.6 (the Envoy Go SDK needs it) and a C compiler for cgo, "
+            "then run `eppkit bootstrap` again."
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(out.parent / f"{out.name}.lock"):
+        if lib.is_file() and not force:  # built by someone else while we waited
+            return lib
+        return _build_locked(go, src, out, progress)
+
+
+def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], object]) -> Path:
+    tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it 0700; a container user may need to read the module
+    log_path = tmp / "build.log"
+    env = {
+        **os.environ,
+        "CGO_ENABLED": "1",
+        "GOTOOLCHAIN": "local",  # never download a toolchain
+        "GOFLAGS": "-mod=readonly",  # go.sum is the pin: fail rather than re-resolve
+    }
+    started = time.monotonic()
+    try:
+        with log_path.open("w") as log:
+            _step(progress, log, "downloading Go modules (Envoy Go SDK)",
+                  [go, "mod", "download"], src, env)
+            _step(progress, log, f"compiling {LIB_NAME} (cold: 30-60 s on 2 cores)",
+                  [go, *BUILD_ARGS, "-o", str(tmp / LIB_NAME), "."], src, env)
+        (tmp / "build-info.json").write_text(json.dumps({
+            "source_hash": source_hash(src),
+            "go": _go_version(go, env),
+            "build_args": list(BUILD_ARGS),
+            "seconds": round(time.monotonic() - started, 1),
+        }, indent=2) + "\n")
+        (tmp / f"{Path(LIB_NAME).stem}.h").unlink(missing_ok=True)  # cgo's header: not needed
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        # Keep the failed log next to the cache for a look; the tmp dir is not a cache hit.
+        failed = out.parent / f"{out.name}.failed.log"
+        if log_path.exists():
+            shutil.copyfile(log_path, failed)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    progress(f"dynmod: built {out / LIB_NAME} in {time.monotonic() - started:.1f} s")
+    return out / LIB_NAME
+
+
+def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
+    progress(f"dynmod: {what} ...")
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    next_beat = t0 + HEARTBEAT_S
+    while True:
+        try:
+            rc = proc.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if now - t0 > BUILD_TIMEOUT_S:
+                proc.kill()
+                proc.wait()
+                rc = None
+                break
+            if now >= next_beat:
+                progress(f"dynmod:   still {what.split(' (')[0]} ({now - t0:.0f} s)")
+                next_beat = now + HEARTBEAT_S
+    log.flush()
+    if rc != 0:
+        tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-40:])
+        why = f"timed out after {BUILD_TIMEOUT_S:.0f} s" if rc is None else f"exited {rc}"
+        hint = (
+            "the Go module proxy must serve github.com/envoyproxy/envoy/source/extensions/dynamic_modules "
+            "at the go.mod version (GOPROXY, GOFLAGS, network)"
+            if "mod download" in " ".join(cmd)
+            else "cgo needs a C compiler (gcc); an SDK API change shows as a compile error above"
+        )
+        raise DynmodBuildError(
+            f"dynamic module build failed: `{' '.join(cmd)}` {why} (in {cwd}).\n"
+            f"--- last lines of {log.name} ---\n{tail}--- end ---\nHint: {hint}."
+        )
+    progress(f"dynmod:   done in {time.monotonic() - t0:.1f} s")
+
+
+def _go_version(go: str, env: dict[str, str]) -> str:
+    try:
+        return subprocess.run([go, "env", "GOVERSION"], env=env, capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """Two testbeds bootstrapping at once build once: the second waits, then reuses."""
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m testbed.dynmod_build", description=__doc__.split("\n")[0])
+    ap.add_argument("--find", action="store_true", help="only print the path of an existing build")
+    ap.add_argument("--force", action="store_true", help="rebuild even if a build exists")
+    args = ap.parse_args(argv)
+    if args.find:
+        lib = find()
+        if lib is None:
+            print("not built", file=sys.stderr)
+            return 1
+        print(lib)
+        return 0
+    try:
+        print(build(lambda msg: print(msg, file=sys.stderr), force=args.force))
+    except DynmodBuildError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Flows as process layouts: which mocks and sidecars a flow needs, and which of them Envoy routes to.
+
+| flow        | processes                                                             | Envoy routes to |
+|-------------|-----------------------------------------------------------------------|-----------------|
+| aggregated  | the topology's vLLMs (role both)                                      | the vLLMs       |
+| pd          | prefill vLLMs, decode vLLMs, one pd-sidecar in front of each decoder  | the sidecars    |
+| epd         | as pd, plus encoders sharing an encoder-cache dir with P (or PD)      | the sidecars    |
+| ttft        | as pd, sidecars stream prefill's first token                          | the sidecars    |
+| multipart   | vLLMs that take the two-phase multipart body                          | the vLLMs       |
+
+A routed endpoint keeps the decoder's name, so ``x-inference-pod`` (copied through the
+sidecar) still says which decoder served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.topology import Endpoint, PortAllocator, ServiceSpec, Topology
+
+FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
+
+
+@dataclass
+class FlowPlan:
+    services: list[ServiceSpec] = field(default_factory=list)  # in start order
+    routable: list[Endpoint] = field(default_factory=list)  # what pickers choose from / Envoy routes to
+    prefill: list[Endpoint] = field(default_factory=list)
+    encoders: list[Endpoint] = field(default_factory=list)
+
+
+def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list[str]) -> list[str]:
+    return ["--role", role, "--instance", name, "--served-model-name", model,
+            "--time-to-first-token", str(topology.time_to_first_token_ms),
+            "--inter-token-latency", str(topology.inter_token_latency_ms),
+            "--kv-cache-transfer-latency", str(topology.kv_transfer_ms),
+            "--seed", str(topology.seed), *extra]
+
+
+def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
+    if topology.flow not in FLOWS:
+        raise ValueError(f"unknown flow {topology.flow!r}; choose one of {', '.join(FLOWS)}")
+    out = FlowPlan()
+    if topology.flow in ("aggregated", "multipart"):
+        for spec in topology.vllm:
+            port = ports.port()
+            out.services.append(ServiceSpec(spec.name, "services.vllm", port,
+                                            _vllm_args(topology, spec.name, spec.role, spec.model, spec.extra_args)))
+            out.routable.append(Endpoint(spec.name, "127.0.0.1", port, spec.role, spec.model))
+        return out
+
+    model = topology.vllm[0].model if topology.vllm else "mock-llm"
+    extra = topology.vllm[0].extra_args if topology.vllm else []
+    ec_args: list[str] = []
+    if topology.flow == "epd":
+        ec_dir = run_dir / "ec-cache"
+        ec_dir.mkdir(parents=True, exist_ok=True)
+        ec_args = ["--ec-cache-dir", str(ec_dir)]
+        for i in range(max(1, topology.encoders)):
+            name, port = f"encoder-{i}", ports.port()
+            out.services.append(ServiceSpec(name, "services.encoder", port,
+                                            ["--instance", name, "--served-model-name", model,
+                                             "--encode-latency", str(topology.encode_ms), *ec_args]))
+            out.encoders.append(Endpoint(name, "127.0.0.1", port, "encode", model))
+
+    disable_prefill = topology.flow == "epd" and topology.prefill == 0
+    for i in range(0 if disable_prefill else max(1, topology.prefill)):
+        name, port = f"vllm-p{i}", ports.port()
+        out.services.append(ServiceSpec(name, "services.vllm", port,
+                                        _vllm_args(topology, name, "prefill", model, [*ec_args, *extra])))
+        out.prefill.append(Endpoint(name, "127.0.0.1", port, "prefill", model))
+
+    for i in range(max(1, topology.decode)):
+        name, port = f"vllm-d{i}", ports.port()
+        role = "both" if disable_prefill else "decode"
+        out.services.append(ServiceSpec(name, "services.vllm", port,
+                                        _vllm_args(topology, name, role, model, [*ec_args, *extra])))
+        sidecar_port = ports.port()
+        args = ["--decode", f"http://127.0.0.1:{port}", "--instance", f"pd-sidecar-{i}", "--decode-instance", name]
+        if out.prefill:
+            args += ["--prefill-endpoints", ",".join(e.address for e in out.prefill)]
+        else:
+            args += ["--disable-prefill"]
+        if out.encoders:
+            args += ["--encoder-endpoints", ",".join(e.address for e in out.encoders)]
+        if topology.flow == "ttft":
+            args += ["--stream-first-token"]
+        out.services.append(ServiceSpec(f"pd-sidecar-{i}", "services.pd_sidecar", sidecar_port, args))
+        out.routable.append(Endpoint(name, "127.0.0.1", sidecar_port, role, model))
+    return out

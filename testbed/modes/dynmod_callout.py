@@ -1,0 +1,67 @@
+"""dynmod-callout: a Go dynamic module asks the callout routing service for the endpoint.
+
+The module (plugins/dynamic_module, filter ``eppkit_callout``) does what the Lua filter of
+lua-callout does, with Envoy's async HTTP client from Go: buffer the body, POST it to the
+callout's /pick, set x-gateway-destination-endpoint (ORIGINAL_DST), or pass the callout's
+400/429/503 to the client, or fail closed (502) / open (pool). See docs/modes-dynmod.md.
+
+The module is built on first use (``testbed.dynmod_build``: about 30-60 s cold, then cached;
+``eppkit bootstrap`` builds it ahead). Envoy loads it by absolute path, so it needs no
+environment variable.
+
+Topology options read here (all optional), the same as lua-callout's:
+  failure_mode_allow  bool   callout unreachable: route round-robin (True) or answer 502 (False, default)
+  body_routing        bool   put the body-based model router in front; one pool per backend model
+  scorer              str    the callout's scorer: round-robin (default) | prefix-cache
+  callout_timeout_ms  int    callout timeout (default 1000)
+  pick_latency_ms     float  time each pick takes on purpose (default 0)
+  restrict_to_pool    bool   the module refuses picks outside the backends (default False)
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from testbed import dynmod_build
+from testbed.modes.lua_callout import body_routing_vars
+from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
+
+
+def filter_config(topology: Topology, backends: list[Endpoint]) -> dict[str, Any]:
+    """The eppkit_callout filter's JSON config (plugins/dynamic_module/internal/callout/config.go)."""
+    options = topology.options
+    config: dict[str, Any] = {
+        "cluster": "callout",
+        "authority": "callout",
+        "path": "/pick",
+        "timeout_ms": int(options.get("callout_timeout_ms", 1000)),
+        "failure_mode_allow": bool(options.get("failure_mode_allow", False)),
+        "destination_header": "x-gateway-destination-endpoint",
+    }
+    if options.get("restrict_to_pool"):
+        config["allowed_endpoints"] = [ep.address for ep in backends]
+    return config
+
+
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
+    options = topology.options
+    routing = body_routing_vars(topology, backends)
+    # With body routing the callout learns each endpoint's model and picks within the
+    # model named by x-gateway-model-name; without it every endpoint serves every request.
+    suffix = (lambda ep: f"@{ep.model}") if routing["body_routing"] else (lambda ep: "")
+    endpoints = ",".join(f"{ep.address}={ep.name}{suffix(ep)}" for ep in backends)
+    port = ports.port()
+    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin"))]
+    if options.get("pick_latency_ms"):
+        args += ["--pick-latency", str(options["pick_latency_ms"])]
+    lib = dynmod_build.build(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    return ModePlan(
+        services=[ServiceSpec(name="callout", module="services.callout", port=port, args=args)],
+        envoy_vars={
+            "callout_port": port,
+            "dynmod_path": str(lib),
+            "dynmod_callout_config": filter_config(topology, backends),
+            **routing,
+        },
+    )

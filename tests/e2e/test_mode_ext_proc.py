@@ -1,0 +1,320 @@
+"""ext_proc through a real Envoy 1.40: the EPP (services/epp) picks over the ext_proc gRPC
+protocol in FULL_DUPLEX_STREAMED, and the endpoint it names is the one that serves.
+
+Trace of one request (span names as Envoy 1.40 and the services emit them):
+
+    client:client.request
+      envoy:ingress
+        envoy:async envoy.service.ext_proc.v3.ExternalProcessor.Process egress
+                                          <- Envoy's child span for the gRPC stream; its context is
+                                             injected as `traceparent` in the gRPC initial metadata
+          epp:epp.process
+            epp:epp.pick                  epp.endpoint / epp.scorer / epp.reason
+            epp:epp.inject
+        envoy:router picked egress        <- ORIGINAL_DST upstream to the picked host:port
+          vllm:llm_request
+
+Envoy ends its ext_proc span when it closes the gRPC stream after the last response, which
+is just after the router has started the upstream request: the order that matters (the
+decision exists before the request goes upstream) is checked on the EPP's own spans.
+"""
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+
+from observability.assertions import TraceCheck
+from testbed.topology import Topology, VllmSpec
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "mock-llm"
+EXT_PROC_CALL = "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress"
+PICKED_UPSTREAM = "router picked egress"
+FALLBACK_UPSTREAM = "router pool egress"
+SYSTEM = ("You are a meticulous assistant for an inference gateway test kit. Answer briefly, "
+          "name the pod you run on, and never invent facts you cannot check.")
+
+
+def chat_body(content="Which pod am I on?", **extra):
+    return {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": content}], **extra}
+
+
+def ext_proc_topology(vllm=None, **options) -> Topology:
+    options.setdefault("scorer", "round-robin")
+    return Topology(mode="ext_proc", vllm=vllm or [VllmSpec("vllm-0"), VllmSpec("vllm-1")],
+                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+
+
+@pytest.fixture
+def bed(testbed_factory):
+    return testbed_factory(ext_proc_topology())
+
+
+def served_trace(bed, result, *extra, upstream=PICKED_UPSTREAM):
+    return bed.jaeger.wait_for_trace(result.trace_id, [
+        ("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL),
+        ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"),
+        ("envoy", upstream), ("vllm", "llm_request"), *extra])
+
+
+def rejected_trace(bed, result):
+    return bed.jaeger.wait_for_trace(result.trace_id, [("client", "client.request"), ("envoy", "ingress"),
+                                                       ("epp", "epp.process")], quiet_s=1.0)
+
+
+def wait_for_epp_health(bed, healthy: bool, timeout_s: float = 10.0) -> None:
+    """Until Envoy's active health check sees the EPP as (un)healthy."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = requests.get(bed.envoy_admin_url + "/clusters", timeout=5).text
+        flags = [line for line in text.splitlines() if line.startswith("epp::") and "::health_flags::" in line]
+        if flags and (("failed_active_hc" not in flags[0]) == healthy):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"Envoy did not see the EPP as {'healthy' if healthy else 'unhealthy'} in {timeout_s}s: {flags}")
+
+
+def test_the_endpoint_the_epp_picks_is_the_one_that_serves(bed):
+    names = {ep.address: ep.name for ep in bed.backends}
+    client = bed.client()
+    served = []
+    for stream in (False, True, False, True):
+        result = client.chat(chat_body(stream=stream))
+        assert result.status == 200, result.body
+        served.append((result, result.headers["x-inference-pod"]))
+    client.flush()
+
+    for result, pod in served:
+        check = TraceCheck(served_trace(bed, result))
+        pick = check.one("epp.pick", "epp")
+        picked = pick.attributes["epp.endpoint"]
+        assert names[picked] == pod, f"EPP picked {picked} ({names.get(picked)}) but {pod} served"
+        check.attribute(pick, "epp.endpoint.name", pod)
+        check.attribute(pick, "epp.scorer", "round-robin")
+        assert pick.attributes["epp.reason"].startswith("round-robin turn")
+        check.attribute(check.one(PICKED_UPSTREAM, "envoy"), "upstream_address", picked)
+    assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
+
+
+def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_starts(bed):
+    client = bed.client()
+    result = client.chat(chat_body(stream=True))
+    client.flush()
+    assert result.status == 200, result.body
+
+    check = TraceCheck(served_trace(bed, result, ("vllm", "vllm.prefill"), ("vllm", "vllm.decode")))
+    check.present_once([("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL),
+                        ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"),
+                        ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request")])
+    root, ingress, call = check.one("client.request"), check.one("ingress"), check.one(EXT_PROC_CALL)
+    process, pick, inject = check.one("epp.process"), check.one("epp.pick"), check.one("epp.inject")
+    upstream, llm = check.one(PICKED_UPSTREAM), check.one("llm_request")
+    check.single_root(root)
+    # Envoy opens a child span for the ext_proc gRPC stream and injects its context into the
+    # stream's initial metadata; the EPP's span is a child of it.
+    check.child_of(ingress, root)
+    check.child_of(call, ingress)
+    check.child_of(process, call)
+    check.child_of(pick, process)
+    check.child_of(inject, process)
+    check.child_of(upstream, ingress)
+    check.child_of(llm, upstream)
+    # The decision is made and delivered before the request goes upstream.
+    check.in_order([pick, inject])
+    check.before(process, upstream)
+    check.within(process, call)
+    check.within(llm, upstream, slack_ms=1.0)
+
+
+def test_force_header_sends_the_request_to_the_named_endpoint(bed):
+    client = bed.client()
+    results = [client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"}) for _ in range(3)]
+    client.flush()
+    assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 3
+    check = TraceCheck(served_trace(bed, results[-1]))
+    check.attribute(check.one("epp.pick"), "epp.scorer", "forced")
+
+
+def test_a_client_cannot_choose_the_destination_itself(bed):
+    vllm0 = next(ep for ep in bed.backends if ep.name == "vllm-0")
+    client = bed.client()
+    result = client.chat(chat_body(), headers={"x-gateway-destination-endpoint": vllm0.address,
+                                               "x-eppkit-force-endpoint": "vllm-1"})
+    assert (result.status, result.headers.get("x-inference-pod")) == (200, "vllm-1")
+
+
+@pytest.mark.parametrize(
+    "headers, raw_body, status, error_type, code",
+    [
+        # a forced endpoint outside the pool: nobody can serve -> 503
+        ({"x-eppkit-force-endpoint": "127.0.0.1:1"}, None, 503, "ServiceUnavailableError", "no_endpoint"),
+        # a body that is not JSON -> 400
+        ({}, b"{not json", 400, "BadRequestError", "invalid_request_body"),
+        # JSON, but not an object -> 400
+        ({}, b"[1, 2, 3]", 400, "BadRequestError", "invalid_request_body"),
+    ],
+)
+def test_epp_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstream(
+        bed, headers, raw_body, status, error_type, code):
+    client = bed.client()
+    result = client.chat(chat_body(), headers=headers, raw_body=raw_body)
+    client.flush()
+    assert result.status == status, result.body
+    assert result.body["error"]["type"] == error_type and result.body["error"]["code"] == code
+    assert "x-inference-pod" not in result.headers
+
+    check = TraceCheck(rejected_trace(bed, result))
+    check.absent("llm_request", "vllm")
+    check.absent(PICKED_UPSTREAM, "envoy")
+    check.attribute(check.one("epp.process"), "http.response.status_code", status)
+
+
+def test_every_endpoint_over_the_queue_threshold_sheds_with_429(testbed_factory):
+    # One backend that runs one request at a time; the second waits; the EPP sees waiting=1.
+    bed = testbed_factory(ext_proc_topology(
+        vllm=[VllmSpec("vllm-0", extra_args=["--max-num-seqs", "1", "--time-to-first-token", "2500"])],
+        shed_queue_threshold=1, metrics_interval=0.1))
+    slow = []
+
+    def fill():
+        slow.append(requests.post(bed.envoy_url + "/v1/chat/completions", json=chat_body(), timeout=30))
+
+    fillers = [threading.Thread(target=fill) for _ in range(2)]
+    for t in fillers:
+        t.start()
+        time.sleep(0.2)
+    deadline = time.monotonic() + 2.0
+    client = bed.client()
+    while True:  # the EPP sees the queue at its next scrape
+        result = client.chat(chat_body())
+        if result.status == 429 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    client.flush()
+    for t in fillers:
+        t.join()
+    assert result.status == 429, result.body
+    assert result.body["error"]["type"] == "RateLimitError" and result.body["error"]["code"] == "shed"
+    assert [r.status_code for r in slow] == [200, 200]
+    check = TraceCheck(rejected_trace(bed, result))
+    check.absent("llm_request", "vllm")
+    assert "waiting queue" in check.one("epp.pick").attributes["epp.reason"]
+
+
+def test_requests_without_a_body_are_picked_on_headers(bed):
+    resp = requests.get(bed.envoy_url + "/v1/models", timeout=10)
+    assert resp.status_code == 200
+    assert resp.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}
+    stats = requests.get(bed.envoy_admin_url + "/stats?filter=cluster.picked.upstream_rq_total", timeout=5).text
+    assert "cluster.picked.upstream_rq_total: 1" in stats
+
+
+def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(testbed_factory):
+    bed = testbed_factory(ext_proc_topology(scorer="prefix-cache"))
+    client = bed.client()
+    results = []
+    for i in range(4):
+        body = {"model": MODEL, "max_tokens": 2,
+                "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"question {i}"}]}
+        results.append(client.chat(body))
+    client.flush()
+    assert [r.status for r in results] == [200] * 4
+    assert len({r.headers["x-inference-pod"] for r in results}) == 1
+    check = TraceCheck(served_trace(bed, results[-1]))
+    assert check.one("epp.pick").attributes["epp.reason"].startswith("prefix hit")
+    # The mock's own prefix cache agrees: the later requests found their prefix cached.
+    assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+def test_body_routing_in_front_picks_within_the_requested_model(testbed_factory):
+    bed = testbed_factory(ext_proc_topology(
+        vllm=[VllmSpec("vllm-0", model="model-a"), VllmSpec("vllm-1", model="model-b")], body_routing=True))
+    client = bed.client()
+    pods = {m: {client.chat(dict(chat_body(), model=m)).headers.get("x-inference-pod") for _ in range(3)}
+            for m in ("model-a", "model-b")}
+    unknown = client.chat(dict(chat_body(), model="model-zzz"))
+    client.flush()
+    assert pods == {"model-a": {"vllm-0"}, "model-b": {"vllm-1"}}
+    assert unknown.status == 404 and unknown.body["error"]["code"] == "model_not_found"
+
+
+def test_epp_down_fails_closed_by_default(bed):
+    bed.services["epp"].process.stop()
+    wait_for_epp_health(bed, healthy=False)
+    client = bed.client()
+    result = client.chat(chat_body())
+    client.flush()
+    assert result.status == 500, result.body  # Envoy's status_on_error default
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress")], quiet_s=1.0)
+    check = TraceCheck(trace)
+    check.absent("llm_request", "vllm")
+    check.absent("epp.process", "epp")
+
+
+def test_epp_down_fails_closed_with_the_configured_status(testbed_factory):
+    bed = testbed_factory(ext_proc_topology(epp_disabled=True, epp_status_on_error=503))
+    result = bed.client().chat(chat_body())
+    assert result.status == 503
+
+
+def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory):
+    bed = testbed_factory(ext_proc_topology(failure_mode_allow=True))
+    bed.services["epp"].process.stop()
+    wait_for_epp_health(bed, healthy=False)
+    client = bed.client()
+    results = [client.chat(chat_body(stream=s)) for s in (False, True)]
+    client.flush()
+    assert [r.status for r in results] == [200, 200], [r.body for r in results]
+    assert {r.headers["x-inference-pod"] for r in results} == {"vllm-0", "vllm-1"}  # round-robin pool
+
+    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", "ingress"), ("envoy", FALLBACK_UPSTREAM),
+                                                            ("vllm", "llm_request")])
+    check = TraceCheck(trace)
+    check.absent("epp.process")
+    check.absent(PICKED_UPSTREAM)
+
+
+def test_without_health_checks_envoy_fails_closed_on_bodies_even_with_failure_mode_allow(testbed_factory):
+    """Envoy 1.40 behaviour, kept visible: in FULL_DUPLEX_STREAMED the ext_proc filter stops honouring
+    failure_mode_allow once it has taken request body. A refused connection to the EPP is only
+    learned after that, so a POST fails closed; a GET (no body) still fails open."""
+    bed = testbed_factory(ext_proc_topology(failure_mode_allow=True, epp_disabled=True,
+                                            epp_health_check_interval_ms=0))
+    post = bed.client().chat(chat_body())
+    get = requests.get(bed.envoy_url + "/v1/models", timeout=10)
+    assert post.status == 500, post.body
+    assert get.status_code == 200 and get.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}
+    stats = requests.get(bed.envoy_admin_url + "/stats?filter=ext_proc", timeout=5).text
+    assert "ext_proc.failure_mode_allowed: 1" in stats
+
+
+def test_epp_coming_back_is_used_again(testbed_factory):
+    bed = testbed_factory(ext_proc_topology(failure_mode_allow=True))
+    epp = bed.services["epp"].process
+    epp.stop()
+    wait_for_epp_health(bed, healthy=False)
+    assert bed.client().chat(chat_body()).status == 200  # fail-open meanwhile
+    epp.start()
+    wait_for_epp_health(bed, healthy=True)
+    client = bed.client()
+    result = client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"})
+    client.flush()
+    assert (result.status, result.headers["x-inference-pod"]) == (200, "vllm-1")
+    served_trace(bed, result)
+
+
+def test_large_bodies_are_buffered_and_passed_through_unchanged(bed):
+    # ~1.5 MB prompt: Envoy streams it to the EPP in many chunks; the mock counts every token.
+    words = 300_000
+    prompt = "word " * words
+    client = bed.client()
+    result = client.chat({"model": MODEL, "max_tokens": 1, "prompt": prompt}, path="/v1/completions")
+    client.flush()
+    # The mock's context limit rejects it with the exact token count: the body arrived whole.
+    assert result.status == 400, result.body
+    assert f"{words} in the messages" in json.dumps(result.body)
+    assert result.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}

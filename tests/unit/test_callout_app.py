@@ -1,0 +1,143 @@
+"""The callout service in process: the /pick contract, test headers, errors, and its span."""
+
+import asyncio
+
+import pytest
+from opentelemetry.trace import SpanKind
+
+from services.callout.app import Picker, PickLatency, make_app
+from services.callout.scorers import make_scorer, parse_endpoints
+from services.vllm.testing import SpanRecorder, in_process
+
+pytestmark = pytest.mark.unit
+
+POOL = "127.0.0.1:8001=vllm-0@m-a,127.0.0.1:8002=vllm-1@m-a,127.0.0.1:8003=vllm-2@m-b"
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+CHAT = {"model": "m-a", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def pick_all(requests, *, pool=POOL, scorer="round-robin", latency=PickLatency()):
+    """POST each (body, headers) to /pick in order; returns (status, headers, json) per request and the spans."""
+    rec = SpanRecorder("callout")
+    app = make_app(Picker(parse_endpoints(pool), make_scorer(scorer)), latency=latency, tracer=rec.tracer)
+
+    async def go():
+        out = []
+        async with in_process(app) as client:
+            for body, headers in requests:
+                kwargs = {"data": body} if isinstance(body, (bytes, str)) else {"json": body}
+                resp = await client.post("/pick", headers=headers or {}, **kwargs)
+                out.append((resp.status, resp.headers, await resp.json()))
+        return out
+
+    return asyncio.run(go()), rec
+
+
+def test_pick_answers_endpoint_in_body_and_header_as_the_contract_says():
+    [(status, headers, body)], _ = pick_all([(CHAT, None)])
+    assert status == 200
+    assert body == {"endpoint": "127.0.0.1:8001", "scorer": "round-robin", "reason": "round-robin"}
+    assert headers["x-gateway-destination-endpoint"] == "127.0.0.1:8001"
+
+
+def test_pick_span_joins_the_callers_trace_and_names_the_decision():
+    _, rec = pick_all([(CHAT, {"traceparent": TRACEPARENT, "x-gateway-model-name": "m-a"})])
+    span = rec.one("callout.pick")
+    assert span.kind == SpanKind.SERVER
+    assert format(span.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
+    assert format(span.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert span.attributes["callout.endpoint"] == "127.0.0.1:8001"
+    assert span.attributes["callout.endpoint.name"] == "vllm-0"
+    assert span.attributes["callout.scorer"] == "round-robin"
+    assert span.attributes["gen_ai.request.model"] == "m-a"
+
+
+def test_model_header_narrows_the_pool_to_that_models_endpoints():
+    results, _ = pick_all([(CHAT, {"x-gateway-model-name": "m-b"})] * 2 + [(CHAT, {"x-gateway-model-name": "m-a"})] * 3)
+    assert [body["endpoint"] for _, _, body in results] == [
+        "127.0.0.1:8003", "127.0.0.1:8003", "127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8001"]
+
+
+def test_without_model_header_every_endpoint_is_a_candidate():
+    results, _ = pick_all([(CHAT, None)] * 3)
+    assert [body["endpoint"] for _, _, body in results] == ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"]
+
+
+@pytest.mark.parametrize(
+    "force, model, expected",
+    [
+        ("vllm-2", None, "127.0.0.1:8003"),  # by instance name
+        ("127.0.0.1:8002", None, "127.0.0.1:8002"),  # by address
+        ("127.0.0.1:9, vllm-1", None, "127.0.0.1:8002"),  # a list: the first one in the pool
+        ("vllm-2, vllm-0", "m-a", "127.0.0.1:8001"),  # a list: the first one serving the model
+    ],
+)
+def test_force_header_picks_exactly_the_named_endpoint(force, model, expected):
+    headers = {"x-eppkit-force-endpoint": force, **({"x-gateway-model-name": model} if model else {})}
+    [(status, _, body)], rec = pick_all([(CHAT, headers)])
+    assert (status, body["endpoint"], body["reason"]) == (200, expected, "forced")
+    assert rec.one("callout.pick").attributes["callout.reason"] == "forced"
+
+
+@pytest.mark.parametrize(
+    "pool, headers, code",
+    [
+        ("", {}, "no_endpoint"),  # empty pool
+        (POOL, {"x-gateway-model-name": "m-z"}, "no_endpoint"),  # no endpoint serves the model
+        (POOL, {"x-eppkit-force-endpoint": "127.0.0.1:1"}, "no_endpoint"),  # forced endpoint unknown
+        (POOL, {"x-eppkit-force-endpoint": "vllm-2", "x-gateway-model-name": "m-a"}, "no_endpoint"),  # other model's
+    ],
+)
+def test_no_endpoint_is_a_503_openai_error(pool, headers, code):
+    [(status, _, body)], rec = pick_all([(CHAT, headers)], pool=pool)
+    assert status == 503
+    assert body["error"]["type"] == "ServiceUnavailableError" and body["error"]["code"] == code
+    span = rec.one("callout.pick")
+    assert "callout.endpoint" not in span.attributes
+    assert span.attributes["http.response.status_code"] == 503
+
+
+def test_shed_header_is_a_429_openai_error_even_with_a_forced_endpoint():
+    [(status, headers, body)], _ = pick_all([(CHAT, {"x-eppkit-shed": "true", "x-eppkit-force-endpoint": "vllm-0"})])
+    assert status == 429
+    assert body["error"]["type"] == "RateLimitError" and body["error"]["code"] == "shed"
+    assert "x-gateway-destination-endpoint" not in headers
+
+
+@pytest.mark.parametrize("body", [b"", b"not json", b"[1, 2]", b'"model"', b"\xff\xfe", b'{"model": "m-a"'])
+def test_body_that_is_not_a_json_object_is_a_400(body):
+    [(status, _, answer)], _ = pick_all([(body, {"content-type": "application/json"})])
+    assert status == 400
+    assert answer["error"]["code"] == "invalid_json"
+
+
+def test_prefix_cache_scorer_is_selectable_and_named_in_the_answer():
+    shared = {"model": "m-a", "prompt": "The same long system prompt, repeated. " * 8}
+    results, _ = pick_all([(shared, None), ({"model": "m-a", "prompt": "other"}, None), (shared, None)],
+                          scorer="prefix-cache")
+    first, _, third = (body for _, _, body in results)
+    assert first["scorer"] == "prefix-cache"
+    assert third["endpoint"] == first["endpoint"] and third["reason"].startswith("prefix-hit")
+
+
+def test_pick_latency_is_spent_inside_the_span():
+    _, rec = pick_all([(CHAT, None)], latency=PickLatency(base_ms=60.0))
+    span = rec.one("callout.pick")
+    assert (span.end_time - span.start_time) / 1e6 >= 55.0
+
+
+@pytest.mark.parametrize("base, jitter", [(-1.0, 0.0), (10.0, 4.0)])
+def test_pick_latency_rejects_negative_values_and_jitter_over_30_percent(base, jitter):
+    with pytest.raises(ValueError):
+        PickLatency(base, jitter)
+
+
+def test_health_reports_pool_size_and_scorer():
+    app = make_app(Picker(parse_endpoints(POOL), make_scorer("prefix-cache")))
+
+    async def go():
+        async with in_process(app) as client:
+            resp = await client.get("/health")
+            return resp.status, await resp.json()
+
+    assert asyncio.run(go()) == (200, {"status": "ok", "endpoints": 3, "scorer": "prefix-cache"})

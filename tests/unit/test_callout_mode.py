@@ -1,0 +1,86 @@
+"""The lua-callout mode plug-in and its template, rendered but not run (Envoy validates it in e2e)."""
+
+import pytest
+
+from testbed import envoy_config
+from testbed.modes import lua_callout
+from testbed.topology import Endpoint, PortAllocator, Topology
+
+pytestmark = pytest.mark.unit
+
+BACKENDS = [
+    Endpoint("vllm-0", "127.0.0.1", 8001, model="m-a"),
+    Endpoint("vllm-1", "127.0.0.1", 8002, model="org/m b"),
+    Endpoint("vllm-2", "127.0.0.1", 8003, model="m-a"),
+]
+
+
+def render(options: dict) -> tuple[str, lua_callout.ModePlan]:
+    plan = lua_callout.plan(Topology(mode="lua-callout", options=options), PortAllocator(), BACKENDS)
+    base = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "backends": BACKENDS}
+    return envoy_config.render("lua-callout", {**base, **plan.envoy_vars}), plan
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, "nil"),
+        (True, "true"),
+        (1500, "1500"),
+        ('a"b\\c\n', '"a\\034b\\092c\\010"'),  # quotes, backslashes, control bytes: decimal escapes
+        ("é", '"\\195\\169"'),  # UTF-8 bytes, which Lua 5.1 strings hold as they are
+        (["x", False], '{"x", false}'),
+        ({"k": [1]}, '{["k"] = {1}}'),
+    ],
+)
+def test_lua_literal_writes_lua_51_expressions(value, expected):
+    assert lua_callout.lua_literal(value) == expected
+
+
+def test_plan_starts_the_callout_with_the_pool_and_scorer():
+    plan = lua_callout.plan(Topology(mode="lua-callout", options={"scorer": "prefix-cache", "pick_latency_ms": 5}),
+                            PortAllocator(), BACKENDS)
+    [spec] = plan.services
+    assert (spec.name, spec.module, spec.health_path) == ("callout", "services.callout", "/health")
+    assert spec.args == ["--endpoints", "127.0.0.1:8001=vllm-0,127.0.0.1:8002=vllm-1,127.0.0.1:8003=vllm-2",
+                         "--scorer", "prefix-cache", "--pick-latency", "5"]
+    assert plan.envoy_vars["callout_port"] == spec.port
+
+
+def test_plan_passes_options_to_the_lua_filter_as_a_config_table():
+    plan = lua_callout.plan(Topology(mode="lua-callout", options={"failure_mode_allow": True, "callout_timeout_ms": 250}),
+                            PortAllocator(), BACKENDS)
+    source = plan.envoy_vars["lua_callout_source"]
+    first_line, rest = source.split("\n", 1)
+    assert first_line == 'EPPKIT_CALLOUT = {["cluster"] = "callout", ["timeout_ms"] = 250, ["failure_mode_allow"] = true}'
+    assert "function envoy_on_request(handle)" in rest
+
+
+def test_without_body_routing_there_is_one_pool_and_no_router():
+    text, plan = render({})
+    assert [p["cluster"] for p in plan.envoy_vars["pools"]] == ["pool"]
+    assert "eppkit.body_router" not in text
+    assert "name: eppkit.lua_callout" in text
+    assert "ext_proc" not in text
+    assert "- name: pool_picked\n    type: ORIGINAL_DST" in text
+    assert "http_header_name: x-gateway-destination-endpoint" in text
+
+
+def test_body_routing_builds_one_pool_per_model_and_tells_the_callout_each_model():
+    text, plan = render({"body_routing": True})
+    pools = plan.envoy_vars["pools"]
+    assert [(p["model"], p["cluster"], [e.name for e in p["endpoints"]]) for p in pools] == [
+        ("m-a", "pool_m-a", ["vllm-0", "vllm-2"]),
+        ("org/m b", "pool_org_m_b", ["vllm-1"]),
+    ]
+    assert "127.0.0.1:8002=vllm-1@org/m b" in plan.services[0].args[1]
+    # the router comes first, then the callout, then Envoy's router
+    assert text.index("eppkit.body_router") < text.index("eppkit.lua_callout") < text.index("envoy.filters.http.router")
+    assert 'EPPKIT_BODY_ROUTER = {[\\"models\\"] = {\\"m-a\\", \\"org/m b\\"}}' in text
+    assert '{name: x-gateway-model-name, string_match: {exact: "org/m b"}}' in text
+    assert "route: {cluster: pool_org_m_b_picked, timeout: 0s}" in text
+    assert "status: 404" in text and "model_not_found" in text
+
+
+def test_body_routing_vars_are_empty_of_router_when_off():
+    assert lua_callout.body_routing_vars(Topology(), BACKENDS[:1])["body_router_source"] == ""

@@ -1,0 +1,80 @@
+"""The ext_proc and sidecar mode plug-ins and their Envoy templates (rendered, not run)."""
+
+import re
+
+import pytest
+
+from testbed import envoy_config
+from testbed.modes import plan
+from testbed.topology import Endpoint, PortAllocator, Topology
+
+pytestmark = pytest.mark.unit
+
+BACKENDS = [Endpoint("vllm-0", "127.0.0.1", 18001), Endpoint("vllm-1", "127.0.0.1", 18002, model="other")]
+BASE_VARS = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "backends": BACKENDS}
+
+
+def render(mode, **options):
+    p = plan(Topology(mode=mode, options=options), PortAllocator(), BACKENDS)
+    return p, envoy_config.render(mode, {**BASE_VARS, **p.envoy_vars})
+
+
+def arg(args, flag):
+    return args[args.index(flag) + 1]
+
+
+def test_ext_proc_plan_starts_the_epp_on_grpc_with_the_named_pool():
+    p, _ = render("ext_proc", scorer="prefix-cache", shed_queue_threshold=3)
+    (epp,) = p.services
+    assert (epp.name, epp.module, epp.health_path) == ("epp", "services.epp", None)
+    assert arg(epp.args, "--endpoints") == "vllm-0=127.0.0.1:18001,vllm-1=127.0.0.1:18002"
+    assert arg(epp.args, "--scorer") == "prefix-cache"
+    assert arg(epp.args, "--shed-queue-threshold") == "3"
+    assert p.envoy_vars["epp_port"] == epp.port
+
+
+def test_sidecar_plan_starts_the_frontend_first_and_points_the_epp_at_it():
+    p, _ = render("sidecar")
+    frontend, epp = p.services
+    assert (frontend.module, frontend.health_path) == ("services.frontend", "/health")
+    assert arg(epp.args, "--frontend-url") == f"http://127.0.0.1:{frontend.port}"
+    assert epp.health_path is None
+    assert p.envoy_vars["epp_port"] == epp.port != frontend.port
+
+
+def test_epp_disabled_keeps_envoy_pointed_at_a_port_nobody_serves():
+    p, text = render("ext_proc", epp_disabled=True)
+    assert p.services == []
+    assert f"port_value: {p.envoy_vars['epp_port']}" in text
+
+
+@pytest.mark.parametrize("mode", ["ext_proc", "sidecar"])
+@pytest.mark.parametrize("allow", [False, True])
+def test_failure_mode_allow_is_rendered(mode, allow):
+    _, text = render(mode, failure_mode_allow=allow)
+    assert f"failure_mode_allow: {'true' if allow else 'false'}" in text
+
+
+def test_template_speaks_the_epp_protocol():
+    _, text = render("ext_proc", epp_status_on_error=503)
+    assert "request_body_mode: FULL_DUPLEX_STREAMED" in text
+    assert "receiving_namespaces: {untyped: [envoy.lb]}" in text
+    assert "status_on_error: {code: 503}" in text
+    # The picked route keys on the EPP's metadata and goes to ORIGINAL_DST reading the header.
+    picked_route = text[text.index("- name: picked"):text.index("- name: default_pool")]
+    assert "filter: envoy.lb" in picked_route and "cluster: picked" in picked_route
+    assert re.search(r"type: ORIGINAL_DST\s+lb_policy: CLUSTER_PROVIDED", text)
+    assert "http_header_name: x-gateway-destination-endpoint" in text
+    # The EPP cluster speaks HTTP/2 and is health checked, without panic routing (fail-open relies on it).
+    epp_cluster = text[text.index("- name: epp"):text.index("- name: picked\n    type")]
+    assert "http2_protocol_options" in epp_cluster and "tcp_health_check" in epp_cluster
+    assert "healthy_panic_threshold: {value: 0}" in epp_cluster
+
+
+def test_body_routing_puts_the_model_router_before_the_epp_and_a_pool_per_model():
+    p, text = render("ext_proc", body_routing=True)
+    assert arg(p.services[0].args, "--endpoints") == "vllm-0=127.0.0.1:18001@mock-llm,vllm-1=127.0.0.1:18002@other"
+    assert text.index("eppkit.body_router") < text.index("envoy.filters.http.ext_proc")
+    assert "- name: pool_mock-llm" in text and "- name: pool_other" in text
+    routes = text[text.index("routes:"):text.index("clusters:")]
+    assert routes.index("- name: picked") < routes.index("x-gateway-model-name")  # a decision beats the per-model default

@@ -1,0 +1,76 @@
+"""The EPP's pool: parsing --endpoints, reading vLLM /metrics, health and load bookkeeping."""
+
+import pytest
+
+from services.epp.pool import Pool, parse_endpoints, parse_metrics
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        # (spec, [(name, address, models)])
+        ("vllm-0=127.0.0.1:8001", [("vllm-0", "127.0.0.1:8001", ())]),
+        ("127.0.0.1:8001", [("127.0.0.1:8001", "127.0.0.1:8001", ())]),  # bare address: address is the name
+        ("a=127.0.0.1:1@m1, b=127.0.0.1:2@m1|m2", [("a", "127.0.0.1:1", ("m1",)), ("b", "127.0.0.1:2", ("m1", "m2"))]),
+        ("", []),  # empty pool is allowed: every request then gets 503
+        ("a=127.0.0.1:1,,", [("a", "127.0.0.1:1", ())]),  # stray commas ignored
+    ],
+)
+def test_parse_endpoints_accepts_names_addresses_and_models(spec, expected):
+    got = [(ep.name, ep.address, ep.models) for ep in parse_endpoints(spec)]
+    assert got == expected
+
+
+@pytest.mark.parametrize("spec", ["vllm-0", "a=host", "a=:80", "a=h:port", "a=127.0.0.1:1,b=127.0.0.1:1"])
+def test_parse_endpoints_rejects_bad_items_and_duplicates(spec):
+    with pytest.raises(ValueError):
+        parse_endpoints(spec)
+
+
+def test_parse_metrics_sums_label_sets_and_skips_comments():
+    text = (
+        "# HELP vllm:num_requests_waiting Number of requests waiting.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        'vllm:num_requests_waiting{engine="0",model_name="a"} 2.0\n'
+        'vllm:num_requests_waiting{engine="1",model_name="a"} 1.0\n'
+        "vllm:num_requests_running 3\n"
+        "vllm:kv_cache_usage_perc NaN\n"
+        "garbage line\n"
+    )
+    m = parse_metrics(text)
+    assert m["vllm:num_requests_waiting"] == 3.0
+    assert m["vllm:num_requests_running"] == 3.0
+    assert "vllm:kv_cache_usage_perc" not in m
+
+
+def test_scrape_error_marks_down_and_success_brings_back_and_resets_recent_picks():
+    pool = Pool(parse_endpoints("a=127.0.0.1:1,b=127.0.0.1:2"))
+    a, b = pool.endpoints
+    pool.note_pick(a)
+    pool.note_pick(a)
+    assert a.queue_depth == 2
+
+    pool.record_scrape(b, None, error="refused")
+    assert [ep.name for ep in pool.healthy()] == ["a"]
+    assert b.last_error == "refused"
+
+    pool.record_scrape(a, {"vllm:num_requests_waiting": 1, "vllm:num_requests_running": 4})
+    pool.record_scrape(b, None)  # answered, but without metrics (404)
+    assert [ep.name for ep in pool.healthy()] == ["a", "b"]
+    assert (a.waiting, a.running, a.picked_since_scrape, a.queue_depth) == (1, 4, 0, 5)
+    assert b.waiting is None and "no metrics" in b.describe_load()
+
+
+def test_find_by_name_or_address():
+    pool = Pool(parse_endpoints("a=127.0.0.1:1,b=127.0.0.1:2"))
+    assert pool.find("b").address == "127.0.0.1:2"
+    assert pool.find(" 127.0.0.1:1 ").name == "a"
+    assert pool.find("c") is None
+
+
+def test_endpoint_without_models_serves_every_model():
+    a, b = parse_endpoints("a=127.0.0.1:1,b=127.0.0.1:2@m1")
+    assert a.serves("anything") and a.serves(None)
+    assert b.serves("m1") and not b.serves("m2") and b.serves(None)

@@ -1,0 +1,241 @@
+"""One ext_proc stream through the EPP's state machine: messages in, messages out, spans."""
+
+import asyncio
+import json
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from observability import otel
+from services.epp.picker import LocalPicker, PickError
+from services.epp.pool import Pool, parse_endpoints
+from services.epp.scorers import RoundRobin
+from services.epp.stream import Phase, StreamProcessor
+
+pytestmark = pytest.mark.unit
+
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+TRACEPARENT = f"00-{TRACE_ID}-b7ad6b7169203331-01"
+BODY = json.dumps({"model": "mock-llm", "prompt": "hello", "max_tokens": 2}).encode()
+
+
+class Spans:
+    """A private tracer whose finished spans can be looked up by name."""
+
+    def __init__(self):
+        self.exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.tracer = provider.get_tracer("test")
+
+    def by_name(self, name):
+        found = [s for s in self.exporter.get_finished_spans() if s.name == name]
+        assert found, f"no span named {name!r}; have {[s.name for s in self.exporter.get_finished_spans()]}"
+        return found[0]
+
+    def names(self):
+        return sorted(s.name for s in self.exporter.get_finished_spans())
+
+
+def headers_msg(path="/v1/completions", method="POST", end_of_stream=False, extra=None):
+    hm = base_pb2.HeaderMap()
+    for k, v in {":path": path, ":method": method, "content-type": "application/json", **(extra or {})}.items():
+        hm.headers.append(base_pb2.HeaderValue(key=k, raw_value=v.encode()))
+    return pb.ProcessingRequest(request_headers=pb.HttpHeaders(headers=hm, end_of_stream=end_of_stream))
+
+
+def body_msg(data: bytes, end_of_stream: bool):
+    return pb.ProcessingRequest(request_body=pb.HttpBody(body=data, end_of_stream=end_of_stream))
+
+
+def make_stream(spans, picker=None, endpoints="vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002"):
+    pool = Pool(parse_endpoints(endpoints))
+    picker = picker or LocalPicker(pool, RoundRobin())
+    return StreamProcessor(picker, spans.tracer, otel.extract({"traceparent": TRACEPARENT}))
+
+
+def feed(stream, *messages):
+    async def go():
+        out = []
+        for m in messages:
+            out.append(await stream.handle(m))
+        return out
+
+    return asyncio.run(go())
+
+
+def set_headers(resp: pb.ProcessingResponse) -> dict:
+    common = resp.request_headers.response
+    return {h.header.key: h.header.raw_value.decode() for h in common.header_mutation.set_headers}
+
+
+def test_body_is_buffered_then_decision_and_body_go_out_together():
+    spans = Spans()
+    stream = make_stream(spans)
+    half = len(BODY) // 2
+    out = feed(stream, headers_msg(), body_msg(BODY[:half], False), body_msg(BODY[half:], True))
+    assert out[0] == [] and out[1] == []  # nothing is answered while the body is buffering
+    headers_resp, body_resp = out[2]
+    assert headers_resp.WhichOneof("response") == "request_headers"
+    assert set_headers(headers_resp) == {
+        "x-gateway-destination-endpoint": "127.0.0.1:8001",
+        "content-length": str(len(BODY)),
+    }
+    assert headers_resp.request_headers.response.clear_route_cache
+    md = headers_resp.dynamic_metadata.fields["envoy.lb"].struct_value.fields
+    assert md["x-gateway-destination-endpoint"].string_value == "127.0.0.1:8001,127.0.0.1:8002"
+    streamed = body_resp.request_body.response.body_mutation.streamed_response
+    assert streamed.body == BODY and streamed.end_of_stream
+    assert stream.phase is Phase.FORWARDED
+
+
+def test_spans_process_pick_inject_under_envoys_context_and_closed_before_answer():
+    spans = Spans()
+    stream = make_stream(spans)
+    feed(stream, headers_msg(), body_msg(BODY, True))
+    process, pick, inject = spans.by_name("epp.process"), spans.by_name("epp.pick"), spans.by_name("epp.inject")
+    assert format(process.context.trace_id, "032x") == TRACE_ID
+    assert format(process.parent.span_id, "016x") == "b7ad6b7169203331"
+    assert pick.parent.span_id == process.context.span_id == inject.parent.span_id
+    assert pick.end_time <= inject.start_time <= inject.end_time <= process.end_time
+    assert pick.attributes["epp.endpoint"] == "127.0.0.1:8001"
+    assert pick.attributes["epp.endpoint.name"] == "vllm-0"
+    assert pick.attributes["epp.scorer"] == "round-robin"
+    assert pick.attributes["epp.reason"].startswith("round-robin")
+    assert pick.attributes["gen_ai.request.model"] == "mock-llm"
+    assert process.attributes["epp.endpoint"] == "127.0.0.1:8001"
+
+
+def test_request_without_body_is_decided_on_headers():
+    spans = Spans()
+    stream = make_stream(spans)
+    (out,) = feed(stream, headers_msg(path="/v1/models", method="GET", end_of_stream=True))
+    assert len(out) == 1
+    assert set_headers(out[0]) == {"x-gateway-destination-endpoint": "127.0.0.1:8001"}
+    assert stream.phase is Phase.FORWARDED
+
+
+def test_trailers_end_the_body_and_get_their_own_answer():
+    spans = Spans()
+    stream = make_stream(spans)
+    out = feed(
+        stream,
+        headers_msg(),
+        body_msg(BODY, False),
+        pb.ProcessingRequest(request_trailers=pb.HttpTrailers()),
+    )
+    kinds = [m.WhichOneof("response") for m in out[2]]
+    assert kinds == ["request_headers", "request_body", "request_trailers"]
+    assert not out[2][1].request_body.response.body_mutation.streamed_response.end_of_stream
+
+
+def test_forced_endpoint_by_name_wins_with_the_rest_as_fallbacks():
+    spans = Spans()
+    stream = make_stream(spans, endpoints="a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3")
+    out = feed(stream, headers_msg(extra={"x-eppkit-force-endpoint": "c, nope, 127.0.0.1:1"}), body_msg(BODY, True))
+    headers_resp = out[1][0]
+    assert set_headers(headers_resp)["x-gateway-destination-endpoint"] == "127.0.0.1:3"
+    md = headers_resp.dynamic_metadata.fields["envoy.lb"].struct_value.fields
+    assert md["x-gateway-destination-endpoint"].string_value == "127.0.0.1:3,127.0.0.1:1"
+    assert spans.by_name("epp.pick").attributes["epp.scorer"] == "forced"
+
+
+@pytest.mark.parametrize(
+    "endpoints, extra_headers, body, status, code",
+    [
+        # (pool, request headers, body, expected status, expected error code)
+        ("", {}, BODY, 503, "no_endpoint"),  # empty pool
+        ("a=127.0.0.1:1", {"x-eppkit-force-endpoint": "zzz"}, BODY, 503, "no_endpoint"),  # forced outside the pool
+        ("a=127.0.0.1:1", {}, b"{not json", 400, "invalid_request_body"),
+        ("a=127.0.0.1:1", {}, b"[1, 2]", 400, "invalid_request_body"),
+        ("a=127.0.0.1:1@other", {}, BODY, 404, "model_not_found"),
+    ],
+)
+def test_no_decision_becomes_an_openai_style_immediate_response(endpoints, extra_headers, body, status, code):
+    spans = Spans()
+    stream = make_stream(spans, endpoints=endpoints)
+    out = feed(stream, headers_msg(extra=extra_headers), body_msg(body, True))
+    (resp,) = out[1]
+    imm = resp.immediate_response
+    assert imm.status.code == status
+    error = json.loads(imm.body)["error"]
+    assert error["code"] == code and error["message"]
+    assert {h.header.key: h.header.raw_value for h in imm.headers.set_headers}["content-type"] == b"application/json"
+    assert stream.phase is Phase.CLOSED
+    process = spans.by_name("epp.process")
+    assert not process.status.is_ok
+    assert process.attributes["http.response.status_code"] == status
+
+
+def test_all_endpoints_over_the_waiting_threshold_are_shed_with_429():
+    spans = Spans()
+    pool = Pool(parse_endpoints("a=127.0.0.1:1,b=127.0.0.1:2"))
+    for ep in pool.endpoints:
+        pool.record_scrape(ep, {"vllm:num_requests_waiting": 2, "vllm:num_requests_running": 4})
+    stream = StreamProcessor(LocalPicker(pool, RoundRobin(), shed_threshold=2), spans.tracer)
+    out = feed(stream, headers_msg(), body_msg(BODY, True))
+    assert out[1][0].immediate_response.status.code == 429
+    assert "waiting queue" in json.loads(out[1][0].immediate_response.body)["error"]["message"]
+    # One endpoint under the threshold: no shedding.
+    pool.record_scrape(pool.endpoints[1], {"vllm:num_requests_waiting": 1})
+    stream = StreamProcessor(LocalPicker(pool, RoundRobin(), shed_threshold=2), spans.tracer)
+    out = feed(stream, headers_msg(), body_msg(BODY, True))
+    assert out[1][0].WhichOneof("response") == "request_headers"
+
+
+def test_a_crashing_picker_still_answers_envoy():
+    class Broken:
+        scorer_name = "broken"
+
+        async def pick(self, request):
+            raise RuntimeError("boom")
+
+        async def close(self):
+            pass
+
+    spans = Spans()
+    stream = make_stream(spans, picker=Broken())
+    out = feed(stream, headers_msg(), body_msg(BODY, True))
+    assert out[1][0].immediate_response.status.code == 500
+
+
+def test_pick_error_carries_status_and_code():
+    err = PickError(429, "full", code="shed", scorer="least-queue")
+    assert (err.status, err.code, err.scorer, str(err)) == (429, "shed", "least-queue", "full")
+
+
+def test_stream_closed_before_end_of_body_ends_the_span_as_error():
+    spans = Spans()
+    stream = make_stream(spans)
+    feed(stream, headers_msg(), body_msg(BODY[:5], False))
+    stream.close("client went away")
+    process = spans.by_name("epp.process")
+    assert not process.status.is_ok
+    assert "client went away" in process.attributes["epp.reason"]
+    assert spans.names() == ["epp.process"]
+
+
+def test_response_path_messages_are_passed_through_unchanged():
+    spans = Spans()
+    stream = make_stream(spans)
+    out = feed(
+        stream,
+        headers_msg(),
+        body_msg(BODY, True),
+        pb.ProcessingRequest(response_headers=pb.HttpHeaders()),
+        pb.ProcessingRequest(response_body=pb.HttpBody(body=b"data: x\n\n", end_of_stream=True)),
+    )
+    assert out[2][0].WhichOneof("response") == "response_headers"
+    streamed = out[3][0].response_body.response.body_mutation.streamed_response
+    assert streamed.body == b"data: x\n\n" and streamed.end_of_stream
+
+
+def test_out_of_order_messages_are_ignored():
+    spans = Spans()
+    stream = make_stream(spans)
+    assert feed(stream, body_msg(BODY, True)) == [[]]
+    assert stream.phase is Phase.AWAIT_HEADERS

@@ -1,0 +1,108 @@
+"""Every bad input gets an OpenAI-style error with the right status; the server lives on."""
+
+import asyncio
+import json
+
+import pytest
+
+from services.vllm.testing import chat_body, in_process, make_mock
+
+pytestmark = pytest.mark.unit
+
+CHAT = "/v1/chat/completions"
+COMP = "/v1/completions"
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+CASES = [
+    # (id, path, raw body or JSON-able, extra headers, status, text in message)
+    ("invalid-json", CHAT, b'{"model": ', {}, 400, "Invalid JSON"),
+    ("not-utf8", CHAT, b"\xff\xfe\x00", {}, 400, "Invalid JSON"),
+    ("empty-body", CHAT, b"", {}, 400, "Invalid JSON"),
+    ("json-array", CHAT, [1, 2], {}, 400, "must be a JSON object"),
+    ("missing-model", CHAT, {"messages": MSG}, {}, 400, "'model' is a required property"),
+    ("model-not-string", CHAT, {"model": 3, "messages": MSG}, {}, 400, "'model' must be a string"),
+    ("unknown-model", CHAT, {"model": "gpt-9", "messages": MSG}, {}, 404, "The model `gpt-9` does not exist."),
+    ("missing-messages", CHAT, {"model": "mock-llm"}, {}, 400, "'messages' is a required property"),
+    ("messages-not-list", CHAT, {"model": "mock-llm", "messages": "hi"}, {}, 400, "'messages' must be an array"),
+    ("messages-empty", CHAT, {"model": "mock-llm", "messages": []}, {}, 400, "at least one message"),
+    ("message-not-object", CHAT, {"model": "mock-llm", "messages": ["hi"]}, {}, 400, "'messages[0]' must be an object"),
+    ("role-missing", CHAT, {"model": "mock-llm", "messages": [{"content": "x"}]}, {}, 400, "'messages[0].role' must be a string"),
+    ("content-number", CHAT, {"model": "mock-llm", "messages": [{"role": "user", "content": 5}]}, {}, 400, "'messages[0].content'"),
+    ("content-part-no-type", CHAT, {"model": "mock-llm", "messages": [{"role": "user", "content": [{"text": "x"}]}]}, {}, 400, "with a 'type'"),
+    ("text-part-no-text", CHAT, {"model": "mock-llm", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, {}, 400, ".text' must be a string"),
+    ("max-tokens-string", CHAT, chat_body(max_tokens="5"), {}, 400, "'max_tokens' must be an integer"),
+    ("max-tokens-bool", CHAT, chat_body(max_tokens=True), {}, 400, "'max_tokens' must be an integer"),
+    ("max-tokens-zero", CHAT, chat_body(max_tokens=0), {}, 400, "at least 1"),
+    ("stream-string", CHAT, chat_body(stream="yes"), {}, 400, "'stream' must be a boolean"),
+    ("stream-options-list", CHAT, chat_body(stream=True, stream_options=[]), {}, 400, "'stream_options' must be an object"),
+    ("temperature-string", CHAT, chat_body(temperature="hot"), {}, 400, "'temperature' must be a number"),
+    ("seed-float", CHAT, chat_body(seed=1.5), {}, 400, "'seed' must be an integer"),
+    ("n-two", CHAT, chat_body(n=2), {}, 400, "n=1 only"),
+    ("context-length", CHAT, chat_body(" ".join(["w"] * 60), max_tokens=50), {}, 400, "maximum context length is 100 tokens"),
+    ("missing-prompt", COMP, {"model": "mock-llm"}, {}, 400, "'prompt' is a required property"),
+    ("prompt-object", COMP, {"model": "mock-llm", "prompt": {"a": 1}}, {}, 400, "'prompt' must be"),
+    ("bad-ttft-header", CHAT, chat_body(), {"x-mock-ttft-ms": "soon"}, 400, "x-mock-ttft-ms must be a number"),
+    ("negative-itl-header", CHAT, chat_body(), {"x-mock-itl-ms": "-1"}, 400, "x-mock-itl-ms cannot be negative"),
+    ("unknown-failure-header", CHAT, chat_body(), {"x-mock-failure": "meltdown"}, 400, "unknown failure type"),
+    ("multipart-no-boundary", CHAT, b"--x\r\n\r\n{}", {"Content-Type": "multipart/mixed"}, 400, "boundary"),
+    ("multipart-wrong-first-part", CHAT, b'--b\r\nContent-Disposition: form-data; name="metadata"\r\n\r\n{}\r\n--b--', {"Content-Type": "multipart/mixed; boundary=b"}, 400, "first part must be 'request_payload'"),
+    ("multipart-closed-early", CHAT, b"--b--", {"Content-Type": "multipart/mixed; boundary=b"}, 400, "closed before any part"),
+]
+
+
+@pytest.mark.parametrize("path, body, headers, status, text", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_gets_openai_error(path, body, headers, status, text):
+    mock, rec = make_mock(time_to_first_token=0, inter_token_latency=0, max_model_len=100)
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            h = {"Content-Type": "application/json", **headers}
+            r = await c.post(path, data=data, headers=h)
+            payload = await r.json()
+            ok = await c.post(CHAT, json=chat_body(max_tokens=1))  # still serving
+            return r, payload, ok.status
+
+    resp, payload, after = run(go())
+    assert resp.status == status, payload
+    assert text in payload["error"]["message"]
+    assert payload["error"]["type"] and payload["error"]["code"] is not None
+    assert resp.headers["x-inference-pod"] == "vllm-0"
+    assert after == 200
+    errors = [s for s in rec.by_name("llm_request") if s.status.status_code.name == "ERROR"]
+    assert len(errors) == 1 and errors[0].attributes["http.response.status_code"] == status
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_oversized_body_gets_413(chunked):
+    mock, _ = make_mock(time_to_first_token=0, max_body_bytes=1000)
+    big = json.dumps(chat_body("x" * 5000)).encode()
+
+    async def gen():
+        for i in range(0, len(big), 500):
+            yield big[i : i + 500]
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post(CHAT, data=gen() if chunked else big, headers={"Content-Type": "application/json"})
+            return r.status, await r.json()
+
+    status, payload = run(go())
+    assert status == 413
+    assert "exceeds the limit of 1000 bytes" in payload["error"]["message"]
+
+
+def test_wrong_method_is_an_openai_error_not_html():
+    mock, _ = make_mock()
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.get(CHAT)
+            return r.status, await r.json()
+
+    status, payload = run(go())
+    assert status == 405 and "error" in payload
