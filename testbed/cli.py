@@ -27,6 +27,10 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttft-ms", type=float, default=200.0, help="mock time to first token (default: %(default)s)")
     p.add_argument("--itl-ms", type=float, default=20.0, help="mock inter-token latency (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for the mocks (default: %(default)s)")
+    p.add_argument("--kv-ms", type=float, default=20.0, help="KV transfer time in P/D flows (default: %(default)s)")
+    p.add_argument("--prefill", type=int, default=1, help="prefill instances in pd/epd/ttft; 0 in epd = E+PD (default: %(default)s)")
+    p.add_argument("--decode", type=int, default=1, help="decode instances (each behind a pd-sidecar) (default: %(default)s)")
+    p.add_argument("--encoders", type=int, default=2, help="encoders in the epd flow (default: %(default)s)")
 
 
 def _topology(args) -> Topology:
@@ -34,6 +38,7 @@ def _topology(args) -> Topology:
         mode=args.mode, flow=args.flow,
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
         time_to_first_token_ms=args.ttft_ms, inter_token_latency_ms=args.itl_ms, seed=args.seed,
+        kv_transfer_ms=args.kv_ms, prefill=args.prefill, decode=args.decode, encoders=args.encoders,
     )
 
 
@@ -68,7 +73,12 @@ def cmd_run(args) -> int:
     from observability import waterfall
     from observability.jaeger_client import TraceIncomplete
 
-    body = {"model": "mock-llm", "messages": [{"role": "user", "content": args.prompt}],
+    content: object = args.prompt
+    if args.images:
+        content = [{"type": "text", "text": args.prompt}] + [
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{'QUJD' * (16 + i)}"}}
+            for i in range(args.images)]
+    body = {"model": "mock-llm", "messages": [{"role": "user", "content": content}],
             "max_tokens": args.max_tokens, "stream": not args.no_stream}
     t0 = time.monotonic()
     with create(_topology(args), runtime=args.runtime) as bed:
@@ -106,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--prompt", default="Explain disaggregated prefill and decode in one sentence.")
     run.add_argument("--max-tokens", type=int, default=16)
     run.add_argument("--no-stream", action="store_true", help="send a non-streaming request")
+    run.add_argument("--images", type=int, default=0, help="attach N images (for the epd flow)")
     args = parser.parse_args(argv)
 
     signal.signal(signal.SIGTERM, _raise_interrupt)

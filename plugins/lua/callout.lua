@@ -120,7 +120,8 @@ function envoy_on_request(handle)
       metadata:set(METADATA_NAMESPACE, "status", "picked " .. endpoint)
       return
     end
-    return respond_callout_unavailable(handle, "answer without a usable endpoint: " .. tostring(endpoint))
+    respond_callout_unavailable(handle, "answer without a usable endpoint: " .. tostring(endpoint))
+    return
   end
 
   if status >= 400 and status < 600 and is_json(response_headers) then

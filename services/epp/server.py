@@ -22,6 +22,8 @@ log = logging.getLogger("epp")
 def incoming_context(context: grpc.aio.ServicerContext):
     """The W3C trace context Envoy put into the gRPC initial metadata (``traceparent``)."""
     metadata = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("stream metadata: %s", {k: v for k, v in metadata.items() if k in ("traceparent", "tracestate", "x-request-id")} | {"keys": sorted(metadata)})
     return otel.extract(metadata)
 
 

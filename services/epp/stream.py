@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from typing import Awaitable, Callable
 
 from opentelemetry import context as otel_context
@@ -67,7 +66,6 @@ class StreamProcessor:
         self.decision: Decision | None = None
         self.error: PickError | None = None
         self._span: trace.Span | None = None
-        self._started = time.monotonic()
 
     # ------------------------------------------------------------------ dispatch
     async def handle(self, request: pb.ProcessingRequest) -> Responses:

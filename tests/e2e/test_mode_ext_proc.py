@@ -318,3 +318,16 @@ def test_large_bodies_are_buffered_and_passed_through_unchanged(bed):
     assert result.status == 400, result.body
     assert f"{words} in the messages" in json.dumps(result.body)
     assert result.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}
+
+
+def test_response_path_through_the_epp_is_passed_through_unchanged(testbed_factory):
+    # epp_process_response keeps the gRPC stream open for the response (the multipart flow needs it).
+    bed = testbed_factory(ext_proc_topology(epp_process_response=True))
+    client = bed.client()
+    result = client.chat(chat_body(max_tokens=6))
+    client.flush()
+    assert result.status == 200, result.body
+    assert result.body["usage"]["completion_tokens"] == 6 and result.text
+    check = TraceCheck(served_trace(bed, result))
+    # With the response path processed, Envoy keeps its ext_proc span open until the response ends.
+    assert check.one(EXT_PROC_CALL).end_us >= check.one("llm_request").end_us

@@ -152,6 +152,19 @@ def test_callout_down_fails_closed_with_a_502_by_default(bed):
     TraceCheck(trace).absent("llm_request", "vllm")
 
 
+def test_a_callout_slower_than_its_timeout_counts_as_down(testbed_factory):
+    bed = testbed_factory(lua_callout_topology(callout_timeout_ms=100, pick_latency_ms=400))
+    client = bed.client()
+    result = client.chat(chat_body())
+    client.flush()
+    assert result.status == 502, result.body
+    assert "callout returned 504" in result.body["error"]["message"]
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", CALLOUT_CALL)], quiet_s=1.0)
+    check = TraceCheck(trace)
+    check.absent("llm_request", "vllm")
+    check.duration(check.one(CALLOUT_CALL), 100.0, 30.0)
+
+
 def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory):
     bed = testbed_factory(lua_callout_topology(failure_mode_allow=True))
     bed.services["callout"].process.stop()

@@ -10,6 +10,11 @@ same multipart request through each, and prints what the backend saw:
                         headers (after a simulated prefill). Two-phase: part 1 only.
   part2_after_headers_ms  when the rest of the body arrived, relative to the headers.
 
+With --vllm the backend is the kit's mock vLLM in its multipart mode (services/vllm): part 1
+is the OpenAI request (request_payload), part 2 the metadata; the mock prefills on part 1,
+writes headers and the first token, then waits for the metadata (span vllm.await_metadata)
+and reports it in the response (multipart_metadata).
+
 Everything binds 127.0.0.1; Envoy is stopped with SIGINT, then killed after 5 s.
 """
 
@@ -81,13 +86,14 @@ async def backend(request: web.Request) -> web.StreamResponse:
     return resp
 
 
-async def send(port: int, body: bytes, n1: int) -> dict:
+async def send(port: int, body: bytes, n1: int, extra_headers: dict | None = None) -> dict:
     async with ClientSession() as s:
         t0 = time.monotonic()
         async with s.post(
             f"http://127.0.0.1:{port}/v1/completions",
             data=body,
-            headers={"content-type": f"multipart/form-data; boundary={BOUNDARY}", "x-probe-part1-len": str(n1)},
+            headers={"content-type": f"multipart/form-data; boundary={BOUNDARY}", "x-probe-part1-len": str(n1),
+                     **(extra_headers or {})},
         ) as r:
             first = None
             chunks = []
@@ -104,18 +110,77 @@ async def send(port: int, body: bytes, n1: int) -> dict:
             }
 
 
+def vllm_body(stream: bool = False) -> tuple[bytes, str, str]:
+    """(body, content type, split marker) for the mock vLLM's multipart mode."""
+    from services.vllm import multipart
+
+    payload = json.dumps({"model": "mock-llm", "prompt": "hello " * 50, "max_tokens": 4, "stream": stream}).encode()
+    metadata = json.dumps({"kv_transfer_params": {"remote_block_ids": [1, 2, 3]}}).encode()
+    body = (multipart.encode_part(BOUNDARY, multipart.PAYLOAD_PART, payload, first=True)
+            + multipart.encode_part(BOUNDARY, multipart.METADATA_PART, metadata)
+            + multipart.closing(BOUNDARY))
+    marker = f'\r\n--{BOUNDARY}\r\nContent-Disposition: form-data; name="{multipart.METADATA_PART}"'
+    return body, f"multipart/mixed; boundary={BOUNDARY}", marker
+
+
+async def send_vllm_with(port: int, body: bytes, content_type: str, headers: dict) -> dict:
+    async with ClientSession() as s:
+        t0 = time.monotonic()
+        async with s.post(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                          headers={"content-type": content_type, **headers}) as r:
+            first, chunks = None, []
+            async for chunk in r.content.iter_any():
+                first = first or time.monotonic()
+                chunks.append(chunk)
+            text = b"".join(chunks).decode()
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                # SSE: the final chunk carries multipart_metadata
+                events = [json.loads(ln[6:]) for ln in text.splitlines()
+                          if ln.startswith("data: {")]
+                answer = next((e for e in events if "multipart_metadata" in e or "error" in e), {"raw": text[:500]})
+            return {
+                "status": r.status,
+                "served_by": r.headers.get("x-inference-pod"),
+                "client_first_byte_ms": round((first - t0) * 1000, 1),
+                "client_total_ms": round((time.monotonic() - t0) * 1000, 1),
+                "multipart_metadata": answer.get("multipart_metadata", answer.get("error", answer)),
+            }
+
+
 async def main() -> int:
     lib = dynmod_build.build()
     ports = PortAllocator()
     backend_port, probe_port, control_port, admin_port = (ports.port() for _ in range(4))
-    runner = web.AppRunner(web.Application())
-    runner.app.router.add_post("/v1/completions", backend)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", backend_port).start()
+    use_vllm = "--vllm" in sys.argv[1:]
+    vllm = None
+    if use_vllm:
+        vllm_log = open(Path(tempfile.mkdtemp(prefix="eppkit-multipart-vllm-")) / "vllm.log", "w")
+        vllm = subprocess.Popen([sys.executable, "-m", "services.vllm", "--port", str(backend_port),
+                                 "--instance", "vllm-0", "--time-to-first-token", str(PREFILL_S * 1000),
+                                 "--inter-token-latency", "5"], cwd=REPO, stdout=vllm_log, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            try:
+                async with ClientSession() as s, s.get(f"http://127.0.0.1:{backend_port}/health") as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            await asyncio.sleep(0.1)
+        runner = None
+    else:
+        runner = web.AppRunner(web.Application())
+        runner.app.router.add_post("/v1/completions", backend)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", backend_port).start()
 
     results = {}
-    for inject_after in ("headers", "first_data"):
-        probe_config = json.dumps({"cluster": "backend", "split_marker": MARKER, "inject_after": inject_after})
+    variants = [("headers", "backend"), ("first_data", "backend"), ("headers", "backend_picked")]
+    for inject_after, cluster in variants:
+        marker = vllm_body()[2] if use_vllm else MARKER
+        probe_config = json.dumps({"cluster": cluster, "split_marker": marker, "inject_after": inject_after})
+        name = f"probe (inject_after={inject_after}, cluster={cluster})"
         config = string.Template((HERE / "envoy.yaml.tmpl").read_text()).substitute(
             admin_port=admin_port, probe_port=probe_port, control_port=control_port,
             backend_port=backend_port, dynmod_path=lib, probe_config=probe_config.replace("'", "''"),
@@ -135,10 +200,20 @@ async def main() -> int:
                 if envoy.poll() is not None:
                     raise RuntimeError(f"envoy exited: {(workdir / 'envoy.log').read_text()[-3000:]}")
                 await asyncio.sleep(0.1)
-            body, n1 = multipart_body()
-            results[f"probe (inject_after={inject_after})"] = await send(probe_port, body, n1)
-            if inject_after == "headers":
-                results["control (plain router)"] = await send(control_port, body, n1)
+            picked = {"x-gateway-destination-endpoint": f"127.0.0.1:{backend_port}"}
+            if use_vllm:
+                # first_data needs a streamed first token: a non-streaming backend writes only
+                # headers before the metadata, so waiting for body data would deadlock.
+                body, content_type, _ = vllm_body(stream=inject_after == "first_data")
+                headers = picked if cluster == "backend_picked" else {}
+                results[name] = await send_vllm_with(probe_port, body, content_type, headers)
+                if not any(k.startswith("control") for k in results):
+                    results["control (plain router)"] = await send_vllm_with(control_port, body, content_type, {})
+            else:
+                body, n1 = multipart_body()
+                results[name] = await send(probe_port, body, n1, picked if cluster == "backend_picked" else None)
+                if not any(k.startswith("control") for k in results):
+                    results["control (plain router)"] = await send(control_port, body, n1)
         finally:
             # SIGINT first so Envoy drains and exits on its own; kill only if it hangs.
             envoy.send_signal(signal.SIGINT)
@@ -150,14 +225,27 @@ async def main() -> int:
             log.close()
         events = [ln.split("eppkit_multipart_probe: ", 1)[1] for ln in (workdir / "envoy.log").read_text().splitlines()
                   if "eppkit_multipart_probe: part1" in ln]
-        results[f"probe (inject_after={inject_after})"]["module_events"] = events[-1] if events else None
+        results[name]["module_events"] = events[-1] if events else None
         shutil.rmtree(workdir, ignore_errors=True)
-    await runner.cleanup()
+    if runner is not None:
+        await runner.cleanup()
+    if vllm is not None:
+        vllm.send_signal(signal.SIGINT)
+        try:
+            vllm.wait(5)
+        except subprocess.TimeoutExpired:
+            vllm.kill()
+            vllm.wait()
     print(json.dumps(results, indent=2))
-    ok = all(
-        r["bytes_before_headers"] == r["part1_bytes"] and r["closing_boundary_seen"] and r["status"] == 200
-        for k, r in results.items() if k.startswith("probe")
-    )
+    if use_vllm:
+        ok = all(r["status"] == 200 and isinstance(r["multipart_metadata"], dict)
+                 and r["multipart_metadata"].get("received") and "part2_sent_after" in (r.get("module_events") or "")
+                 for k, r in results.items() if k.startswith("probe"))
+    else:
+        ok = all(
+            r["bytes_before_headers"] == r["part1_bytes"] and r["closing_boundary_seen"] and r["status"] == 200
+            for k, r in results.items() if k.startswith("probe")
+        )
     print("two-phase observed on every probe run:", ok)
     return 0 if ok else 1
 

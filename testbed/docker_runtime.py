@@ -1,0 +1,234 @@
+"""The docker runtime: the local runtime's testbed with every component in its own container.
+
+Same topology in, same handles out (:class:`DockerTestbed` is a :class:`LocalTestbed` whose
+components are :class:`~testbed.containers.ManagedContainer` s). Containers use host
+networking and bind 127.0.0.1 on the ports the testbed picked, so URLs, rendered configs and
+readiness checks are the local runtime's. Files a component reads (envoy.yaml, jaeger.yaml,
+a dynamic module's .so, ...) are bind-mounted read-only at the same absolute path, so no
+config is rewritten.
+
+Images come from :mod:`testbed.images` (pulled when a registry answers, built from local
+artifacts when not). Start order and stop order are the local runtime's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from testbed import envoy_config, envoy_process, flows, images, modes
+from testbed.containers import ManagedContainer, engine_version
+from testbed.jaeger import JaegerProcess
+from testbed.local import LocalTestbed, ServiceHandle
+from testbed.readiness import AllReady, HttpReady, LogLineReady, TcpReady
+from testbed.topology import PortAllocator, ServiceSpec, Topology
+
+ENVOY_ENTRYPOINT = ["/usr/local/bin/envoy"]  # the same path in the official image and in ours
+# Never bind-mounted even when a config names them.
+_SYSTEM_DIRS = {"dev", "proc", "sys", "etc", "usr", "bin", "sbin", "lib", "lib64", "boot", "run", "var"}
+_PATH_RE = re.compile(r"(?<![\w.:/-])(/[\w.@%+=,~-]+(?:/[\w.@%+=,~-]+)+)")
+
+
+def available() -> tuple[bool, str]:
+    """(True, version) when a Docker engine answers; (False, how to get one) when not."""
+    version = engine_version()
+    if version is None:
+        return False, ("no Docker engine answers (docker.sock). Install Docker (https://docs.docker.com/engine/install/, "
+                       "or `apt-get install docker.io` on Debian) and start it, or pass --runtime local")
+    return True, version
+
+
+def progress(message: str) -> None:
+    print(f"[images] {message}", file=sys.stderr, flush=True)
+
+
+def _is_system(path: Path) -> bool:
+    """Inside the image's own folders (/dev, /etc, /usr, ...): never shadowed by a host mount."""
+    return len(path.parts) < 2 or path.parts[1] in _SYSTEM_DIRS
+
+
+def host_paths(text: str, *, skip_under: tuple[Path, ...] = ()) -> list[Path]:
+    """Absolute paths named in ``text`` that exist on this host (files or folders), outside ``skip_under``."""
+    found: dict[str, Path] = {}
+    for match in _PATH_RE.finditer(text):
+        path = Path(match.group(1))
+        if _is_system(path) or not path.exists() or any(path == s or s in path.parents for s in skip_under):
+            continue
+        found[str(path)] = path
+    return list(found.values())
+
+
+def mount_for_arg(value: str) -> Path | None:
+    """The host path to share for one service argument that is an absolute path, or None.
+
+    An existing path is shared as is; one that does not exist yet (a cache folder the
+    service will create) is shared through its parent, so every container sees the same files.
+    """
+    if not value.startswith("/"):
+        return None
+    path = Path(value)
+    if _is_system(path):
+        return None
+    if path.exists():
+        return path
+    parent = path.parent
+    if parent.exists() and len(parent.parts) > 2:  # never "/" or a top-level folder such as /tmp
+        return parent
+    return None
+
+
+class JaegerContainer(JaegerProcess):
+    """Jaeger v2 in a container: JaegerProcess's surface (api_url, otlp_grpc_endpoint, ports, process, stop)."""
+
+    def __init__(self, run_dir: Path, image: str | None = None, ports: PortAllocator | None = None,
+                 max_traces: int = 200_000):
+        # Not JaegerProcess.__init__: no host binary is needed when the image is the official one.
+        self.run_dir = Path(run_dir)
+        self.image = image
+        alloc = ports or PortAllocator()
+        from testbed.jaeger import JaegerPorts
+
+        self.ports = JaegerPorts(alloc.port(), alloc.port(), alloc.port(), alloc.port(), alloc.port())
+        self.max_traces = max_traces
+        self.binary = None
+        self.process: ManagedContainer | None = None
+
+    def start(self) -> "JaegerContainer":
+        image = self.image or images.ensure(progress).jaeger
+        config = self.render_config()
+        self.process = ManagedContainer("jaeger", image, ["--config", str(config)], self.run_dir / "jaeger.log",
+                                        extra_labels={"eppkit.testbed": self.run_dir.name})
+        self.process.with_mount(config, "ro")
+        self.process.start()
+        self.process.wait_ready(HttpReady(f"http://127.0.0.1:{self.ports.health}/status"),
+                                hint="Jaeger's health endpoint never answered; is another Jaeger holding the ports?")
+        self.process.wait_ready(HttpReady(f"{self.api_url}/api/services"))
+        return self
+
+
+class EnvoyContainer:
+    """Envoy in a container: EnvoyProcess's surface (process, admin_url, start, stop), the same flags."""
+
+    def __init__(self, image: str, config_path: Path, log_path: Path, admin_port: int, *, concurrency: int = 2,
+                 env: dict[str, str] | None = None, log_level: str = "info", mounts: list[Path] = (),
+                 labels: dict[str, str] | None = None):
+        argv = ["-c", str(config_path), "--concurrency", str(concurrency),
+                # Several Envoys share this machine (and its loopback); hot restart's shared memory would clash.
+                "--disable-hot-restart", "--log-level", log_level]
+        self.process = ManagedContainer("envoy", image, argv, log_path, entrypoint=ENVOY_ENTRYPOINT,
+                                        extra_labels=labels).with_env(**(env or {}))
+        self.process.with_mount(config_path, "ro")
+        for path in mounts:
+            self.process.with_mount(path, "ro")
+        self.admin_url = f"http://127.0.0.1:{admin_port}"
+
+    def start(self) -> "EnvoyContainer":
+        self.process.start()
+        self.process.wait_ready(
+            AllReady((LogLineReady("starting main dispatch loop"), HttpReady(f"{self.admin_url}/ready", body_contains="LIVE"))),
+            hint="Envoy refused its config or could not bind; the rendered config is next to this log.",
+        )
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def __enter__(self) -> "EnvoyContainer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class DockerTestbed(LocalTestbed):
+    """LocalTestbed's handles and lifecycle; components in containers (see the module docstring)."""
+
+    runtime = "docker"
+
+    def __init__(self, topology: Topology, *, jaeger=None, run_dir: Path | None = None,
+                 envoy_env: dict[str, str] | None = None, image_set: images.ImageSet | None = None):
+        super().__init__(topology, jaeger=jaeger, run_dir=run_dir, envoy_env=envoy_env)
+        self.image_set = image_set
+
+    def _labels(self) -> dict[str, str]:
+        return {"eppkit.testbed": self.run_dir.name}
+
+    # Mirrors LocalTestbed._start step for step; only how each component runs differs.
+    def _start(self) -> None:
+        if self.image_set is None:
+            self.image_set = images.ensure(progress)
+        if self._jaeger is None:
+            self._jaeger = JaegerContainer(self.run_dir, image=self.image_set.jaeger, ports=self.ports).start()
+        env = {"EPPKIT_OTLP_ENDPOINT": self.otlp_endpoint}
+        layout = flows.plan(self.topology, self.ports, self.run_dir)
+        for spec in layout.services:
+            self._start_service(spec, env)
+        self.layout = layout
+        self.backends = layout.routable
+
+        plan = modes.plan(self.topology, self.ports, self.backends)
+        for spec in plan.services:
+            self._start_service(spec, env)
+
+        self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
+        variables = {
+            "admin_port": self.admin_port,
+            "listen_port": self.listen_port,
+            "jaeger_otlp_grpc_port": self._jaeger.ports.otlp_grpc,
+            "backends": self.backends,
+            "flow": self.topology.flow,
+            **plan.envoy_vars,
+        }
+        self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
+        binary = envoy_process.find()
+        if binary is not None:  # the host's Envoy is the image's Envoy (same 1.40.0): validate here, quickly
+            envoy_config.validate(str(binary), self.envoy_config_path)
+        envoy_env = {**plan.envoy_env, **self._envoy_env}
+        # Whatever the config or the environment names on this host (a dynamic module's .so,
+        # a Lua file, its search path) is shared read-only at the same path.
+        text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
+        mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
+        self.envoy = EnvoyContainer(self.image_set.envoy, self.envoy_config_path, self.run_dir / "envoy.log",
+                                    self.admin_port, env=envoy_env, mounts=mounts, labels=self._labels())
+        self.envoy.start()
+
+    def _start_service(self, spec: ServiceSpec, env: dict[str, str]) -> ServiceHandle:
+        argv = ["python", "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
+        proc = ManagedContainer(spec.name, self.image_set.services, argv, self.run_dir / f"{spec.name}.log",
+                                extra_labels=self._labels()).with_env(**env, **spec.env)
+        # The run folder is shared read-write (services may write caches there), and so is any
+        # absolute path among the arguments (e.g. an encoder cache shared by E and P).
+        proc.with_mount(self.run_dir, "rw")
+        for arg in map(str, spec.args):
+            value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+            path = mount_for_arg(value)
+            if path is not None:
+                proc.with_mount(path, "rw")
+        proc.start()
+        url = f"http://127.0.0.1:{spec.port}"
+        handle = ServiceHandle(spec.name, url, proc)
+        self.services[spec.name] = handle
+        strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
+        proc.wait_ready(strategy, hint=f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+        return handle
+
+    def stop(self) -> None:
+        # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
+        # The services stop together: each container stop is a round trip to the engine.
+        if self.envoy is not None:
+            self._quietly(self.envoy.stop)
+        handles = list(self.services.values())
+        if handles:
+            with ThreadPoolExecutor(max_workers=min(8, len(handles))) as pool:
+                list(pool.map(lambda h: self._quietly(h.process.stop), handles))
+        if self._jaeger is not None and not self._shared_jaeger:
+            self._quietly(self._jaeger.stop)
+
+    @staticmethod
+    def _quietly(stop) -> None:
+        try:
+            stop()
+        except Exception as exc:  # one failed stop must not leave the others running
+            print(f"warning: stopping a container failed: {exc}", file=sys.stderr)

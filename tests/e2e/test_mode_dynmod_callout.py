@@ -1,0 +1,188 @@
+"""dynmod-callout through a real Envoy: the Go dynamic module (plugins/dynamic_module) asks
+services/callout with Envoy's async HTTP client, and the endpoint it names is the one that
+serves, after the pick, in one trace.
+
+Trace of one request (span names as Envoy 1.40, the module and the services emit them):
+
+    client:client.request
+      envoy:ingress
+        envoy:dynmod callout              <- the module's own child span (Envoy does not trace
+          callout:callout.pick               a module's callout; see docs/modes-dynmod.md)
+        envoy:router pool_picked egress   <- ORIGINAL_DST upstream to the picked host:port
+          vllm:llm_request
+
+The module is built on first use (testbed.dynmod_build; cached afterwards).
+"""
+
+import pytest
+import requests
+
+from observability.assertions import TraceCheck
+from testbed.topology import Topology, VllmSpec
+
+pytestmark = pytest.mark.e2e
+
+MODEL = "mock-llm"
+PICKED_UPSTREAM = "router pool_picked egress"
+FALLBACK_UPSTREAM = "router pool egress"
+CALLOUT_CALL = "dynmod callout"
+
+
+def chat_body(**extra):
+    return {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Which pod am I on?"}], **extra}
+
+
+def dynmod_topology(**options) -> Topology:
+    return Topology(mode="dynmod-callout", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
+                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+
+
+@pytest.fixture
+def bed(testbed_factory):
+    return testbed_factory(dynmod_topology())
+
+
+def served_trace(bed, result, *extra):
+    return bed.jaeger.wait_for_trace(result.trace_id, [
+        ("client", "client.request"), ("envoy", "ingress"), ("envoy", CALLOUT_CALL),
+        ("callout", "callout.pick"), ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request"), *extra])
+
+
+def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed):
+    names = {ep.address: ep.name for ep in bed.backends}
+    client = bed.client()
+    served = []
+    for _ in range(4):
+        result = client.chat(chat_body())
+        assert result.status == 200, result.body
+        served.append((result, result.headers["x-inference-pod"]))
+    client.flush()
+
+    for result, pod in served:
+        check = TraceCheck(served_trace(bed, result))
+        pick = check.one("callout.pick", "callout")
+        picked = pick.attributes["callout.endpoint"]
+        assert names[picked] == pod, f"callout picked {picked} ({names.get(picked)}) but {pod} served"
+        assert result.headers["x-eppkit-callout"] == f"picked {picked}"
+        check.attribute(check.one(PICKED_UPSTREAM, "envoy"), "upstream_address", picked)
+        check.attribute(check.one(CALLOUT_CALL, "envoy"), "eppkit.callout.endpoint", picked)
+        check.attribute(pick, "callout.scorer", "round-robin")
+    # round-robin over two backends: both served
+    assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
+
+
+def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(bed):
+    client = bed.client()
+    result = client.chat(chat_body())
+    client.flush()
+    assert result.status == 200, result.body
+
+    trace = served_trace(bed, result, ("vllm", "vllm.prefill"), ("vllm", "vllm.decode"))
+    check = TraceCheck(trace)
+    check.present_once([("client", "client.request"), ("envoy", "ingress"), ("envoy", CALLOUT_CALL),
+                        ("callout", "callout.pick"), ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request")])
+    root, ingress = check.one("client.request", "client"), check.one("ingress", "envoy")
+    call, pick = check.one(CALLOUT_CALL, "envoy"), check.one("callout.pick", "callout")
+    upstream, llm = check.one(PICKED_UPSTREAM, "envoy"), check.one("llm_request", "vllm")
+    check.single_root(root)
+    # The module's span is a child of the request's span, and the callout's span of it: the
+    # module spawned it through Envoy's span ABI and sent its traceparent on the callout.
+    check.child_of(ingress, root)
+    check.child_of(call, ingress)
+    check.child_of(pick, call)
+    check.child_of(upstream, ingress)
+    check.child_of(llm, upstream)
+    # order: the decision is made (and its call finished) before the upstream request starts
+    check.before(pick, upstream)
+    check.before(call, upstream)
+    check.within(pick, call)
+    check.attribute(call, "eppkit.callout.outcome", "route")
+    check.attribute(call, "upstream_cluster", "callout")
+
+
+def test_force_header_sends_the_request_to_the_named_endpoint(bed):
+    client = bed.client()
+    results = [client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"}) for _ in range(3)]
+    client.flush()
+    assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 3
+    check = TraceCheck(served_trace(bed, results[-1]))
+    check.attribute(check.one("callout.pick"), "callout.reason", "forced")
+
+
+def test_a_client_cannot_choose_the_destination_itself(bed):
+    vllm0 = next(ep for ep in bed.backends if ep.name == "vllm-0")
+    client = bed.client()
+    result = client.chat(chat_body(), headers={"x-gateway-destination-endpoint": vllm0.address,
+                                               "x-eppkit-force-endpoint": "vllm-1"})
+    assert (result.status, result.headers.get("x-inference-pod")) == (200, "vllm-1")
+
+
+@pytest.mark.parametrize(
+    "headers, raw_body, status, error_type, code",
+    [
+        # a forced endpoint outside the pool: nobody can serve -> the callout's 503
+        ({"x-eppkit-force-endpoint": "127.0.0.1:1"}, None, 503, "ServiceUnavailableError", "no_endpoint"),
+        # shed by the routing service -> its 429
+        ({"x-eppkit-shed": "1"}, None, 429, "RateLimitError", "shed"),
+        # a body that is not a JSON object -> its 400
+        ({}, b"[1, 2, 3]", 400, "BadRequestError", "invalid_json"),
+    ],
+)
+def test_callout_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstream(
+        bed, headers, raw_body, status, error_type, code):
+    client = bed.client()
+    result = client.chat(chat_body(), headers=headers, raw_body=raw_body)
+    client.flush()
+    assert result.status == status, result.body
+    assert result.body["error"]["type"] == error_type and result.body["error"]["code"] == code
+    assert "x-inference-pod" not in result.headers
+    assert result.headers["x-eppkit-callout"] == f"rejected {status}"
+
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [("client", "client.request"), ("envoy", "ingress"),
+                                                        ("envoy", CALLOUT_CALL), ("callout", "callout.pick")],
+                                      quiet_s=1.0)
+    check = TraceCheck(trace)
+    check.absent("llm_request", "vllm")
+    check.absent(PICKED_UPSTREAM, "envoy")
+    check.attribute(check.one("callout.pick"), "http.response.status_code", status)
+    check.attribute(check.one(CALLOUT_CALL, "envoy"), "eppkit.callout.outcome", "reject")
+
+
+def test_callout_down_fails_closed_with_a_502_by_default(bed):
+    bed.services["callout"].process.stop()
+    client = bed.client()
+    result = client.chat(chat_body())
+    client.flush()
+    assert result.status == 502, result.body
+    assert result.body["error"]["code"] == "callout_unavailable"
+    assert result.body["error"]["type"] == "BadGatewayError"
+    assert "routing service could not pick" in result.body["error"]["message"]
+    assert result.headers["x-eppkit-callout"] == "unavailable"
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", CALLOUT_CALL)], quiet_s=1.0)
+    check = TraceCheck(trace)
+    check.absent("llm_request", "vllm")
+    check.attribute(check.one(CALLOUT_CALL, "envoy"), "eppkit.callout.outcome", "failure")
+
+
+def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory):
+    bed = testbed_factory(dynmod_topology(failure_mode_allow=True))
+    bed.services["callout"].process.stop()
+    client = bed.client()
+    results = [client.chat(chat_body()) for _ in range(2)]
+    client.flush()
+    assert [r.status for r in results] == [200, 200], [r.body for r in results]
+    assert {r.headers["x-inference-pod"] for r in results} == {"vllm-0", "vllm-1"}  # round-robin pool
+    assert results[0].headers["x-eppkit-callout"].startswith("fail-open: ")
+
+    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", "ingress"), ("envoy", CALLOUT_CALL),
+                                                            ("envoy", FALLBACK_UPSTREAM), ("vllm", "llm_request")])
+    check = TraceCheck(trace)
+    check.absent("callout.pick")
+    check.before(check.one(CALLOUT_CALL), check.one(FALLBACK_UPSTREAM))
+
+
+def test_requests_without_a_body_are_not_picked(bed):
+    resp = requests.get(bed.envoy_url + "/v1/models", timeout=10)
+    assert resp.status_code == 200
+    assert resp.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}
+    assert "x-eppkit-callout" not in resp.headers
