@@ -39,7 +39,8 @@ def serve(
     """
 
     async def main() -> None:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # A short shutdown timeout: open streams must not hold a stopping service for aiohttp's default 60 s.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
         await site.start()

@@ -117,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-tokens", type=int, default=16)
     run.add_argument("--no-stream", action="store_true", help="send a non-streaming request")
     run.add_argument("--images", type=int, default=0, help="attach N images (for the epd flow)")
+    from testbed import compare
+
+    compare.add_arguments(sub.add_parser(
+        "compare", help="drive a seeded workload through every mode; report each step's cost from the traces",
+        description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -131,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return bootstrap.main()
     try:
-        return {"up": cmd_up, "run": cmd_run}[args.command](args)
+        return {"up": cmd_up, "run": cmd_run, "compare": compare.main}[args.command](args)
     except KeyboardInterrupt:
         return 130
 

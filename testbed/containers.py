@@ -26,6 +26,7 @@ import atexit
 import math
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -62,19 +63,35 @@ def _start_time(pid: int) -> str:
         return ""
 
 
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
+    except OSError:
+        return "unknown"
+
+
 def owner_id(pid: int | None = None) -> str:
-    """``<boot id>/<pid>/<start time>``: names one process, never a later one that reuses its pid."""
+    """``<host>/<boot id>/<pid namespace>/<pid>/<start time>``: one process, never a later one reusing its pid."""
     pid = os.getpid() if pid is None else pid
-    return f"{_boot_id()}/{pid}/{_start_time(pid)}"
+    return f"{socket.gethostname()}/{_boot_id()}/{_pid_namespace()}/{pid}/{_start_time(pid)}"
 
 
 def owner_alive(owner: str) -> bool:
+    """False only when we can tell the owner is gone; an owner we cannot see counts as alive.
+
+    Another host (a shared remote engine) or another pid namespace (CI jobs in containers
+    sharing the engine) cannot be checked from here: their containers are theirs to clean.
+    """
     try:
-        boot, pid, started = owner.split("/")
+        host, boot, pidns, pid, started = owner.split("/")
     except ValueError:
-        return False
+        return False  # not one of ours, or from an older kit: nobody can clean it but a sweep
+    if host != socket.gethostname():
+        return True
     if boot != _boot_id():
-        return False
+        return False  # this host rebooted since: the owner is long gone
+    if pidns != _pid_namespace():
+        return True
     return bool(started) and _start_time(int(pid)) == started
 
 

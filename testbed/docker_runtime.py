@@ -69,7 +69,7 @@ def mount_for_arg(value: str) -> Path | None:
     if not value.startswith("/"):
         return None
     path = Path(value)
-    if _is_system(path):
+    if _is_system(path) or len(path.parts) <= 2:  # never "/" or a top-level folder such as /tmp
         return None
     if path.exists():
         return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,46 @@ def _dynamic_module() -> Check:
     return Check("dynamic module", True, "", str(path))
 
 
+def _docker() -> Check:
+    from testbed import containers, images
+
+    version = containers.engine_version()
+    if version is None:
+        return Check("docker", False, required=False,
+                     how_to_get="for --runtime docker: install Docker (https://docs.docker.com/engine/install/, "
+                                "`apt-get install docker.io` on Debian) and start it")
+    source = images.choose_source()
+    why = "a registry answered" if images.registry_reachable() else "no registry answered: images built from local artifacts"
+    if os.environ.get(images.SOURCE_ENV):
+        why = f"{images.SOURCE_ENV}={os.environ[images.SOURCE_ENV]}"
+    return Check("docker", True, version, f"engine; images {source} ({why})", required=False)
+
+
+_image_plan: list = []
+
+
+def _image(component: str) -> Callable[[], Check]:
+    """One line per image of the docker runtime: its tag, how it is made, whether it is there yet."""
+
+    def check() -> Check:
+        from testbed import containers, images
+
+        name = f"image {component}"
+        if containers.engine_version() is None:
+            return Check(name, False, how_to_get="needs Docker (see above)", required=False)
+        if not _image_plan:
+            _image_plan.extend(images.plan())
+        choice = next(c for c in _image_plan if c.component == component)
+        if not choice.tag:
+            return Check(name, False, how_to_get=choice.recipe, required=False)
+        state = "present" if choice.present else ("pulled on first use" if choice.origin == "official"
+                                                  else "built on first use (eppkit up/run --runtime docker, pytest)")
+        return Check(name, True, choice.tag, f"{choice.origin}: {choice.recipe}; {state}", required=False)
+
+    check.__name__ = f"image_{component}"
+    return check
+
+
 CHECKS: list[Callable[[], Check]] = [
     _python,
     _envoy,
@@ -97,6 +138,8 @@ CHECKS: list[Callable[[], Check]] = [
     _module("opentelemetry-sdk", "opentelemetry.sdk.trace", "opentelemetry-sdk"),
     _module("aiohttp", "aiohttp", "aiohttp"),
     _dynamic_module,
+    _docker,
+    *[_image(c) for c in ("envoy", "jaeger", "python-base", "services-deps", "services")],
 ]
 
 

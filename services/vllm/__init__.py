@@ -1,0 +1,1 @@
+"""Mock vLLM: OpenAI API, prefill/decode/both roles, latency model, traced (docs/mocks.md)."""

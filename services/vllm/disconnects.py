@@ -22,6 +22,7 @@ class Watch:
     request: web.Request
     task: asyncio.Task
     client_gone: bool = False
+    shutdown: bool = False
     done: bool = field(default=False)
 
 
@@ -50,6 +51,17 @@ class DisconnectWatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def cancel_all(self, app: web.Application | None = None) -> None:
+        """On server shutdown: end every request in flight now.
+
+        aiohttp's graceful shutdown would otherwise wait (up to 60 s) for open streams,
+        a stalled one included, and a testbed's SIGINT would end in SIGKILL with spans lost.
+        """
+        for w in list(self._watches):
+            w.shutdown = True
+            self._watches.discard(w)
+            w.task.cancel("server shutting down")
 
     async def _run(self) -> None:
         while True:

@@ -12,6 +12,7 @@ from typing import Callable
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+LATENESS_BUCKETS = (0.0005, 0.001, 0.0015, 0.002, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 
 
@@ -106,6 +107,7 @@ class VllmMetrics:
         self.prefix_cache_hits = Counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", base)
         self.client_cancellations = Counter("eppkit_mock_client_cancellations_total", "Requests whose client went away before the response ended (mock only).", base)
         self.injected_failures = Counter("eppkit_mock_injected_failures_total", "Failures injected by flag or x-mock-failure, by type (mock only).", base)
+        self.token_lateness = Histogram("eppkit_mock_token_lateness_seconds", "How late each streamed token (2..n) was written against its deadline (mock only).", base, LATENESS_BUCKETS)
         self.request_errors = Counter("eppkit_mock_request_errors_total", "Requests answered with an error, by HTTP status (mock only).", base)
 
     def render(self) -> str:
@@ -127,6 +129,7 @@ class VllmMetrics:
             self.prefix_cache_hits,
             self.client_cancellations,
             self.injected_failures,
+            self.token_lateness,
             self.request_errors,
         ):
             lines.extend(metric.render())

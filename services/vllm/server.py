@@ -18,7 +18,7 @@ import logging
 import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -78,7 +78,6 @@ class _Flow:
     finish_reason: str | None = None
     injected: Failure | None = None
     watch: Watch | None = None
-    stats: dict[str, float] = field(default_factory=dict)
 
 
 class MockVllm:
@@ -116,6 +115,7 @@ class MockVllm:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
         app.on_startup.append(self.watcher.start)
+        app.on_shutdown.append(self.watcher.cancel_all)
         app.on_cleanup.append(self.watcher.stop)
         return app
 
@@ -154,10 +154,12 @@ class MockVllm:
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         rid = request[REQUEST_ID_KEY]
-        span = self.tracer.start_span("llm_request", context=otel.extract(request.headers), kind=SpanKind.SERVER)
-        span.set_attribute("vllm.role", self.c.role)
-        span.set_attribute("vllm.instance", self.c.instance)
-        span.set_attribute("gen_ai.request.id", rid)
+        span = self.tracer.start_span(
+            "llm_request",
+            context=otel.extract(request.headers),
+            kind=SpanKind.SERVER,
+            attributes={"vllm.role": self.c.role, "vllm.instance": self.c.instance, "gen_ai.request.id": rid},
+        )
         seq = next(self._seq)
         flow = _Flow(request_id=rid, span=span, arrival=loop.time(), rng=random.Random(f"{self.c.seed}:{self.c.instance}:{seq}"))
         flow.watch = self.watcher.watch(request)
@@ -170,7 +172,10 @@ class MockVllm:
                 return flow.response
             raise
         except asyncio.CancelledError:
-            if flow.watch.client_gone or _transport_gone(request):
+            if flow.watch.shutdown:
+                span.add_event("server_shutdown")
+                span.set_status(Status(StatusCode.ERROR, "server shutting down"))
+            elif flow.watch.client_gone or _transport_gone(request):
                 self._record_cancel(flow)
             raise
         except _ClientGone:
@@ -224,7 +229,8 @@ class MockVllm:
             if failure.kind == RATE_LIMIT:
                 raise OpenAIError(429, "injected failure: rate limit exceeded", code="rate_limit_exceeded")
             if failure.kind == CONTEXT_LENGTH:
-                raise api.context_length_error(req.prompt_tokens, c.max_model_len + 1 - req.prompt_tokens if req.prompt_tokens <= c.max_model_len else 1, c.max_model_len)
+                # ask for one token more than the window holds, as a too-long request would
+                raise api.context_length_error(req.prompt_tokens, max(1, c.max_model_len + 1 - req.prompt_tokens), c.max_model_len)
 
         # 3. queue
         queue_span = self._child(span, "vllm.queue")
@@ -355,13 +361,11 @@ class MockVllm:
             tail = renderer.final_chunk(finish_reason, extra)
             if req.include_usage:
                 tail += renderer.usage_chunk(use)
-            await self._write(flow, tail + DONE)
-            await self._write_eof(flow)
+            await self._write_eof(flow, tail + DONE)
             return flow.response
         body = json.dumps(renderer.full("".join(out), finish_reason, use, extra)).encode()
         if flow.response is not None:  # multipart: headers went out at the first token
-            await self._write(flow, body)
-            await self._write_eof(flow)
+            await self._write_eof(flow, body)
             return flow.response
         return web.Response(body=body, content_type="application/json", headers=self._headers(flow))
 
@@ -380,7 +384,7 @@ class MockVllm:
             return self.latency.inter_token_ms(flow.rng, running=running, override=overrides.itl_ms) / 1000.0
 
         if stream and stop > 1:
-            writer = _TokenWriter(self.clock, flow.response, request.transport, renderer, out, stop, next_gap)
+            writer = _TokenWriter(self.clock, flow.response, request.transport, renderer, out, stop, next_gap, self.metrics.token_lateness.observe)
             await writer.run(base)
             deadline = writer.deadline
         else:
@@ -513,9 +517,15 @@ class MockVllm:
 
     async def _prepare(self, request: web.Request, flow: _Flow, sse: bool) -> None:
         resp = web.StreamResponse(status=200, headers=self._headers(flow))
+        if request.version >= (1, 1):
+            # explicit, so resp.chunked is true and _TokenWriter frames its direct writes
+            resp.enable_chunked_encoding()
         if sse:
             resp.content_type = "text/event-stream"
             resp.headers["Cache-Control"] = "no-cache"
+            # The first token follows at once: let aiohttp send the headers with it, one
+            # send() instead of two (sends on loopback dominate the mock's CPU per request).
+            resp._send_headers_immediately = False
         else:
             resp.content_type = "application/json"
         flow.response = resp
@@ -530,9 +540,9 @@ class MockVllm:
         except ConnectionResetError as exc:  # includes aiohttp's ClientConnectionResetError
             raise _ClientGone() from exc
 
-    async def _write_eof(self, flow: _Flow) -> None:
+    async def _write_eof(self, flow: _Flow, data: bytes = b"") -> None:
         try:
-            await flow.response.write_eof()
+            await flow.response.write_eof(data)
         except ConnectionResetError as exc:
             raise _ClientGone() from exc
 
@@ -551,40 +561,45 @@ class MockVllm:
     # ---- spans and metrics -----------------------------------------------------------
 
     def _child(self, parent: trace.Span, name: str) -> trace.Span:
-        span = self.tracer.start_span(name, context=trace.set_span_in_context(parent))
-        span.set_attribute("vllm.instance", self.c.instance)
-        return span
+        return self.tracer.start_span(name, context=trace.set_span_in_context(parent))
 
     def _request_attributes(self, span: trace.Span, req: api.GenRequest) -> None:
         b = req.body
-        span.set_attribute("gen_ai.response.model", req.model)
-        span.set_attribute("gen_ai.usage.prompt_tokens", req.prompt_tokens)
-        span.set_attribute("gen_ai.request.n", 1)
-        span.set_attribute("vllm.stream", req.stream)
-        span.set_attribute("vllm.api", req.kind)
+        attrs: dict[str, Any] = {
+            "gen_ai.response.model": req.model,
+            "gen_ai.usage.prompt_tokens": req.prompt_tokens,
+            "gen_ai.request.n": 1,
+            "vllm.stream": req.stream,
+            "vllm.api": req.kind,
+        }
         if req.max_tokens is not None:
-            span.set_attribute("gen_ai.request.max_tokens", req.max_tokens)
+            attrs["gen_ai.request.max_tokens"] = req.max_tokens
         for key in ("temperature", "top_p"):
             if b.get(key) is not None:
-                span.set_attribute(f"gen_ai.request.{key}", float(b[key]))
+                attrs[f"gen_ai.request.{key}"] = float(b[key])
         if req.media:
-            span.set_attribute("vllm.mm_items", len(req.media))
+            attrs["vllm.mm_items"] = len(req.media)
         params = req.kv_transfer_params
         if handshake.wants_remote_decode(params):
-            span.set_attribute("vllm.kv_transfer", "do_remote_decode")
+            attrs["vllm.kv_transfer"] = "do_remote_decode"
         elif handshake.has_remote_prefill(params):
-            span.set_attribute("vllm.kv_transfer", "do_remote_prefill")
+            attrs["vllm.kv_transfer"] = "do_remote_prefill"
+        span.set_attributes(attrs)
 
     def _finish_attributes(self, span, req, n_out, finish_reason, queue, ttft, e2e, prefill, decode) -> None:
-        span.set_attribute("gen_ai.usage.completion_tokens", n_out)
-        span.set_attribute("gen_ai.usage.num_sequences", 1)
-        span.set_attribute("gen_ai.latency.time_in_queue", queue)
-        span.set_attribute("gen_ai.latency.time_to_first_token", ttft)
-        span.set_attribute("gen_ai.latency.e2e", e2e)
-        span.set_attribute("gen_ai.latency.time_in_model_prefill", prefill)
-        span.set_attribute("gen_ai.latency.time_in_model_decode", decode)
-        span.set_attribute("gen_ai.latency.time_in_model_inference", prefill + decode)
-        span.set_attribute("gen_ai.response.finish_reasons", [finish_reason])
+        span.set_attributes(
+            {
+                "gen_ai.usage.completion_tokens": n_out,
+                "gen_ai.usage.num_sequences": 1,
+                "gen_ai.latency.time_in_queue": queue,
+                "gen_ai.latency.time_to_first_token": ttft,
+                "gen_ai.latency.e2e": e2e,
+                "gen_ai.latency.time_in_model_prefill": prefill,
+                "gen_ai.latency.time_in_model_decode": decode,
+                "gen_ai.latency.time_in_model_inference": prefill + decode,
+                "gen_ai.response.finish_reasons": [finish_reason],
+            }
+        )
 
     def _record_error(self, flow: _Flow, status: int, message: str) -> None:
         self.metrics.request_errors.inc(status=str(status))
@@ -610,8 +625,10 @@ class _TokenWriter:
     per token, which is what lets one process keep hundreds of streams on time.
     """
 
-    def __init__(self, clock, response: web.StreamResponse, transport, renderer, out, stop, next_gap) -> None:
+    def __init__(self, clock, response: web.StreamResponse, transport, renderer, out, stop, next_gap, observe_lateness) -> None:
         self.clock = clock
+        self.observe_lateness = observe_lateness
+        self.loop = asyncio.get_running_loop()
         self.transport = transport
         self.chunked = response.chunked
         self.renderer = renderer
@@ -636,6 +653,7 @@ class _TokenWriter:
         if transport is None or transport.is_closing():
             done.set_exception(_ClientGone())
             return
+        self.observe_lateness(self.loop.time() - self.deadline)
         chunk = self.renderer.token_chunk(self.out[self.index], first=False)
         transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
         self.index += 1

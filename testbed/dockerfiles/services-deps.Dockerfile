@@ -3,6 +3,8 @@
 # official python slim image or a Debian rootfs made with debootstrap and `docker import`.
 ARG BASE
 FROM ${BASE} AS build
+# Labelled so the stage left behind (untagged) is pruned after the build.
+LABEL eppkit=1
 COPY wheels/ /wheels/
 # pip itself comes from its wheel too (a bare Debian python3 has no pip and no ensurepip).
 # xds-protos ships an older copy of opentelemetry/proto: opentelemetry-proto's files go back

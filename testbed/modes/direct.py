@@ -1,9 +1,13 @@
-"""direct: Envoy routes straight to the pool; nobody picks. The overhead baseline."""
+"""direct: Envoy routes straight to the pool; nobody picks. The overhead baseline.
+
+Topology options: body_routing (bool) puts the body-based model router in front.
+"""
 
 from __future__ import annotations
 
+from testbed.body_routing import body_routing_vars
 from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
-    return ModePlan(services=[], envoy_vars={})
+    return ModePlan(services=[], envoy_vars=body_routing_vars(topology, backends))

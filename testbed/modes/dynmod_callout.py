@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from testbed import dynmod_build
-from testbed.modes.lua_callout import body_routing_vars
+from testbed.body_routing import body_routing_vars
 from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 

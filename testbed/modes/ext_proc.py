@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.modes.lua_callout import body_routing_vars
+from testbed.body_routing import body_routing_vars
 from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 

@@ -52,8 +52,8 @@ def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed):
     names = {ep.address: ep.name for ep in bed.backends}
     client = bed.client()
     served = []
-    for _ in range(4):
-        result = client.chat(chat_body())
+    for stream in (False, True, False, True):
+        result = client.chat(chat_body(stream=stream))
         assert result.status == 200, result.body
         served.append((result, result.headers["x-inference-pod"]))
     client.flush()
@@ -73,7 +73,7 @@ def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed):
 
 def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(bed):
     client = bed.client()
-    result = client.chat(chat_body())
+    result = client.chat(chat_body(stream=True))
     client.flush()
     assert result.status == 200, result.body
 

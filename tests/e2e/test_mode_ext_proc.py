@@ -20,6 +20,7 @@ decision exists before the request goes upstream) is checked on the EPP's own sp
 """
 
 import json
+import socket
 import threading
 import time
 
@@ -278,15 +279,28 @@ def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory
     check.absent(PICKED_UPSTREAM)
 
 
+def post_in_one_write(url: str, body: dict) -> int:
+    """POST with headers and body in a single write, so Envoy reads both in one go; the status."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n").encode() + data
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        status_line = sock.makefile("rb").readline().decode()
+    return int(status_line.split()[1])
+
+
 def test_without_health_checks_envoy_fails_closed_on_bodies_even_with_failure_mode_allow(testbed_factory):
     """Envoy 1.40 behaviour, kept visible: in FULL_DUPLEX_STREAMED the ext_proc filter stops honouring
     failure_mode_allow once it has taken request body. A refused connection to the EPP is only
-    learned after that, so a POST fails closed; a GET (no body) still fails open."""
+    learned after that, so a POST whose body came with its headers fails closed; a GET (no body)
+    still fails open. (A client that sends the body later can win the race and fail open.)"""
     bed = testbed_factory(ext_proc_topology(failure_mode_allow=True, epp_disabled=True,
                                             epp_health_check_interval_ms=0))
-    post = bed.client().chat(chat_body())
+    post_status = post_in_one_write(bed.envoy_url, chat_body())
     get = requests.get(bed.envoy_url + "/v1/models", timeout=10)
-    assert post.status == 500, post.body
+    assert post_status == 500
     assert get.status_code == 200 and get.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}
     stats = requests.get(bed.envoy_admin_url + "/stats?filter=ext_proc", timeout=5).text
     assert "ext_proc.failure_mode_allowed: 1" in stats

@@ -1,6 +1,5 @@
 """The official openai client against the mock vLLM running as its own process."""
 
-import json
 import subprocess
 import sys
 import urllib.request
@@ -91,3 +90,20 @@ def test_pd_handshake_across_two_processes():
 def test_bad_flags_exit_with_a_message(args, message):
     out = subprocess.run([sys.executable, "-m", "services.vllm", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and message in out.stderr
+
+
+def test_sigint_ends_open_streams_promptly():
+    """A testbed's SIGINT must not wait for open (or stalled) streams: exit 0 at once."""
+    import time
+
+    proc = MockProcess("services.vllm", ["--time-to-first-token", "10", "--inter-token-latency", "100"]).start()
+    try:
+        client = openai.OpenAI(base_url=f"{proc.url}/v1", api_key="x", max_retries=0, timeout=10)
+        stream = client.chat.completions.create(model="mock-llm", messages=[{"role": "user", "content": "x"}], max_tokens=1000, stream=True)
+        next(iter(stream))
+        started = time.monotonic()
+        proc.stop(timeout=10)
+        assert time.monotonic() - started < 3
+        assert proc.proc.returncode == 0
+    finally:
+        proc.stop()

@@ -132,7 +132,8 @@ BACKENDS = [
 
 @pytest.fixture
 def no_build(monkeypatch):
-    monkeypatch.setattr(dynmod_build, "build", lambda progress=print, **kw: Path("/cache/dynmod/x/libeppkit_callout.so"))
+    fake = Path("/cache/dynmod/x/libeppkit_callout.so")
+    monkeypatch.setattr(dynmod_build, "build", lambda progress=print, **kw: fake)
 
 
 def render(options: dict):

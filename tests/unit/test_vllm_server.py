@@ -1,6 +1,7 @@
 """The mock vLLM in process: endpoints, headers, streaming, spans, metrics, queueing."""
 
 import asyncio
+import json
 
 import pytest
 
@@ -255,3 +256,67 @@ def test_x_mock_latency_headers_override_flags():
     assert run(go()) == 200
     assert ms(rec.one("vllm.prefill")) == pytest.approx(30, abs=TOL_MS)
     assert ms(rec.one("vllm.decode")) == pytest.approx(20, abs=TOL_MS)
+
+
+def _raw_exchange(port: int, request: bytes) -> bytes:
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_stream_framing_on_the_wire(version):
+    """HTTP/1.1 streams are valid chunked encoding (tokens are framed by the mock itself);
+    HTTP/1.0 streams are plain bytes ended by closing the connection."""
+    mock, _ = make_mock(time_to_first_token=5, inter_token_latency=2)
+    body = json.dumps({"model": "mock-llm", "prompt": "x", "max_tokens": 5, "stream": True}).encode()
+    request = (
+        f"POST /v1/completions HTTP/{version}\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            return await asyncio.to_thread(_raw_exchange, c.server.port, request)
+
+    raw = run(go())
+    head, _, payload = raw.partition(b"\r\n\r\n")
+    if version == "1.1":
+        assert b"Transfer-Encoding: chunked" in head
+        decoded, rest = b"", payload
+        while True:
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line, 16)
+            if size == 0:
+                break
+            decoded, rest = decoded + rest[:size], rest[size + 2 :]
+        payload = decoded
+    else:
+        assert b"chunked" not in head
+    events = sse_events(payload.decode())
+    assert events[-1] == "[DONE]"
+    assert len([e for e in events[:-1] if e["choices"][0]["text"]]) == 5
+
+
+def test_token_clock_runs_callbacks_in_deadline_order_never_early():
+    from services.vllm.clock import TokenClock
+
+    async def go():
+        loop = asyncio.get_running_loop()
+        clock = TokenClock()
+        fired = []
+        now = loop.time()
+        for i, offset in enumerate([0.030, 0.010, 0.0101, 0.020]):
+            clock.call_at(now + offset, lambda i=i, d=now + offset: fired.append((i, loop.time() - d)))
+        await asyncio.sleep(0.06)
+        return fired, clock.pending
+
+    fired, pending = run(go())
+    assert [i for i, _ in fired] == [1, 2, 3, 0]
+    assert all(late >= -1e-6 for _, late in fired)
+    assert pending == 0

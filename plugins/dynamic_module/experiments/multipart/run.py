@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from aiohttp import ClientSession, web
+from aiohttp import ClientSession, ClientTimeout, web
 
 REPO = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO))
@@ -87,7 +87,7 @@ async def backend(request: web.Request) -> web.StreamResponse:
 
 
 async def send(port: int, body: bytes, n1: int, extra_headers: dict | None = None) -> dict:
-    async with ClientSession() as s:
+    async with ClientSession(timeout=ClientTimeout(total=30)) as s:
         t0 = time.monotonic()
         async with s.post(
             f"http://127.0.0.1:{port}/v1/completions",
@@ -124,7 +124,7 @@ def vllm_body(stream: bool = False) -> tuple[bytes, str, str]:
 
 
 async def send_vllm_with(port: int, body: bytes, content_type: str, headers: dict) -> dict:
-    async with ClientSession() as s:
+    async with ClientSession(timeout=ClientTimeout(total=30)) as s:
         t0 = time.monotonic()
         async with s.post(f"http://127.0.0.1:{port}/v1/completions", data=body,
                           headers={"content-type": content_type, **headers}) as r:
@@ -156,7 +156,8 @@ async def main() -> int:
     use_vllm = "--vllm" in sys.argv[1:]
     vllm = None
     if use_vllm:
-        vllm_log = open(Path(tempfile.mkdtemp(prefix="eppkit-multipart-vllm-")) / "vllm.log", "w")
+        vllm_dir = Path(tempfile.mkdtemp(prefix="eppkit-multipart-vllm-"))
+        vllm_log = (vllm_dir / "vllm.log").open("w")
         vllm = subprocess.Popen([sys.executable, "-m", "services.vllm", "--port", str(backend_port),
                                  "--instance", "vllm-0", "--time-to-first-token", str(PREFILL_S * 1000),
                                  "--inter-token-latency", "5"], cwd=REPO, stdout=vllm_log, stderr=subprocess.STDOUT)
@@ -236,6 +237,8 @@ async def main() -> int:
         except subprocess.TimeoutExpired:
             vllm.kill()
             vllm.wait()
+        vllm_log.close()
+        shutil.rmtree(vllm_dir, ignore_errors=True)
     print(json.dumps(results, indent=2))
     if use_vllm:
         ok = all(r["status"] == 200 and isinstance(r["multipart_metadata"], dict)

@@ -245,7 +245,12 @@ func (p *Probe) OnHttpStreamReset(_ uint64, reason shared.HttpStreamResetReason)
 		p.handle.SendLocalResponse(502, [][2]string{{"content-type", "application/json"}},
 			[]byte(`{"error":{"message":"multipart probe: upstream stream reset","type":"BadGatewayError","param":null,"code":502}}`),
 			"eppkit_multipart_upstream_reset")
+		return
 	}
+	// Headers already went to the client and this SDK has no way to reset the client's stream
+	// (the 1.40 ABI has http_filter_reset_stream; the SDK does not wrap it): end the response,
+	// with the reset in the evidence trailer, rather than leave the client waiting.
+	p.finish(nil)
 }
 
 // No OnDestroy: Envoy resets every stream a filter still owns when the filter is destroyed

@@ -1,0 +1,428 @@
+"""`eppkit compare`: the same seeded workload through each integration mode, costs read from the traces.
+
+For each scenario, for each mode in turn: start a testbed (sharing one Jaeger), send a few
+warm-up requests (not counted), drive the workload (testbed.workload), read every request's
+trace back, turn it into step durations (observability.steps) and a completeness verdict
+(observability.expected_spans), keep the representative trace, stop the testbed. Then the
+report (observability.report): report.json, summary.md, charts.
+
+A mode that fails to start (or to serve a single request) is reported as failed, with its
+error and log tails, and the run goes on with the next mode. Exit codes: 0 ok, 1 a
+regression against ``--baseline``, 2 a mode failed to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import platform
+import sys
+import threading
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import requests
+
+from observability import expected_spans, report as rp, steps as st
+from observability.jaeger_client import JaegerClient
+from observability.trace_model import from_jaeger_json
+from testbed import RUNTIMES, create as create_testbed, create_jaeger
+from testbed.envoy_config import MODES
+from testbed.jaeger import JaegerProcess
+from testbed.local import new_run_dir
+from testbed.paths import REPO_ROOT
+from testbed.topology import Topology, VllmSpec
+from testbed.workload import SCENARIOS, Driver, PlannedRequest, Scenario, WorkloadResult, plan_requests
+
+DEFAULT_SCENARIOS = ("chat", "stream")
+EXIT_OK, EXIT_REGRESSION, EXIT_MODE_FAILED = 0, 1, 2
+# Upper bounds that keep one run bounded whatever the flags say.
+MAX_REQUESTS, MAX_CONCURRENCY, MAX_DURATION_S = 10_000, 256, 3600.0
+
+
+@dataclass
+class CompareOptions:
+    modes: tuple[str, ...] = MODES
+    scenarios: tuple[str, ...] = DEFAULT_SCENARIOS
+    requests: int = 60  # measured requests per mode and scenario
+    concurrency: int = 4
+    rate: float = 0.0  # requests per second; 0: as fast as the concurrency allows
+    max_duration_s: float = 60.0  # per mode and scenario: no new request after this
+    warmup: int = 2  # sent first, one at a time, not counted
+    seed: int = 0
+    runtime: str = "local"
+    backends: int = 2  # aggregated: vLLMs; pd / epd: decoders (one prefill, two encoders)
+    ttft_ms: float = 100.0
+    itl_ms: float = 10.0
+    kv_ms: float = 20.0
+    encode_ms: float = 30.0
+    stream: bool | None = None  # None: as the scenario says
+    request_timeout_s: float = 30.0
+    trace_timeout_s: float = 20.0  # per mode: how long to wait for traces to be complete
+    charts: bool = True
+
+    def validate(self) -> "CompareOptions":
+        bad = [m for m in self.modes if m not in MODES]
+        if bad:
+            raise ValueError(f"unknown mode(s) {', '.join(bad)}; choose from {', '.join(MODES)}")
+        bad = [s for s in self.scenarios if s not in SCENARIOS]
+        if bad:
+            raise ValueError(f"unknown scenario(s) {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
+        if not self.modes or not self.scenarios:
+            raise ValueError("need at least one mode and one scenario")
+        if not 1 <= self.requests <= MAX_REQUESTS:
+            raise ValueError(f"--requests must be 1..{MAX_REQUESTS}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"--concurrency must be 1..{MAX_CONCURRENCY}")
+        if not 0 < self.max_duration_s <= MAX_DURATION_S:
+            raise ValueError(f"--max-duration must be in (0, {MAX_DURATION_S:g}] seconds")
+        if self.rate < 0 or self.warmup < 0 or self.backends < 1:
+            raise ValueError("--rate and --warmup cannot be negative; --backends must be at least 1")
+        return self
+
+
+def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topology:
+    return Topology(
+        mode=mode, flow=scenario.flow,
+        vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)],
+        prefill=1, decode=options.backends, encoders=2,
+        time_to_first_token_ms=options.ttft_ms, inter_token_latency_ms=options.itl_ms,
+        kv_transfer_ms=options.kv_ms, encode_ms=options.encode_ms, seed=options.seed,
+    )
+
+
+# -- progress ------------------------------------------------------------------------------------------
+
+class ProgressLine:
+    """One updating line per mode on a terminal; elsewhere (CI logs) a line every few seconds.
+
+    Hand-written rather than tqdm: one line with our own fields, no extra dependency.
+    """
+
+    def __init__(self, stream=None, every_s: float = 5.0):
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.every_s = every_s
+        self._last_len = 0
+        self._last_print = 0.0
+        self._lock = threading.Lock()  # workers report progress from their own threads
+
+    def update(self, text: str) -> None:
+        with self._lock:
+            self._update(text)
+
+    def _update(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self._last_len))
+            self._last_len = len(text)
+            self.stream.flush()
+        elif time.monotonic() - self._last_print >= self.every_s:
+            self._last_print = time.monotonic()
+            print(text, file=self.stream, flush=True)
+
+    def done(self, text: str) -> None:
+        with self._lock:
+            self._done(text)
+
+    def _done(self, text: str) -> None:
+        if self.tty:
+            self.stream.write("\r" + text.ljust(self._last_len) + "\n")
+            self._last_len = 0
+        else:
+            print(text, file=self.stream)
+        self._last_print = 0.0
+        self.stream.flush()
+
+    def message(self, text: str) -> None:
+        if self.tty and self._last_len:
+            self.stream.write("\n")
+            self._last_len = 0
+        print(text, file=self.stream, flush=True)
+
+
+class _Quiet(ProgressLine):
+    def __init__(self):
+        super().__init__(stream=io.StringIO())
+
+
+# -- one mode -----------------------------------------------------------------------------------------
+
+def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[dict], tuple],
+                   *, timeout_s: float, settle_s: float = 0.6, on_poll: Callable[[int, int], None] | None = None
+                   ) -> dict[str, dict]:
+    """Fetch each successful sample's trace until it holds every expected span or ``timeout_s`` passes.
+
+    Sets ``complete``/``missing`` on every successful sample; returns raw Jaeger JSON by trace id.
+    ``settle_s``: first wait for Envoy's span flush (every 200 ms) and the client's exporter.
+    """
+    wanted = {s["trace_id"]: s for s in samples if s.get("ok") and s.get("trace_id")}
+    raws: dict[str, dict] = {}
+    pending = dict(wanted)
+    time.sleep(settle_s)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for trace_id, sample in list(pending.items()):
+            try:
+                raw = jaeger.get_trace_json(trace_id)
+            except requests.RequestException:
+                raw = None
+            if raw is None:
+                continue
+            raws[trace_id] = raw
+            missing = expected_spans.missing(from_jaeger_json(raw), rules(sample))
+            sample["missing"] = missing
+            if not missing:
+                del pending[trace_id]
+        if on_poll:
+            on_poll(len(wanted) - len(pending), len(wanted))
+        if not pending or time.monotonic() >= deadline:
+            break
+        time.sleep(0.3)
+    for trace_id, sample in wanted.items():
+        if trace_id not in raws:
+            sample["missing"] = ["the whole trace (Jaeger has no span of it)"]
+        sample["complete"] = not sample["missing"]
+    return raws
+
+
+def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: JaegerProcess, out_dir: Path,
+             progress: ProgressLine, label: str, create: Callable = create_testbed) -> dict:
+    """Run one mode through one scenario; always returns a result (``status`` ok or failed)."""
+    t_mode = time.monotonic()
+    measured = plan_requests(scenario, options.requests, options.seed, stream=options.stream)
+    warm = plan_requests(scenario, options.warmup, options.seed + 1_000_003, stream=options.stream)
+    result: dict = {"status": "failed", "error": None}
+    progress.update(f"{label} {mode:<15} starting testbed ...")
+    bed = None
+    try:
+        bed = create(topology_for(options, mode, scenario), runtime=options.runtime, jaeger=jaeger)
+        result["run_dir"] = str(bed.run_dir)
+        bed.start()
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        return _failed(result, exc, bed, out_dir, scenario.name, mode, progress, label, "failed to start")
+
+    client = None
+    try:
+        client = bed.client()
+        t_start = time.monotonic()
+        progress.update(f"{label} {mode:<15} warming up ({len(warm)} requests) ...")
+        for req in warm:
+            client.chat(req.body, timeout_s=options.request_timeout_s)
+
+        def on_progress(done, total, errors, elapsed):
+            progress.update(f"{label} {mode:<15} {done}/{total} requests, {errors} errors, {elapsed:.1f} s")
+
+        driver = Driver(client, concurrency=options.concurrency, rate=options.rate,
+                        max_duration_s=options.max_duration_s, request_timeout_s=options.request_timeout_s,
+                        on_progress=on_progress)
+        work: WorkloadResult = driver.run(measured)
+        client.flush()
+        media = {r.index: r.media_items for r in measured}
+        samples = [{**s.to_json(), "ok": s.ok} for s in work.samples]
+
+        def rules(sample):
+            return expected_spans.expected(mode, scenario.flow, media.get(sample["index"], 0))
+
+        def on_poll(have, want):
+            progress.update(f"{label} {mode:<15} reading traces {have}/{want} ...")
+
+        raws = collect_traces(bed.jaeger, samples, rules, timeout_s=options.trace_timeout_s, on_poll=on_poll)
+        for s in samples:
+            raw = raws.get(s["trace_id"])
+            s["steps"] = {k: round(v, 3) for k, v in st.step_durations(from_jaeger_json(raw), mode).items()} if raw else {}
+        result.update(rp.summarize_mode(samples, planned=len(measured), wall_s=work.wall_s, stopped=work.stopped))
+        result["samples"] = samples
+        result["startup_s"] = round(t_start - t_mode, 3)
+        if result["requests"]["ok"] == 0:
+            kinds = ", ".join(f"{k}×{v}" for k, v in result["errors"].items())
+            first = next((s["detail"] for s in samples if s.get("detail")), "")
+            result["error"] = f"every request failed ({kinds}); first: {first}"
+            progress.done(f"{label} {mode:<15} FAILED: {result['error'][:160]}")
+            return result
+        result["status"] = "ok"
+        rep = rp.representative(samples)
+        if rep is not None:
+            path = rp.save_trace(raws[rep["trace_id"]], out_dir / "traces" / f"{scenario.name}-{mode}-{rep['trace_id']}.json")
+            result["representative"] = {"trace_id": rep["trace_id"], "index": rep["index"], "e2e_ms": rep["steps"]["e2e"],
+                                        "file": str(path.relative_to(out_dir)),
+                                        "jaeger_url": bed.jaeger.trace_url(rep["trace_id"])}
+        e2e = result["steps"].get("e2e", {})
+        progress.done(f"{label} {mode:<15} {result['requests']['ok']}/{result['requests']['sent']} ok, "
+                      f"{result['requests']['failed']} errors, e2e p50 {e2e.get('p50', 0):.1f} ms, "
+                      f"complete {rp.pct(result['completeness']['ratio'])}, {time.monotonic() - t_mode:.1f} s")
+        return result
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        return _failed(result, exc, bed, out_dir, scenario.name, mode, progress, label, "failed while running")
+    finally:
+        if client is not None:
+            client.close()
+        bed.stop()
+
+
+def _failed(result: dict, exc: BaseException, bed, out_dir: Path, scenario: str, mode: str,
+            progress: ProgressLine, label: str, what: str) -> dict:
+    text = f"{type(exc).__name__}: {exc}"
+    result.update(status="failed", error=text)
+    log = out_dir / "logs" / f"{scenario}-{mode}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tails = ""
+    if bed is not None:
+        try:
+            tails = bed.log_tails(80)
+        except Exception:  # the testbed may not have got far enough to have logs
+            tails = ""
+    log.write_text(f"{mode} {what}: {text}\n\n{traceback.format_exc()}\n{tails}\n")
+    result["log_file"] = str(log.relative_to(out_dir))
+    progress.done(f"{label} {mode:<15} FAILED ({what}): {text.splitlines()[0][:160]}  (logs: {log})")
+    return result
+
+
+# -- the whole run -------------------------------------------------------------------------------------
+
+def default_out_dir() -> Path:
+    base = Path(os.environ.get("EPPKIT_REPORTS") or (REPO_ROOT / "reports"))
+    return base / time.strftime("compare-%Y%m%d-%H%M%S")
+
+
+def run(options: CompareOptions, out_dir: Path, *, jaeger: JaegerProcess | None = None,
+        progress: ProgressLine | None = None, create: Callable = create_testbed) -> dict:
+    """Run every scenario through every mode; returns the report (not yet written)."""
+    options.validate()
+    progress = progress or _Quiet()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    report: dict = {
+        "schema": rp.SCHEMA,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "config": {**asdict(options), "modes": list(options.modes), "scenarios": list(options.scenarios)},
+        "steps": [asdict(s) for s in st.STEPS],
+        "scenarios": {},
+    }
+    own = None
+    if jaeger is None:
+        progress.update(f"starting Jaeger ({options.runtime}) ...")
+        own = jaeger = create_jaeger(options.runtime, new_run_dir("jaeger-compare")).start()
+    report["jaeger_api_url"] = jaeger.api_url
+    try:
+        total = len(options.scenarios) * len(options.modes)
+        n = 0
+        for name in options.scenarios:
+            scenario = SCENARIOS[name]
+            block = {
+                "description": scenario.description, "flow": scenario.flow,
+                "workload": {"requests": options.requests, "concurrency": options.concurrency, "rate": options.rate,
+                             "warmup": options.warmup, "seed": options.seed,
+                             "stream": scenario.stream if options.stream is None else options.stream},
+                "modes": {},
+            }
+            report["scenarios"][name] = block
+            for mode in options.modes:
+                n += 1
+                label = f"[{n}/{total} {name}]"
+                block["modes"][mode] = run_mode(options, scenario, mode, jaeger, out_dir, progress, label, create)
+            rp.add_overheads(block["modes"])
+    finally:
+        if own is not None:
+            own.stop()
+    report["wall_s"] = round(time.monotonic() - t0, 1)
+    return report
+
+
+def failed_modes(report: dict) -> list[str]:
+    return [f"{s}/{m}" for s, b in report.get("scenarios", {}).items()
+            for m, r in b.get("modes", {}).items() if r.get("status") != "ok"]
+
+
+# -- command line ---------------------------------------------------------------------------------------
+
+def _names(value: str, known, what: str) -> tuple[str, ...]:
+    if value == "all":
+        return tuple(known)
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in names if v not in known]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(known)} or all")
+    return names
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = CompareOptions()
+    p.add_argument("--modes", type=lambda v: _names(v, MODES, "mode"), default=d.modes,
+                   help=f"comma-separated modes or 'all' (default: all: {','.join(MODES)})")
+    p.add_argument("--scenario", dest="scenarios", type=lambda v: _names(v, SCENARIOS, "scenario"),
+                   default=d.scenarios, help=f"comma-separated scenarios or 'all': {', '.join(SCENARIOS)} "
+                                              f"(default: {','.join(d.scenarios)})")
+    p.add_argument("--runtime", choices=RUNTIMES, default=d.runtime, help="where components run (default: %(default)s)")
+    g = p.add_argument_group("workload")
+    g.add_argument("--requests", type=int, default=d.requests, help="measured requests per mode and scenario (default: %(default)s)")
+    g.add_argument("--concurrency", type=int, default=d.concurrency, help="requests in flight at most (default: %(default)s)")
+    g.add_argument("--rate", type=float, default=d.rate, help="requests per second, 0 = no limit (default: %(default)s)")
+    g.add_argument("--max-duration", dest="max_duration_s", type=float, default=d.max_duration_s,
+                   help="seconds per mode and scenario after which no request is sent (default: %(default)s)")
+    g.add_argument("--warmup", type=int, default=d.warmup, help="uncounted requests first (default: %(default)s)")
+    g.add_argument("--seed", type=int, default=d.seed, help="seed for requests and mocks (default: %(default)s)")
+    g.add_argument("--stream", dest="stream", action="store_true", default=None, help="stream every scenario's requests")
+    g.add_argument("--no-stream", dest="stream", action="store_false", help="stream none")
+    g.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=d.request_timeout_s,
+                   help="seconds per request (default: %(default)s)")
+    g = p.add_argument_group("mock backends")
+    g.add_argument("--backends", type=int, default=d.backends, help="vLLMs (aggregated) or decoders (P/D) (default: %(default)s)")
+    g.add_argument("--ttft-ms", type=float, default=d.ttft_ms, help="prefill time (default: %(default)s)")
+    g.add_argument("--itl-ms", type=float, default=d.itl_ms, help="inter-token latency (default: %(default)s)")
+    g.add_argument("--kv-ms", type=float, default=d.kv_ms, help="KV transfer in P/D (default: %(default)s)")
+    g.add_argument("--encode-ms", type=float, default=d.encode_ms, help="encode per media item (default: %(default)s)")
+    g = p.add_argument_group("report")
+    g.add_argument("--out", type=Path, default=None, help="report folder (default: reports/compare-<time>/)")
+    g.add_argument("--baseline", type=Path, default=None, help="a previous report.json: mark regressions, exit 1 on any")
+    g.add_argument("--threshold", type=float, default=0.25, help="latency/throughput change that counts as a regression, "
+                                                                 "as a fraction (default: %(default)s)")
+    g.add_argument("--threshold-ms", type=float, default=2.0, help="and at least this many ms (default: %(default)s)")
+    g.add_argument("--no-charts", dest="charts", action="store_false", help="skip the PNG/SVG charts")
+
+
+def main(args: argparse.Namespace) -> int:
+    options = CompareOptions(
+        modes=args.modes, scenarios=args.scenarios, requests=args.requests, concurrency=args.concurrency,
+        rate=args.rate, max_duration_s=args.max_duration_s, warmup=args.warmup, seed=args.seed,
+        runtime=args.runtime, backends=args.backends, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, kv_ms=args.kv_ms,
+        encode_ms=args.encode_ms, stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
+    )
+    try:
+        options.validate()
+        baseline = rp.load(args.baseline) if args.baseline else None
+    except (ValueError, OSError) as exc:
+        print(f"eppkit compare: {exc}", file=sys.stderr)
+        return EXIT_MODE_FAILED
+    out_dir = args.out or default_out_dir()
+    progress = ProgressLine()
+    progress.message(f"eppkit compare: {len(options.modes)} mode(s) x {len(options.scenarios)} scenario(s), "
+                     f"{options.requests} requests each, concurrency {options.concurrency}; report in {out_dir}")
+    try:
+        report = run(options, out_dir, progress=progress)
+    except (OSError, RuntimeError) as exc:  # modes report their own failures; this is Jaeger or the disk
+        progress.message(f"eppkit compare: cannot run: {type(exc).__name__}: {exc}")
+        return EXIT_MODE_FAILED
+    if baseline is not None:
+        report["baseline"] = {"file": str(args.baseline), "threshold": args.threshold, "floor_ms": args.threshold_ms,
+                              "regressions": rp.compare_to_baseline(report, baseline, threshold=args.threshold,
+                                                                    floor_ms=args.threshold_ms)}
+    paths = rp.write(report, out_dir, charts=options.charts)
+    print()
+    print(rp.format_table(report))
+    print(f"report: {paths['markdown']}\nnumbers: {paths['json']}\nwall time {report['wall_s']:.0f} s")
+    failed = failed_modes(report)
+    if failed:
+        print(f"mode(s) failed to run: {', '.join(failed)} (see {paths['markdown']})", file=sys.stderr)
+        return EXIT_MODE_FAILED
+    if baseline is not None and report["baseline"]["regressions"]:
+        return EXIT_REGRESSION
+    return EXIT_OK

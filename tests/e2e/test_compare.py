@@ -1,0 +1,88 @@
+"""`eppkit compare` end to end: a small seeded workload through every mode, then the report's numbers
+checked against the spans in Jaeger, read independently of the code that computed them."""
+
+import json
+import statistics
+
+import pytest
+
+from observability import report as rp
+from observability.jaeger_client import JaegerClient
+from testbed import compare
+from testbed.envoy_config import MODES
+
+pytestmark = pytest.mark.e2e
+
+REQUESTS = 3
+# The deciding span per mode, spelled out here rather than taken from observability.expected_spans.
+DECISION = {"ext_proc": ("epp", "epp.pick"), "sidecar": ("frontend", "frontend.route"),
+            "lua-callout": ("callout", "callout.pick"), "dynmod-callout": ("callout", "callout.pick")}
+
+
+def _run(tmp_path, jaeger, runtime, **kw):
+    options = compare.CompareOptions(requests=REQUESTS, concurrency=2, warmup=1, runtime=runtime,
+                                     ttft_ms=50, itl_ms=5, trace_timeout_s=20, **kw)
+    out = tmp_path / "report"
+    report = compare.run(options, out, jaeger=jaeger)
+    rp.write(report, out)
+    return report, out
+
+
+def _ms(spans):
+    return [s.duration_us / 1000 for s in spans]
+
+
+def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, jaeger, runtime):
+    report, out = _run(tmp_path, jaeger, runtime, modes=MODES, scenarios=("chat",))
+    modes = report["scenarios"]["chat"]["modes"]
+    failed = {m: r["error"] for m, r in modes.items() if r["status"] != "ok"}
+    assert not failed, f"modes failed to run (logs under {out}/logs): {failed}"
+    api = JaegerClient(jaeger.api_url)
+
+    for mode, result in modes.items():
+        assert result["requests"] == {"planned": REQUESTS, "sent": REQUESTS, "ok": REQUESTS, "failed": 0}, mode
+        assert result["errors"] == {}, mode
+        assert result["completeness"]["ratio"] == 1.0, (mode, result["completeness"])
+
+        traces = [api.get_trace(s["trace_id"]) for s in result["samples"]]
+        assert len({t.trace_id for t in traces}) == REQUESTS
+        roots = [t.one("client.request", "client") for t in traces]
+        assert all(r.attributes["eppkit.mode"] == mode for r in roots), "each trace belongs to the mode it is filed under"
+        steps = result["steps"]
+        assert steps["e2e"]["p50"] == pytest.approx(statistics.median(_ms(roots)), abs=1e-3), mode
+        prefill = [sum(_ms(t.find_all("vllm.prefill", "vllm"))) for t in traces]
+        assert steps["prefill"]["p50"] == pytest.approx(statistics.median(prefill), abs=1e-3), mode
+        if mode == "direct":
+            assert "decision" not in steps and "roundtrip" not in steps
+            continue
+        service, name = DECISION[mode]
+        decisions = [t.one(name, service).duration_us / 1000 for t in traces]
+        assert steps["decision"]["p50"] == pytest.approx(statistics.median(decisions), abs=1e-3), mode
+        assert steps["decision"]["p99"] <= max(decisions) + 1e-3
+        # the picker costs something before the upstream, compared with direct
+        assert result["overhead_vs_direct"]["gateway"]["p50"] > 0, mode
+
+        rep = result["representative"]
+        saved = json.loads((out / rep["file"]).read_text())["data"][0]
+        assert saved["traceID"] == rep["trace_id"] and rep["trace_id"] in {s["trace_id"] for s in result["samples"]}
+        assert (out / rep["waterfall"]).is_file()
+
+    assert rp.load(out / "report.json")["scenarios"]["chat"]["modes"].keys() == set(MODES)
+    summary = (out / "summary.md").read_text()
+    assert all(f"| {mode} | ok |" in summary for mode in MODES)
+    assert (out / "latency-chat.png").is_file() and (out / "steps-chat.svg").is_file()
+
+
+def test_streamed_ttft_is_the_client_first_token_event(tmp_path, jaeger, runtime):
+    report, _ = _run(tmp_path, jaeger, runtime, modes=("direct", "ext_proc"), scenarios=("stream",))
+    api = JaegerClient(jaeger.api_url)
+    for mode, result in report["scenarios"]["stream"]["modes"].items():
+        assert result["status"] == "ok", result.get("error")
+        assert result["completeness"]["ratio"] == 1.0
+        ttfts = []
+        for s in result["samples"]:
+            root = api.get_trace(s["trace_id"]).one("client.request", "client")
+            ttfts.append((root.event("first_token").time_us - root.start_us) / 1000)
+            assert s["ttft_ms"] == pytest.approx(ttfts[-1], abs=5.0), "client clock and span event agree"
+        assert result["steps"]["ttft"]["p50"] == pytest.approx(statistics.median(ttfts), abs=1e-3)
+        assert 50 <= result["steps"]["ttft"]["p50"] < result["steps"]["e2e"]["p50"]

@@ -1,0 +1,141 @@
+"""The docker runtime leaves no container behind: after Ctrl-C, after a failing test, after a failed start, after SIGKILL.
+
+Every container the kit starts is labelled with its owner process (``eppkit.owner-pid``)
+and its testbed (``eppkit.testbed``), which is how these tests find what must be gone.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import requests
+
+from testbed.paths import REPO_ROOT
+
+pytestmark = pytest.mark.e2e
+
+EPPKIT = [sys.executable, "-m", "testbed.cli"]
+
+
+@pytest.fixture(scope="module")
+def docker(request):
+    """The engine, when the docker runtime is selected (--runtime docker or all)."""
+    from tests.conftest import require, selected_runtimes
+    from testbed import containers, docker_runtime
+
+    if "docker" not in selected_runtimes(request.config):
+        pytest.skip("the docker runtime is not selected (--runtime)")
+    ok, detail = docker_runtime.available()
+    require(ok, detail)
+    client = containers.docker_client()
+    yield client
+    client.close()
+
+
+def _containers(client, **labels) -> list[str]:
+    found = client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+    return sorted(c.name for c in found)
+
+
+def _owned_by(client, pid: int) -> list[str]:
+    return _containers(client, **{"eppkit.owner-pid": pid})
+
+
+def _start_up(tmp_path) -> tuple[subprocess.Popen, str, list[str]]:
+    """`eppkit up --runtime docker` in the background, until it says Ctrl-C to stop."""
+    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
+    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", "docker", "--mode", "direct", "--ttft-ms", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
+    lines, envoy_url = [], None
+    deadline = time.monotonic() + 300  # a cold engine builds its images first
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"Envoy\s+(http://\S+)", line)
+        if m:
+            envoy_url = m.group(1)
+        if "Ctrl-C to stop" in line:
+            break
+    if not envoy_url:
+        proc.kill()
+        pytest.fail("eppkit up did not come up:\n" + "".join(lines[-60:]))
+    return proc, envoy_url, lines
+
+
+def _chat(envoy_url: str) -> requests.Response:
+    return requests.post(envoy_url + "/v1/chat/completions", timeout=30,
+                         json={"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+
+
+def test_up_in_docker_serves_until_ctrl_c_and_leaves_no_container(docker, tmp_path):
+    proc, envoy_url, lines = _start_up(tmp_path)
+    try:
+        assert _chat(envoy_url).status_code == 200
+        running = _owned_by(docker, proc.pid)
+        assert len(running) >= 4, f"expected jaeger, 2 vLLMs and envoy containers, got {running}"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) in (0, 130), "".join(lines) + proc.stdout.read()
+        assert _owned_by(docker, proc.pid) == [], "containers left after Ctrl-C"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_containers_of_a_killed_owner_are_reaped(docker, tmp_path):
+    # SIGKILL runs no finally and no atexit: the watchdog that outlives its owner removes them.
+    proc, envoy_url, _ = _start_up(tmp_path)
+    try:
+        assert _owned_by(docker, proc.pid), "nothing was started"
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while _owned_by(docker, proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _owned_by(docker, proc.pid) == [], "containers of a SIGKILLed owner are still there"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_a_failing_test_leaves_no_container(docker, tmp_path):
+    # A whole pytest session whose only test starts a docker testbed and then fails.
+    (tmp_path / "test_fails.py").write_text(textwrap.dedent("""
+        def test_fails_with_a_running_testbed(testbed_factory):
+            bed = testbed_factory()
+            assert bed.processes(), "started"
+            assert False, "deliberately failing"
+    """))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q",
+         "--rootdir", str(tmp_path), "--runtime", "docker", str(tmp_path / "test_fails.py")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+        env={**os.environ, "EPPKIT_RUNS": str(tmp_path / "runs"), "CI": "true"},
+    )
+    try:
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "deliberately failing" in out, out[-4000:]
+    assert "=== vllm-0" in out, "a failing test prints every component's log"
+    assert "LEAK" not in out, out[-2000:]
+    assert _owned_by(docker, proc.pid) == [], "containers left after a failing session"
+
+
+def test_a_testbed_that_fails_to_start_removes_what_it_started(docker, tmp_path):
+    from testbed import create
+    from testbed.topology import Topology
+
+    bed = create(Topology(mode="ext_proc", options={"epp_args": ["--no-such-flag"]}), runtime="docker",
+                 run_dir=tmp_path / "bed")
+    with pytest.raises(Exception, match="epp exited with code 2"):
+        bed.start()
+    assert _containers(docker, **{"eppkit.testbed": "bed"}) == []
+    assert "--no-such-flag" in (tmp_path / "bed" / "epp.log").read_text(), "the failing component's log is kept"

@@ -1,0 +1,190 @@
+"""`eppkit compare` orchestration with fake testbeds: a mode that fails is reported, the run goes on,
+and the exit code says what happened (0 ok, 1 regression, 2 a mode failed). No processes."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from observability import report as rp
+from observability.client import ClientResult
+from testbed import compare
+
+pytestmark = pytest.mark.unit
+
+DATA = Path(__file__).parent / "data" / "traces"
+
+
+class FakeJaegerProcess:
+    api_url = "http://127.0.0.1:9/jaeger"
+
+
+class FakeJaegerClient:
+    """Answers every trace id with the same real trace."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def get_trace_json(self, trace_id):
+        return self.raw
+
+    def trace_url(self, trace_id):
+        return f"{FakeJaegerProcess.api_url}/api/traces/{trace_id}"
+
+
+class FakeClient:
+    def __init__(self):
+        self.n = 0
+
+    def chat(self, body, timeout_s=None):
+        self.n += 1
+        return ClientResult(trace_id=f"{self.n:032x}", status=200, headers={}, started_s=0.0, finished_s=0.25,
+                            body={"choices": [{"message": {"content": "ok"}}], "usage": {"completion_tokens": 4}})
+
+    def flush(self):
+        pass
+
+    def close(self):
+        pass
+
+
+class FakeBed:
+    """A testbed that serves from FakeClient and whose Jaeger holds one saved trace; or fails to start."""
+
+    def __init__(self, run_dir, trace_file=None, start_error=None):
+        self.run_dir = run_dir
+        self.start_error = start_error
+        self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text())["data"][0] if trace_file else None)
+        self.stopped = False
+
+    def start(self):
+        if self.start_error:
+            raise self.start_error
+        return self
+
+    def client(self):
+        return FakeClient()
+
+    def log_tails(self, lines=60):
+        return "=== epp ===\nepp: address already in use"
+
+    def stop(self):
+        self.stopped = True
+
+
+started: dict[str, FakeBed] = {}  # the last bed made per mode
+
+
+def fake_create(tmp_path, beds):
+    def create(topology, runtime="local", jaeger=None):
+        bed = FakeBed(tmp_path / f"run-{topology.mode}", **beds[topology.mode])
+        started[topology.mode] = bed
+        return bed
+    return create
+
+
+def options(**kw):
+    defaults = dict(modes=("direct", "ext_proc"), scenarios=("chat",), requests=4, concurrency=2, warmup=1,
+                    trace_timeout_s=0.5)
+    return compare.CompareOptions(**{**defaults, **kw})
+
+
+def test_a_mode_that_fails_to_start_is_reported_and_the_next_mode_still_runs(tmp_path):
+    beds = {"ext_proc": {"start_error": RuntimeError("EPP never became ready (port 1234)")},
+            "direct": {"trace_file": "stream-direct.json"}}
+    out = tmp_path / "report"
+    report = compare.run(options(modes=("ext_proc", "direct")), out, jaeger=FakeJaegerProcess(),
+                         create=fake_create(tmp_path, beds))
+    failed = report["scenarios"]["chat"]["modes"]["ext_proc"]
+    assert failed["status"] == "failed"
+    assert "EPP never became ready" in failed["error"]
+    log = (out / failed["log_file"]).read_text()
+    assert "RuntimeError" in log and "address already in use" in log
+    direct = report["scenarios"]["chat"]["modes"]["direct"]
+    assert direct["status"] == "ok" and direct["requests"]["ok"] == 4
+    assert started["direct"].stopped
+    assert compare.failed_modes(report) == ["chat/ext_proc"]
+
+
+def test_a_mode_run_reads_steps_and_completeness_from_the_traces_and_saves_the_representative(tmp_path):
+    beds = {"ext_proc": {"trace_file": "chat-ext_proc.json"}, "direct": {"trace_file": "stream-direct.json"}}
+    out = tmp_path / "report"
+    report = compare.run(options(), out, jaeger=FakeJaegerProcess(), create=fake_create(tmp_path, beds))
+    ext = report["scenarios"]["chat"]["modes"]["ext_proc"]
+    trace = rp.load_trace(DATA / "chat-ext_proc.json")
+    assert ext["completeness"]["ratio"] == 1.0
+    assert ext["steps"]["decision"]["p50"] == trace.one("epp.pick").duration_ms
+    assert ext["overhead_vs_direct"]["gateway"]["p50"] > 0
+    rep = ext["representative"]
+    assert (out / rep["file"]).is_file() and rep["jaeger_url"].endswith(rep["trace_id"])
+    # the direct trace is a streamed one; a request of the chat scenario is judged against the direct table
+    assert report["scenarios"]["chat"]["modes"]["direct"]["completeness"]["ratio"] == 1.0
+
+
+def test_a_trace_missing_spans_makes_the_mode_incomplete_with_names(tmp_path):
+    # an ext_proc trace read as sidecar lacks the frontend's spans
+    beds = {"sidecar": {"trace_file": "chat-ext_proc.json"}}
+    report = compare.run(options(modes=("sidecar",)), tmp_path / "r", jaeger=FakeJaegerProcess(),
+                         create=fake_create(tmp_path, beds))
+    result = report["scenarios"]["chat"]["modes"]["sidecar"]
+    assert result["completeness"]["ratio"] == 0.0
+    assert result["completeness"]["missing"] == {"frontend:frontend.route": 4, "frontend:frontend.tokenize": 4}
+
+
+def _args(tmp_path, **kw):
+    parser = argparse.ArgumentParser()
+    compare.add_arguments(parser)
+    argv = ["--modes", "direct,ext_proc", "--scenario", "chat", "--requests", "3", "--out", str(tmp_path / "out"),
+            "--no-charts"]
+    for k, v in kw.items():
+        argv += [f"--{k}", str(v)]
+    return parser.parse_args(argv)
+
+
+def _canned(tmp_path, monkeypatch, failed=False):
+    beds = {"direct": {"trace_file": "stream-direct.json"}, "ext_proc": {"trace_file": "chat-ext_proc.json"}}
+    if failed:
+        beds["ext_proc"] = {"start_error": RuntimeError("no")}
+
+    real_run = compare.run
+
+    def run(opts, out_dir, **kw):
+        return real_run(opts, out_dir, jaeger=FakeJaegerProcess(), create=fake_create(tmp_path, beds))
+
+    monkeypatch.setattr(compare, "run", run)
+
+
+def test_exit_code_is_0_when_every_mode_ran(tmp_path, monkeypatch, capsys):
+    _canned(tmp_path, monkeypatch)
+    assert compare.main(_args(tmp_path)) == compare.EXIT_OK
+    out = capsys.readouterr().out
+    assert "scenario chat" in out and "ext_proc" in out
+    assert (tmp_path / "out" / "report.json").is_file() and (tmp_path / "out" / "summary.md").is_file()
+
+
+def test_exit_code_is_2_when_a_mode_failed(tmp_path, monkeypatch, capsys):
+    _canned(tmp_path, monkeypatch, failed=True)
+    assert compare.main(_args(tmp_path)) == compare.EXIT_MODE_FAILED
+    assert "mode(s) failed to run: chat/ext_proc" in capsys.readouterr().err
+
+
+def test_exit_code_is_1_on_a_regression_against_the_baseline(tmp_path, monkeypatch, capsys):
+    _canned(tmp_path, monkeypatch)
+    assert compare.main(_args(tmp_path)) == 0
+    baseline = json.loads((tmp_path / "out" / "report.json").read_text())
+    for q in ("p50", "p90"):  # the baseline was much faster before the upstream
+        baseline["scenarios"]["chat"]["modes"]["ext_proc"]["steps"]["gateway"][q] = 0.5
+    for mode in baseline["scenarios"]["chat"]["modes"].values():  # fake runs' throughput is noise: ungate it
+        mode["throughput"]["requests_per_s"] = None
+    (tmp_path / "old.json").write_text(json.dumps(baseline))
+    assert compare.main(_args(tmp_path, baseline=tmp_path / "old.json")) == compare.EXIT_REGRESSION
+    assert "REGRESSIONS against" in capsys.readouterr().out
+    saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {r["metric"] for r in saved["baseline"]["regressions"]} == {"gateway.p50_ms", "gateway.p90_ms"}
+
+
+@pytest.mark.parametrize("kw", [{"requests": 0}, {"concurrency": 1000}, {"max_duration_s": 0}, {"modes": ("bogus",)}])
+def test_options_refuse_unbounded_runs(kw):
+    with pytest.raises(ValueError):
+        options(**kw).validate()

