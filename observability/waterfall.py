@@ -41,8 +41,15 @@ def render(trace: Trace, width: int = 60) -> str:
     return "\n".join(lines)
 
 
+# Display-only abbreviations of long Envoy span names (the trace itself keeps the full name).
+_SHORT = {"envoy.service.ext_proc.v3.ExternalProcessor.Process": "ext_proc.Process"}
+
+
 def _label(span: Span, depth: int) -> str:
-    return "  " * depth + span.label
+    label = span.label
+    for long, short in _SHORT.items():
+        label = label.replace(long, short)
+    return "  " * depth + label
 
 
 def _attrs(span: Span) -> str:

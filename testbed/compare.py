@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -36,7 +36,7 @@ from testbed.jaeger import JaegerProcess
 from testbed.local import new_run_dir
 from testbed.paths import REPO_ROOT
 from testbed.topology import Topology, VllmSpec
-from testbed.workload import SCENARIOS, Driver, PlannedRequest, Scenario, WorkloadResult, plan_requests
+from testbed.workload import SCENARIOS, Driver, Scenario, WorkloadResult, plan_requests
 
 DEFAULT_SCENARIOS = ("chat", "stream")
 EXIT_OK, EXIT_REGRESSION, EXIT_MODE_FAILED = 0, 1, 2
@@ -243,6 +243,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
             kinds = ", ".join(f"{k}×{v}" for k, v in result["errors"].items())
             first = next((s["detail"] for s in samples if s.get("detail")), "")
             result["error"] = f"every request failed ({kinds}); first: {first}"
+            result["log_file"] = _save_logs(bed, out_dir, scenario.name, mode, result["error"])
             progress.done(f"{label} {mode:<15} FAILED: {result['error'][:160]}")
             return result
         result["status"] = "ok"
@@ -271,6 +272,13 @@ def _failed(result: dict, exc: BaseException, bed, out_dir: Path, scenario: str,
             progress: ProgressLine, label: str, what: str) -> dict:
     text = f"{type(exc).__name__}: {exc}"
     result.update(status="failed", error=text)
+    result["log_file"] = _save_logs(bed, out_dir, scenario, mode, f"{mode} {what}: {text}\n\n{traceback.format_exc()}")
+    progress.done(f"{label} {mode:<15} FAILED ({what}): {text.splitlines()[0][:160]}  (logs: {out_dir / result['log_file']})")
+    return result
+
+
+def _save_logs(bed, out_dir: Path, scenario: str, mode: str, header: str) -> str:
+    """``header`` and every component's log tail into logs/<scenario>-<mode>.log; its path in the report folder."""
     log = out_dir / "logs" / f"{scenario}-{mode}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     tails = ""
@@ -279,10 +287,8 @@ def _failed(result: dict, exc: BaseException, bed, out_dir: Path, scenario: str,
             tails = bed.log_tails(80)
         except Exception:  # the testbed may not have got far enough to have logs
             tails = ""
-    log.write_text(f"{mode} {what}: {text}\n\n{traceback.format_exc()}\n{tails}\n")
-    result["log_file"] = str(log.relative_to(out_dir))
-    progress.done(f"{label} {mode:<15} FAILED ({what}): {text.splitlines()[0][:160]}  (logs: {log})")
-    return result
+    log.write_text(f"{header}\n{tails}\n")
+    return str(log.relative_to(out_dir))
 
 
 # -- the whole run -------------------------------------------------------------------------------------

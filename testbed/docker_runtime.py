@@ -20,7 +20,7 @@ from pathlib import Path
 
 from testbed import envoy_config, envoy_process, flows, images, modes
 from testbed.containers import ManagedContainer, engine_version
-from testbed.jaeger import JaegerProcess
+from testbed.jaeger import JaegerPorts, JaegerProcess
 from testbed.local import LocalTestbed, ServiceHandle
 from testbed.readiness import AllReady, HttpReady, LogLineReady, TcpReady
 from testbed.topology import PortAllocator, ServiceSpec, Topology
@@ -88,8 +88,6 @@ class JaegerContainer(JaegerProcess):
         self.run_dir = Path(run_dir)
         self.image = image
         alloc = ports or PortAllocator()
-        from testbed.jaeger import JaegerPorts
-
         self.ports = JaegerPorts(alloc.port(), alloc.port(), alloc.port(), alloc.port(), alloc.port())
         self.max_traces = max_traces
         self.binary = None

@@ -25,6 +25,9 @@ from services.openai_errors import error_body
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 WORKER_ID_HEADER = "x-gateway-worker-id"
+# Disaggregated flows, as llm-d passes them to its routing sidecar (services/pd_sidecar).
+PREFILLER_HEADER = "x-prefiller-host-port"
+ENCODERS_HEADER = "x-encoder-hosts-ports"
 METADATA_NAMESPACE = "envoy.lb"
 METADATA_KEY = DESTINATION_HEADER
 
@@ -53,6 +56,7 @@ def _set_header(key: str, value: str) -> base_pb2.HeaderValueOption:
 def headers_response(
     set_headers: Mapping[str, str] | None = None,
     *,
+    remove_headers: Iterable[str] = (),
     metadata: Mapping[str, Mapping[str, str]] | None = None,
     clear_route_cache: bool = False,
     response_path: bool = False,
@@ -61,6 +65,7 @@ def headers_response(
     common = pb.CommonResponse(clear_route_cache=clear_route_cache)
     if set_headers:
         common.header_mutation.set_headers.extend(_set_header(k, v) for k, v in set_headers.items())
+    common.header_mutation.remove_headers.extend(remove_headers)
     msg = pb.ProcessingResponse()
     target = msg.response_headers if response_path else msg.request_headers
     target.response.CopyFrom(common)

@@ -132,6 +132,20 @@ def test_a_trace_missing_spans_makes_the_mode_incomplete_with_names(tmp_path):
     assert result["completeness"]["missing"] == {"frontend:frontend.route": 4, "frontend:frontend.tokenize": 4}
 
 
+def test_a_mode_that_serves_no_request_is_failed_with_the_error_kinds(tmp_path, monkeypatch):
+    def refuse(self, body, timeout_s=None):
+        return ClientResult(trace_id="0" * 32, status=503, headers={}, body={"error": {"message": "no endpoint"}})
+
+    monkeypatch.setattr(FakeClient, "chat", refuse)
+    beds = {"direct": {"trace_file": "stream-direct.json"}}
+    report = compare.run(options(modes=("direct",)), tmp_path / "r", jaeger=FakeJaegerProcess(),
+                         create=fake_create(tmp_path, beds))
+    result = report["scenarios"]["chat"]["modes"]["direct"]
+    assert result["status"] == "failed"
+    assert result["error"].startswith("every request failed (http_503×4); first: {'error'")
+    assert (tmp_path / "r" / result["log_file"]).read_text().count("address already in use") == 1
+
+
 def _args(tmp_path, **kw):
     parser = argparse.ArgumentParser()
     compare.add_arguments(parser)

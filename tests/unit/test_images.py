@@ -145,6 +145,15 @@ def test_this_process_owns_its_containers_and_a_finished_one_does_not():
     assert not containers.owner_alive("garbage")
 
 
+def test_owners_the_sweep_cannot_see_are_left_alone_and_a_reboot_ends_them():
+    host, boot, pidns, pid, started = containers.owner_id().split("/")
+    # another machine on a shared engine, or a CI job in another pid namespace: not ours to judge
+    assert containers.owner_alive(f"elsewhere/{boot}/{pidns}/{pid}/{started}")
+    assert containers.owner_alive(f"{host}/{boot}/4026500000/1/1")
+    # same host, earlier boot: the owner is gone
+    assert not containers.owner_alive(f"{host}/another-boot/{pidns}/{pid}/{started}")
+
+
 def test_container_labels_name_the_session_and_the_owner():
     labels = containers.labels("vllm-0", **{"eppkit.testbed": "run-1"})
     assert labels["eppkit"] == "1"
