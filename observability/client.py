@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import requests
+import requests.adapters
 from opentelemetry import propagate, trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -53,7 +54,8 @@ class ClientResult:
 
 
 class TracedClient:
-    def __init__(self, base_url: str, otlp_endpoint: str | None, *, mode: str = "", flow: str = ""):
+    def __init__(self, base_url: str, otlp_endpoint: str | None, *, mode: str = "", flow: str = "",
+                 pool_size: int = 10):
         self.base_url = base_url.rstrip("/")
         self.mode, self.flow = mode, flow
         self._provider = TracerProvider(resource=Resource.create({"service.name": "client"}))
@@ -64,6 +66,8 @@ class TracedClient:
             )
         self._tracer = self._provider.get_tracer("eppkit.client")
         self._session = requests.Session()
+        if pool_size > 10:  # requests keeps 10 keep-alive connections per host by default
+            self._session.mount("http://", requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool_size))
 
     def close(self) -> None:
         self._provider.force_flush(5000)

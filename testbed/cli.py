@@ -11,6 +11,7 @@ import time
 from testbed import RUNTIMES, create
 from testbed.envoy_config import MODES
 from testbed.flows import FLOWS
+from testbed.flows import check as check_flow
 from testbed.topology import Topology, VllmSpec
 
 
@@ -123,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         "compare", help="drive a seeded workload through every mode; report each step's cost from the traces",
         description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
+    if args.command in ("up", "run"):
+        try:  # a flow the mode cannot run (--flow multipart needs --mode ext_proc) is a usage error
+            check_flow(_topology(args))
+        except ValueError as exc:
+            parser.error(str(exc))
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
     # A shell that starts us in the background sets SIGINT to "ignore"; we want Ctrl-C semantics always.

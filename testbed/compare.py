@@ -209,7 +209,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
 
     client = None
     try:
-        client = bed.client()
+        client = bed.client(pool_size=max(10, options.concurrency))
         t_start = time.monotonic()
         progress.update(f"{label} {mode:<15} warming up ({len(warm)} requests) ...")
         for req in warm:

@@ -159,14 +159,14 @@ class DockerTestbed(LocalTestbed):
             self.image_set = images.ensure(progress)
         if self._jaeger is None:
             self._jaeger = JaegerContainer(self.run_dir, image=self.image_set.jaeger, ports=self.ports).start()
-        env = {"EPPKIT_OTLP_ENDPOINT": self.otlp_endpoint}
+        env = self.topology.service_env(self.otlp_endpoint)
         layout = flows.plan(self.topology, self.ports, self.run_dir)
         for spec in layout.services:
             self._start_service(spec, env)
         self.layout = layout
         self.backends = layout.routable
 
-        plan = modes.plan(self.topology, self.ports, self.backends)
+        plan = modes.plan(self.topology, self.ports, self.backends, pools=layout)
         for spec in plan.services:
             self._start_service(spec, env)
 
@@ -177,6 +177,7 @@ class DockerTestbed(LocalTestbed):
             "jaeger_otlp_grpc_port": self._jaeger.ports.otlp_grpc,
             "backends": self.backends,
             "flow": self.topology.flow,
+            "tracing": self.topology.tracing,
             **plan.envoy_vars,
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")

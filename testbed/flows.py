@@ -6,10 +6,17 @@
 | pd          | prefill vLLMs, decode vLLMs, one pd-sidecar in front of each decoder  | the sidecars    |
 | epd         | as pd, plus encoders sharing an encoder-cache dir with P (or PD)      | the sidecars    |
 | ttft        | as pd, sidecars stream prefill's first token                          | the sidecars    |
-| multipart   | vLLMs that take the two-phase multipart body                          | the vLLMs       |
+| multipart   | the topology's vLLMs; the mock takes a multipart/mixed body (no flag)   | the vLLMs       |
 
 A routed endpoint keeps the decoder's name, so ``x-inference-pod`` (copied through the
-sidecar) still says which decoder served.
+sidecar) still says which decoder served. ``prefill`` and ``encoders`` go to the picker modes
+(``testbed.modes.plan(..., pools=)``), whose picker names them per request in
+``x-prefiller-host-port`` / ``x-encoder-hosts-ports``; the sidecars' own lists are only their
+fallback (direct mode).
+
+``multipart`` needs mode ``ext_proc``: only the EPP can send part 1, hold the request open
+and inject part 2 once it has seen the response headers (docs/flows.md). :func:`check`
+says so before anything starts.
 """
 
 from __future__ import annotations
@@ -20,6 +27,21 @@ from pathlib import Path
 from testbed.topology import Endpoint, PortAllocator, ServiceSpec, Topology
 
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
+# Flows only some modes can run, and why.
+FLOW_MODES = {
+    "multipart": (("ext_proc",), "the EPP (ext_proc) sends part 1, holds the request open and injects part 2 "
+                                 "after the response headers; the other modes cannot (docs/flows.md, docs/dynmod-multipart.md)"),
+}
+
+
+def check(topology: Topology) -> None:
+    """ValueError naming the problem when the flow cannot run in the topology's mode."""
+    if topology.flow not in FLOWS:
+        raise ValueError(f"unknown flow {topology.flow!r}; choose one of {', '.join(FLOWS)}")
+    allowed = FLOW_MODES.get(topology.flow)
+    if allowed is not None and topology.mode not in allowed[0]:
+        raise ValueError(f"--flow {topology.flow} needs --mode {' or '.join(allowed[0])} (got --mode {topology.mode}): "
+                         f"{allowed[1]}")
 
 
 @dataclass
@@ -39,10 +61,11 @@ def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list
 
 
 def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
-    if topology.flow not in FLOWS:
-        raise ValueError(f"unknown flow {topology.flow!r}; choose one of {', '.join(FLOWS)}")
+    check(topology)
     out = FlowPlan()
     if topology.flow in ("aggregated", "multipart"):
+        # The mock vLLM switches to its two-phase reading on a multipart/mixed content type,
+        # so the multipart flow starts the same vLLMs as the aggregated one.
         for spec in topology.vllm:
             port = ports.port()
             out.services.append(ServiceSpec(spec.name, "services.vllm", port,

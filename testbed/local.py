@@ -83,8 +83,9 @@ class LocalTestbed:
     def jaeger(self) -> JaegerClient:
         return JaegerClient(self.jaeger_api_url)
 
-    def client(self) -> TracedClient:
-        return TracedClient(self.envoy_url, self.otlp_endpoint, mode=self.topology.mode, flow=self.topology.flow)
+    def client(self, pool_size: int = 10) -> TracedClient:
+        return TracedClient(self.envoy_url, self.otlp_endpoint, mode=self.topology.mode, flow=self.topology.flow,
+                            pool_size=pool_size)
 
     def processes(self) -> dict[str, ManagedProcess]:
         procs = {name: h.process for name, h in self.services.items()}
@@ -116,14 +117,14 @@ class LocalTestbed:
     def _start(self) -> None:
         if self._jaeger is None:
             self._jaeger = JaegerProcess(self.run_dir, ports=self.ports).start()
-        env = {"EPPKIT_OTLP_ENDPOINT": self.otlp_endpoint}
+        env = self.topology.service_env(self.otlp_endpoint)
         layout = flows.plan(self.topology, self.ports, self.run_dir)
         for spec in layout.services:
             self._start_service(spec, env)
         self.layout = layout
         self.backends = layout.routable
 
-        plan = modes.plan(self.topology, self.ports, self.backends)
+        plan = modes.plan(self.topology, self.ports, self.backends, pools=layout)
         for spec in plan.services:
             self._start_service(spec, env)
 
@@ -134,6 +135,7 @@ class LocalTestbed:
             "jaeger_otlp_grpc_port": self._jaeger.ports.otlp_grpc,
             "backends": self.backends,
             "flow": self.topology.flow,
+            "tracing": self.topology.tracing,
             **plan.envoy_vars,
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")

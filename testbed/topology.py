@@ -70,6 +70,18 @@ class Topology:
     # Mode-specific knobs, read by testbed/modes/<mode>.py (e.g. {"failure_mode_allow": True}).
     options: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def tracing(self) -> bool:
+        """Option ``tracing`` (default True). False: Envoy renders no tracer and the services export
+        nothing and create no spans (OTEL_SDK_DISABLED), so a benchmark can price tracing itself."""
+        return bool(self.options.get("tracing", True))
+
+    def service_env(self, otlp_endpoint: str) -> dict[str, str]:
+        """The tracing environment every service of this topology gets."""
+        if self.tracing:
+            return {"EPPKIT_OTLP_ENDPOINT": otlp_endpoint}
+        return {"EPPKIT_OTLP_ENDPOINT": "", "OTEL_SDK_DISABLED": "true"}
+
 
 class PortAllocator:
     """Hands out free loopback ports, never the same one twice in a testbed."""

@@ -212,16 +212,6 @@ def _acquire_before(slots: threading.Semaphore, deadline: float) -> bool:
     return False
 
 
-def _widen_connection_pool(client: TracedClient, size: int) -> None:
-    """Let ``size`` requests share the client's keep-alive connections (requests keeps 10 by default
-    and logs "Connection pool is full" beyond that). TracedClient has no knob for it yet."""
-    session = getattr(client, "_session", None)
-    if session is not None and size > 10:
-        from requests.adapters import HTTPAdapter
-
-        session.mount("http://", HTTPAdapter(pool_connections=4, pool_maxsize=size))
-
-
 Progress = Callable[[int, int, int, float], None]  # done, total, errors, elapsed_s
 
 
@@ -247,7 +237,6 @@ class Driver:
         self.max_duration_s = max_duration_s
         self.request_timeout_s = request_timeout_s
         self.on_progress = on_progress
-        _widen_connection_pool(client, concurrency)
 
     def send_one(self, request: PlannedRequest, t0: float) -> Sample:
         sent = time.monotonic() - t0

@@ -7,7 +7,10 @@
 -- not picked and take the route's round-robin pool.
 --
 -- Outcomes:
---   callout 200 with an endpoint      -> header set, route cache cleared, request goes on
+--   callout 200 with an endpoint      -> header set, route cache cleared, request goes on;
+--       in the disaggregated flows the answer's x-prefiller-host-port and x-encoder-hosts-ports
+--       headers (the picked prefiller and encoders) are copied onto the request for the
+--       pd-sidecar, as llm-d passes them
 --   callout 4xx/5xx with JSON (its own 400/429/503) -> that answer goes to the client as is
 --   callout unreachable, timed out, or answering garbage:
 --       failure_mode_allow = true  -> request goes on without a pick (round-robin pool)
@@ -26,6 +29,8 @@
 --                      failure_mode_allow = false }
 
 local DESTINATION_HEADER = "x-gateway-destination-endpoint"
+-- Chosen by the callout with the decoder (pd / epd / ttft flows); only the callout names them.
+local STAGE_HEADERS = { "x-prefiller-host-port", "x-encoder-hosts-ports" }
 local MODEL_HEADER = "x-gateway-model-name"
 local STATUS_HEADER = "x-eppkit-callout"
 local METADATA_NAMESPACE = "eppkit.callout"
@@ -42,6 +47,31 @@ local function valid_endpoint(value)
     return false
   end
   return value:match("^%d+%.%d+%.%d+%.%d+:%d+$") ~= nil or value:match("^%[[%x:.]+%]:%d+$") ~= nil
+end
+
+-- A comma-separated list of endpoints, every one valid (x-encoder-hosts-ports).
+local function valid_endpoint_list(value)
+  if type(value) ~= "string" or value == "" then
+    return false
+  end
+  for item in (value .. ","):gmatch("([^,]*),") do
+    if not valid_endpoint((item:gsub("^%s+", ""):gsub("%s+$", ""))) then
+      return false
+    end
+  end
+  return true
+end
+
+-- Copy the prefiller / encoders the callout chose onto the request (absent: nothing to copy).
+local function copy_stage_headers(handle, response_headers)
+  for _, name in ipairs(STAGE_HEADERS) do
+    local value = response_headers[name]
+    if value ~= nil and valid_endpoint_list(value) then
+      handle:headers():replace(name, value)
+    elseif value ~= nil then
+      handle:logWarn("callout answered an unusable " .. name .. ": " .. tostring(value))
+    end
+  end
 end
 
 -- OpenAI-style errors (the same shape as services/openai_errors.py).
@@ -90,8 +120,11 @@ local function is_json(response_headers)
 end
 
 function envoy_on_request(handle)
-  -- Only the callout names the destination: never forward a client's own choice.
+  -- Only the callout names the destination (and prefiller, encoders): never forward a client's own choice.
   handle:headers():remove(DESTINATION_HEADER)
+  for _, name in ipairs(STAGE_HEADERS) do
+    handle:headers():remove(name)
+  end
   if handle:headers():get(":method") ~= "POST" then
     return
   end
@@ -114,6 +147,7 @@ function envoy_on_request(handle)
       or (response_body or ""):match('"endpoint"%s*:%s*"([^"]*)"')
     if valid_endpoint(endpoint) then
       handle:headers():replace(DESTINATION_HEADER, endpoint)
+      copy_stage_headers(handle, response_headers)
       -- Header changes from Lua clear the route cache already (clear_route_cache defaults
       -- to true); do it explicitly so the header-matched route is chosen either way.
       handle:clearRouteCache()

@@ -21,6 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
         "x-gateway-model-name names that model; empty pool: every pick is 503)",
     )
     parser.add_argument("--scorer", choices=sorted(SCORERS), default="round-robin", help="default: %(default)s")
+    parser.add_argument("--prefill-endpoints", default="",
+                        help="disaggregated flows: prefillers host:port=name,...; each pick also names one "
+                        "(x-prefiller-host-port), scored like --scorer")
+    parser.add_argument("--encoder-endpoints", default="",
+                        help="disaggregated flows: encoders host:port=name,...; a request with media also gets "
+                        "x-encoder-hosts-ports (one encoder per item at most, rotating)")
     parser.add_argument("--pick-latency", type=float, default=0.0, help="ms each pick takes on purpose (default: 0)")
     parser.add_argument(
         "--pick-latency-jitter", type=float, default=0.0, help="ms of uniform jitter around --pick-latency, <= 30%% of it"
@@ -35,11 +41,14 @@ def main(argv: list[str] | None = None) -> None:
     runner.configure_logging(args.log_level)
     try:
         endpoints = parse_endpoints(args.endpoints)
+        prefill = parse_endpoints(args.prefill_endpoints)
+        encoders = parse_endpoints(args.encoder_endpoints)
         latency = PickLatency(args.pick_latency, args.pick_latency_jitter)
     except ValueError as exc:
         parser.error(str(exc))
     tracer = otel.setup_tracing("callout", args.otlp_endpoint)
-    picker = Picker(endpoints, make_scorer(args.scorer))
+    picker = Picker(endpoints, make_scorer(args.scorer), prefill=prefill, encoders=encoders,
+                    prefill_scorer=make_scorer(args.scorer))
     logging.getLogger("callout").info(
         "pool: %s; scorer %s", ", ".join(f"{e.name}={e.address}" for e in endpoints) or "(empty)", args.scorer
     )

@@ -7,7 +7,11 @@ headers below are extras that every caller forwards (see docs/modes-callout.md).
 
 Answers:
   200 ``{"endpoint": "host:port", "scorer": ..., "reason": ...}`` and the same endpoint in
-      the ``x-gateway-destination-endpoint`` response header
+      the ``x-gateway-destination-endpoint`` response header; in the disaggregated flows
+      (``--prefill-endpoints`` / ``--encoder-endpoints``) also ``"prefiller": "host:port"``
+      and, for a request with media, ``"encoders": ["host:port", ...]``, repeated in the
+      response headers ``x-prefiller-host-port`` / ``x-encoder-hosts-ports`` that the caller
+      copies onto the request for the pd-sidecar (as llm-d passes them)
   400 the body is not a JSON object
   429 the request was shed (``x-eppkit-shed``)
   503 no endpoint can serve it (empty pool, no endpoint for the model, forced endpoint unknown)
@@ -28,6 +32,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from observability import otel
 from services.callout.scorers import PoolEndpoint, Scorer
+from services.encoder.media import media_items
 from services.openai_errors import OpenAIError, openai_error_middleware
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
@@ -37,6 +42,11 @@ MODEL_HEADER = "x-gateway-model-name"
 FORCE_HEADER = "x-eppkit-force-endpoint"
 # Test steering: shed this request (429), as a saturated pool would.
 SHED_HEADER = "x-eppkit-shed"
+# Disaggregated flows: what the caller copies onto the request, and the matching test steering.
+PREFILLER_HEADER = "x-prefiller-host-port"
+ENCODERS_HEADER = "x-encoder-hosts-ports"
+FORCE_PREFILLER_HEADER = "x-eppkit-force-prefiller"
+FORCE_ENCODERS_HEADER = "x-eppkit-force-encoders"
 _TRUE = {"1", "true", "yes", "on"}
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts must reach the scorer whole
@@ -59,12 +69,66 @@ class PickLatency:
         return max(0.0, self.base_ms + rng.uniform(-self.jitter_ms, self.jitter_ms)) / 1000.0
 
 
-class Picker:
-    """The decision without HTTP: narrow the pool, honour the test headers, ask the scorer."""
+@dataclass
+class StagePicks:
+    """The prefiller and encoders chosen with the decoder (disaggregated flows)."""
 
-    def __init__(self, endpoints: list[PoolEndpoint], scorer: Scorer) -> None:
+    prefiller: PoolEndpoint | None = None
+    prefill_reason: str = ""
+    encoders: tuple[PoolEndpoint, ...] = ()
+    encoders_reason: str = ""
+
+
+def _forced(pool: list[PoolEndpoint], header: str, value: str) -> list[PoolEndpoint]:
+    wanted = [w.strip() for w in value.split(",") if w.strip()]
+    found = [next((ep for ep in pool if w in (ep.address, ep.name)), None) for w in wanted]
+    if not wanted or any(ep is None for ep in found):
+        raise OpenAIError(503, f"{header}={value!r} names no endpoint of that pool "
+                               f"({', '.join(ep.name for ep in pool) or 'empty pool'})", param=header, code="no_endpoint")
+    return [ep for ep in found if ep is not None]
+
+
+class Picker:
+    """The decision without HTTP: narrow the pool, honour the test headers, ask the scorer.
+
+    With ``prefill`` / ``encoders`` pools (pd, epd, ttft flows) :meth:`pick_stages` also names
+    the prefiller (its own scorer of the same kind) and, for a request with media, the
+    encoders: one per media item at most, starting at a rotating offset.
+    """
+
+    def __init__(self, endpoints: list[PoolEndpoint], scorer: Scorer, *, prefill: list[PoolEndpoint] = (),
+                 encoders: list[PoolEndpoint] = (), prefill_scorer: Scorer | None = None) -> None:
         self.endpoints = endpoints
         self.scorer = scorer
+        self.prefill = list(prefill)
+        self.encoders = list(encoders)
+        self.prefill_scorer = prefill_scorer or type(scorer)()
+        self._encoder_turn = 0
+
+    def pick_stages(self, body: dict[str, Any], *, model: str | None, force_prefiller: str | None,
+                    force_encoders: str | None) -> StagePicks:
+        picks = StagePicks()
+        if self.prefill:
+            if force_prefiller is not None:
+                picks.prefiller = _forced(self.prefill, FORCE_PREFILLER_HEADER, force_prefiller)[0]
+                picks.prefill_reason = "forced"
+            else:
+                candidates = [ep for ep in self.prefill if not model or ep.model is None or ep.model == model]
+                if not candidates:
+                    raise OpenAIError(503, f"no prefill endpoint for model {model!r}", code="no_endpoint")
+                picks.prefiller, picks.prefill_reason = self.prefill_scorer.pick(candidates, body)
+        items = len(media_items(body))
+        if self.encoders and items:
+            if force_encoders is not None:
+                picks.encoders = tuple(_forced(self.encoders, FORCE_ENCODERS_HEADER, force_encoders))
+                picks.encoders_reason = "forced"
+            else:
+                turn, self._encoder_turn = self._encoder_turn, self._encoder_turn + 1
+                start = turn % len(self.encoders)
+                order = self.encoders[start:] + self.encoders[:start]
+                picks.encoders = tuple(order[: min(items, len(order))])
+                picks.encoders_reason = f"{items} media item(s), {len(picks.encoders)} of {len(order)} encoders from turn {turn}"
+        return picks
 
     def candidates(self, model: str | None) -> list[PoolEndpoint]:
         if not model:
@@ -130,6 +194,8 @@ def make_app(
                     force=headers.get(FORCE_HEADER),
                     shed=headers.get(SHED_HEADER, "").strip().lower() in _TRUE,
                 )
+                stages = picker.pick_stages(body, model=model, force_prefiller=headers.get(FORCE_PREFILLER_HEADER),
+                                            force_encoders=headers.get(FORCE_ENCODERS_HEADER))
             except OpenAIError as exc:
                 span.set_attribute("callout.reason", exc.code or exc.message)
                 span.set_attribute("http.response.status_code", exc.status)
@@ -140,10 +206,20 @@ def make_app(
             span.set_attribute("callout.endpoint.name", endpoint.name)
             span.set_attribute("callout.reason", reason)
             span.set_attribute("http.response.status_code", 200)
-            return web.json_response(
-                {"endpoint": endpoint.address, "scorer": picker.scorer.name, "reason": reason},
-                headers={DESTINATION_HEADER: endpoint.address},
-            )
+            answer: dict[str, Any] = {"endpoint": endpoint.address, "scorer": picker.scorer.name, "reason": reason}
+            out_headers = {DESTINATION_HEADER: endpoint.address}
+            if stages.prefiller is not None:
+                answer["prefiller"] = out_headers[PREFILLER_HEADER] = stages.prefiller.address
+                span.set_attribute("callout.prefiller", stages.prefiller.address)
+                span.set_attribute("callout.prefiller.name", stages.prefiller.name)
+                span.set_attribute("callout.prefill.reason", stages.prefill_reason)
+            if stages.encoders:
+                answer["encoders"] = [ep.address for ep in stages.encoders]
+                out_headers[ENCODERS_HEADER] = ",".join(answer["encoders"])
+                span.set_attribute("callout.encoders", out_headers[ENCODERS_HEADER])
+                span.set_attribute("callout.encoders.names", ",".join(ep.name for ep in stages.encoders))
+                span.set_attribute("callout.encoders.reason", stages.encoders_reason)
+            return web.json_response(answer, headers=out_headers)
 
     app = web.Application(middlewares=[openai_error_middleware], client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/health", health)

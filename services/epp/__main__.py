@@ -5,6 +5,10 @@
 
 Sidecar mode (the Dynamo proposal): add ``--frontend-url http://127.0.0.1:PORT`` and every
 decision is asked of the frontend with ``x-routing-request: true``.
+
+Disaggregated flows: ``--prefill-endpoints`` / ``--encoder-endpoints`` make the EPP choose a
+prefiller and encoders too, passed as ``x-prefiller-host-port`` / ``x-encoder-hosts-ports``
+(services/epp/stages.py). Two-phase multipart flow: ``--multipart`` (services/epp/stream.py).
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from services.epp import server
 from services.epp.picker import FrontendPicker, LocalPicker
 from services.epp.pool import MetricsScraper, Pool, parse_endpoints
 from services.epp.scorers import SCORERS, make_scorer
+from services.epp.stages import StagePicker
+from services.epp.stream import MULTIPART_TRIGGERS
 from services.runner import add_common_args, configure_logging
 
 
@@ -51,6 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--prefix-block-size", type=int, default=64, help="prefix-cache scorer block size in characters (default: %(default)s)")
     p.add_argument("--max-fallbacks", type=int, default=2, help="fallback endpoints listed in the envoy.lb metadata (default: %(default)s)")
+    p.add_argument("--prefill-endpoints", default="",
+                   help="disaggregated flows: prefillers (name=host:port,...); the EPP picks one per request "
+                   "with --scorer and passes it as x-prefiller-host-port")
+    p.add_argument("--encoder-endpoints", default="",
+                   help="disaggregated flows: encoders (name=host:port,...); requests with media get "
+                   "x-encoder-hosts-ports (one encoder per item at most, rotating)")
+    p.add_argument("--multipart", action="store_true",
+                   help="two-phase multipart flow: send the body as part 1 and keep the request open; inject the "
+                   "metadata part when the response arrives (Envoy must send response headers and body)")
+    p.add_argument("--multipart-trigger", choices=MULTIPART_TRIGGERS, default="first-token",
+                   help="when part 2 goes: on the first response body chunk of a streamed request (first-token; "
+                   "other requests on the headers) or always on the response headers (default: %(default)s)")
     return p
 
 
@@ -63,17 +81,23 @@ def main(argv: list[str] | None = None) -> int:
     try:
         pool = Pool(parse_endpoints(args.endpoints))
         scorer = make_scorer(args.scorer, prefix_block_size=args.prefix_block_size)
+        stages = StagePicker(Pool(parse_endpoints(args.prefill_endpoints)), Pool(parse_endpoints(args.encoder_endpoints)),
+                             make_scorer(args.scorer, prefix_block_size=args.prefix_block_size))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tracer = otel.setup_tracing("epp", args.otlp_endpoint, instance=f"epp-{args.port}")
     if args.frontend_url:
-        picker = FrontendPicker(pool, args.frontend_url, timeout_s=args.frontend_timeout)
+        picker = FrontendPicker(pool, args.frontend_url, timeout_s=args.frontend_timeout, stages=stages)
     else:
-        picker = LocalPicker(pool, scorer, shed_threshold=args.shed_queue_threshold, max_fallbacks=args.max_fallbacks)
+        picker = LocalPicker(pool, scorer, shed_threshold=args.shed_queue_threshold, max_fallbacks=args.max_fallbacks,
+                             stages=stages)
     scraper = MetricsScraper(pool, interval_s=args.metrics_interval)
+    extra = [MetricsScraper(p, interval_s=args.metrics_interval) for p in stages.pools()]
     try:
-        asyncio.run(server.serve_forever(args.host, args.port, picker, scraper, tracer))
+        asyncio.run(server.serve_forever(args.host, args.port, picker, scraper, tracer,
+                                         multipart=args.multipart,
+                                         multipart_trigger=args.multipart_trigger, extra_scrapers=extra))
     finally:
         otel.shutdown_tracing()
     return 0

@@ -19,8 +19,10 @@ import aiohttp
 
 from observability import otel
 from services.epp.pool import Pool, PoolEndpoint
+from services.epp.protocol import ENCODERS_HEADER, PREFILLER_HEADER
 from services.epp.request import LlmRequest
 from services.epp.scorers import Scorer
+from services.epp.stages import StageError, StagePicker, StagePicks
 
 log = logging.getLogger("epp.picker")
 
@@ -41,6 +43,8 @@ class Decision:
     fallbacks: list[str] = field(default_factory=list)
     worker_id: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)  # extra span attributes
+    # Disaggregated flows: the prefiller / encoders chosen with the decoder (None: no stage pools).
+    stages: StagePicks | None = None
 
     @property
     def name(self) -> str:
@@ -49,6 +53,22 @@ class Decision:
     @property
     def metadata_value(self) -> str:
         return ",".join([self.address, *self.fallbacks])
+
+    def stage_headers(self) -> tuple[dict[str, str], list[str]]:
+        """(headers to set, headers to remove) that pass the prefiller and encoders on, as llm-d does."""
+        if self.stages is None:
+            return {}, []
+        set_headers: dict[str, str] = {}
+        remove: list[str] = []
+        if self.stages.prefiller is not None:
+            set_headers[PREFILLER_HEADER] = self.stages.prefiller.address
+        else:
+            remove.append(PREFILLER_HEADER)
+        if self.stages.encoders:
+            set_headers[ENCODERS_HEADER] = ",".join(ep.address for ep in self.stages.encoders)
+        else:
+            remove.append(ENCODERS_HEADER)
+        return set_headers, remove
 
 
 class PickError(Exception):
@@ -93,6 +113,18 @@ def forced_decision(pool: Pool, request: LlmRequest) -> Decision | None:
     )
 
 
+def with_stages(decision: Decision, request: LlmRequest, stages: StagePicker | None) -> Decision:
+    """Add the prefiller and encoders to a decoder decision (disaggregated flows only)."""
+    if stages is None or not stages.active:
+        return decision
+    try:
+        decision.stages = stages.pick(request)
+    except StageError as exc:
+        raise PickError(503, exc.message, code=exc.code, scorer=decision.scorer) from None
+    decision.attributes.update(decision.stages.attributes())
+    return decision
+
+
 def no_endpoint_error(pool: Pool, scorer: str) -> PickError:
     if not pool.endpoints:
         detail = "the pool is empty"
@@ -130,14 +162,19 @@ def candidates(pool: Pool, request: LlmRequest, scorer: str) -> list[PoolEndpoin
 class LocalPicker:
     """Scores the healthy endpoints in-process with one of the scorers."""
 
-    def __init__(self, pool: Pool, scorer: Scorer, *, shed_threshold: float = 0, max_fallbacks: int = 2):
+    def __init__(self, pool: Pool, scorer: Scorer, *, shed_threshold: float = 0, max_fallbacks: int = 2,
+                 stages: StagePicker | None = None):
         self.pool = pool
         self.scorer = scorer
         self.scorer_name = scorer.name
         self.shed_threshold = shed_threshold
         self.max_fallbacks = max_fallbacks
+        self.stages = stages
 
     async def pick(self, request: LlmRequest) -> Decision:
+        return with_stages(await self._pick_decoder(request), request, self.stages)
+
+    async def _pick_decoder(self, request: LlmRequest) -> Decision:
         forced = forced_decision(self.pool, request)
         if forced is not None:
             return forced
@@ -175,10 +212,11 @@ class FrontendPicker:
 
     scorer_name = "frontend"
 
-    def __init__(self, pool: Pool, frontend_url: str, *, timeout_s: float = 5.0):
+    def __init__(self, pool: Pool, frontend_url: str, *, timeout_s: float = 5.0, stages: StagePicker | None = None):
         self.pool = pool
         self.frontend_url = frontend_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.stages = stages  # the frontend names the decoder; the EPP adds prefiller and encoders
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -195,6 +233,9 @@ class FrontendPicker:
         return self._session
 
     async def pick(self, request: LlmRequest) -> Decision:
+        return with_stages(await self._pick_decoder(request), request, self.stages)
+
+    async def _pick_decoder(self, request: LlmRequest) -> Decision:
         forced = forced_decision(self.pool, request)
         if forced is not None:
             return forced

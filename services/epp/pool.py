@@ -215,7 +215,14 @@ class MetricsScraper:
                     self.pool.record_scrape(ep, None, error=f"GET /metrics answered {resp.status}")
                     return
                 text = await resp.text()
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        except asyncio.TimeoutError:
+            # Slow is not down: a busy endpoint, or our own loop busy with a large body, answers
+            # late. Marking it down here turned one 70 MB request into 503s for everybody after it.
+            # Keep its health and its last load figures; a refused or reset connection marks it down.
+            ep.last_error = f"GET {url}: no answer within {self.timeout_s:g} s (health unchanged)"
+            log.info("endpoint %s (%s): metrics scrape timed out; health unchanged", ep.name, ep.address)
+            return
+        except (aiohttp.ClientError, OSError) as exc:
             self.pool.record_scrape(ep, None, error=f"GET {url}: {exc.__class__.__name__}: {exc}")
             return
         self.pool.record_scrape(ep, parse_metrics(text))

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass
+from typing import Sequence
 
 import grpc
 from opentelemetry import trace
@@ -17,6 +18,7 @@ from services.epp.pool import MetricsScraper
 from services.epp.stream import StreamProcessor
 
 log = logging.getLogger("epp")
+MAX_MESSAGE_BYTES = 80 * 1024 * 1024  # above Envoy's 64 MiB per-connection buffer limit
 
 
 def incoming_context(context: grpc.aio.ServicerContext):
@@ -28,12 +30,16 @@ def incoming_context(context: grpc.aio.ServicerContext):
 
 
 class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
-    def __init__(self, picker: Picker, tracer: trace.Tracer):
+    def __init__(self, picker: Picker, tracer: trace.Tracer, *, multipart: bool = False,
+                 multipart_trigger: str = "first-token"):
         self.picker = picker
         self.tracer = tracer
+        self.multipart = multipart  # the two-phase multipart flow (stream.py, HOLDING)
+        self.multipart_trigger = multipart_trigger
 
     async def Process(self, request_iterator, context):  # noqa: N802 (gRPC method name)
-        stream = StreamProcessor(self.picker, self.tracer, incoming_context(context))
+        stream = StreamProcessor(self.picker, self.tracer, incoming_context(context), multipart=self.multipart,
+                                 multipart_trigger=self.multipart_trigger)
         try:
             async for request in request_iterator:
                 for response in await stream.handle(request):
@@ -44,36 +50,50 @@ class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
 
 @dataclass
 class EppServer:
-    """The running server: gRPC listener, metrics scraper, picker; ``stop()`` undoes all three."""
+    """The running server: gRPC listener, metrics scrapers, picker; ``stop()`` undoes all three."""
 
     server: grpc.aio.Server
     scraper: MetricsScraper
     picker: Picker
     port: int
+    extra_scrapers: Sequence[MetricsScraper] = ()
 
     async def stop(self, grace_s: float = 1.0) -> None:
         await self.server.stop(grace_s)
-        await self.scraper.stop()
+        for scraper in (self.scraper, *self.extra_scrapers):
+            await scraper.stop()
         await self.picker.close()
 
 
-async def start(host: str, port: int, picker: Picker, scraper: MetricsScraper, tracer: trace.Tracer) -> EppServer:
-    server = grpc.aio.server()
-    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker, tracer), server)
+async def start(host: str, port: int, picker: Picker, scraper: MetricsScraper, tracer: trace.Tracer, *,
+                multipart: bool = False, multipart_trigger: str = "first-token",
+                extra_scrapers: Sequence[MetricsScraper] = ()) -> EppServer:
+    """``multipart``: the two-phase flow; ``extra_scrapers``: the prefill / encoder pools' scrapers."""
+    # Envoy sends request body in FULL_DUPLEX_STREAMED as fast as it arrives, several MiB in one
+    # message when the client writes quickly; gRPC's default 4 MiB receive limit turned any larger
+    # body into a 500 ("Received message larger than max"). Envoy buffers at most 64 MiB per connection.
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker, tracer, multipart=multipart, multipart_trigger=multipart_trigger), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind {host}:{port}")
     # Metrics first: the first pick should already see which endpoints are up.
-    await scraper.start()
+    for each in (scraper, *extra_scrapers):
+        await each.start()
     if hasattr(picker, "start"):
         await picker.start()
     await server.start()
-    log.info("epp listening on grpc://%s:%d (scorer %s)", host, bound, picker.scorer_name)
-    return EppServer(server, scraper, picker, bound)
+    log.info("epp listening on grpc://%s:%d (scorer %s%s)", host, bound, picker.scorer_name,
+             ", two-phase multipart" if multipart else "")
+    return EppServer(server, scraper, picker, bound, tuple(extra_scrapers))
 
 
-async def serve_forever(host: str, port: int, picker: Picker, scraper: MetricsScraper, tracer: trace.Tracer) -> None:
-    running = await start(host, port, picker, scraper, tracer)
+async def serve_forever(host: str, port: int, picker: Picker, scraper: MetricsScraper, tracer: trace.Tracer, *,
+                        multipart: bool = False, multipart_trigger: str = "first-token",
+                        extra_scrapers: Sequence[MetricsScraper] = ()) -> None:
+    running = await start(host, port, picker, scraper, tracer, multipart=multipart,
+                          multipart_trigger=multipart_trigger, extra_scrapers=extra_scrapers)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

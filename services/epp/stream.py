@@ -12,15 +12,31 @@ picker decides, and only then the headers response (destination header, ``envoy.
 metadata, clear_route_cache) and the body (unchanged, streamed back, end_of_stream on the last
 chunk) go out together, which releases the request upstream.
 
-The two-phase multipart flow will add a HOLDING phase between BUFFERING and FORWARDED: part 1
-sent with end_of_stream false, part 2 sent from the response_headers handler. The transitions
-live in ``_on_<message>`` methods so that phase slots in without reshaping the rest.
+The two-phase multipart flow (``multipart=True``) adds HOLDING between BUFFERING and FORWARDED:
+
+    BUFFERING --request_body(eos)--> HOLDING --response_headers [+ first response_body]--> FORWARDED
+
+At the end of the client's body the headers response rewrites ``content-type`` to
+``multipart/mixed; boundary=...`` and removes ``content-length``; the body goes back as part 1
+(``request_payload``, the client's JSON) with ``end_of_stream: false``, so Envoy sends it
+upstream and keeps the request open (event ``part1_sent``). The backend prefills and answers
+with its headers and first token. Event ``response_headers_seen`` marks the headers; with the
+``first-token`` trigger (default) a streamed request's headers are let through at once and
+the EPP waits for the first response body chunk (event ``first_token_seen``); with the
+``headers`` trigger, or for a request that is not streamed (its body comes only after
+decoding, which waits for part 2), the headers are enough. Then the ``epp.inject`` span makes
+the metadata, and part 2 (``metadata``) plus the closing boundary go out with
+``end_of_stream: true``, which ends the upstream request (event ``part2_sent``), ahead of the
+held response message. ``epp.process`` covers the whole exchange.
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import logging
+import time
+import uuid
 from typing import Awaitable, Callable
 
 from opentelemetry import context as otel_context
@@ -31,6 +47,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from services.epp import protocol
 from services.epp.picker import Decision, PickError, Picker
 from services.epp.request import BadRequest, LlmRequest, parse_request
+from services.vllm.multipart import METADATA_PART, PAYLOAD_PART, closing, encode_part
 
 log = logging.getLogger("epp.stream")
 
@@ -38,11 +55,16 @@ log = logging.getLogger("epp.stream")
 class Phase(enum.Enum):
     AWAIT_HEADERS = "awaiting request headers"
     BUFFERING = "buffering request body"
+    HOLDING = "part 1 sent, request held open until the response (headers, first token)"
     FORWARDED = "request released upstream"
     CLOSED = "closed"
 
 
 Responses = list[pb.ProcessingResponse]
+
+# When the two-phase flow injects part 2: on the response headers, or on the first response
+# body chunk (the first token) of a streamed request.
+MULTIPART_TRIGGERS = ("first-token", "headers")
 
 
 class StreamProcessor:
@@ -55,11 +77,23 @@ class StreamProcessor:
         parent: otel_context.Context | None = None,
         *,
         on_decision: Callable[[Decision], Awaitable[None]] | None = None,
+        multipart: bool = False,
+        multipart_trigger: str = "first-token",
     ):
+        if multipart_trigger not in MULTIPART_TRIGGERS:
+            raise ValueError(f"multipart trigger {multipart_trigger!r}: choose one of {', '.join(MULTIPART_TRIGGERS)}")
         self.picker = picker
         self.tracer = tracer
         self.parent = parent
         self.on_decision = on_decision
+        self.multipart = multipart
+        self.multipart_trigger = multipart_trigger
+        self.request: LlmRequest | None = None
+        self._response_headers: dict[str, str] | None = None  # multipart: seen while HOLDING
+        self.boundary = ""
+        self.metadata: dict | None = None  # multipart: the metadata part the EPP made
+        self._trailers = False
+        self._part1_sent_at = 0.0
         self.phase = Phase.AWAIT_HEADERS
         self.headers: dict[str, str] = {}
         self.body = bytearray()
@@ -114,13 +148,30 @@ class StreamProcessor:
 
     # ------------------------------------------------------------------ response path
     async def _on_response_headers(self, msg: pb.HttpHeaders) -> Responses:
-        return [protocol.headers_response(response_path=True)]
+        passed = [protocol.headers_response(response_path=True)]
+        if self.phase is not Phase.HOLDING:
+            return passed
+        headers = protocol.header_map(msg.headers)
+        self._response_headers = headers
+        self._event("response_headers_seen", {"http.response.status_code": headers.get(":status", "")})
+        wait_for_token = (self.multipart_trigger == "first-token" and not msg.end_of_stream
+                          and self.request is not None and self.request.stream and headers.get(":status") == "200")
+        if wait_for_token:
+            return passed  # the headers go on to the client; part 2 waits for the first token
+        return self._inject_metadata() + passed
 
     async def _on_response_body(self, msg: pb.HttpBody) -> Responses:
-        return protocol.body_responses(msg.body, end_of_stream=msg.end_of_stream, response_path=True)
+        passed = protocol.body_responses(msg.body, end_of_stream=msg.end_of_stream, response_path=True)
+        if self.phase is Phase.HOLDING:
+            self._event("first_token_seen", {"epp.multipart.chunk_bytes": len(msg.body)})
+            return self._inject_metadata() + passed
+        return passed
 
     async def _on_response_trailers(self, msg: pb.HttpTrailers) -> Responses:
-        return [protocol.trailers_response(response_path=True)]
+        passed = [protocol.trailers_response(response_path=True)]
+        if self.phase is Phase.HOLDING:
+            return self._inject_metadata() + passed
+        return passed
 
     # ------------------------------------------------------------------ decision
     async def _decide(self, *, trailers: bool, body_follows: bool) -> Responses:
@@ -133,6 +184,7 @@ class StreamProcessor:
                         request = parse_request(self.headers, bytes(self.body))
                     except BadRequest as exc:
                         raise PickError(400, str(exc), code="invalid_request_body") from None
+                    self.request = request
                     if request.model:
                         pick_span.set_attribute("gen_ai.request.model", request.model)
                     pick_span.set_attribute("epp.scorer", self.picker.scorer_name)
@@ -149,6 +201,9 @@ class StreamProcessor:
             except Exception as exc:  # a picker bug must still answer Envoy, not hang the request
                 log.exception("picker failed")
                 return self._fail(PickError(500, f"endpoint picker error: {exc}", code="epp_internal_error"))
+
+            if self.multipart and body_follows:
+                return await self._send_part1(decision, trailers=trailers)
 
             with self.tracer.start_as_current_span("epp.inject") as inject_span:
                 out = self._release(decision, trailers=trailers, body_follows=body_follows)
@@ -174,11 +229,17 @@ class StreamProcessor:
         for key, value in decision.attributes.items():
             span.set_attribute(key, value)
 
-    def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
-        """The messages that carry the decision and let the request go upstream."""
+    def _decision_headers(self, decision: Decision) -> tuple[dict[str, str], list[str]]:
         set_headers = {protocol.DESTINATION_HEADER: decision.address}
         if decision.worker_id is not None:
             set_headers[protocol.WORKER_ID_HEADER] = decision.worker_id
+        stage_set, remove = decision.stage_headers()
+        set_headers.update(stage_set)
+        return set_headers, remove
+
+    def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
+        """The messages that carry the decision and let the request go upstream."""
+        set_headers, remove = self._decision_headers(decision)
         if body_follows:
             # In FULL_DUPLEX_STREAMED Envoy cannot trust the original length once a processor
             # may rewrite the body; say the length of the body we send back.
@@ -186,6 +247,7 @@ class StreamProcessor:
         out: Responses = [
             protocol.headers_response(
                 set_headers,
+                remove_headers=remove,
                 metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}},
                 clear_route_cache=True,
             )
@@ -194,6 +256,79 @@ class StreamProcessor:
             out += protocol.body_responses(bytes(self.body), end_of_stream=not trailers)
         if trailers:
             out.append(protocol.trailers_response())
+        return out
+
+    # ------------------------------------------------------------------ two-phase multipart
+    async def _send_part1(self, decision: Decision, *, trailers: bool) -> Responses:
+        """Headers (multipart content-type, no length) and part 1, leaving the request open."""
+        span = self._span
+        assert span is not None
+        self.boundary = f"eppkit-{uuid.uuid4().hex}"
+        set_headers, remove = self._decision_headers(decision)
+        set_headers["content-type"] = f"multipart/mixed; boundary={self.boundary}"
+        # The body grows by part 2 later: no length, so Envoy sends it chunked upstream.
+        remove = [*remove, "content-length"]
+        part1 = encode_part(self.boundary, PAYLOAD_PART, bytes(self.body), first=True)
+        out: Responses = [
+            protocol.headers_response(
+                set_headers,
+                remove_headers=remove,
+                metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}},
+                clear_route_cache=True,
+            ),
+            *protocol.body_responses(part1, end_of_stream=False),
+        ]
+        self._trailers = trailers
+        self.decision = decision
+        self._annotate(span, decision, None)
+        span.set_attribute("epp.multipart.boundary", self.boundary)
+        # Before the answer is written: Envoy cannot send part 1 upstream before this instant.
+        span.add_event("part1_sent", {"epp.multipart.part1_bytes": len(part1), "epp.endpoint": decision.address})
+        self._part1_sent_at = time.monotonic()
+        self.phase = Phase.HOLDING
+        if self.on_decision is not None:
+            await self.on_decision(decision)
+        return out
+
+    def _event(self, name: str, attributes: dict) -> None:
+        """An event on epp.process, with the time since part 1 left."""
+        held_ms = (time.monotonic() - self._part1_sent_at) * 1000.0
+        if self._span is not None:
+            self._span.add_event(name, {**attributes, "epp.multipart.held_ms": round(held_ms, 3)})
+
+    def _inject_metadata(self) -> Responses:
+        """The backend answered (headers, first token): make part 2, send it and the closing boundary."""
+        span = self._span
+        decision = self.decision
+        assert span is not None and decision is not None
+        response_headers = self._response_headers or {}
+        status = response_headers.get(":status", "")
+        held_ms = (time.monotonic() - self._part1_sent_at) * 1000.0
+        with trace.use_span(span, end_on_exit=False):
+            with self.tracer.start_as_current_span("epp.inject") as inject_span:
+                self.metadata = {
+                    "request_id": self.headers.get("x-request-id", ""),
+                    "endpoint": decision.address,
+                    "endpoint_name": decision.name,
+                    "served_by": response_headers.get("x-inference-pod", ""),
+                    "response_status": int(status) if status.isdigit() else status,
+                    "held_ms": round(held_ms, 3),
+                    "nonce": uuid.uuid4().hex,
+                }
+                raw = json.dumps(self.metadata, separators=(",", ":")).encode()
+                part2 = encode_part(self.boundary, METADATA_PART, raw) + closing(self.boundary)
+                out = protocol.body_responses(part2, end_of_stream=not self._trailers)
+                if self._trailers:
+                    out.append(protocol.trailers_response())
+                inject_span.set_attribute("epp.endpoint", decision.address)
+                inject_span.set_attribute("epp.multipart.metadata", raw.decode())
+                inject_span.set_attribute("epp.multipart.metadata_bytes", len(raw))
+                inject_span.set_attribute("epp.multipart.boundary", self.boundary)
+                inject_span.set_attribute("epp.multipart.trigger", self.multipart_trigger)
+                inject_span.set_attribute("epp.messages", len(out))
+        span.add_event("part2_sent", {"epp.multipart.part2_bytes": len(part2)})
+        span.end()  # before the answer is written, as for the decision
+        self.phase = Phase.FORWARDED
         return out
 
     def _fail(self, exc: PickError) -> Responses:
@@ -220,6 +355,10 @@ class StreamProcessor:
         if self._span is not None and self._span.is_recording() and self.phase in (Phase.AWAIT_HEADERS, Phase.BUFFERING):
             self._span.set_attribute("epp.reason", f"{reason} before the request body ended")
             self._span.set_status(Status(StatusCode.ERROR, reason))
+            self._span.end()
+        elif self._span is not None and self._span.is_recording() and self.phase is Phase.HOLDING:
+            self._span.add_event("stream_closed_while_holding")
+            self._span.set_status(Status(StatusCode.ERROR, f"{reason} while holding the request open (part 2 never sent)"))
             self._span.end()
         if self.phase is not Phase.CLOSED:
             self.phase = Phase.CLOSED

@@ -205,6 +205,7 @@ class MockVllm:
 
         # 1. the request: whole JSON body, or multipart part 1 (the body stays open)
         reader: multipart.MultipartReader | None = None
+        _check_content_type(request)
         if request.content_type.startswith("multipart/"):
             reader, raw = await self._read_payload_part(request)
             span.set_attribute("vllm.multipart", True)
@@ -666,6 +667,22 @@ class _TokenWriter:
 
 class _InjectedDrop(Exception):
     """Raised after an injected stall/disconnect closed the connection."""
+
+
+def _check_content_type(request: web.Request) -> None:
+    """JSON or multipart only, as vLLM (``validate_json_request``); no Content-Type at all is let through.
+
+    Without this a body sent as text/plain or a form was parsed as JSON anyway and served.
+    """
+    if "Content-Type" not in request.headers:
+        return
+    media = request.content_type.lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return
+    if media.startswith("multipart/"):
+        return
+    raise OpenAIError(415, f"Unsupported Media Type: Only 'application/json' is allowed, got {media!r}",
+                      param="Content-Type", code="unsupported_media_type")
 
 
 def _transport_gone(request: web.Request) -> bool:

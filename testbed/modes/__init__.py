@@ -1,15 +1,42 @@
-"""Integration modes as plug-ins: one module per mode, each with ``plan(topology, ports, backends)``."""
+"""Integration modes as plug-ins: one module per mode, each with ``plan(topology, ports, backends, pools=None)``.
+
+``backends`` are what Envoy routes to (the decoders' pd-sidecars in disaggregated flows);
+``pools`` is the flow's layout (:class:`testbed.flows.FlowPlan`), whose ``prefill`` and
+``encoders`` lists the picker modes hand to their picker so it chooses those stages too.
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from testbed.envoy_config import MODES
 from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
 
+if TYPE_CHECKING:
+    from testbed.flows import FlowPlan
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
+
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools: "FlowPlan | None" = None) -> ModePlan:
     if topology.mode not in MODES:
         raise ValueError(f"unknown mode {topology.mode!r}; choose one of {', '.join(MODES)}")
     module = importlib.import_module(f"testbed.modes.{topology.mode.replace('-', '_')}")
-    return module.plan(topology, ports, backends)
+    return module.plan(topology, ports, backends, pools=pools)
+
+
+def stage_endpoints(pools: "FlowPlan | None") -> tuple[list[Endpoint], list[Endpoint]]:
+    """(prefillers, encoders) of the flow, empty when there are none (aggregated, multipart)."""
+    if pools is None:
+        return [], []
+    return list(pools.prefill), list(pools.encoders)
+
+
+def callout_stage_args(pools: "FlowPlan | None") -> list[str]:
+    """The callout service's prefill / encoder pools (``host:port=name``), empty outside pd/epd/ttft."""
+    prefill, encoders = stage_endpoints(pools)
+    args: list[str] = []
+    if prefill:
+        args += ["--prefill-endpoints", ",".join(f"{ep.address}={ep.name}" for ep in prefill)]
+    if encoders:
+        args += ["--encoder-endpoints", ",".join(f"{ep.address}={ep.name}" for ep in encoders)]
+    return args

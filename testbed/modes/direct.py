@@ -9,5 +9,6 @@ from testbed.body_routing import body_routing_vars
 from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
+    # Nobody picks: the pd-sidecars fall back to their own prefill/encoder round robin.
     return ModePlan(services=[], envoy_vars=body_routing_vars(topology, backends))

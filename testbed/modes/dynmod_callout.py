@@ -16,6 +16,10 @@ Topology options read here (all optional), the same as lua-callout's:
   callout_timeout_ms  int    callout timeout (default 1000)
   pick_latency_ms     float  time each pick takes on purpose (default 0)
   restrict_to_pool    bool   the module refuses picks outside the backends (default False)
+
+In pd / epd / ttft the callout also gets the flow's prefillers and encoders (``pools``) and
+answers them in x-prefiller-host-port / x-encoder-hosts-ports, which the filter copies onto
+the request for the pd-sidecar.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 
 from testbed import dynmod_build
 from testbed.body_routing import body_routing_vars
+from testbed.modes import callout_stage_args
 from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 
@@ -44,7 +49,7 @@ def filter_config(topology: Topology, backends: list[Endpoint]) -> dict[str, Any
     return config
 
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
     options = topology.options
     routing = body_routing_vars(topology, backends)
     # With body routing the callout learns each endpoint's model and picks within the
@@ -52,7 +57,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
     suffix = (lambda ep: f"@{ep.model}") if routing["body_routing"] else (lambda ep: "")
     endpoints = ",".join(f"{ep.address}={ep.name}{suffix(ep)}" for ep in backends)
     port = ports.port()
-    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin"))]
+    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin")), *callout_stage_args(pools)]
     if options.get("pick_latency_ms"):
         args += ["--pick-latency", str(options["pick_latency_ms"])]
     lib = dynmod_build.build(progress=lambda msg: print(msg, file=sys.stderr, flush=True))

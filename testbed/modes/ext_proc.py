@@ -11,11 +11,19 @@ Options read from ``topology.options`` (all optional):
 | ``metrics_interval`` | 0.2 | seconds between the EPP's ``/metrics`` scrapes; 0 turns them off |
 | ``shed_queue_threshold`` | 0 | waiting-queue length at which an endpoint is full; all full: 429; 0 never |
 | ``prefix_block_size`` | 64 | prefix-cache scorer block size, characters |
-| ``epp_message_timeout_ms`` | 10000 | Envoy's per-message wait for the EPP |
+| ``epp_message_timeout_ms`` | 10000 | Envoy's per-message wait for the EPP; Envoy 1.40 does not arm it in FULL_DUPLEX_STREAMED (docs/reliability.md) |
+| ``request_timeout_ms`` | 60000 | the HCM's request_timeout: the only bound on a hung EPP (408); 0: none |
 | ``epp_health_check_interval_ms`` | 500 | Envoy's TCP health check of the EPP; 0: none (then fail-open cannot work for requests with a body, see docs/modes-ext_proc.md) |
 | ``epp_process_response`` | False | also send response headers/body through the EPP |
 | ``epp_disabled`` | False | do not start the EPP (Envoy still points at its port): the EPP-down case |
 | ``epp_args`` | [] | extra command-line arguments for the EPP |
+| ``multipart_trigger`` | ``first-token`` | multipart flow: part 2 on a streamed request's first token, or always on the response ``headers`` |
+
+Flows: in pd / epd / ttft the EPP also gets the prefill and encoder pools (``--prefill-endpoints``,
+``--encoder-endpoints``) and names them in ``x-prefiller-host-port`` / ``x-encoder-hosts-ports``.
+In ``multipart`` (``topology.flow``) the EPP runs the two-phase flow (``--multipart``) and
+Envoy sends it the response headers and body (the EPP must see the response headers to
+inject part 2), whatever ``epp_process_response`` says.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from testbed.body_routing import body_routing_vars
+from testbed.modes import stage_endpoints
 from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 
@@ -31,32 +40,49 @@ def pool_arg(backends: list[Endpoint], *, with_models: bool = False) -> str:
     return ",".join(f"{b.name}={b.address}" + (f"@{b.model}" if with_models else "") for b in backends)
 
 
-def epp_args(options: dict[str, Any], backends: list[Endpoint]) -> list[str]:
+def stage_args(pools) -> list[str]:
+    """The EPP's prefill / encoder pools in the disaggregated flows (none otherwise)."""
+    prefill, encoders = stage_endpoints(pools)
+    args: list[str] = []
+    if prefill:
+        args += ["--prefill-endpoints", pool_arg(prefill)]
+    if encoders:
+        args += ["--encoder-endpoints", pool_arg(encoders)]
+    return args
+
+
+def epp_args(options: dict[str, Any], backends: list[Endpoint], pools=None, *, flow: str = "aggregated") -> list[str]:
     args = [
         "--endpoints", pool_arg(backends, with_models=bool(options.get("body_routing"))),
         "--scorer", str(options.get("scorer", "least-queue")),
         "--metrics-interval", str(options.get("metrics_interval", 0.2)),
         "--shed-queue-threshold", str(options.get("shed_queue_threshold", 0)),
         "--prefix-block-size", str(options.get("prefix_block_size", 64)),
+        *stage_args(pools),
     ]
+    if flow == "multipart":
+        args += ["--multipart", "--multipart-trigger", str(options.get("multipart_trigger", "first-token"))]
     return args + [str(a) for a in options.get("epp_args", [])]
 
 
 def envoy_vars(topology: Topology, backends: list[Endpoint], epp_port: int) -> dict[str, Any]:
     options = topology.options
+    multipart = topology.flow == "multipart"
     return {
         **body_routing_vars(topology, backends),
         "epp_port": epp_port,
         "epp_status_on_error": options.get("epp_status_on_error"),
         "failure_mode_allow": bool(options.get("failure_mode_allow", False)),
         "epp_message_timeout_ms": int(options.get("epp_message_timeout_ms", 10000)),
-        "epp_process_response": bool(options.get("epp_process_response", False)),
+        "epp_process_response": bool(options.get("epp_process_response", False)) or multipart,
+        "epp_multipart": multipart,
         "picked_cleanup_interval_s": 5,
         "epp_health_check_interval_ms": int(options.get("epp_health_check_interval_ms", 500)),
+        "request_timeout_ms": int(options.get("request_timeout_ms", 60000)),
     }
 
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
     options = topology.options
     epp_port = ports.port()
     services = []
@@ -66,7 +92,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
                 name="epp",
                 module="services.epp",
                 port=epp_port,
-                args=epp_args(options, backends),
+                args=epp_args(options, backends, pools, flow=topology.flow),
                 health_path=None,  # gRPC: the testbed waits for the TCP port
             )
         )

@@ -8,14 +8,19 @@ Topology options read here (all optional):
   pick_latency_ms     float  time each pick takes on purpose (default 0)
 
 Body routing itself is mode-independent: testbed/body_routing.py.
+
+In pd / epd / ttft the callout also gets the flow's prefillers and encoders (``pools``) and
+answers them in x-prefiller-host-port / x-encoder-hosts-ports, which the filter copies onto
+the request for the pd-sidecar.
 """
 
 from __future__ import annotations
 
 from testbed.body_routing import LUA_DIR, body_routing_vars, lua_literal, lua_source, pools_for  # noqa: F401
+from testbed.modes import callout_stage_args
 from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
     options = topology.options
     routing = body_routing_vars(topology, backends)
     # With body routing the callout learns each endpoint's model and picks within the
@@ -23,7 +28,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
     suffix = (lambda ep: f"@{ep.model}") if routing["body_routing"] else (lambda ep: "")
     endpoints = ",".join(f"{ep.address}={ep.name}{suffix(ep)}" for ep in backends)
     port = ports.port()
-    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin"))]
+    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin")), *callout_stage_args(pools)]
     if options.get("pick_latency_ms"):
         args += ["--pick-latency", str(options["pick_latency_ms"])]
     callout_config = {

@@ -13,15 +13,19 @@ the frontend decides), plus:
 | ``frontend_block_size`` | 16 | tokens per KV block in the frontend's router |
 | ``frontend_args`` | [] | extra command-line arguments for the frontend |
 | ``frontend_disabled`` | False | do not start the frontend (the EPP still points at its port) |
+
+In pd / epd / ttft the frontend picks the decoder and the EPP adds the prefiller and encoders
+(``x-prefiller-host-port`` / ``x-encoder-hosts-ports``), scoring prefillers with ``scorer``
+(default least-queue).
 """
 
 from __future__ import annotations
 
-from testbed.modes.ext_proc import envoy_vars, pool_arg
+from testbed.modes.ext_proc import envoy_vars, pool_arg, stage_args
 from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> ModePlan:
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
     options = topology.options
     frontend_port = ports.port()
     epp_port = ports.port()
@@ -50,6 +54,8 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint]) -> 
                     "--endpoints", pool_arg(backends, with_models=bool(options.get("body_routing"))),
                     "--frontend-url", f"http://127.0.0.1:{frontend_port}",
                     "--metrics-interval", str(options.get("metrics_interval", 0.2)),
+                    "--scorer", str(options.get("scorer", "least-queue")),  # for the prefillers
+                    *stage_args(pools),
                     *[str(a) for a in options.get("epp_args", [])],
                 ],
                 health_path=None,

@@ -63,7 +63,7 @@ class FakeBed:
             raise self.start_error
         return self
 
-    def client(self):
+    def client(self, pool_size=10):
         return FakeClient()
 
     def log_tails(self, lines=60):

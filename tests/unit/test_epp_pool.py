@@ -74,3 +74,45 @@ def test_endpoint_without_models_serves_every_model():
     a, b = parse_endpoints("a=127.0.0.1:1,b=127.0.0.1:2@m1")
     assert a.serves("anything") and a.serves(None)
     assert b.serves("m1") and not b.serves("m2") and b.serves(None)
+
+
+def test_a_slow_metrics_answer_keeps_the_endpoint_up_and_a_refused_one_marks_it_down():
+    # One scrape slower than the timeout (a busy endpoint, or the EPP's own loop busy with a
+    # large body) must not take the endpoint out of the pool; a refused connection does.
+    import asyncio
+    import socket
+
+    import aiohttp
+    from aiohttp import web
+
+    from services.epp.pool import MetricsScraper
+
+    async def slow_metrics(request):
+        await asyncio.sleep(0.5)
+        return web.Response(text="vllm:num_requests_waiting 0\n")
+
+    async def go():
+        app = web.Application()
+        app.router.add_get("/metrics", slow_metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        slow_port = site._server.sockets[0].getsockname()[1]
+        with socket.socket() as s:  # a port nobody listens on
+            s.bind(("127.0.0.1", 0))
+            dead_port = s.getsockname()[1]
+        pool = Pool(parse_endpoints(f"slow=127.0.0.1:{slow_port},dead=127.0.0.1:{dead_port}"))
+        scraper = MetricsScraper(pool, interval_s=0, timeout_s=0.1)
+        scraper._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1))  # start() without its loop
+        try:
+            await scraper.scrape_once()
+        finally:
+            await scraper.stop()
+            await runner.cleanup()
+        return pool
+
+    pool = asyncio.run(go())
+    slow, dead = pool.endpoints
+    assert slow.healthy and "health unchanged" in slow.last_error
+    assert not dead.healthy

@@ -48,6 +48,8 @@ CASES = [
     ("bad-ttft-header", CHAT, chat_body(), {"x-mock-ttft-ms": "soon"}, 400, "x-mock-ttft-ms must be a number"),
     ("negative-itl-header", CHAT, chat_body(), {"x-mock-itl-ms": "-1"}, 400, "x-mock-itl-ms cannot be negative"),
     ("unknown-failure-header", CHAT, chat_body(), {"x-mock-failure": "meltdown"}, 400, "unknown failure type"),
+    ("content-type-text", CHAT, chat_body(), {"Content-Type": "text/plain"}, 415, "Only 'application/json' is allowed"),
+    ("content-type-form", CHAT, chat_body(), {"Content-Type": "application/x-www-form-urlencoded"}, 415, "Unsupported Media Type"),
     ("multipart-no-boundary", CHAT, b"--x\r\n\r\n{}", {"Content-Type": "multipart/mixed"}, 400, "boundary"),
     ("multipart-wrong-first-part", CHAT, b'--b\r\nContent-Disposition: form-data; name="metadata"\r\n\r\n{}\r\n--b--', {"Content-Type": "multipart/mixed; boundary=b"}, 400, "first part must be 'request_payload'"),
     ("multipart-closed-early", CHAT, b"--b--", {"Content-Type": "multipart/mixed; boundary=b"}, 400, "closed before any part"),

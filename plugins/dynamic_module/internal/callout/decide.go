@@ -46,17 +46,46 @@ type Response struct {
 type Decision struct {
 	Outcome  Outcome
 	Endpoint string // OutcomeRoute: canonical ip:port
-	Scorer   string
-	Reason   string
-	Status   uint32 // OutcomeReject: status for the client
-	Body     []byte // OutcomeReject: OpenAI-style JSON body for the client
-	Detail   string // OutcomeFailure: why (logged, and in the 502 body)
+	// OutcomeRoute in the disaggregated flows: the prefiller (ip:port) and the encoders
+	// (comma-separated ip:port) the picker chose, for the pd-sidecar; "" when it named none.
+	Prefiller string
+	Encoders  string
+	Scorer    string
+	Reason    string
+	Status    uint32 // OutcomeReject: status for the client
+	Body      []byte // OutcomeReject: OpenAI-style JSON body for the client
+	Detail    string // OutcomeFailure: why (logged, and in the 502 body)
 }
 
 type pickAnswer struct {
-	Endpoint string `json:"endpoint"`
-	Scorer   string `json:"scorer"`
-	Reason   string `json:"reason"`
+	Endpoint  string   `json:"endpoint"`
+	Prefiller string   `json:"prefiller"`
+	Encoders  []string `json:"encoders"`
+	Scorer    string   `json:"scorer"`
+	Reason    string   `json:"reason"`
+}
+
+// Request headers that pass the picker's prefiller and encoders to the pd-sidecar, as llm-d does.
+const (
+	PrefillerHeader = "x-prefiller-host-port"
+	EncodersHeader  = "x-encoder-hosts-ports"
+)
+
+// stageEndpoints canonicalises a comma-separated endpoint list; "" when empty or any item is bad
+// (a bad list is dropped rather than routed on: the sidecar then uses its own fallback).
+func stageEndpoints(raw string) string {
+	if strings.TrimSpace(raw) == "" {
+		return ""
+	}
+	var out []string
+	for _, item := range strings.Split(raw, ",") {
+		ep, err := ParseEndpoint(item)
+		if err != nil {
+			return ""
+		}
+		out = append(out, ep)
+	}
+	return strings.Join(out, ",")
 }
 
 // Decide turns the picker's answer into an outcome.
@@ -109,7 +138,19 @@ func decideOK(cfg *Config, resp Response) Decision {
 	if !cfg.allowed(ep) {
 		return Decision{Outcome: OutcomeFailure, Detail: fmt.Sprintf("callout picked %s, which is not in allowed_endpoints", ep)}
 	}
-	return Decision{Outcome: OutcomeRoute, Endpoint: ep, Scorer: ans.Scorer, Reason: ans.Reason}
+	prefiller := resp.Headers[PrefillerHeader]
+	if prefiller == "" {
+		prefiller = ans.Prefiller
+	}
+	encoders := resp.Headers[EncodersHeader]
+	if encoders == "" {
+		encoders = strings.Join(ans.Encoders, ",")
+	}
+	if i := strings.IndexByte(prefiller, ','); i >= 0 { // one prefiller
+		prefiller = prefiller[:i]
+	}
+	return Decision{Outcome: OutcomeRoute, Endpoint: ep, Prefiller: stageEndpoints(prefiller),
+		Encoders: stageEndpoints(encoders), Scorer: ans.Scorer, Reason: ans.Reason}
 }
 
 // asOpenAIError keeps a body that already has the OpenAI {"error": {...}} shape and wraps any

@@ -111,6 +111,40 @@ func TestDecide_keepsScorerAndReason(t *testing.T) {
 	}
 }
 
+func TestDecide_prefillerAndEncodersForTheSidecar(t *testing.T) {
+	cfg, _ := ParseConfig([]byte(`{"cluster": "callout"}`))
+	const dest = "x-gateway-destination-endpoint"
+	for _, tt := range []struct {
+		name                   string
+		resp                   Response
+		wantPrefill, wantEncod string
+	}{
+		{name: "from the answer's headers",
+			resp:        answer("200", `{}`, dest, "127.0.0.1:8001", PrefillerHeader, "127.0.0.1:9001", EncodersHeader, "127.0.0.1:7001, 127.0.0.1:7002"),
+			wantPrefill: "127.0.0.1:9001", wantEncod: "127.0.0.1:7001,127.0.0.1:7002"},
+		{name: "from the JSON fields",
+			resp:        answer("200", `{"endpoint":"127.0.0.1:8001","prefiller":"127.0.0.1:9002","encoders":["127.0.0.1:7003"]}`),
+			wantPrefill: "127.0.0.1:9002", wantEncod: "127.0.0.1:7003"},
+		{name: "headers win over JSON",
+			resp:        answer("200", `{"endpoint":"127.0.0.1:8001","prefiller":"127.0.0.1:1"}`, PrefillerHeader, "127.0.0.1:9003"),
+			wantPrefill: "127.0.0.1:9003"},
+		{name: "none named (aggregated flow)", resp: answer("200", `{"endpoint":"127.0.0.1:8001"}`)},
+		{name: "a bad list is dropped, the route stands",
+			resp:        answer("200", `{"endpoint":"127.0.0.1:8001"}`, PrefillerHeader, "prefill-0:8000", EncodersHeader, "127.0.0.1:7001,oops"),
+			wantPrefill: "", wantEncod: ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			d := Decide(cfg, tt.resp)
+			if d.Outcome != OutcomeRoute || d.Endpoint != "127.0.0.1:8001" {
+				t.Fatalf("got %+v, want a route to 127.0.0.1:8001", d)
+			}
+			if d.Prefiller != tt.wantPrefill || d.Encoders != tt.wantEncod {
+				t.Errorf("prefiller %q encoders %q, want %q %q", d.Prefiller, d.Encoders, tt.wantPrefill, tt.wantEncod)
+			}
+		})
+	}
+}
+
 func TestErrorBody_matchesServicesShape(t *testing.T) {
 	var got map[string]map[string]any
 	if err := json.Unmarshal(ErrorBody(502, "picker down", 502), &got); err != nil {

@@ -92,6 +92,12 @@ func (f *Filter) OnRequestHeaders(headers shared.HeaderMap, endOfStream bool) sh
 		headers.Remove(f.cfg.DestinationHeader)
 		f.handle.ClearRouteCache()
 	}
+	// Nor the prefiller and encoders (the routes do not match on these: no cache to clear).
+	for _, name := range []string{PrefillerHeader, EncodersHeader} {
+		if len(headers.Get(name)) > 0 {
+			headers.Remove(name)
+		}
+	}
 	if headers.GetOne(":method").ToUnsafeString() != "POST" {
 		f.state = stateNotPicked // GET /v1/models, /health: round-robin pool
 		return shared.HeadersStatusContinue
@@ -205,7 +211,16 @@ func (f *Filter) apply(d Decision, calloutStatus string, inline bool) {
 	f.endSpan(d, calloutStatus)
 	switch d.Outcome {
 	case OutcomeRoute:
-		f.handle.RequestHeaders().Set(f.cfg.DestinationHeader, d.Endpoint)
+		request := f.handle.RequestHeaders()
+		request.Set(f.cfg.DestinationHeader, d.Endpoint)
+		if d.Prefiller != "" {
+			request.Set(PrefillerHeader, d.Prefiller)
+			f.handle.SetMetadata(MetadataNamespace, "prefiller", d.Prefiller)
+		}
+		if d.Encoders != "" {
+			request.Set(EncodersHeader, d.Encoders)
+			f.handle.SetMetadata(MetadataNamespace, "encoders", d.Encoders)
+		}
 		f.status = "picked " + d.Endpoint
 		f.handle.SetMetadata(MetadataNamespace, "status", f.status)
 		f.handle.SetMetadata(MetadataNamespace, "endpoint", d.Endpoint)
@@ -259,6 +274,12 @@ func (f *Filter) endSpan(d Decision, calloutStatus string) {
 	switch d.Outcome {
 	case OutcomeRoute:
 		f.span.SetTag("eppkit.callout.endpoint", d.Endpoint)
+		if d.Prefiller != "" {
+			f.span.SetTag("eppkit.callout.prefiller", d.Prefiller)
+		}
+		if d.Encoders != "" {
+			f.span.SetTag("eppkit.callout.encoders", d.Encoders)
+		}
 	case OutcomeFailure:
 		f.span.SetTag("error", "true")
 		f.span.SetTag("eppkit.callout.failure", d.Detail)

@@ -140,6 +140,34 @@ func TestFilter_routesToThePickedEndpoint(t *testing.T) {
 	}
 }
 
+func TestFilter_copiesThePickedPrefillerAndEncodersOntoTheRequest(t *testing.T) {
+	r := newRig(t, `{"cluster": "callout"}`)
+	r.headers.Set(PrefillerHeader, "127.0.0.1:1") // a client trying to choose its own prefiller
+	r.headers.Set(EncodersHeader, "127.0.0.1:2")
+	r.handle.EXPECT().ClearRouteCache().Times(1)
+	cb, _ := r.sendBody(shared.HttpCalloutInitSuccess)
+	if got := r.headers.GetOne(PrefillerHeader).ToString() + r.headers.GetOne(EncodersHeader).ToString(); got != "" {
+		t.Fatalf("client-sent stage headers survived: %q", got)
+	}
+	gomock.InOrder(
+		r.handle.EXPECT().RequestHeaders().Return(r.headers),
+		r.handle.EXPECT().ContinueRequest(),
+	)
+	cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess,
+		calloutHeaders(":status", "200", "x-gateway-destination-endpoint", "127.0.0.1:8001",
+			PrefillerHeader, "127.0.0.1:9001", EncodersHeader, "127.0.0.1:7001,127.0.0.1:7002"),
+		[]shared.UnsafeEnvoyBuffer{buf(`{"endpoint":"127.0.0.1:8001"}`)})
+	if got := r.headers.GetOne(PrefillerHeader).ToString(); got != "127.0.0.1:9001" {
+		t.Errorf("%s = %q", PrefillerHeader, got)
+	}
+	if got := r.headers.GetOne(EncodersHeader).ToString(); got != "127.0.0.1:7001,127.0.0.1:7002" {
+		t.Errorf("%s = %q", EncodersHeader, got)
+	}
+	if r.metadata["prefiller"] != "127.0.0.1:9001" || r.span.tags["eppkit.callout.prefiller"] != "127.0.0.1:9001" {
+		t.Errorf("metadata %v, span tags %v", r.metadata, r.span.tags)
+	}
+}
+
 func TestFilter_passesPickerVerdictsToTheClient(t *testing.T) {
 	for _, tt := range []struct {
 		status string

@@ -1,0 +1,196 @@
+"""Mock fidelity and capacity against a peer: the kit's mock vLLM vs llm-d-inference-sim.
+
+Both mocks get the same workload from the same bare asyncio client (bench/mock_capacity.py's
+``StreamProtocol``: it only timestamps SSE ``data:`` events): N concurrent streaming
+``/v1/completions`` requests at 100 ms TTFT and 20 ms inter-token latency, arrivals spread
+over max(0.5 s, N/250 s), each long enough to cover a steady window once all N have started.
+
+Per level: TTFT error (first token arrival - request write - 100 ms) over the N requests;
+inter-token error |gap - 20 ms| of the gaps inside the steady window (p50 / p99 / max); the
+mock's CPU (% of one core) and memory (RSS, peak RSS) in that window; the client's own CPU.
+A level *holds* when every stream completed with all its tokens and the p99 inter-token error
+is under 5 ms; "max streams held" is the highest level that held (the ramp stops after a
+level where streams did not even complete). Timing is taken at the client, so client lag
+counts against both mocks alike; the bare-timer floor (no mock) says what the machine allows.
+
+The peer runs with ``--mode random --ignore_eos`` in the request (exact length), a dummy model
+name (its regex tokenizer, nothing downloaded) and queue limits raised so that nothing waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from bench.mock_capacity import StreamProtocol, connect_all, percentile, timer_floor
+from bench.system import cpu_seconds, loadavg, memory_kib
+from testbed.paths import REPO_ROOT
+from testbed.process import ManagedProcess
+from testbed.readiness import HttpReady
+from testbed.topology import PortAllocator
+
+ITL_MS = 20.0
+TTFT_MS = 100.0
+PASS_P99_MS = 5.0
+
+
+@dataclass(frozen=True)
+class MockSpec:
+    name: str
+    argv: Callable[[int], list[str]]  # port -> command line
+    env: dict[str, str]
+    note: str
+
+
+def ours() -> MockSpec:
+    return MockSpec(
+        name="eppkit mock vLLM",
+        argv=lambda port: [sys.executable, "-m", "services.vllm", "--host", "127.0.0.1", "--port", str(port),
+                           "--instance", "bench", "--time-to-first-token", str(TTFT_MS),
+                           "--inter-token-latency", str(ITL_MS), "--max-num-seqs", "100000",
+                           "--max-waiting-queue-length", "100000", "--max-model-len", "100000",
+                           "--log-level", "WARNING"],
+        env={"EPPKIT_OTLP_ENDPOINT": ""},
+        note="Python 3.11, one process (one core at most); spans created, not exported",
+    )
+
+
+def peer(binary: Path, version: str) -> MockSpec:
+    return MockSpec(
+        name=f"llm-d-inference-sim {version}",
+        argv=lambda port: [str(binary), "--model", "mock-llm", "--port", str(port), "--mode", "random",
+                           "--time-to-first-token", f"{TTFT_MS:g}ms", "--inter-token-latency", f"{ITL_MS:g}ms",
+                           # It preallocates channels of (max-num-seqs + queue) x max-model-len entries:
+                           # 100000 x 100000 runs it out of memory at start-up. 2000 running is above every level.
+                           "--max-num-seqs", "2000", "--max-waiting-queue-length", "1000",
+                           "--max-model-len", "1024", "--seed", "1"],
+        env={},
+        note="Go, GOMAXPROCS = 2 (both cores)",
+    )
+
+
+def request_bytes(port: int, max_tokens: int, i: int) -> bytes:
+    body = json.dumps({"model": "mock-llm", "prompt": f"bench stream {i}", "max_tokens": max_tokens,
+                       "stream": True, "ignore_eos": True}).encode()
+    return (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
+
+
+async def level(port: int, pid: int, n: int, steady_s: float, timeout_s: float) -> dict:
+    loop = asyncio.get_running_loop()
+    spread_s = max(0.5, n / 250.0)
+    tokens = int(math.ceil((spread_s + TTFT_MS / 1000.0 + 0.3 + steady_s) / (ITL_MS / 1000.0)))
+    protos = await connect_all(port, n)
+    rng = random.Random(n)
+    gc.collect()
+    gc.disable()  # no collector pauses in the client while it timestamps tokens
+    t0 = loop.time()
+    window_start = t0 + spread_s + TTFT_MS / 1000.0 + 0.3
+    window_end = window_start + steady_s
+
+    async def fire(i: int, proto: StreamProtocol) -> None:
+        await asyncio.sleep(rng.uniform(0, spread_s))
+        proto.send(request_bytes(port, tokens, i))
+
+    async def snapshot(at: float):
+        await asyncio.sleep(max(0.0, at - loop.time()))
+        return loop.time(), cpu_seconds(pid) or 0.0, time.process_time(), memory_kib(pid)
+
+    snap_a = asyncio.ensure_future(snapshot(window_start))
+    snap_b = asyncio.ensure_future(snapshot(window_end))
+    timed_out = False
+    try:
+        await asyncio.gather(*(fire(i, p) for i, p in enumerate(protos)))
+        try:
+            finished = await asyncio.wait_for(asyncio.gather(*(p.done for p in protos)), timeout_s)
+        except asyncio.TimeoutError:
+            timed_out, finished = True, [p.done.done() and p.done.result() for p in protos]
+        (ta, cpu_a, own_a, _), (tb, cpu_b, own_b, mem) = await snap_a, await snap_b
+    finally:
+        gc.enable()
+        snap_a.cancel()
+        snap_b.cancel()
+        for p in protos:
+            if p.transport is not None:
+                p.transport.close()
+    wall = tb - ta
+    ttft_err = [(p.events[0] - p.sent_at) * 1000.0 - TTFT_MS for p in protos if p.events and p.sent_at]
+    steady: list[float] = []
+    for p in protos:
+        ev = p.events
+        steady.extend(abs((b - a) * 1000.0 - ITL_MS) for a, b in zip(ev, ev[1:]) if window_start <= a and b <= window_end)
+    complete = sum(1 for ok, p in zip(finished, protos) if ok and len(p.events) == tokens)
+    r2 = lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else round(v, 2)  # noqa: E731
+    out = {
+        "streams": n, "tokens_per_stream": tokens, "complete": complete, "timed_out": timed_out,
+        "gaps": len(steady),
+        "itl_error_p50_ms": r2(percentile(steady, 50)), "itl_error_p99_ms": r2(percentile(steady, 99)),
+        "itl_error_max_ms": r2(max(steady)) if steady else None,
+        "ttft_error_p50_ms": r2(percentile(ttft_err, 50)), "ttft_error_p99_ms": r2(percentile(ttft_err, 99)),
+        "tokens_per_s": round(len(steady) / wall) if wall > 0 else 0,
+        "mock_cpu_pct": round(100.0 * (cpu_b - cpu_a) / wall, 1) if wall > 0 else None,
+        "client_cpu_pct": round(100.0 * (own_b - own_a) / wall, 1) if wall > 0 else None,
+        "rss_mib": round(mem.get("VmRSS", 0) / 1024, 1), "peak_rss_mib": round(mem.get("VmHWM", 0) / 1024, 1),
+        "loadavg": loadavg(),
+    }
+    p99 = out["itl_error_p99_ms"]
+    out["held"] = bool(complete == n and p99 is not None and p99 < PASS_P99_MS)
+    return out
+
+
+def run_mock(spec: MockSpec, levels: tuple[int, ...], steady_s: float, run_dir: Path,
+             progress: Callable[[str], None], left: Callable[[], float]) -> dict:
+    port = PortAllocator().port()
+    slug = spec.name.split()[0].replace("/", "-")
+    proc = ManagedProcess(slug, spec.argv(port), run_dir / f"fidelity-{slug}.log").with_env(**spec.env)
+    result: dict = {"mock": spec.name, "note": spec.note, "levels": []}
+    try:
+        proc.with_cwd(REPO_ROOT).start()
+        proc.wait_ready(HttpReady(f"http://127.0.0.1:{port}/health", timeout_s=30),
+                        hint="run the command in the log by hand to see why it does not start")
+        result["idle"] = {"rss_mib": round(memory_kib(proc.pid).get("VmRSS", 0) / 1024, 1)}
+
+        async def drive() -> None:
+            await level(port, proc.pid, 5, 0.5, 15)  # warm-up: first-request paths
+            for n in levels:
+                budget = max(0.5, n / 250.0) + steady_s + 15
+                if left() < budget + 5:
+                    result["levels"].append({"streams": n, "skipped": "deadline"})
+                    continue
+                progress(f"  {spec.name}: {n} streams ...")
+                r = await level(port, proc.pid, n, steady_s, budget)
+                result["levels"].append(r)
+                await asyncio.sleep(0.5)
+                if r["complete"] < n:  # it could not even finish them: larger levels say nothing more
+                    break
+
+        asyncio.run(drive())
+        held = [r["streams"] for r in result["levels"] if r.get("held")]
+        result["max_streams_held"] = max(held) if held else 0
+        result["highest_level_tried"] = max((r["streams"] for r in result["levels"] if "skipped" not in r), default=0)
+        result["log_tail"] = proc.log_tail(5)
+    except Exception as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        progress(f"  {spec.name}: FAILED: {result['error'].splitlines()[0][:200]}")
+    finally:
+        proc.stop()
+    return result
+
+
+def run(specs: list[MockSpec], levels: tuple[int, ...], steady_s: float, run_dir: Path,
+        progress: Callable[[str], None], left: Callable[[], float]) -> dict:
+    out: dict = {"itl_ms": ITL_MS, "ttft_ms": TTFT_MS, "pass_p99_ms": PASS_P99_MS, "levels": list(levels),
+                 "steady_s": steady_s, "mocks": []}
+    out["floor_before"] = asyncio.run(timer_floor(1.5))
+    for spec in specs:
+        out["mocks"].append(run_mock(spec, levels, steady_s, run_dir, progress, left))
+    out["floor_after"] = asyncio.run(timer_floor(1.5))
+    return out

@@ -1,0 +1,88 @@
+"""The performance goals, judged on one report: each a ratio or a figure measured side by side in the run."""
+
+from __future__ import annotations
+
+from bench.render import _attacks, _delta, _lat, _step
+
+JUDGE_RATE = 200  # rps at which the per-mode targets are judged
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "missed")
+
+
+def evaluate(report: dict) -> list[dict]:
+    out: list[dict] = []
+    on, off = _attacks(report, tracing=True), _attacks(report, tracing=False)
+    floor_on, floor_off = _attacks(report, tracing=True, target="floor"), _attacks(report, tracing=False, target="floor")
+    r = JUDGE_RATE
+    ext = on.get(("ext_proc", "chat", r))
+    direct = on.get(("direct", "chat", r))
+
+    # 1. EPP decision at 200 rps
+    p50, p99 = _step(ext, "decision", "p50"), _step(ext, "decision", "p99")
+    rt50, rt99 = _step(ext, "roundtrip", "p50"), _step(ext, "roundtrip", "p99")
+    added50, added99 = _delta(ext, direct, "p50"), _delta(ext, direct, "p99")
+    out.append({"target": f"ext_proc EPP decision p50 < 1 ms at {r} rps", "measured": f"epp.pick p50 {p50} ms",
+                "figure": f"{p50 / 1.0:.2f}× of the limit" if p50 is not None else "",
+                "verdict": _verdict(None if p50 is None else p50 < 1.0),
+                "why": f"the pick itself; Envoy's ext_proc round trip p50 {rt50} ms, added latency p50 {added50} ms"})
+    out.append({"target": f"ext_proc EPP decision p99 < 5 ms at {r} rps", "measured": f"epp.pick p99 {p99} ms",
+                "figure": f"{p99 / 5.0:.2f}× of the limit" if p99 is not None else "",
+                "verdict": _verdict(None if p99 is None else p99 < 5.0),
+                "why": f"round trip p99 {rt99} ms, added latency p99 {added99} ms"})
+
+    # 2. callouts within 1.5x of ext_proc (added latency over direct, p50 and p99)
+    for mode in ("lua-callout", "dynmod-callout"):
+        a = on.get((mode, "chat", r))
+        d50, d99 = _delta(a, direct, "p50"), _delta(a, direct, "p99")
+        ratio50 = d50 / added50 if d50 is not None and added50 and added50 > 0 else None
+        ratio99 = d99 / added99 if d99 is not None and added99 and added99 > 0 else None
+        ok = None if ratio50 is None else ratio50 <= 1.5 and (ratio99 is None or ratio99 <= 1.5)
+        out.append({"target": f"{mode} within 1.5× of ext_proc (added latency over direct, {r} rps chat)",
+                    "measured": f"added p50 {d50} ms vs {added50}; p99 {d99} vs {added99}",
+                    "figure": f"{ratio50:.2f}× (p50), {ratio99:.2f}× (p99)" if ratio50 is not None and ratio99 is not None
+                    else (f"{ratio50:.2f}× (p50)" if ratio50 is not None else ""),
+                    "verdict": _verdict(ok),
+                    "why": f"decision p50 {_step(a, 'decision', 'p50')} ms vs epp.pick {p50} ms; call p50 "
+                           f"{_step(a, 'roundtrip', 'p50')} ms vs {rt50} ms"})
+
+    # 3. direct Envoy over the floor
+    for label, table, floors in (("tracing off", off, floor_off), ("tracing on", on, floor_on)):
+        a, fl = table.get(("direct", "chat", r)), floors.get(("direct", "chat", r))
+        d = _delta(a, fl, "p50")
+        out.append({"target": f"direct Envoy overhead p50 < 0.3 ms ({label}, {r} rps chat)",
+                    "measured": f"p50 {_lat(a, 'p50')} ms via Envoy vs {_lat(fl, 'p50')} ms straight to the mocks",
+                    "figure": f"{d / 0.3:.2f}× of the limit" if d is not None else "",
+                    "verdict": _verdict(None if d is None else d < 0.3),
+                    "why": f"Envoy's own span gateway p50 {_step(on.get(('direct', 'chat', r)), 'gateway', 'p50')} ms"})
+
+    # 4. mock fidelity vs the peer
+    fid = report.get("fidelity") or {}
+    mocks = [m for m in fid.get("mocks", []) if not m.get("error")]
+    ours = next((m for m in mocks if m["mock"].startswith("eppkit")), None)
+    peer = next((m for m in mocks if not m["mock"].startswith("eppkit")), None)
+    if ours and peer:
+        worse = []
+        for n in (1, 100, 500):
+            a = next((x for x in ours["levels"] if x.get("streams") == n and "skipped" not in x), None)
+            b = next((x for x in peer["levels"] if x.get("streams") == n and "skipped" not in x), None)
+            if not a or not b:
+                continue
+            for key in ("itl_error_p99_ms", "ttft_error_p99_ms"):
+                if a[key] is not None and b[key] is not None and a[key] > b[key]:
+                    worse.append(f"{key.split('_error')[0].upper()} p99 at {n}: {a[key]} vs {b[key]} ms")
+        out.append({"target": "mock timing error no worse than llm-d-inference-sim (TTFT and ITL p99 at 1/100/500 streams)",
+                    "measured": "; ".join(worse) if worse else "ours ≤ peer at every level compared",
+                    "verdict": _verdict(not worse), "why": "see the fidelity table"})
+        a, b = ours["max_streams_held"], peer["max_streams_held"]
+        ratio = a / b if b else None
+        bound = " (peer held the highest level tried: its capacity is at least that)" if b == peer["highest_level_tried"] else ""
+        out.append({"target": "mock stream capacity ≥ ½ of llm-d-inference-sim's",
+                    "measured": f"{a} vs {b} streams held{bound}",
+                    "figure": f"{ratio:.2f}×" if ratio is not None else "",
+                    "verdict": _verdict(None if ratio is None else ratio >= 0.5), "why": ""})
+    elif ours:
+        out.append({"target": "mock fidelity/capacity vs llm-d-inference-sim", "measured": "peer not run",
+                    "verdict": "n/a", "why": fid.get("peer_error", "")})
+    return out

@@ -1,0 +1,121 @@
+"""Disaggregated flows in every picker mode: the picker chooses decoder, prefiller and encoders.
+
+As in llm-d, the picker (the EPP in ext_proc and sidecar, the callout service in lua-callout
+and dynmod-callout) names the decoder's pd-sidecar as the destination and passes the
+prefiller in ``x-prefiller-host-port`` and the encoders in ``x-encoder-hosts-ports``; Lua and
+the Go module copy those from the callout's answer. The sidecar uses them, and falls back to
+its own round robin only when they are missing.
+
+The evidence, per mode, from the trace: the decision span names a prefiller, and the
+prefill request (``llm_request`` with ``vllm.role=prefill``) was served by that instance.
+Two prefillers run, and the first request forces the *second* one: the sidecar's fallback
+round robin (never advanced while the header is present) would have taken the first, so a
+match proves the header was used. A second, unforced request shows the picker's own choice
+arriving the same way.
+"""
+
+import pytest
+
+from observability import expected_spans
+from observability.assertions import TraceCheck
+from testbed.topology import Topology
+
+pytestmark = pytest.mark.e2e
+
+PICKER_MODES = ("ext_proc", "sidecar", "lua-callout", "dynmod-callout")
+IMAGE = "data:image/png;base64,{}"
+
+# Where each mode's decision lands: (service, span, attribute prefix).
+DECISION = {
+    "ext_proc": ("epp", "epp.pick", "epp"),
+    "sidecar": ("epp", "epp.pick", "epp"),  # the frontend names the decoder; the EPP adds P and E
+    "lua-callout": ("callout", "callout.pick", "callout"),
+    "dynmod-callout": ("callout", "callout.pick", "callout"),
+}
+
+
+def topology(mode: str, flow: str) -> Topology:
+    return Topology(mode=mode, flow=flow, prefill=2, decode=1, encoders=2, time_to_first_token_ms=40,
+                    inter_token_latency_ms=5, kv_transfer_ms=10, encode_ms=20, options={"scorer": "round-robin"})
+
+
+def chat(content) -> dict:
+    return {"model": "mock-llm", "stream": True, "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
+
+
+def with_images(n: int) -> list:
+    return [{"type": "text", "text": "What is in the picture?"}] + [
+        {"type": "image_url", "image_url": {"url": IMAGE.format(f"cGljdHVyZQ{i}" * 16)}} for i in range(n)]
+
+
+def send(bed, body, *, media_items=0, headers=None) -> TraceCheck:
+    client = bed.client()
+    result = client.chat(body, headers=headers)
+    client.flush()
+    client.close()
+    assert result.status == 200, (result.status, result.body, result.error)
+    assert len(result.tokens) == 4
+    rules = expected_spans.expected(bed.topology.mode, bed.topology.flow, media_items)
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [(r.service, r.name) for r in rules if not r.prefix],
+                                      min_spans=sum(r.count for r in rules), timeout_s=20)
+    check = TraceCheck(trace)
+    assert result.headers.get("x-inference-pod") == "vllm-d0"
+    return check
+
+
+def decision(check: TraceCheck, mode: str):
+    service, name, prefix = DECISION[mode]
+    span = check.one(name, service)
+    return span, prefix
+
+
+def served_prefiller(check: TraceCheck) -> str:
+    return check.one("llm_request", "vllm", vllm__role="prefill").attributes["vllm.instance"]
+
+
+def assert_prefill_follows_the_decision(check: TraceCheck, mode: str, expected: str | None = None) -> str:
+    span, prefix = decision(check, mode)
+    named = span.attributes.get(f"{prefix}.prefiller.name")
+    assert named, f"{span.label} names no prefiller: {span.attributes}"
+    if expected is not None:
+        assert named == expected, f"{span.label} named {named}, expected the forced {expected}"
+    served = served_prefiller(check)
+    assert served == named, f"the picker chose {named} but {served} prefilled (the sidecar used its fallback?)"
+    # The sidecar's own record agrees: the address it called is the one the picker named.
+    assert check.one("pd.prefill", "pd-sidecar").attributes["pd.prefiller"] == span.attributes[f"{prefix}.prefiller"]
+    check.before(span, check.one("pd.prefill", "pd-sidecar"))
+    return named
+
+
+@pytest.mark.parametrize("mode", PICKER_MODES)
+def test_pd_prefill_runs_on_the_prefiller_the_picker_named(testbed_factory, mode):
+    bed = testbed_factory(topology(mode, "pd"))
+    # 1. Forced to the second prefiller: the sidecar's fallback would take vllm-p0 here.
+    check = send(bed, chat("Which prefiller?"), headers={"x-eppkit-force-prefiller": "vllm-p1"})
+    assert_prefill_follows_the_decision(check, mode, expected="vllm-p1")
+    # 2. The picker's own choice travels the same way.
+    check = send(bed, chat("And now?"))
+    assert_prefill_follows_the_decision(check, mode)
+
+
+@pytest.mark.parametrize("mode", PICKER_MODES)
+def test_epd_encoders_and_prefiller_are_the_ones_the_picker_named(testbed_factory, mode):
+    bed = testbed_factory(topology(mode, "epd"))
+    # One image, forced to the second encoder and prefiller (the sidecar's fallbacks start at the first).
+    check = send(bed, chat(with_images(1)), media_items=1,
+                 headers={"x-eppkit-force-prefiller": "vllm-p1", "x-eppkit-force-encoders": "encoder-1"})
+    assert_prefill_follows_the_decision(check, mode, expected="vllm-p1")
+    span, prefix = decision(check, mode)
+    assert span.attributes.get(f"{prefix}.encoders.names") == "encoder-1"
+    assert [s.attributes["encoder.instance"] for s in check.all("encoder.encode", "encoder")] == ["encoder-1"]
+    # Two images, unforced: one encoder per item, the ones the picker listed, then prefill.
+    check = send(bed, chat(with_images(2)), media_items=2)
+    assert_prefill_follows_the_decision(check, mode)
+    span, prefix = decision(check, mode)
+    named = span.attributes[f"{prefix}.encoders.names"].split(",")
+    used = sorted(s.attributes["encoder.instance"] for s in check.all("encoder.encode", "encoder"))
+    assert used == sorted(named) and len(named) == 2, (named, used)
+    p_llm = check.one("llm_request", "vllm", vllm__role="prefill")
+    (p_prefill,) = [s for s in p_llm.children if s.name == "vllm.prefill"]
+    for encode in check.all("encoder.encode", "encoder"):
+        check.before(encode, p_prefill)
