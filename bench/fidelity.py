@@ -106,13 +106,12 @@ async def level(port: int, pid: int, n: int, steady_s: float, timeout_s: float) 
 
     snap_a = asyncio.ensure_future(snapshot(window_start))
     snap_b = asyncio.ensure_future(snapshot(window_end))
-    timed_out = False
     try:
         await asyncio.gather(*(fire(i, p) for i, p in enumerate(protos)))
-        try:
-            finished = await asyncio.wait_for(asyncio.gather(*(p.done for p in protos)), timeout_s)
-        except asyncio.TimeoutError:
-            timed_out, finished = True, [p.done.done() and p.done.result() for p in protos]
+        # asyncio.wait does not cancel what is still pending at the deadline (gather under wait_for would).
+        _, pending = await asyncio.wait([p.done for p in protos], timeout=timeout_s)
+        timed_out = bool(pending)
+        finished = [p.done.done() and p.done.result() for p in protos]
         (ta, cpu_a, own_a, _), (tb, cpu_b, own_b, mem) = await snap_a, await snap_b
     finally:
         gc.enable()
@@ -146,6 +145,21 @@ async def level(port: int, pid: int, n: int, steady_s: float, timeout_s: float) 
     return out
 
 
+async def ttft_sequential(port: int, count: int = 20) -> list[float]:
+    """TTFT error of ``count`` requests sent one after another (one stream at a time)."""
+    errors = []
+    for i in range(count):
+        (proto,) = await connect_all(port, 1)
+        proto.send(request_bytes(port, 2, 10_000 + i))
+        try:
+            await asyncio.wait_for(proto.done, 5.0)
+        finally:
+            proto.transport.close()
+        if proto.events:
+            errors.append((proto.events[0] - proto.sent_at) * 1000.0 - TTFT_MS)
+    return errors
+
+
 def run_mock(spec: MockSpec, levels: tuple[int, ...], steady_s: float, run_dir: Path,
              progress: Callable[[str], None], left: Callable[[], float]) -> dict:
     port = PortAllocator().port()
@@ -166,7 +180,12 @@ def run_mock(spec: MockSpec, levels: tuple[int, ...], steady_s: float, run_dir: 
                     result["levels"].append({"streams": n, "skipped": "deadline"})
                     continue
                 progress(f"  {spec.name}: {n} streams ...")
-                r = await level(port, proc.pid, n, steady_s, budget)
+                # One stream gives ~50 gaps a second: judge it on a longer window, and its TTFT on 20 requests.
+                r = await level(port, proc.pid, n, max(steady_s, 3.0) if n == 1 else steady_s, budget + 3)
+                if n == 1:
+                    errs = await ttft_sequential(port)
+                    r.update(ttft_samples=len(errs), ttft_error_p50_ms=round(percentile(errs, 50), 2),
+                             ttft_error_p99_ms=round(percentile(errs, 99), 2))
                 result["levels"].append(r)
                 await asyncio.sleep(0.5)
                 if r["complete"] < n:  # it could not even finish them: larger levels say nothing more

@@ -53,8 +53,8 @@ class OverheadConfig:
     modes: tuple[str, ...]
     rates: tuple[float, ...] = (50, 200, 500)
     kinds: tuple[str, ...] = KINDS
-    min_duration_s: float = 4.0  # per attack
-    min_requests: int = 300  # per attack: duration = max(min_duration_s, min_requests / rate)
+    min_duration_s: float = 3.0  # per attack
+    min_requests: int = 200  # per attack: duration = max(min_duration_s, min_requests / rate)
     tracing_off_rates: tuple[float, ...] = (200,)
     saturation_s: float = 3.0  # closed-loop run against ext_proc; 0: skip
     saturation_workers: int = 32

@@ -26,7 +26,7 @@ from typing import Iterable
 from observability.trace_model import Span, Trace
 
 MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
-FLOWS = ("aggregated", "pd", "epd", "ttft")
+FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,10 @@ def expected(mode: str, flow: str, media_items: int = 0) -> tuple[SpanRule, ...]
         raise ValueError(f"no expected-span table for mode {mode!r}; known: {', '.join(MODES)}")
     if flow == "aggregated":
         flow_spans = _AGGREGATED
+    elif flow == "multipart":
+        if mode != "ext_proc":
+            raise ValueError("the multipart flow runs in the ext_proc mode only")
+        flow_spans = _AGGREGATED + (_r("vllm", "vllm.await_metadata"),)
     elif flow in ("pd", "ttft"):
         flow_spans = _DISAGGREGATED
     elif flow == "epd":

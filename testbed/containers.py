@@ -332,6 +332,20 @@ class ManagedContainer:
             except Exception:
                 pass
 
+    def pause(self) -> None:
+        """Freeze the component (cgroup freezer; its port still accepts connections), for fault tests."""
+        if self._container is not None:
+            self._container.pause()
+
+    def unpause(self) -> None:
+        if self._container is not None:
+            self._container.unpause()
+
+    @property
+    def docker_container(self):
+        """The docker-py Container while one exists (None before start and after stop)."""
+        return self._container
+
     def _remove(self) -> None:
         tc, self._tc = self._tc, None
         container, self._container = self._container, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,18 +84,38 @@ class Topology:
         return {"EPPKIT_OTLP_ENDPOINT": "", "OTEL_SDK_DISABLED": "true"}
 
 
-class PortAllocator:
-    """Hands out free loopback ports, never the same one twice in a testbed."""
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
-    def __init__(self) -> None:
+
+class PortAllocator:
+    """Hands out free loopback ports, never the same one twice in a testbed.
+
+    Ports come from *below* the kernel's ephemeral range: a port the kernel handed us with
+    bind(0) and we released can be given to some outgoing connection's source port before
+    our service binds it ("address already in use"); ports outside that range never are.
+    """
+
+    def __init__(self, rng: random.Random | None = None) -> None:
         self._given: set[int] = set()
+        self._rng = rng or random.Random()
+        low, _ = _ephemeral_range()
+        self._range = (max(1024, low - 12000), max(2048, low - 1)) if low > 3072 else (20000, 30000)
 
     def port(self) -> int:
-        for _ in range(100):
+        for _ in range(200):
+            port = self._rng.randint(*self._range)
+            if port in self._given:
+                continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            if port not in self._given:
-                self._given.add(port)
-                return port
-        raise RuntimeError("no free loopback port found after 100 tries")
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            self._given.add(port)
+            return port
+        raise RuntimeError(f"no free loopback port in {self._range} after 200 tries")

@@ -86,10 +86,22 @@ class MockEncoder:
         raw = await request.read()
         req = api.parse_request(api.CHAT, api.parse_json(raw), self.c.served_model_names, max_model_len=1 << 30)
         forced = (request.headers.get(HEADER_FAILURE) or "").strip().lower()
-        if forced in ("500", "server_error"):
-            raise OpenAIError(500, "injected failure: internal server error", code="server_error")
-        if forced in ("429", "rate_limit"):
-            raise OpenAIError(429, "injected failure: rate limit exceeded", code="rate_limit_exceeded")
+        if forced in ("500", "server_error", "429", "rate_limit"):
+            error = (OpenAIError(500, "injected failure: internal server error", code="server_error")
+                     if forced in ("500", "server_error") else
+                     OpenAIError(429, "injected failure: rate limit exceeded", code="rate_limit_exceeded"))
+            # The refusal is a step of the request's trace too: one failed encoder.encode per item.
+            for index, item in enumerate(req.media):
+                span = self.tracer.start_span("encoder.encode", context=otel.extract(request.headers))
+                span.set_attribute("mm.type", media_kind(item.type))
+                span.set_attribute("mm.index", index)
+                span.set_attribute("encoder.instance", self.c.instance)
+                span.set_attribute("gen_ai.request.id", rid)
+                span.set_attribute("mock.failure", str(error.status))
+                span.add_event("failure_injected", {"mock.failure": str(error.status), "mock.failure.source": "header"})
+                span.set_status(Status(StatusCode.ERROR, error.message))
+                span.end()
+            raise error
         override = request.headers.get(HEADER_ENCODE_MS)
         try:
             override_ms = float(override) if override is not None else None

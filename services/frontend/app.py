@@ -29,6 +29,7 @@ from services.openai_errors import OpenAIError, openai_error_middleware
 log = logging.getLogger("frontend")
 
 ROUTING_REQUEST_HEADER = "x-routing-request"
+MAX_BODY_BYTES = 8 * 1024 * 1024
 
 POOL_KEY = web.AppKey("pool", Pool)
 ROUTER_KEY = web.AppKey("router", KvRouter)
@@ -116,7 +117,10 @@ async def handle_route(request: web.Request) -> web.Response:
 
 
 def build_app(pool: Pool, router: KvRouter, tracer: trace.Tracer) -> web.Application:
-    app = web.Application(middlewares=[openai_error_middleware], client_max_size=64 * 1024 * 1024)
+    # The workers' own limit (the mock vLLM's --max-body-bytes default): a larger body is refused (413)
+    # at once instead of being tokenized for seconds, past the EPP's frontend timeout, only to be
+    # refused by the worker anyway (it showed as a 503 "frontend unreachable" for a 9 MiB prompt).
+    app = web.Application(middlewares=[openai_error_middleware], client_max_size=MAX_BODY_BYTES)
     app[POOL_KEY] = pool
     app[ROUTER_KEY] = router
     app[TRACER_KEY] = tracer

@@ -11,8 +11,8 @@ Options read from ``topology.options`` (all optional):
 | ``metrics_interval`` | 0.2 | seconds between the EPP's ``/metrics`` scrapes; 0 turns them off |
 | ``shed_queue_threshold`` | 0 | waiting-queue length at which an endpoint is full; all full: 429; 0 never |
 | ``prefix_block_size`` | 64 | prefix-cache scorer block size, characters |
-| ``epp_message_timeout_ms`` | 10000 | Envoy's per-message wait for the EPP; Envoy 1.40 does not arm it in FULL_DUPLEX_STREAMED (docs/reliability.md) |
-| ``request_timeout_ms`` | 60000 | the HCM's request_timeout: the only bound on a hung EPP (408); 0: none |
+| ``epp_message_timeout_ms`` | 10000 | Envoy's per-message wait for the EPP (not armed by Envoy 1.40 in FULL_DUPLEX_STREAMED) |
+| ``epp_keepalive_ms`` | 0 | HTTP/2 PING interval and timeout on the EPP connection: a hung EPP fails its requests (500) after twice this; 0: off |
 | ``epp_health_check_interval_ms`` | 500 | Envoy's TCP health check of the EPP; 0: none (then fail-open cannot work for requests with a body, see docs/modes-ext_proc.md) |
 | ``epp_process_response`` | False | also send response headers/body through the EPP |
 | ``epp_disabled`` | False | do not start the EPP (Envoy still points at its port): the EPP-down case |
@@ -78,7 +78,7 @@ def envoy_vars(topology: Topology, backends: list[Endpoint], epp_port: int) -> d
         "epp_multipart": multipart,
         "picked_cleanup_interval_s": 5,
         "epp_health_check_interval_ms": int(options.get("epp_health_check_interval_ms", 500)),
-        "request_timeout_ms": int(options.get("request_timeout_ms", 60000)),
+        "epp_keepalive_ms": int(options.get("epp_keepalive_ms", 0)),
     }
 
 

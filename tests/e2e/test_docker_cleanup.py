@@ -25,13 +25,16 @@ EPPKIT = [sys.executable, "-m", "testbed.cli"]
 @pytest.fixture(scope="module")
 def docker(request):
     """The engine, when the docker runtime is selected (--runtime docker or all)."""
-    from tests.conftest import require, selected_runtimes
     from testbed import containers, docker_runtime
 
-    if "docker" not in selected_runtimes(request.config):
+    selected = {part.strip() for part in request.config.getoption("--runtime").split(",")}
+    if not selected & {"docker", "all"}:
         pytest.skip("the docker runtime is not selected (--runtime)")
     ok, detail = docker_runtime.available()
-    require(ok, detail)
+    if not ok:  # the conftest's rule: skip on a laptop, fail in CI
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"prerequisite missing in CI: {detail}", pytrace=False)
+        pytest.skip(detail)
     client = containers.docker_client()
     yield client
     client.close()

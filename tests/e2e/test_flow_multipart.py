@@ -13,18 +13,19 @@ The twelve steps, and the trace evidence each one is checked on (``steps()`` bel
  3 -> EPP (ext_proc)                        epp:epp.process under Envoy's ext_proc span, after ingress starts
  4 EPP sends part 1, keeps request open     epp.pick ends, then event part1_sent on epp.process
  5 mock prefills on part 1, body still open vllm.prefill starts after part1_sent and before epp.inject starts
- 6 prefill ends; headers + first token back vllm.prefill ends; event first_token on llm_request
- 7 Envoy gives headers (+ first token) to EPP  events response_headers_seen (after prefill ends), first_token_seen
+ 6 prefill ends; headers + first token back vllm.prefill ends, then event first_token on llm_request
+ 7 Envoy gives headers (+ first token) to EPP  events response_headers_seen (after prefill ends), then
+                                            first_token_seen (streamed) on epp.process
  8 EPP makes metadata                       epp.inject starts after those events
  9 EPP injects part 2 + closing boundary    epp.inject ends, then event part2_sent
 10 mock receives the whole request          vllm.await_metadata ends after part2_sent (cannot be before)
 11 mock decodes                             vllm.decode starts after await_metadata ends
 12 remaining tokens stream to the client    vllm.decode ends before client.request ends; every token arrived
 
-Cross-process comparisons are causal (the later step needs bytes the earlier one wrote), with
-no slack: all processes share one clock. The one comparison that is not causal — the mock's
-``first_token`` event is recorded just *after* its write, so Envoy and the EPP can in
-principle see the token first — gets ``EVENT_SLACK_MS``.
+Every cross-process comparison is causal (the later step needs bytes the earlier one wrote),
+so none needs slack: all processes share one clock. The mock's own ``first_token`` event is
+only compared within the mock: it is recorded just *after* the write, and on a busy machine
+the EPP has been seen to receive that token 3 ms before the mock got round to recording it.
 """
 
 import json
@@ -39,7 +40,6 @@ pytestmark = pytest.mark.e2e
 ITL_MS = 5.0
 MAX_TOKENS = 8
 TOL_MS = 30.0
-EVENT_SLACK_MS = 5.0
 EXT_PROC_CALL = "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress"
 SPANS = [("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL), ("envoy", "router picked egress"),
          ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"), ("vllm", "llm_request"),
@@ -100,7 +100,6 @@ def steps(check: TraceCheck, *, streamed: bool) -> list[tuple[str, int]]:
     if streamed:
         token_seen = process.event("first_token_seen").time_us
         assert headers_seen <= token_seen
-        assert mock_first_token <= token_seen + EVENT_SLACK_MS * 1000, "the EPP saw a first token the mock had not written"
         trigger = token_seen
     else:
         assert not [e for e in process.events if e.name == "first_token_seen"]

@@ -38,7 +38,14 @@ def _with_images(n: int, text="Describe these pictures."):
 
 
 def _instance_span(check, name, instance):
-    return check.one(name, "vllm", vllm__instance=instance)
+    """The ``name`` step of the mock ``instance`` (the instance is named on its llm_request)."""
+    if name == "llm_request":
+        return check.one(name, "vllm", vllm__instance=instance)
+    llm = check.one("llm_request", "vllm", vllm__instance=instance)
+    steps = [c for c in llm.children if c.name == name]
+    if len(steps) != 1:
+        check.fail(f"expected one {name} under {instance}'s llm_request, found {len(steps)}")
+    return steps[0]
 
 
 def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(testbed_factory):
@@ -57,7 +64,8 @@ def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(test
     d_decode = _instance_span(check, "vllm.decode", "vllm-d0")
     check.before(p_prefill, d_kv)
     check.before(d_kv, d_decode)
-    assert check.all("vllm.prefill", "vllm", vllm__instance="vllm-d0") == [], "decode instance must not prefill"
+    d_llm = _instance_span(check, "llm_request", "vllm-d0")
+    assert [c for c in d_llm.children if c.name == "vllm.prefill"] == [], "decode instance must not prefill"
     check.duration(p_prefill, TTFT_MS, TOL_MS)
     check.duration(d_kv, KV_MS, TOL_MS)
     check.descendant_of(p_prefill, check.one("pd.prefill"))

@@ -64,6 +64,21 @@ def test_encoder_spans_one_per_item_and_fills_the_cache(tmp_path):
     assert cache.get(body["mm_hashes"][0])["instance"] == "e0"
 
 
+def test_an_injected_failure_leaves_a_failed_span_per_item():
+    enc, rec = make_encoder(instance="e0")
+
+    async def go():
+        async with in_process(enc.make_app()) as c:
+            r = await c.post("/v1/chat/completions", json=mm_body(IMG, max_tokens=1),
+                             headers={"traceparent": TRACEPARENT, "x-mock-failure": "500"})
+            return r.status
+
+    assert run(go()) == 500
+    (span,) = rec.by_name("encoder.encode")
+    assert span.status.status_code.name == "ERROR" and span.attributes["mock.failure"] == "500"
+    assert format(span.parent.span_id, "016x") == "c7ad6b7169203331"
+
+
 def test_encode_time_grows_with_item_size():
     enc, rec = make_encoder(encode_latency=10, encode_time_per_kb=20)
 

@@ -128,3 +128,13 @@ def test_sidecar_picker_without_a_frontend_is_a_503():
     with pytest.raises(PickError) as err:
         asyncio.run(go())
     assert err.value.status == 503 and err.value.code == "frontend_unreachable"
+
+
+def test_a_body_over_the_workers_limit_is_refused_at_once_with_413():
+    from services.frontend.app import MAX_BODY_BYTES
+
+    app, exporter = frontend()
+    big = json.dumps({**BODY, "messages": [{"role": "user", "content": "w " * (MAX_BODY_BYTES // 2 + 10)}]})
+    status, answer = asyncio.run(call(app, "/v1/chat/completions", data=big, headers={"x-routing-request": "true"}))
+    assert status == 413 and answer["error"]["type"] == "BadRequestError", answer
+    assert [s.name for s in exporter.get_finished_spans()] == [], "refused before any tokenizing"
