@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -77,12 +78,16 @@ def main(argv=None) -> int:
     rates = tuple(float(r) for r in args.rates.split(",")) if args.rates else ((50, 200) if args.quick else (50, 200, 500))
 
     # Tools first, outside the measured budget.
-    vegeta_bin = tools.build(tools.VEGETA, progress)
+    try:
+        vegeta_bin = tools.build(tools.VEGETA, progress)
+    except (tools.BuildFailed, OSError, subprocess.SubprocessError) as exc:
+        progress(f"cannot build the load generator: {exc}\nHint: set EPPKIT_VEGETA to a vegeta binary.")
+        return 2
     peer_bin, peer_error = None, None
     if args.fidelity and args.peer:
         try:
             peer_bin = tools.build(tools.INFERENCE_SIM, progress)
-        except (tools.BuildFailed, OSError, Exception) as exc:  # reported, the suite goes on without the peer
+        except (tools.BuildFailed, OSError, subprocess.SubprocessError) as exc:  # reported; the suite goes on
             peer_error = str(exc)
             progress(f"peer unavailable: {peer_error.splitlines()[0]}")
     waited = wait_for_quiet(args.wait_load, args.wait_max) if args.wait_load > 0 else None

@@ -631,20 +631,27 @@ def plan(source: str | None = None) -> list[ImageChoice]:
         client.close()
 
 
-_ensured: dict[str, ImageSet] = {}
+_ensured: dict[str, tuple[ImageSet, ImageChoice]] = {}  # source -> (tags, the services-deps choice)
 
 
 def ensure(progress: Progress = print, source: str | None = None) -> ImageSet:
-    """Pull or build whatever image is missing; return the tags to run. Remembered per process."""
+    """Pull or build whatever image is missing; return the tags to run.
+
+    Cheap when called again in the same process (every testbed start calls it): only the
+    services image is looked at again, because the checkout may have changed since — the
+    containers then run the same code a local process started now would (a few seconds to
+    rebuild that one layer).
+    """
     source = source or choose_source()
     if source in _ensured:
-        known = _ensured[source]
-        client = _client(timeout=30)
-        try:  # still there? (another session may have pruned, or someone ran docker rmi)
-            if all(_present(client, tag) for tag in (known.envoy, known.jaeger, known.services)):
-                return known
-        finally:
-            client.close()
+        known, deps = _ensured[source]
+        if _services_choice(deps).tag == known.services:
+            client = _client(timeout=30)
+            try:  # still there? (another session may have pruned, or someone ran docker rmi)
+                if all(_present(client, tag) for tag in (known.envoy, known.jaeger, known.services)):
+                    return known
+            finally:
+                client.close()
         del _ensured[source]
     with _lock():
         started = time.monotonic()
@@ -687,5 +694,5 @@ def ensure(progress: Progress = print, source: str | None = None) -> ImageSet:
             client.close()
     result = ImageSet(envoy=by_name["envoy"].tag, jaeger=by_name["jaeger"].tag,
                       services=by_name["services"].tag, source=source)
-    _ensured[source] = result
+    _ensured[source] = (result, by_name["services-deps"])
     return result

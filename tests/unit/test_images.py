@@ -102,6 +102,36 @@ def test_dockerfiles_install_with_no_network_and_build_on_empty_bases():
         assert "FROM scratch" in (images.DOCKERFILES / name).read_text()
 
 
+def test_a_changed_checkout_gets_a_fresh_services_image_and_nothing_else_is_redone(monkeypatch, tmp_path):
+    # No engine here: the engine-facing helpers are stand-ins, the decision logic is real.
+    monkeypatch.setenv("EPPKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(images, "_ensured", {})
+    client = type("Client", (), {"close": lambda self: None})()
+    monkeypatch.setattr(images, "_client", lambda timeout=600: client)
+    monkeypatch.setattr(images, "_present", lambda client, tag: True)
+    checkout = {"tag": "eppkit/services:0.1.0-aaa"}
+    monkeypatch.setattr(images, "_services_choice",
+                        lambda deps: images.ImageChoice("services", checkout["tag"], "built", "", present=True))
+    plans = []
+
+    def plan(source):
+        plans.append(source)
+        return [images.ImageChoice("envoy", "eppkit/envoy:1", "built", "", present=True),
+                images.ImageChoice("jaeger", "eppkit/jaeger:1", "built", "", present=True),
+                images.ImageChoice("python-base", "eppkit/python-base:1", "built", "", present=True),
+                images.ImageChoice("services-deps", "eppkit/services-deps:1", "built", "", present=True),
+                images._services_choice(None)]
+
+    monkeypatch.setattr(images, "plan", plan)
+    first = images.ensure(progress=lambda m: None, source="offline")
+    assert first.services == "eppkit/services:0.1.0-aaa" and plans == ["offline"]
+    assert images.ensure(progress=lambda m: None, source="offline") == first and plans == ["offline"], \
+        "an unchanged checkout must not plan again"
+    checkout["tag"] = "eppkit/services:0.1.0-bbb"  # someone edited services/
+    assert images.ensure(progress=lambda m: None, source="offline").services == "eppkit/services:0.1.0-bbb"
+    assert plans == ["offline", "offline"]
+
+
 # -- what a container gets to see of the host -------------------------------------------------------------
 def test_envoy_config_paths_that_exist_are_shared_and_the_rest_ignored(tmp_path):
     run_dir = tmp_path / "run"
