@@ -48,6 +48,7 @@ class AttackResult:
     end_unix: float = 0.0
     wall_s: float = 0.0
     generator_cpu_pct: float = 0.0  # vegeta's own CPU, % of one core
+    meter_wall_s: float = 0.0  # the time CPU was measured over: the whole vegeta process, start to exit
     cpu: dict[str, dict[str, float]] = field(default_factory=dict)  # per component during the attack
 
     @property
@@ -64,12 +65,43 @@ class AttackResult:
                 "p99": r(percentile(xs, 99)), "max": r(max(xs)) if xs else None,
                 "mean": r(sum(xs) / len(xs)) if xs else None}
 
+    windows: list[tuple[float, float]] = field(default_factory=list)  # (start_unix, end_unix) of each slice
+
     def to_json(self) -> dict:
         return {"name": self.name, "rate": self.rate, "duration_s": self.duration_s, "sent": self.sent,
                 "ok": self.ok, "codes": self.codes, "errors": self.errors, "latency_ms": self.latency(),
                 "achieved_rps": round(self.achieved_rps, 1), "wall_s": round(self.wall_s, 3),
                 "start_unix": self.start_unix, "end_unix": self.end_unix,
-                "generator_cpu_pct": self.generator_cpu_pct, "cpu": self.cpu}
+                "windows": self.windows or [(self.start_unix, self.end_unix)],
+                "generator_cpu_pct": self.generator_cpu_pct, "meter_wall_s": round(self.meter_wall_s, 3),
+                "cpu": self.cpu}
+
+
+def merge(parts: list[AttackResult]) -> AttackResult:
+    """Slices of one measurement (same target, rate and kind, run in turns with other modes) as one result."""
+    first = parts[0]
+    out = AttackResult(name=first.name, rate=first.rate, duration_s=round(sum(p.duration_s for p in parts), 3))
+    cpu_s: dict[str, float] = {}
+    gen_cpu = 0.0
+    for p in parts:
+        out.sent += p.sent
+        out.ok += p.ok
+        for k, v in p.codes.items():
+            out.codes[k] = out.codes.get(k, 0) + v
+        for k, v in p.errors.items():
+            out.errors[k] = out.errors.get(k, 0) + v
+        out.latencies_ms.extend(p.latencies_ms)
+        out.wall_s += p.wall_s
+        out.meter_wall_s += p.meter_wall_s
+        out.windows.append((p.start_unix, p.end_unix))
+        gen_cpu += p.generator_cpu_pct * p.meter_wall_s
+        for name, c in p.cpu.items():
+            cpu_s[name] = cpu_s.get(name, 0.0) + c["cpu_s"]
+    out.start_unix, out.end_unix = min(p.start_unix for p in parts), max(p.end_unix for p in parts)
+    wall = max(1e-6, out.meter_wall_s)
+    out.generator_cpu_pct = round(gen_cpu / wall, 1)
+    out.cpu = {name: {"cpu_s": round(s, 3), "cpu_pct": round(100.0 * s / wall, 1)} for name, s in cpu_s.items()}
+    return out
 
 
 class Vegeta:
@@ -114,13 +146,14 @@ class Vegeta:
             raise
         proc.returncode = os.waitstatus_to_exitcode(status)
         t1 = time.monotonic()
+        out.meter_wall_s = t1 - t0
         if meter is not None:
             out.cpu = meter.stop(t1)
         out.end_unix = time.time()
         stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         if proc.returncode != 0:
             raise RuntimeError(f"vegeta attack failed ({proc.returncode}): {stderr[-1000:]}")
-        out.generator_cpu_pct = round(100.0 * (usage.ru_utime + usage.ru_stime) / max(1e-6, t1 - t0), 1)
+        out.generator_cpu_pct = round(100.0 * (usage.ru_utime + usage.ru_stime) / max(1e-6, out.meter_wall_s), 1)
         self._read(results_file, out)
         return out
 

@@ -1,7 +1,11 @@
 """What each integration mode adds to a request, what the picker costs, and what tracing costs.
 
-For each mode a testbed (two mock vLLMs answering at once: TTFT 0, ITL 0, so the backend
-adds as little as it can) is driven by vegeta at fixed rates, with two request kinds:
+Every mode gets a testbed (two mock vLLMs answering at once: TTFT 0, ITL 0, so the backend
+adds as little as it can); all of them run at once, idle but for the one being measured, and
+for each rate and request kind vegeta drives them **in turns**: three slices per mode, the
+order rotating each round, each mode's slices merged. So the figures compared in one row
+were taken within seconds of each other, and a change in the machine's load (other people's
+test runs) hits every mode alike. Two request kinds:
 
 - ``chat``: non-streaming chat completion, 8 tokens in one JSON answer;
 - ``stream``: streaming chat completion, 16 tokens 1 ms apart (``x-mock-itl-ms: 1``), so Envoy
@@ -21,12 +25,13 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable
 
 import requests
 
-from bench.loadgen import AttackResult, Target, Vegeta
+from bench.loadgen import AttackResult, Target, Vegeta, merge
 from bench.system import CpuMeter, cpu_seconds, loadavg
 from observability import steps as st
 from observability.trace_model import from_jaeger_json
@@ -72,19 +77,24 @@ def topology(mode: str, backends: int, tracing: bool) -> Topology:
                     time_to_first_token_ms=0.0, inter_token_latency_ms=0.0, options={"tracing": tracing})
 
 
-def read_steps(api_url: str, mode: str, start_unix: float, end_unix: float, limit: int) -> dict:
-    """decision / roundtrip / gateway percentiles of Envoy's traces that started in the window."""
-    params = {"service": "envoy", "operation": "ingress", "start": int(start_unix * 1e6),
-              "end": int(end_unix * 1e6) + 1, "limit": limit}
-    resp = requests.get(f"{api_url}/api/traces", params=params, timeout=60)
-    resp.raise_for_status()
+def read_steps(api_url: str, mode: str, windows: list, limit: int) -> dict:
+    """decision / roundtrip / gateway percentiles of Envoy's traces in the windows (``limit`` in all)."""
     values: dict[str, list[float]] = {"decision": [], "roundtrip": [], "gateway": []}
-    traces = resp.json().get("data") or []
-    for raw in traces:
-        for name, ms in st.step_durations(from_jaeger_json(raw), mode).items():
-            if name in values:
-                values[name].append(ms)
-    return {"traces": len(traces), **{k: st.summarize(v) for k, v in values.items() if v}}
+    seen: set[str] = set()
+    per_window = max(1, limit // max(1, len(windows)))
+    for start_unix, end_unix in windows:
+        params = {"service": "envoy", "operation": "ingress", "start": int(start_unix * 1e6),
+                  "end": int(end_unix * 1e6) + 1, "limit": per_window}
+        resp = requests.get(f"{api_url}/api/traces", params=params, timeout=60)
+        resp.raise_for_status()
+        for raw in resp.json().get("data") or []:
+            if raw.get("traceID") in seen:
+                continue
+            seen.add(raw.get("traceID"))
+            for name, ms in st.step_durations(from_jaeger_json(raw), mode).items():
+                if name in values:
+                    values[name].append(ms)
+    return {"traces": len(seen), **{k: st.summarize(v) for k, v in values.items() if v}}
 
 
 def _pids(bed, jaeger) -> dict[str, int | None]:
@@ -95,15 +105,15 @@ def _pids(bed, jaeger) -> dict[str, int | None]:
     return pids
 
 
-def _idle_picker_rate(pids: dict[str, int | None], seconds: float = 1.5) -> float:
-    """Background CPU of the picker processes (metrics scrapes), CPU-seconds per second."""
-    names = [n for n in PICKER_PROCESSES if pids.get(n)]
-    if not names:
-        return 0.0
-    before = sum(cpu_seconds(pids[n]) or 0.0 for n in names)
+def _idle_rates(pids_by_mode: dict[str, dict[str, int | None]], seconds: float = 1.5) -> tuple[dict[str, float], float]:
+    """Idle background, CPU-seconds per second: of each mode's picker processes (metrics scrapes),
+    and of every testbed process together (what the idle testbeds cost the one being measured)."""
+    every = {(m, n): pid for m, pids in pids_by_mode.items() for n, pid in pids.items() if pid and n != "jaeger"}
+    before = {k: cpu_seconds(pid) or 0.0 for k, pid in every.items()}
     time.sleep(seconds)
-    after = sum(cpu_seconds(pids[n]) or 0.0 for n in names)
-    return max(0.0, (after - before) / seconds)
+    used = {k: max(0.0, (cpu_seconds(pid) or 0.0) - before[k]) / seconds for k, pid in every.items()}
+    pickers = {m: sum(v for (mm, n), v in used.items() if mm == m and n in PICKER_PROCESSES) for m in pids_by_mode}
+    return pickers, sum(used.values())
 
 
 def picker_cost(result: AttackResult, idle_rate: float) -> dict | None:
@@ -112,8 +122,9 @@ def picker_cost(result: AttackResult, idle_rate: float) -> dict | None:
     if not names or result.ok == 0:
         return None
     used = sum(result.cpu[n]["cpu_s"] for n in names)
-    busy = max(0.0, used - idle_rate * result.wall_s)
-    return {"processes": names, "cpu_s": round(used, 3), "idle_cpu_s": round(idle_rate * result.wall_s, 3),
+    idle = idle_rate * (result.meter_wall_s or result.wall_s)
+    busy = max(0.0, used - idle)
+    return {"processes": names, "cpu_s": round(used, 3), "idle_cpu_s": round(idle, 3),
             "cpu_ms_per_decision": round(1000.0 * busy / result.ok, 3),
             "cpu_s_per_1000": round(1000.0 * busy / result.ok, 3),
             "cpu_pct": round(sum(result.cpu[n]["cpu_pct"] for n in names), 1)}
@@ -135,63 +146,106 @@ class ModeRun:
                 "loadavg": self.loadavg}
 
 
-def run_mode(vegeta: Vegeta, jaeger, cfg: OverheadConfig, mode: str, *, tracing: bool,
-             rates: tuple[float, ...], saturation: bool, progress: Callable[[str], None],
-             left: Callable[[], float]) -> ModeRun:
-    run = ModeRun(mode=mode, tracing=tracing)
-    label = f"{mode} (tracing {'on' if tracing else 'off'})"
-    t0 = time.monotonic()
-    try:
-        with create(topology(mode, cfg.backends, tracing), runtime="local", jaeger=jaeger) as bed:
+@dataclass
+class GroupRun:
+    """Every mode's testbed up at once, measured in turns: the figures of one row of the table were
+    taken within seconds of the others', so a change in the machine's load hits every mode alike."""
+
+    tracing: bool
+    runs: dict[str, ModeRun] = field(default_factory=dict)
+    idle_testbeds_cpu_pct: float = 0.0
+    rounds: int = 0
+
+
+def run_group(vegeta: Vegeta, jaeger, cfg: OverheadConfig, modes: tuple[str, ...], *, tracing: bool,
+              rates: tuple[float, ...], saturation_modes: tuple[str, ...], rounds: int,
+              progress: Callable[[str], None], left: Callable[[], float]) -> GroupRun:
+    """Start a testbed per mode, then for each (kind, rate) send the load to every mode in turn,
+    ``rounds`` slices each (the order rotates every round), and merge each mode's slices."""
+    group = GroupRun(tracing=tracing, rounds=rounds)
+    label = f"tracing {'on' if tracing else 'off'}"
+    with ExitStack() as stack:
+        beds = {}
+        for mode in modes:
+            run = group.runs[mode] = ModeRun(mode=mode, tracing=tracing)
+            t0 = time.monotonic()
+            progress(f"  [{label}] starting {mode} ...")
+            try:
+                beds[mode] = stack.enter_context(create(topology(mode, cfg.backends, tracing), runtime="local", jaeger=jaeger))
+            except Exception as exc:  # a mode that cannot start is reported; the others go on
+                run.error = f"{type(exc).__name__}: {exc}"[:2000]
+                progress(f"  [{label}] {mode}: FAILED to start: {run.error.splitlines()[0][:200]}")
+                continue
             run.startup_s = round(time.monotonic() - t0, 1)
-            pids = _pids(bed, jaeger)
-            via_envoy = {k: [Target(bed.envoy_url + "/v1/chat/completions", *request(k))] for k in cfg.kinds}
-            floor = {k: [Target(f"http://{b.address}/v1/chat/completions", *request(k)) for b in bed.backends]
-                     for k in cfg.kinds} if mode == "direct" else {}
-            # Warm-up, not counted: connection pools, the ext_proc stream, the Lua VM, Python's first paths.
-            for k in cfg.kinds:
-                vegeta.attack(via_envoy[k], rate=50, duration_s=1.0, name=f"warmup-{mode}-{k}", timeout_s=cfg.timeout_s)
-                if floor:
-                    vegeta.attack(floor[k], rate=50, duration_s=0.5, name=f"warmup-floor-{k}", timeout_s=cfg.timeout_s)
-            idle = _idle_picker_rate(pids)
-            run.idle_picker_cpu_pct = round(100.0 * idle, 1)
-            run.loadavg = loadavg()
+        pids = {m: _pids(bed, jaeger) for m, bed in beds.items()}
+        plans: dict[str, dict[str, list[tuple[str, list[Target]]]]] = {}
+        for mode, bed in beds.items():
+            plans[mode] = {}
             for kind in cfg.kinds:
-                for rate in rates:
-                    duration = duration_for(cfg, rate)
-                    if left() < duration + 15:
-                        run.attacks.append({"kind": kind, "rate": rate, "target": "envoy", "skipped": "deadline"})
-                        continue
-                    plan = [("envoy", via_envoy[kind])] + ([("floor", floor[kind])] if floor else [])
-                    for where, targets in plan:
-                        progress(f"  {label}: {kind} at {rate:g} rps via {where} for {duration:g} s ...")
-                        res = vegeta.attack(targets, rate=rate, duration_s=duration, name=f"{mode}-{kind}-{rate:g}-{where}",
-                                            timeout_s=cfg.timeout_s, meter=CpuMeter(pids))
-                        entry = {"kind": kind, "rate": rate, "target": where, **res.to_json(), "loadavg": loadavg()}
-                        if where == "envoy":
-                            entry["picker"] = picker_cost(res, idle)
-                        run.attacks.append(entry)
-                        time.sleep(0.5)  # let the last answers drain before the next rate
-            if saturation and cfg.saturation_s > 0 and left() > cfg.saturation_s + 15:
-                progress(f"  {label}: saturation, {cfg.saturation_workers} requests in flight for {cfg.saturation_s:g} s ...")
-                res = vegeta.attack(via_envoy["chat"], rate=0, duration_s=cfg.saturation_s, name=f"{mode}-saturation",
-                                    max_workers=cfg.saturation_workers, timeout_s=cfg.timeout_s, meter=CpuMeter(pids))
-                entry = {"kind": "chat", "rate": 0, "target": "envoy", "saturation": True, **res.to_json(),
-                         "workers": cfg.saturation_workers, "loadavg": loadavg()}
-                entry["picker"] = picker_cost(res, idle)
-                run.attacks.append(entry)
-            if tracing:
-                time.sleep(1.5)  # Envoy flushes spans every 200 ms, services every 200 ms; Jaeger indexes them
-                progress(f"  {label}: reading decision spans back from Jaeger ...")
-                for entry in run.attacks:
+                plan = [("envoy", [Target(bed.envoy_url + "/v1/chat/completions", *request(kind))])]
+                if mode == "direct":
+                    plan.append(("floor", [Target(f"http://{b.address}/v1/chat/completions", *request(kind))
+                                           for b in bed.backends]))
+                plans[mode][kind] = plan
+        # Warm-up, not counted: connection pools, the ext_proc stream, the Lua VM, Python's first paths.
+        for mode in beds:
+            for kind in cfg.kinds:
+                for where, targets in plans[mode][kind]:
+                    try:
+                        vegeta.attack(targets, rate=50, duration_s=0.6, name=f"warmup-{mode}-{kind}-{where}",
+                                      timeout_s=cfg.timeout_s)
+                    except RuntimeError as exc:
+                        group.runs[mode].error = f"warm-up failed: {exc}"[:2000]
+        live = [m for m in modes if m in beds and not group.runs[m].error]
+        idle_pickers, idle_all = _idle_rates({m: pids[m] for m in live})
+        group.idle_testbeds_cpu_pct = round(100.0 * idle_all, 1)
+        for m in live:
+            group.runs[m].idle_picker_cpu_pct = round(100.0 * idle_pickers[m], 1)
+            group.runs[m].loadavg = loadavg()
+        for kind in cfg.kinds:
+            for rate in rates:
+                duration = duration_for(cfg, rate)
+                slice_s = round(duration / rounds, 2)
+                needed = (duration + 0.6 * rounds) * sum(len(plans[m][kind]) for m in live) + 15
+                if left() < needed:
+                    for m in live:
+                        group.runs[m].attacks.append({"kind": kind, "rate": rate, "target": "envoy", "skipped": "deadline"})
+                    continue
+                progress(f"  [{label}] {kind} at {rate:g} rps: {len(live)} modes x {rounds} slices of {slice_s:g} s ...")
+                parts: dict[tuple[str, str], list[AttackResult]] = {}
+                for r in range(rounds):
+                    for mode in live[r % len(live):] + live[:r % len(live)]:
+                        for where, targets in plans[mode][kind]:
+                            res = vegeta.attack(targets, rate=rate, duration_s=slice_s, timeout_s=cfg.timeout_s,
+                                                name=f"{mode}-{kind}-{rate:g}-{where}-{r}", meter=CpuMeter(pids[mode]))
+                            parts.setdefault((mode, where), []).append(res)
+                            time.sleep(0.3)  # the last answers drain before the next mode's slice
+                for (mode, where), slices in parts.items():
+                    res = merge(slices)
+                    entry = {"kind": kind, "rate": rate, "target": where, **res.to_json(), "loadavg": loadavg()}
+                    if where == "envoy":
+                        entry["picker"] = picker_cost(res, idle_pickers[mode])
+                    group.runs[mode].attacks.append(entry)
+        for mode in (m for m in saturation_modes if m in live):
+            if cfg.saturation_s <= 0 or left() < cfg.saturation_s + 15:
+                continue
+            progress(f"  [{label}] {mode}: saturation, {cfg.saturation_workers} requests in flight for {cfg.saturation_s:g} s ...")
+            res = vegeta.attack(plans[mode]["chat"][0][1], rate=0, duration_s=cfg.saturation_s, name=f"{mode}-saturation",
+                                max_workers=cfg.saturation_workers, timeout_s=cfg.timeout_s, meter=CpuMeter(pids[mode]))
+            entry = {"kind": "chat", "rate": 0, "target": "envoy", "saturation": True, **res.to_json(),
+                     "workers": cfg.saturation_workers, "loadavg": loadavg()}
+            entry["picker"] = picker_cost(res, idle_pickers[mode])
+            group.runs[mode].attacks.append(entry)
+        if tracing:
+            time.sleep(1.5)  # Envoy flushes spans every 200 ms, services every 200 ms; Jaeger indexes them
+            progress(f"  [{label}] reading decision spans back from Jaeger ...")
+            for mode in live:
+                for entry in group.runs[mode].attacks:
                     if entry.get("target") != "envoy" or "skipped" in entry or not entry.get("ok"):
                         continue
                     try:
-                        entry["steps"] = read_steps(jaeger.api_url, mode, entry["start_unix"], entry["end_unix"],
+                        entry["steps"] = read_steps(jaeger.api_url, mode, entry["windows"],
                                                     min(cfg.trace_sample, entry["ok"]))
                     except (requests.RequestException, ValueError) as exc:
                         entry["steps"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    except Exception as exc:  # a mode that cannot run is reported, the suite goes on
-        run.error = f"{type(exc).__name__}: {exc}"[:2000]
-        progress(f"  {label}: FAILED: {run.error.splitlines()[0][:200]}")
-    return run
+    return group

@@ -51,8 +51,14 @@ def overhead_tables(report: dict) -> list[str]:
     lines: list[str] = []
     on = _attacks(report, tracing=True)
     floor = _attacks(report, tracing=True, target="floor")
-    kinds = report.get("overhead", {}).get("config", {}).get("kinds", [])
-    rates = report.get("overhead", {}).get("config", {}).get("rates", [])
+    config = report.get("overhead", {}).get("config", {})
+    kinds, rates = config.get("kinds", []), config.get("rates", [])
+    idle = report.get("overhead", {}).get("idle_testbeds_cpu_pct", {})
+    if config:
+        lines += [f"Every mode's testbed up at once ({config.get('backends')} mock vLLMs each, TTFT 0, ITL 0), measured in "
+                  f"turns: {config.get('rounds')} slices per mode and rate, the order rotating each round, slices merged. "
+                  f"The idle testbeds cost {idle.get('on', '–')}% of one core in all (tracing on; off: "
+                  f"{idle.get('off', '–')}%) while one is measured.", ""]
     for kind in kinds:
         lines += [f"#### {kind}: latency at fixed rates (tracing on)", "",
                   "Δ = minus `direct` at the same rate (for `direct`: minus the floor, i.e. the mocks hit without Envoy). "

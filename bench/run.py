@@ -51,6 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-tracing-off", dest="tracing_off", action="store_false", help="skip the tracing-off runs")
     p.add_argument("--no-fidelity", dest="fidelity", action="store_false", help="skip mock vs peer")
     p.add_argument("--no-peer", dest="peer", action="store_false", help="fidelity: our mock only (no build)")
+    p.add_argument("--rounds", type=int, default=3, help="slices per mode and rate, modes in turns (default: %(default)s)")
     p.add_argument("--deadline", type=float, default=570.0, help="seconds for the whole suite (default: %(default)s)")
     p.add_argument("--wait-load", type=float, default=0.0, help="wait until the 1-min load average is below this first")
     p.add_argument("--wait-max", type=float, default=600.0, help="longest wait for --wait-load, seconds (default: %(default)s)")
@@ -118,7 +119,8 @@ def main(argv=None) -> int:
     report["overhead"] = {"config": {"modes": list(modes), "rates": list(rates), "kinds": list(cfg.kinds),
                                      "min_duration_s": cfg.min_duration_s, "min_requests": cfg.min_requests,
                                      "tracing_off_rates": list(cfg.tracing_off_rates),
-                                     "saturation_workers": cfg.saturation_workers, "backends": cfg.backends},
+                                     "saturation_workers": cfg.saturation_workers, "backends": cfg.backends,
+                                     "rounds": args.rounds},
                           "runs": []}
     progress(f"eppkit bench: modes {', '.join(modes)}; rates {', '.join(f'{r:g}' for r in rates)} rps; "
              f"load average {loadavg()}; others busy: {report['other_load']}; logs in {run_dir}")
@@ -126,15 +128,16 @@ def main(argv=None) -> int:
     overhead_left = lambda: left() - fidelity_reserve  # noqa: E731
     try:
         with JaegerProcess(run_dir / "jaeger") as jaeger:
-            for mode in modes:
-                progress(f"[{time.monotonic() - started:5.0f} s] {mode}")
-                run = overhead.run_mode(vegeta, jaeger, cfg, mode, tracing=True, rates=rates,
-                                        saturation=mode == "ext_proc", progress=progress, left=overhead_left)
-                report["overhead"]["runs"].append(run.to_json())
-                if args.tracing_off:
-                    run = overhead.run_mode(vegeta, jaeger, cfg, mode, tracing=False, rates=cfg.tracing_off_rates,
-                                            saturation=mode == "ext_proc", progress=progress, left=overhead_left)
-                    report["overhead"]["runs"].append(run.to_json())
+            for tracing, group_rates in ((True, rates), (False, cfg.tracing_off_rates)):
+                if not tracing and not args.tracing_off:
+                    continue
+                progress(f"[{time.monotonic() - started:5.0f} s] overhead, tracing {'on' if tracing else 'off'}")
+                group = overhead.run_group(vegeta, jaeger, cfg, modes, tracing=tracing, rates=group_rates,
+                                           saturation_modes=("ext_proc",), rounds=args.rounds,
+                                           progress=progress, left=overhead_left)
+                report["overhead"]["runs"] += [run.to_json() for run in group.runs.values()]
+                report["overhead"].setdefault("idle_testbeds_cpu_pct", {})["on" if tracing else "off"] = \
+                    group.idle_testbeds_cpu_pct
         if args.fidelity:
             progress(f"[{time.monotonic() - started:5.0f} s] mock fidelity")
             specs = [fidelity.ours()]

@@ -182,6 +182,7 @@ def assert_openai_error(status: int, body, expected_status: int | tuple[int, ...
     assert isinstance(body, dict) and isinstance(body.get("error"), dict), f"not an OpenAI-style error: {body!r}"[:2000]
     error = body["error"]
     assert error.get("message") and error.get("type"), f"error without message or type: {error!r}"
+    assert '"error"' not in str(error["message"]), f"an error wrapped inside another one's message: {error!r}"
     if code is not None:
         codes = code if isinstance(code, tuple) else (code,)
         assert error.get("code") in codes, f"expected error.code in {codes}, got {error.get('code')!r}: {error!r}"
@@ -444,6 +445,7 @@ class LoadResult:
     rss_start: dict[str, int]
     rss_end: dict[str, int]
     rss_max: dict[str, int]
+    rss_mid: dict[str, int] = field(default_factory=dict)  # half-way through the run
     trace_wait_s: float = 0.0
 
     def pct(self, q: float) -> float:
@@ -459,14 +461,14 @@ class LoadResult:
 
     def summary(self) -> str:
         mib = lambda b: f"{b / 2**20:.1f}"  # noqa: E731
-        rss = ", ".join(f"{n} {mib(self.rss_start[n])}->{mib(self.rss_end.get(n, 0))} (max {mib(self.rss_max.get(n, 0))})"
+        rss = ", ".join(f"{n} {mib(self.rss_start[n])}->{mib(self.rss_mid.get(n, 0))}->{mib(self.rss_end.get(n, 0))}"
                         for n in sorted(self.rss_start))
         return (f"[load {self.runtime}/{self.mode}] {self.requests} requests at concurrency {self.concurrency} "
                 f"in {self.wall_s:.1f} s ({self.ok / self.wall_s if self.wall_s else 0:.0f} req/s): "
                 f"lost {self.lost}, ok {self.ok}, injected {len(self.injected)}, errors {len(self.errors)} "
                 f"(unexpected {len(self.unexpected)}), incomplete traces {len(self.incomplete)} "
                 f"(read back in {self.trace_wait_s:.1f} s); e2e p50 {self.pct(50):.1f} ms p99 {self.pct(99):.1f} ms; "
-                f"RSS MiB start->end: {rss}")
+                f"RSS MiB start->half-way->end: {rss}")
 
 
 class RssSampler:
@@ -475,6 +477,7 @@ class RssSampler:
     def __init__(self, bed, every_s: float = 0.5):
         self.bed, self.every_s = bed, every_s
         self.max: dict[str, int] = {}
+        self.series: list[tuple[float, dict[str, int]]] = []  # (monotonic time, snapshot)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss", daemon=True)
 
@@ -490,8 +493,14 @@ class RssSampler:
 
     def _run(self):
         while not self._stop.wait(self.every_s):
-            for name, value in self.snapshot().items():
+            snap = self.snapshot()
+            self.series.append((time.monotonic(), snap))
+            for name, value in snap.items():
                 self.max[name] = max(self.max.get(name, 0), value)
+
+    def at(self, t: float) -> dict[str, int]:
+        """The sample nearest to monotonic time ``t`` ({} when none was taken)."""
+        return min(self.series, key=lambda item: abs(item[0] - t))[1] if self.series else {}
 
     def __enter__(self):
         self._thread.start()
@@ -524,11 +533,13 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
         headers = {id(r.body): {"x-mock-failure": "500"} for r in planned if r.index in injected}
         sampler = RssSampler(bed)
         rss_start = sampler.snapshot()
+        t_start = time.monotonic()
         with sampler:
             driver = Driver(_InjectingClient(client, headers), concurrency=concurrency,
                             max_duration_s=max_duration_s, request_timeout_s=request_timeout_s)
             work = driver.run(planned)
         rss_end = sampler.snapshot()
+        rss_mid = sampler.at(t_start + work.wall_s / 2)
         client.flush()
     finally:
         client.close()
@@ -553,5 +564,5 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
         mode=mode, runtime=bed.runtime, requests=requests, concurrency=concurrency, wall_s=work.wall_s,
         stopped=work.stopped, answered=answered, ok=len(work.ok), injected=injected, errors=errors,
         unexpected=unexpected, incomplete=incomplete, e2e_ms=[s.e2e_ms for s in work.samples if s.ok],
-        rss_start=rss_start, rss_end=rss_end, rss_max={**sampler.max}, trace_wait_s=trace_wait,
+        rss_start=rss_start, rss_end=rss_end, rss_max={**sampler.max}, rss_mid=rss_mid, trace_wait_s=trace_wait,
     )

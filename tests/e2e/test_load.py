@@ -26,14 +26,18 @@ from _reliability import MODES, run_load, topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.load]
 
-SIZES = {"local": (2000, 100), "docker": (1000, 50)}  # runtime -> (requests, concurrency)
+SIZES = {"local": (2000, 100), "docker": (2000, 100)}  # runtime -> (requests, concurrency)
 INJECT_EVERY = 100
 MAX_DISPATCH_S = 300.0
 MIB = 1 << 20
-# "Flat": the end of the run is within this of its start (measured after a warm-up, so arenas,
-# connection pools and caches have grown already). Python's allocator keeps freed pages for reuse,
-# so some drift is normal; a leak of one object per request would show as tens of MiB.
-RSS_SLACK = (0.15, 16 * MIB)  # relative, absolute: end <= start * (1 + rel) + abs
+# "Flat", measured after a warm-up (arenas, connection pools, caches have grown already):
+# - over the whole run, end <= start * (1 + 25 %) + 16 MiB;
+# - over its second half, end <= half-way * (1 + 5 %) + 4 MiB: what still grows there grows with
+#   the request count. (Envoy's heap in the callout modes grows ~8 MiB in a run's first 2,000
+#   requests and ~1 MiB in the next 2,000: a plateau, not a leak.) With 1,000 requests in the second
+#   half this catches a leak of about 8 KiB per request or more.
+RSS_WHOLE_RUN = (0.25, 16 * MIB)  # relative, absolute
+RSS_SECOND_HALF = (0.05, 4 * MIB)
 
 
 def sizes(runtime: str) -> tuple[int, int]:
@@ -45,7 +49,11 @@ def sizes(runtime: str) -> tuple[int, int]:
 @pytest.mark.parametrize("mode", MODES)
 def test_bounded_load_loses_no_request_no_trace_and_no_memory(testbed_factory, runtime, mode, record_property, capsys):
     n, concurrency = sizes(runtime)
-    bed = testbed_factory(topology(mode, ttft_ms=20, itl_ms=2))
+    # The pickers' own deadlines as long as Envoy's default wait for the EPP (10 s): on a saturated
+    # 2-core machine the 1 s callout default made 0.3-5 % of callout requests fail closed (502),
+    # which is a timeout setting, not a lost request (docs/reliability.md).
+    bed = testbed_factory(topology(mode, ttft_ms=20, itl_ms=2, callout_timeout_ms=10000,
+                                   epp_args=["--frontend-timeout", "10"] if mode == "sidecar" else []))
     result = run_load(bed, requests=n, concurrency=concurrency, max_duration_s=MAX_DISPATCH_S,
                       inject_every=INJECT_EVERY, warmup=2 * concurrency)
     summary = result.summary()
@@ -56,7 +64,7 @@ def test_bounded_load_loses_no_request_no_trace_and_no_memory(testbed_factory, r
                "injected": len(result.injected), "errors": len(result.errors), "unexpected": len(result.unexpected),
                "incomplete_traces": len(result.incomplete), "p50_ms": round(result.pct(50), 1),
                "p99_ms": round(result.pct(99), 1), "rss_start": result.rss_start, "rss_end": result.rss_end,
-               "rss_max": result.rss_max, "trace_wait_s": round(result.trace_wait_s, 1)}
+               "rss_mid": result.rss_mid, "rss_max": result.rss_max, "trace_wait_s": round(result.trace_wait_s, 1)}
     (bed.run_dir / "load.json").write_text(json.dumps(figures, indent=2))
     record_property("load", json.dumps(figures))
 
@@ -64,7 +72,10 @@ def test_bounded_load_loses_no_request_no_trace_and_no_memory(testbed_factory, r
     assert result.lost == 0, f"{result.lost} requests got no answer: {summary}"
     assert not result.unexpected, f"errors beyond the injected ones: {dict(list(result.unexpected.items())[:20])}"
     assert not result.incomplete, f"incomplete traces: {dict(list(result.incomplete.items())[:10])}"
-    grew = {name: (start / MIB, result.rss_end.get(name, 0) / MIB) for name, start in result.rss_start.items()
-            if result.rss_end.get(name, 0) > start * (1 + RSS_SLACK[0]) + RSS_SLACK[1]}
-    assert not grew, f"memory grew across the run (MiB start, end): {grew}"
+    grew = {}
+    for name, start in result.rss_start.items():
+        mid, end = result.rss_mid.get(name, start), result.rss_end.get(name, 0)
+        if end > start * (1 + RSS_WHOLE_RUN[0]) + RSS_WHOLE_RUN[1] or end > mid * (1 + RSS_SECOND_HALF[0]) + RSS_SECOND_HALF[1]:
+            grew[name] = tuple(round(v / MIB, 1) for v in (start, mid, end))
+    assert not grew, f"memory kept growing (MiB start, half-way, end): {grew}"
     assert set(result.rss_start) >= {"envoy", "vllm-0", "vllm-1"}, result.rss_start
