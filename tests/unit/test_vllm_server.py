@@ -179,7 +179,11 @@ def test_max_num_seqs_queues_and_queue_span_covers_the_wait():
     assert 'vllm:num_requests_waiting{engine="0",model_name="mock-llm"} 1.0' in metrics
     queues = sorted(rec.by_name("vllm.queue"), key=lambda s: s.start_time)
     assert ms(queues[0]) < 10
-    assert ms(queues[1]) == pytest.approx(150, abs=TOL_MS + 10)
+    # The second request waits for the only slot: its queue ends when the first one's prefill does
+    # (~150 ms after it arrived; the bound is loose because a loaded machine stretches the sleeps).
+    prefills = sorted(rec.by_name("vllm.prefill"), key=lambda s: s.start_time)
+    assert queues[1].end_time >= prefills[0].end_time
+    assert 100 < ms(queues[1]) < 200 + TOL_MS
 
 
 def test_full_waiting_queue_answers_429():
