@@ -314,7 +314,14 @@ def test_epp_coming_back_is_used_again(testbed_factory):
     assert bed.client().chat(chat_body()).status == 200  # fail-open meanwhile
     epp.start()
     wait_for_epp_health(bed, healthy=True)
+    # The admin view turns healthy a moment before every worker thread does: allow a few seconds
+    # for the EPP to be used again, but it must be (a forced pick is only honoured by the EPP).
+    # A pod outside the pool is refused (503) only by the EPP; fail-open would serve it (200).
     client = bed.client()
+    deadline = time.monotonic() + 5
+    while client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "no-such-pod"}).status != 503:
+        assert time.monotonic() < deadline, "the EPP was not used again within 5 s of being healthy"
+        time.sleep(0.2)
     result = client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"})
     client.flush()
     assert (result.status, result.headers["x-inference-pod"]) == (200, "vllm-1")
