@@ -6,6 +6,8 @@ The body shape follows the OpenAI API (and vLLM's ``ErrorResponse``):
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 _TYPES = {
@@ -32,6 +34,20 @@ def error_body(status: int, message: str, *, param: str | None = None, code: str
             "code": code if code is not None else status,
         }
     }
+
+
+def upstream_message(text: str, limit: int = 300) -> str:
+    """The message inside an upstream's OpenAI-style error body, else the body itself, shortened.
+
+    A gateway that relays an upstream failure names the upstream in its own message; nesting
+    the upstream's whole JSON inside that string would make clients parse an error twice.
+    """
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message if message else text.strip())[:limit]
 
 
 def error_response(

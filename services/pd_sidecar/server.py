@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from observability import otel
 from services.encoder.media import media_kind
-from services.openai_errors import OpenAIError, error_response, openai_error_middleware
+from services.openai_errors import OpenAIError, error_response, openai_error_middleware, upstream_message
 from services.pd_sidecar import requests as derive
 
 HEADER_PREFILLER = "x-prefiller-host-port"
@@ -184,7 +184,7 @@ class PdSidecar:
             try:
                 if upstream.status != 200 and out is not None:
                     dspan.set_status(Status(StatusCode.ERROR, f"decode answered HTTP {upstream.status}"))
-                    detail = (await upstream.text())[:300]
+                    detail = upstream_message(await upstream.text())
                     return await _end_with_error(out, OpenAIError(502, f"decode failed after the first token: "
                                                                        f"HTTP {upstream.status} {detail}"))
                 if upstream.status != 200 or not stream:
@@ -239,7 +239,7 @@ class PdSidecar:
                 try:
                     async with self.session.post(f"http://{endpoint}/v1/chat/completions", json=req, headers=headers) as resp:
                         if resp.status != 200:
-                            detail = (await resp.text())[:300]
+                            detail = upstream_message(await resp.text())
                             raise OpenAIError(502, f"encoder {endpoint} failed on media item {index} ({item.type}): "
                                                    f"HTTP {resp.status} {detail}")
                         await resp.read()
@@ -267,7 +267,7 @@ class PdSidecar:
                     if resp.status != 200:
                         pspan.set_status(Status(StatusCode.ERROR, f"HTTP {resp.status}"))
                         raise OpenAIError(502 if resp.status >= 500 else resp.status,
-                                          f"prefill on {prefiller} failed: HTTP {resp.status} {text[:300]}")
+                                          f"prefill on {prefiller} failed: HTTP {resp.status} {upstream_message(text)}")
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 pspan.set_status(Status(StatusCode.ERROR, str(exc)))
                 raise OpenAIError(502, f"prefiller {prefiller} unreachable: {exc}") from None

@@ -4,7 +4,8 @@
   test can be one table over the modes instead of five copies.
 - Faults: :func:`frozen` (a hung component: SIGSTOP, or ``docker pause``), :func:`kill` and
   :func:`restart` of a component, :class:`Stream` (a streaming request that the test can
-  abandon or watch break mid-answer, as the traced root span of its own trace).
+  abandon or watch break mid-answer, as the traced root span of its own trace), :class:`HangUp`
+  (a request abandoned before any byte of the answer, e.g. during prefill).
 - Checks: :func:`assert_openai_error`, :func:`assert_kit_healthy`, :func:`counter`.
 - Memory: :func:`rss_bytes` (a process and its children, from ``/proc/<pid>/status``; for a
   container, its init's host pid and everything under it).
