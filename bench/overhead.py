@@ -83,8 +83,9 @@ def read_steps(api_url: str, mode: str, windows: list, limit: int) -> dict:
     seen: set[str] = set()
     per_window = max(1, limit // max(1, len(windows)))
     for start_unix, end_unix in windows:
+        # Every testbed's Envoy reports as "envoy" to the one Jaeger: its eppkit.mode tag tells them apart.
         params = {"service": "envoy", "operation": "ingress", "start": int(start_unix * 1e6),
-                  "end": int(end_unix * 1e6) + 1, "limit": per_window}
+                  "end": int(end_unix * 1e6) + 1, "limit": per_window, "tags": json.dumps({"eppkit.mode": mode})}
         resp = requests.get(f"{api_url}/api/traces", params=params, timeout=60)
         resp.raise_for_status()
         for raw in resp.json().get("data") or []:

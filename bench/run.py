@@ -150,6 +150,7 @@ def main(argv=None) -> int:
                 report["fidelity"]["peer_error"] = "skipped (--no-peer)"
     finally:
         report["loadavg_at_end"] = loadavg()
+        report["other_load_at_end"] = ", ".join(busy_processes()) or "none measurable"
         report["wall_s"] = round(time.monotonic() - started, 1)
         report["targets"] = targets.evaluate(report)
         args.out.mkdir(parents=True, exist_ok=True)

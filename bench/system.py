@@ -56,6 +56,15 @@ def cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def machine_cpu_seconds() -> dict[str, float]:
+    """Whole-machine CPU time so far, from /proc/stat: busy, idle and steal (time the
+    hypervisor ran someone else while this VM wanted the CPU), summed over all CPUs."""
+    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return {"busy": (user + nice + system + irq + softirq) / ticks, "idle": (idle + iowait) / ticks, "steal": steal / ticks}
+
+
 def memory_kib(pid: int | None) -> dict[str, int]:
     """VmRSS (now) and VmHWM (peak) in KiB."""
     out: dict[str, int] = {}
@@ -96,11 +105,12 @@ class CpuMeter:
 
 
 def busy_processes(seconds: float = 1.0, top: int = 5) -> list[str]:
-    """Other processes using CPU right now ("pytest 85%"), to write next to the load average."""
+    """Other processes (not this one, not its descendants) using CPU now ("pytest 85%"): next to the load average."""
     import time
 
     def snapshot() -> dict[int, tuple[str, float]]:
         out = {}
+        parents: dict[int, int] = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -117,16 +127,23 @@ def busy_processes(seconds: float = 1.0, top: int = 5) -> list[str]:
                 if "-m" in args:
                     name = args[args.index("-m") + 1] if args.index("-m") + 1 < len(args) else name
             fields = stat.rsplit(")", 1)[1].split()
+            parents[int(entry.name)] = int(fields[1])
             out[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / _TICK)
-        return out
+        # Leave out this process and everything it started (the testbeds, vegeta): only the others.
+        mine = {os.getpid()}
+        grew = True
+        while grew:
+            new = {pid for pid, ppid in parents.items() if ppid in mine} - mine
+            grew = bool(new)
+            mine |= new
+        return {pid: v for pid, v in out.items() if pid not in mine}
 
-    me = os.getpid()
     a = snapshot()
     time.sleep(seconds)
     b = snapshot()
     usage: dict[str, float] = {}
     for pid, (name, cpu) in b.items():
-        if pid == me or pid not in a:
+        if pid not in a:
             continue
         used = cpu - a[pid][1]
         if used > 0.02 * seconds:

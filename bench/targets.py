@@ -64,31 +64,45 @@ def evaluate(report: dict) -> list[dict]:
                     "verdict": _verdict(None if d is None else d < 0.3),
                     "why": f"Envoy's own span gateway p50 {_step(on.get(('direct', 'chat', r)), 'gateway', 'p50')} ms"})
 
-    # 4. mock fidelity vs the peer
+    # 4. mock fidelity vs the peer: the two run level by level in turns; a difference smaller than the
+    # machine's own timer noise in this run (bare-timer gap error p99, the worse of before/after) is a tie.
     fid = report.get("fidelity") or {}
     mocks = [m for m in fid.get("mocks", []) if not m.get("error")]
     ours = next((m for m in mocks if m["mock"].startswith("eppkit")), None)
     peer = next((m for m in mocks if not m["mock"].startswith("eppkit")), None)
     if ours and peer:
-        worse = []
+        noise = max((fid.get(k) or {}).get("timer_gap_error_p99_ms", 0.0) for k in ("floor_before", "floor_after"))
+        worse, better, ties = [], [], 0
         for n in (1, 100, 500):
             a = next((x for x in ours["levels"] if x.get("streams") == n and "skipped" not in x), None)
             b = next((x for x in peer["levels"] if x.get("streams") == n and "skipped" not in x), None)
             if not a or not b:
                 continue
             for key in ("itl_error_p99_ms", "ttft_error_p99_ms"):
-                if a[key] is not None and b[key] is not None and a[key] > b[key]:
-                    worse.append(f"{key.split('_error')[0].upper()} p99 at {n}: {a[key]} vs {b[key]} ms")
+                if a[key] is None or b[key] is None:
+                    continue
+                text = f"{key.split('_error')[0].upper()} p99 at {n}: {a[key]} vs {b[key]} ms"
+                if a[key] > b[key] + noise:
+                    worse.append(text)
+                elif a[key] < b[key] - noise:
+                    better.append(text)
+                else:
+                    ties += 1
+        measured = "; ".join([f"worse: {w}" for w in worse] + [f"better: {b}" for b in better]) or "every level within noise"
         out.append({"target": "mock timing error no worse than llm-d-inference-sim (TTFT and ITL p99 at 1/100/500 streams)",
-                    "measured": "; ".join(worse) if worse else "ours ≤ peer at every level compared",
+                    "measured": measured, "figure": f"{len(worse)} worse, {len(better)} better, {ties} within noise "
+                                                    f"(±{noise:.1f} ms, the machine's timer gap error p99)",
                     "verdict": _verdict(not worse), "why": "see the fidelity table"})
-        a, b = ours["max_streams_held"], peer["max_streams_held"]
+        a, b = ours.get("max_streams_keeping_pace", 0), peer.get("max_streams_keeping_pace", 0)
         ratio = a / b if b else None
-        bound = " (peer held the highest level tried: its capacity is at least that)" if b == peer["highest_level_tried"] else ""
-        out.append({"target": "mock stream capacity ≥ ½ of llm-d-inference-sim's",
-                    "measured": f"{a} vs {b} streams held{bound}",
-                    "figure": f"{ratio:.2f}×" if ratio is not None else "",
-                    "verdict": _verdict(None if ratio is None else ratio >= 0.5), "why": ""})
+        bound = " (the highest level tried: a lower bound)" if b == peer["highest_level_tried"] else ""
+        out.append({"target": "mock stream capacity ≥ ½ of llm-d-inference-sim's (streams kept pace with)",
+                    "measured": f"{a} vs {b}{bound}; on time (ITL p99 < 5 ms): {ours['max_streams_held']} vs "
+                                f"{peer['max_streams_held']}",
+                    "figure": f"{ratio:.2f}×" if ratio is not None else ("peer kept none" if a else ""),
+                    "verdict": _verdict(None if ratio is None else ratio >= 0.5),
+                    "why": f"RSS at the top level: {ours['levels'][-1].get('peak_rss_mib')} vs "
+                           f"{peer['levels'][-1].get('peak_rss_mib')} MiB"})
     elif ours:
         out.append({"target": "mock fidelity/capacity vs llm-d-inference-sim", "measured": "peer not run",
                     "verdict": "n/a", "why": fid.get("peer_error", "")})
