@@ -152,7 +152,6 @@ class MockVllm:
     # ---- one request -----------------------------------------------------------------
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
         rid = request[REQUEST_ID_KEY]
         span = self.tracer.start_span(
             "llm_request",
@@ -161,7 +160,7 @@ class MockVllm:
             attributes={"vllm.role": self.c.role, "vllm.instance": self.c.instance, "gen_ai.request.id": rid},
         )
         seq = next(self._seq)
-        flow = _Flow(request_id=rid, span=span, arrival=loop.time(), rng=random.Random(f"{self.c.seed}:{self.c.instance}:{seq}"))
+        flow = _Flow(request_id=rid, span=span, arrival=time.monotonic(), rng=random.Random(f"{self.c.seed}:{self.c.instance}:{seq}"))
         flow.watch = self.watcher.watch(request)
         try:
             return await self._run(request, kind, flow)
@@ -201,7 +200,7 @@ class MockVllm:
             span.end()
 
     async def _run(self, request: web.Request, kind: str, flow: _Flow) -> web.StreamResponse:
-        c, span, loop = self.c, flow.span, asyncio.get_running_loop()
+        c, span = self.c, flow.span
 
         # 1. the request: whole JSON body, or multipart part 1 (the body stays open)
         reader: multipart.MultipartReader | None = None
@@ -235,7 +234,7 @@ class MockVllm:
 
         # 3. queue
         queue_span = self._child(span, "vllm.queue")
-        queue_start = loop.time()
+        queue_start = time.monotonic()
         try:
             await self.scheduler.acquire()
         except QueueFull as exc:
@@ -248,7 +247,7 @@ class MockVllm:
         flow.slot = True
         queue_span.set_attribute("vllm.num_requests_running", self.scheduler.running)
         queue_span.end()
-        time_in_queue = loop.time() - queue_start
+        time_in_queue = time.monotonic() - queue_start
         self.metrics.queue_time.observe(time_in_queue)
         running = self.scheduler.running
 
@@ -258,7 +257,7 @@ class MockVllm:
         remote_prefill = handshake.has_remote_prefill(params)
         n_out = 1 if prefill_only else self._output_length(req)
         cached = 0
-        step_start = loop.time()
+        step_start = time.monotonic()
         if remote_prefill:
             kv_span = self._child(span, "vllm.kv_transfer")
             kv_span.set_attribute("vllm.kv_transfer.remote_engine_id", str(params.get("remote_engine_id")))
@@ -292,7 +291,7 @@ class MockVllm:
             finally:
                 prefill_span.end()
             self.cache.insert(req.prompt_token_list)
-        prefill_time = loop.time() - step_start
+        prefill_time = time.monotonic() - step_start
         self.metrics.prefill_time.observe(prefill_time)
         flow.kv_blocks = self.cache.blocks_for(req.prompt_tokens + n_out)
         self.cache.acquire(flow.kv_blocks)
@@ -309,7 +308,7 @@ class MockVllm:
             await self._prepare(request, flow, req.stream)
         if req.stream:
             await self._write(flow, renderer.token_chunk(out[0], first=True))
-        flow.first_token_at = loop.time()
+        flow.first_token_at = time.monotonic()
         span.add_event("first_token")
         ttft = flow.first_token_at - flow.arrival
         self.metrics.ttft.observe(ttft)
@@ -320,7 +319,7 @@ class MockVllm:
             metadata_report = await self._await_metadata(request, reader, flow)
 
         # 7. decode
-        decode_start = loop.time()
+        decode_start = time.monotonic()
         if not prefill_only:
             decode_span = self._child(span, "vllm.decode")
             decode_span.set_attribute("vllm.decode.tokens", n_out)
@@ -330,7 +329,7 @@ class MockVllm:
                 decode_span.end()
         elif injected is not None and injected.after_tokens >= 1:
             await self._inject(request, flow, injected)
-        decode_time = loop.time() - decode_start
+        decode_time = time.monotonic() - decode_start
         self.metrics.decode_time.observe(decode_time)
 
         # 8. finish
@@ -351,7 +350,7 @@ class MockVllm:
         if metadata_report is not None:
             extra["multipart_metadata"] = metadata_report
         use = usage(req.prompt_tokens, n_out, cached)
-        e2e = loop.time() - flow.arrival
+        e2e = time.monotonic() - flow.arrival
         self._finish_attributes(span, req, n_out, finish_reason, time_in_queue, ttft, e2e, prefill_time, decode_time)
         self.metrics.e2e.observe(e2e)
         self.metrics.prompt_tokens.inc(req.prompt_tokens)
@@ -374,10 +373,9 @@ class MockVllm:
 
     async def _decode(self, request, flow, renderer, out, running, overrides, stream, injected) -> None:
         """Tokens 2..n on their absolute deadlines; an injected stall/disconnect cuts in."""
-        loop = asyncio.get_running_loop()
         # Token 2 is due one gap after token 1, or after decoding could start (multipart:
         # once the metadata arrived); every later token one gap after the previous deadline.
-        base = max(flow.first_token_at, loop.time())
+        base = max(flow.first_token_at, time.monotonic())
         n = len(out)
         stop = min(injected.after_tokens, n) if injected is not None else n  # tokens written in all
 
@@ -390,7 +388,7 @@ class MockVllm:
             deadline = writer.deadline
         else:
             deadline = base + sum(next_gap() for _ in range(1, stop))
-            delay = deadline - loop.time()
+            delay = deadline - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
         if injected is not None:
@@ -399,13 +397,12 @@ class MockVllm:
             self.metrics.tpot.observe((deadline - base) / (n - 1))
 
     async def _await_metadata(self, request: web.Request, reader: multipart.MultipartReader, flow: _Flow) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
         timeout_ms = _float_header(request.headers, HEADER_METADATA_TIMEOUT)
         if timeout_ms is None:
             timeout_ms = self.c.multipart_metadata_timeout
         span = self._child(flow.span, "vllm.await_metadata")
         span.set_attribute("vllm.multipart.timeout_ms", timeout_ms)
-        started = loop.time()
+        started = time.monotonic()
         try:
             try:
                 parts = await asyncio.wait_for(reader.read_until_closed(), timeout_ms / 1000.0)
@@ -430,7 +427,7 @@ class MockVllm:
                     f"multipart: the body closed without a '{multipart.METADATA_PART}' part (parts after the payload: {names})",
                     code="metadata_missing",
                 )
-            waited = loop.time() - started
+            waited = time.monotonic() - started
             body = meta[0].body
             try:
                 value: Any = json.loads(body) if body else None
@@ -629,7 +626,6 @@ class _TokenWriter:
     def __init__(self, clock, response: web.StreamResponse, transport, renderer, out, stop, next_gap, observe_lateness) -> None:
         self.clock = clock
         self.observe_lateness = observe_lateness
-        self.loop = asyncio.get_running_loop()
         self.transport = transport
         self.chunked = response.chunked
         self.renderer = renderer
@@ -654,7 +650,7 @@ class _TokenWriter:
         if transport is None or transport.is_closing():
             done.set_exception(_ClientGone())
             return
-        self.observe_lateness(self.loop.time() - self.deadline)
+        self.observe_lateness(time.monotonic() - self.deadline)
         chunk = self.renderer.token_chunk(self.out[self.index], first=False)
         transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
         self.index += 1
