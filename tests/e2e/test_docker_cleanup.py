@@ -1,4 +1,5 @@
-"""The docker runtime leaves no container behind: after Ctrl-C, after a failing test, after a failed start, after SIGKILL.
+"""The docker runtime leaves no container behind: after a failing test, after a failed start, after SIGKILL
+(after Ctrl-C: tests/e2e/test_cli.py, on each runtime).
 
 Every container the kit starts is labelled with its owner process (``eppkit.owner-pid``)
 and its testbed (``eppkit.testbed``), which is how these tests find what must be gone.
@@ -6,14 +7,12 @@ and its testbed (``eppkit.testbed``), which is how these tests find what must be
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
-import requests
 
 from testbed.paths import REPO_ROOT
 
@@ -70,25 +69,6 @@ def _start_up(tmp_path) -> tuple[subprocess.Popen, str, list[str]]:
         proc.kill()
         pytest.fail("eppkit up did not come up:\n" + "".join(lines[-60:]))
     return proc, envoy_url, lines
-
-
-def _chat(envoy_url: str) -> requests.Response:
-    return requests.post(envoy_url + "/v1/chat/completions", timeout=30,
-                         json={"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
-
-
-def test_up_in_docker_serves_until_ctrl_c_and_leaves_no_container(docker, tmp_path):
-    proc, envoy_url, lines = _start_up(tmp_path)
-    try:
-        assert _chat(envoy_url).status_code == 200
-        running = _owned_by(docker, proc.pid)
-        assert len(running) >= 4, f"expected jaeger, 2 vLLMs and envoy containers, got {running}"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) in (0, 130), "".join(lines) + proc.stdout.read()
-        assert _owned_by(docker, proc.pid) == [], "containers left after Ctrl-C"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_containers_of_a_killed_owner_are_reaped(docker, tmp_path):
