@@ -75,25 +75,14 @@ class LeastQueue:
         return Pick(best, f"least queue: {best.describe_load()}", order[1:])
 
 
-class PrefixIndex:
-    """Chained block hashes -> endpoints that were sent them, LRU-bounded."""
+class BlockIndex:
+    """Block hashes -> the endpoints that were sent them, LRU-bounded: a router's guess at
+    what each endpoint holds in its KV cache (the EPP's prefix scorer and the sidecar
+    frontend's KV router both keep one)."""
 
-    def __init__(self, block_size: int = 64, capacity: int = 65536):
-        if block_size <= 0:
-            raise ValueError("prefix block size must be positive")
-        self.block_size = block_size
+    def __init__(self, capacity: int = 65536):
         self.capacity = capacity
         self._index: OrderedDict[bytes, set[str]] = OrderedDict()
-
-    def hashes(self, model: str | None, text: str) -> list[bytes]:
-        """One hash per full block; each covers the whole prefix up to its block's end."""
-        out: list[bytes] = []
-        prev = hashlib.blake2b((model or "").encode(), digest_size=8).digest()
-        data = text.encode("utf-8")
-        for start in range(0, len(data) - self.block_size + 1, self.block_size):
-            prev = hashlib.blake2b(prev + data[start : start + self.block_size], digest_size=8).digest()
-            out.append(prev)
-        return out
 
     def match_length(self, hashes: list[bytes], address: str) -> int:
         """How many leading blocks ``address`` is believed to hold."""
@@ -118,6 +107,26 @@ class PrefixIndex:
 
     def __len__(self) -> int:
         return len(self._index)
+
+
+class PrefixIndex(BlockIndex):
+    """A :class:`BlockIndex` over chained hashes of the request text's fixed-size blocks."""
+
+    def __init__(self, block_size: int = 64, capacity: int = 65536):
+        if block_size <= 0:
+            raise ValueError("prefix block size must be positive")
+        super().__init__(capacity)
+        self.block_size = block_size
+
+    def hashes(self, model: str | None, text: str) -> list[bytes]:
+        """One hash per full block; each covers the whole prefix up to its block's end."""
+        out: list[bytes] = []
+        prev = hashlib.blake2b((model or "").encode(), digest_size=8).digest()
+        data = text.encode("utf-8")
+        for start in range(0, len(data) - self.block_size + 1, self.block_size):
+            prev = hashlib.blake2b(prev + data[start : start + self.block_size], digest_size=8).digest()
+            out.append(prev)
+        return out
 
 
 class PrefixCache:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from services.epp.pool import Pool, PoolEndpoint
+from services.epp.scorers import BlockIndex
 
 
 @dataclass
@@ -69,33 +69,13 @@ class KvRouter:
         self.overlap_weight = overlap_weight
         self.load_weight = load_weight
         self.capacity = capacity
-        self._index: OrderedDict[bytes, set[str]] = OrderedDict()
+        self._blocks = BlockIndex(capacity)
         self._rotation = itertools.count()
 
     @staticmethod
     def worker_id(ep: PoolEndpoint) -> str:
         """Dynamo names workers by instance id; the mock's instance name plays that part."""
         return ep.name
-
-    def _overlap(self, hashes: list[bytes], address: str) -> int:
-        n = 0
-        for h in hashes:
-            holders = self._index.get(h)
-            if holders is None or address not in holders:
-                break
-            n += 1
-        return n
-
-    def _record(self, hashes: list[bytes], address: str) -> None:
-        for h in hashes:
-            holders = self._index.get(h)
-            if holders is None:
-                holders = self._index[h] = set()
-            else:
-                self._index.move_to_end(h)
-            holders.add(address)
-        while len(self._index) > self.capacity:
-            self._index.popitem(last=False)
 
     def route(self, tokens: list[str], model: str | None = None) -> Route:
         workers = [ep for ep in self.pool.healthy() if ep.serves(model)]
@@ -109,13 +89,13 @@ class KvRouter:
         turn = next(self._rotation)
         scored = []
         for i, ep in enumerate(workers):
-            overlap = self._overlap(hashes, ep.address)
+            overlap = self._blocks.match_length(hashes, ep.address)
             cost = self.overlap_weight * (total - overlap) + self.load_weight * ep.queue_depth
             rotation = (i - turn) % len(workers)
             scored.append((cost, -overlap, ep.queue_depth, rotation, ep))
         cost, neg_overlap, depth, _, best = min(scored, key=lambda s: s[:4])
         overlap = -neg_overlap
-        self._record(hashes, best.address)
+        self._blocks.record(hashes, best.address)
         self.pool.note_pick(best)
         return Route(
             worker=best,
