@@ -10,7 +10,7 @@
 
 A hung component is stopped (SIGSTOP, or ``docker pause``): its port still accepts
 connections and nothing answers, as with a wedged process. (lua-callout, fail-closed, slow
-callout is test_mode_lua_callout.py::test_a_callout_slower_than_its_timeout_counts_as_down.)
+callout is test_mode_callouts.py::test_a_callout_slower_than_its_timeout_counts_as_down.)
 """
 
 import time
@@ -99,7 +99,7 @@ def test_a_hung_frontend_is_a_503_after_the_epps_frontend_timeout(testbed_factor
 
 
 CALLOUT_CASES = [
-    # (mode, failure_mode_allow, status): lua-callout fail-closed is in test_mode_lua_callout.py
+    # (mode, failure_mode_allow, status): lua-callout fail-closed is in test_mode_callouts.py
     ("lua-callout", True, 200),
     ("dynmod-callout", False, 502),
     ("dynmod-callout", True, 200),

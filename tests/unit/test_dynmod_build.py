@@ -1,7 +1,7 @@
 """The dynamic-module build cache (testbed.dynmod_build) and the dynmod-callout mode plug-in.
 
 No process runs here: `go` is replaced by a fake Popen, and the template is rendered, not run
-(tests/e2e/test_mode_dynmod_callout.py builds the real module and runs it in Envoy).
+(tests/e2e/test_mode_callouts.py builds the real module and runs it in Envoy).
 """
 
 import json

@@ -1,18 +1,24 @@
-"""dynmod-callout through a real Envoy: the Go dynamic module (plugins/dynamic_module) asks
-services/callout with Envoy's async HTTP client, and the endpoint it names is the one that
-serves, after the pick, in one trace.
+"""lua-callout and dynmod-callout through a real Envoy: a filter inside Envoy asks
+services/callout which endpoint to use — the Lua filter with ``httpCall``, the Go dynamic
+module (plugins/dynamic_module) with Envoy's async HTTP client — and the endpoint it names
+is the one that serves, after the pick, in one trace.
 
 Trace of one request (span names as Envoy 1.40, the module and the services emit them):
 
     client:client.request
       envoy:ingress
-        envoy:dynmod callout              <- the module's own child span (Envoy does not trace
-          callout:callout.pick               a module's callout; see docs/modes-dynmod.md)
+        envoy:<call span>                 lua: "async callout egress", Envoy's own child span of
+          callout:callout.pick              the httpCall, context injected by Envoy;
+                                            dynmod: "dynmod callout", the module's span (Envoy
+                                            does not trace a module's callout; docs/modes-dynmod.md)
         envoy:router pool_picked egress   <- ORIGINAL_DST upstream to the picked host:port
           vllm:llm_request
 
-The module is built on first use (testbed.dynmod_build; cached afterwards).
+Both modes share the callout service, its verdicts and the fail-open / fail-closed options,
+so every test runs on both. The module is built on first use (testbed.dynmod_build; cached).
 """
+
+from dataclasses import dataclass
 
 import pytest
 import requests
@@ -25,30 +31,52 @@ pytestmark = pytest.mark.e2e
 MODEL = "mock-llm"
 PICKED_UPSTREAM = "router pool_picked egress"
 FALLBACK_UPSTREAM = "router pool egress"
-CALLOUT_CALL = "dynmod callout"
+
+
+@dataclass(frozen=True)
+class Callout:
+    mode: str
+    call_span: str
+    # The dynamic module tags its span with eppkit.callout.{endpoint,outcome}; Envoy's httpCall
+    # span (Lua) carries only Envoy's own tags.
+    tagged: bool
+
+
+CALLOUTS = [Callout("lua-callout", "async callout egress", tagged=False),
+            Callout("dynmod-callout", "dynmod callout", tagged=True)]
+
+
+@pytest.fixture(params=CALLOUTS, ids=lambda c: c.mode)
+def callout(request) -> Callout:
+    return request.param
 
 
 def chat_body(**extra):
     return {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Which pod am I on?"}], **extra}
 
 
-def dynmod_topology(**options) -> Topology:
-    return Topology(mode="dynmod-callout", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
+def callout_topology(callout: Callout, **options) -> Topology:
+    return Topology(mode=callout.mode, vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
                     time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
 
 
 @pytest.fixture
-def bed(testbed_factory):
-    return testbed_factory(dynmod_topology())
+def bed(testbed_factory, callout):
+    return testbed_factory(callout_topology(callout))
 
 
-def served_trace(bed, result, *extra):
+def served_trace(bed, callout: Callout, result, *extra):
     return bed.jaeger.wait_for_trace(result.trace_id, [
-        ("client", "client.request"), ("envoy", "ingress"), ("envoy", CALLOUT_CALL),
+        ("client", "client.request"), ("envoy", "ingress"), ("envoy", callout.call_span),
         ("callout", "callout.pick"), ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request"), *extra])
 
 
-def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed):
+def check_outcome(check: TraceCheck, callout: Callout, outcome: str) -> None:
+    if callout.tagged:
+        check.attribute(check.one(callout.call_span, "envoy"), "eppkit.callout.outcome", outcome)
+
+
+def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed, callout):
     names = {ep.address: ep.name for ep in bed.backends}
     client = bed.client()
     served = []
@@ -59,34 +87,35 @@ def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed):
     client.flush()
 
     for result, pod in served:
-        check = TraceCheck(served_trace(bed, result))
+        check = TraceCheck(served_trace(bed, callout, result))
         pick = check.one("callout.pick", "callout")
         picked = pick.attributes["callout.endpoint"]
         assert names[picked] == pod, f"callout picked {picked} ({names.get(picked)}) but {pod} served"
         assert result.headers["x-eppkit-callout"] == f"picked {picked}"
         check.attribute(check.one(PICKED_UPSTREAM, "envoy"), "upstream_address", picked)
-        check.attribute(check.one(CALLOUT_CALL, "envoy"), "eppkit.callout.endpoint", picked)
+        if callout.tagged:
+            check.attribute(check.one(callout.call_span, "envoy"), "eppkit.callout.endpoint", picked)
         check.attribute(pick, "callout.scorer", "round-robin")
     # round-robin over two backends: both served
     assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
 
 
-def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(bed):
+def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(bed, callout):
     client = bed.client()
     result = client.chat(chat_body(stream=True))
     client.flush()
     assert result.status == 200, result.body
 
-    trace = served_trace(bed, result, ("vllm", "vllm.prefill"), ("vllm", "vllm.decode"))
+    trace = served_trace(bed, callout, result, ("vllm", "vllm.prefill"), ("vllm", "vllm.decode"))
     check = TraceCheck(trace)
-    check.present_once([("client", "client.request"), ("envoy", "ingress"), ("envoy", CALLOUT_CALL),
+    check.present_once([("client", "client.request"), ("envoy", "ingress"), ("envoy", callout.call_span),
                         ("callout", "callout.pick"), ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request")])
     root, ingress = check.one("client.request", "client"), check.one("ingress", "envoy")
-    call, pick = check.one(CALLOUT_CALL, "envoy"), check.one("callout.pick", "callout")
+    call, pick = check.one(callout.call_span, "envoy"), check.one("callout.pick", "callout")
     upstream, llm = check.one(PICKED_UPSTREAM, "envoy"), check.one("llm_request", "vllm")
     check.single_root(root)
-    # The module's span is a child of the request's span, and the callout's span of it: the
-    # module spawned it through Envoy's span ABI and sent its traceparent on the callout.
+    # The call's span is a child of the request's span, and the callout's span of it: the trace
+    # context crossed the callout (Envoy injects it for httpCall; the module sends its own).
     check.child_of(ingress, root)
     check.child_of(call, ingress)
     check.child_of(pick, call)
@@ -96,16 +125,17 @@ def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(
     check.before(pick, upstream)
     check.before(call, upstream)
     check.within(pick, call)
-    check.attribute(call, "eppkit.callout.outcome", "route")
-    check.attribute(call, "upstream_cluster", "callout")
+    check_outcome(check, callout, "route")
+    if callout.tagged:
+        check.attribute(call, "upstream_cluster", "callout")
 
 
-def test_force_header_sends_the_request_to_the_named_endpoint(bed):
+def test_force_header_sends_the_request_to_the_named_endpoint(bed, callout):
     client = bed.client()
     results = [client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"}) for _ in range(3)]
     client.flush()
     assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 3
-    check = TraceCheck(served_trace(bed, results[-1]))
+    check = TraceCheck(served_trace(bed, callout, results[-1]))
     check.attribute(check.one("callout.pick"), "callout.reason", "forced")
 
 
@@ -129,7 +159,7 @@ def test_a_client_cannot_choose_the_destination_itself(bed):
     ],
 )
 def test_callout_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstream(
-        bed, headers, raw_body, status, error_type, code):
+        bed, callout, headers, raw_body, status, error_type, code):
     client = bed.client()
     result = client.chat(chat_body(), headers=headers, raw_body=raw_body)
     client.flush()
@@ -139,16 +169,16 @@ def test_callout_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_ups
     assert result.headers["x-eppkit-callout"] == f"rejected {status}"
 
     trace = bed.jaeger.wait_for_trace(result.trace_id, [("client", "client.request"), ("envoy", "ingress"),
-                                                        ("envoy", CALLOUT_CALL), ("callout", "callout.pick")],
+                                                        ("envoy", callout.call_span), ("callout", "callout.pick")],
                                       quiet_s=1.0)
     check = TraceCheck(trace)
     check.absent("llm_request", "vllm")
     check.absent(PICKED_UPSTREAM, "envoy")
     check.attribute(check.one("callout.pick"), "http.response.status_code", status)
-    check.attribute(check.one(CALLOUT_CALL, "envoy"), "eppkit.callout.outcome", "reject")
+    check_outcome(check, callout, "reject")
 
 
-def test_callout_down_fails_closed_with_a_502_by_default(bed):
+def test_callout_down_fails_closed_with_a_502_by_default(bed, callout):
     bed.services["callout"].process.stop()
     client = bed.client()
     result = client.chat(chat_body())
@@ -158,14 +188,30 @@ def test_callout_down_fails_closed_with_a_502_by_default(bed):
     assert result.body["error"]["type"] == "BadGatewayError"
     assert "routing service could not pick" in result.body["error"]["message"]
     assert result.headers["x-eppkit-callout"] == "unavailable"
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", CALLOUT_CALL)], quiet_s=1.0)
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", callout.call_span)],
+                                      quiet_s=1.0)
     check = TraceCheck(trace)
     check.absent("llm_request", "vllm")
-    check.attribute(check.one(CALLOUT_CALL, "envoy"), "eppkit.callout.outcome", "failure")
+    check_outcome(check, callout, "failure")
 
 
-def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory):
-    bed = testbed_factory(dynmod_topology(failure_mode_allow=True))
+def test_a_callout_slower_than_its_timeout_counts_as_down(testbed_factory, callout):
+    bed = testbed_factory(callout_topology(callout, callout_timeout_ms=100, pick_latency_ms=400))
+    client = bed.client()
+    result = client.chat(chat_body())
+    client.flush()
+    assert result.status == 502, result.body
+    assert result.body["error"]["code"] == "callout_unavailable"
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", callout.call_span)],
+                                      quiet_s=1.0)
+    check = TraceCheck(trace)
+    check.absent("llm_request", "vllm")
+    check.duration(check.one(callout.call_span), 100.0, 30.0)  # the call ends at the timeout, not the pick
+    check_outcome(check, callout, "failure")
+
+
+def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory, callout):
+    bed = testbed_factory(callout_topology(callout, failure_mode_allow=True))
     bed.services["callout"].process.stop()
     client = bed.client()
     results = [client.chat(chat_body()) for _ in range(2)]
@@ -174,11 +220,11 @@ def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_fac
     assert {r.headers["x-inference-pod"] for r in results} == {"vllm-0", "vllm-1"}  # round-robin pool
     assert results[0].headers["x-eppkit-callout"].startswith("fail-open: ")
 
-    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", "ingress"), ("envoy", CALLOUT_CALL),
+    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", "ingress"), ("envoy", callout.call_span),
                                                             ("envoy", FALLBACK_UPSTREAM), ("vllm", "llm_request")])
     check = TraceCheck(trace)
     check.absent("callout.pick")
-    check.before(check.one(CALLOUT_CALL), check.one(FALLBACK_UPSTREAM))
+    check.before(check.one(callout.call_span), check.one(FALLBACK_UPSTREAM))
 
 
 def test_requests_without_a_body_are_not_picked(bed):
