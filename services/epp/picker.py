@@ -23,7 +23,6 @@ from services.epp.protocol import ENCODERS_HEADER, PREFILLER_HEADER
 from services.epp.request import LlmRequest
 from services.epp.scorers import Scorer
 from services.epp.stages import StageError, StagePicker, StagePicks
-from services.openai_errors import upstream_message
 
 log = logging.getLogger("epp.picker")
 
@@ -261,7 +260,7 @@ class FrontendPicker:
             message = (answer.get("error") or {}).get("message") if isinstance(answer.get("error"), dict) else None
             raise PickError(
                 status if 400 <= status < 600 else 502,
-                message or f"frontend answered {status}: {upstream_message(text, 200)}",
+                message or f"frontend answered {status}: {text[:200]}",
                 code=str((answer.get("error") or {}).get("code", "frontend_error")) if isinstance(answer.get("error"), dict) else "frontend_error",
                 scorer=self.scorer_name,
             )

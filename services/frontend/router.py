@@ -68,7 +68,6 @@ class KvRouter:
         self.block_size = block_size
         self.overlap_weight = overlap_weight
         self.load_weight = load_weight
-        self.capacity = capacity
         self._blocks = BlockIndex(capacity)
         self._rotation = itertools.count()
 
