@@ -69,7 +69,7 @@ class _Flow:
 
     request_id: str
     span: trace.Span
-    arrival: float  # loop time
+    arrival: float  # time.monotonic()
     rng: random.Random
     response: web.StreamResponse | None = None
     slot: bool = False
@@ -78,6 +78,7 @@ class _Flow:
     finish_reason: str | None = None
     injected: Failure | None = None
     watch: Watch | None = None
+    ended_ns: int | None = None  # wall clock when the last bytes were handed to the socket
 
 
 class MockVllm:
@@ -197,7 +198,7 @@ class MockVllm:
             if flow.kv_blocks:
                 self.cache.release(flow.kv_blocks)
                 flow.kv_blocks = 0
-            span.end()
+            span.end(end_time=flow.ended_ns)
 
     async def _run(self, request: web.Request, kind: str, flow: _Flow) -> web.StreamResponse:
         c, span = self.c, flow.span
@@ -539,6 +540,9 @@ class MockVllm:
             raise _ClientGone() from exc
 
     async def _write_eof(self, flow: _Flow, data: bytes = b"") -> None:
+        # The request is over once these bytes leave: stamp it here, not in the cleanup
+        # after it, which a descheduled process can reach after Envoy's own span has ended.
+        flow.ended_ns = time.time_ns()
         try:
             await flow.response.write_eof(data)
         except ConnectionResetError as exc:

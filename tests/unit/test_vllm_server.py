@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -121,6 +122,29 @@ def test_stream_tokens_are_never_early():
     assert len(times) == 11
     early = [(i, round((t - sent) * 1000 - (10 + i * 25), 2)) for i, t in enumerate(times) if (t - sent) * 1000 < 10 + i * 25 - 2]
     assert early == [], f"tokens before their deadline (index, ms): {early}"
+
+
+def test_stream_span_ends_when_the_last_bytes_leave_not_after_cleanup():
+    # Envoy's span ends when it has the last byte; a span stamped in the mock's cleanup
+    # can end after it when the mock is descheduled (seen in CI, 2 ms past Envoy's).
+    mock, rec = make_mock(time_to_first_token=0, inter_token_latency=0)
+    cleanup_started = []
+    unwatch = mock.watcher.unwatch
+
+    def slow_unwatch(watch):
+        cleanup_started.append(time.time_ns())
+        time.sleep(0.02)
+        unwatch(watch)
+
+    mock.watcher.unwatch = slow_unwatch
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post("/v1/chat/completions", json=chat_body(max_tokens=3, stream=True))
+            return await r.text()
+
+    assert sse_events(run(go()))[-1] == "[DONE]"
+    assert rec.one("llm_request").end_time < cleanup_started[0]
 
 
 def test_stream_tokens_are_due_on_absolute_deadlines_however_late_each_write_runs():
