@@ -131,23 +131,6 @@ def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_sta
     check.within(llm, upstream, slack_ms=1.0)
 
 
-def test_force_header_sends_the_request_to_the_named_endpoint(bed):
-    client = bed.client()
-    results = [client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"}) for _ in range(3)]
-    client.flush()
-    assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 3
-    check = TraceCheck(served_trace(bed, results[-1]))
-    check.attribute(check.one("epp.pick"), "epp.scorer", "forced")
-
-
-def test_a_client_cannot_choose_the_destination_itself(bed):
-    vllm0 = next(ep for ep in bed.backends if ep.name == "vllm-0")
-    client = bed.client()
-    result = client.chat(chat_body(), headers={"x-gateway-destination-endpoint": vllm0.address,
-                                               "x-eppkit-force-endpoint": "vllm-1"})
-    assert (result.status, result.headers.get("x-inference-pod")) == (200, "vllm-1")
-
-
 @pytest.mark.parametrize(
     "headers, raw_body, status, error_type, code",
     [

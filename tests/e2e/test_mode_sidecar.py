@@ -115,17 +115,6 @@ def test_shared_prompts_stay_on_the_worker_that_holds_their_blocks(bed):
     assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
-def test_force_header_still_wins_in_sidecar_mode(bed):
-    client = bed.client()
-    results = [client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"}) for _ in range(2)]
-    client.flush()
-    assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 2
-    trace = bed.jaeger.wait_for_trace(results[-1].trace_id, [("epp", "epp.pick"), ("vllm", "llm_request")])
-    check = TraceCheck(trace)
-    check.attribute(check.one("epp.pick"), "epp.scorer", "forced")
-    check.absent("frontend.route")
-
-
 def test_frontend_down_is_a_503_and_nothing_goes_upstream(bed):
     bed.services["frontend"].process.stop()
     client = bed.client()

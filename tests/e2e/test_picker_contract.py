@@ -1,0 +1,54 @@
+"""What every picker mode promises, checked on each (ext_proc, sidecar, lua-callout,
+dynmod-callout) through a real Envoy: the test header that forces an endpoint wins (as in
+the Gateway API Inference Extension conformance tests), the picker says in its span that
+the pick was forced, and a client cannot choose the destination by sending the header
+the picker sets.
+"""
+
+import pytest
+
+from observability.assertions import TraceCheck
+
+from _reliability import PICKER_MODES, TRAITS, chat_body, topology
+
+pytestmark = pytest.mark.e2e
+
+FORCE = "x-eppkit-force-endpoint"
+# The picker's decision span and the attribute that says how it chose.
+PICK = {"ext_proc": ("epp", "epp.pick", "epp.scorer"),
+        "sidecar": ("epp", "epp.pick", "epp.scorer"),
+        "lua-callout": ("callout", "callout.pick", "callout.reason"),
+        "dynmod-callout": ("callout", "callout.pick", "callout.reason")}
+
+
+@pytest.fixture(params=PICKER_MODES)
+def mode(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def bed(testbed_factory, mode):
+    return testbed_factory(topology(mode))
+
+
+def test_force_header_sends_the_request_to_the_named_endpoint(bed, mode):
+    client = bed.client()
+    results = [client.chat(chat_body(), headers={FORCE: "vllm-1"}) for _ in range(3)]
+    client.flush()
+    assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 3
+
+    service, pick_span, how = PICK[mode]
+    trace = bed.jaeger.wait_for_trace(results[-1].trace_id, [
+        ("envoy", "ingress"), (service, pick_span), ("envoy", TRAITS[mode].upstream), ("vllm", "llm_request")])
+    check = TraceCheck(trace)
+    check.attribute(check.one(pick_span, service), how, "forced")
+    check.before(check.one(pick_span, service), check.one(TRAITS[mode].upstream, "envoy"))
+    check.absent("frontend.route")  # a forced pick asks no one (the sidecar's frontend included)
+
+
+def test_a_client_cannot_choose_the_destination_itself(bed):
+    vllm0 = next(ep for ep in bed.backends if ep.name == "vllm-0")
+    client = bed.client()
+    result = client.chat(chat_body(), headers={"x-gateway-destination-endpoint": vllm0.address, FORCE: "vllm-1"})
+    client.flush()
+    assert (result.status, result.headers.get("x-inference-pod")) == (200, "vllm-1"), result.body
