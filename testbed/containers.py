@@ -22,7 +22,7 @@ pulled, and needs a bridge network):
 
 from __future__ import annotations
 
-import atexit
+import itertools
 import math
 import os
 import re
@@ -35,13 +35,11 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
-from testbed.readiness import WaitStrategy, wait_until_ready
+from testbed.component import Component, LiveSet
 
 LABEL = "eppkit"
 SESSION = uuid.uuid4().hex[:12]
-_live: set["ManagedContainer"] = set()
-_live_lock = threading.Lock()
-_counter = 0
+_counter = itertools.count(1)
 _reaper: subprocess.Popen | None = None
 _configured = False
 
@@ -208,7 +206,7 @@ def _reap_main(session: str) -> int:
 
 
 # -- the component wrapper ---------------------------------------------------------------------
-class ManagedContainer:
+class ManagedContainer(Component):
     """One component in one container, started in a ``with``, logged to a file, always removed."""
 
     def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *,
@@ -243,14 +241,11 @@ class ManagedContainer:
     def start(self) -> "ManagedContainer":
         from testcontainers.core.container import DockerContainer
 
-        global _counter
         _configure_testcontainers()
         _start_reaper()
         if self._tc is not None:  # started before (e.g. killed by a fault test): a fresh container
             self._remove()
-        with _live_lock:
-            _counter += 1
-            seq = _counter
+        seq = next(_counter)
         cname = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"eppkit-{SESSION[:8]}-{seq}-{self.name}")
         tc = DockerContainer(self.image, command=self.argv)
         tc.with_name(cname)
@@ -275,8 +270,7 @@ class ManagedContainer:
         self._log_file = open(self.log_path, "ab", buffering=0)
         self._tc = tc
         self._exit_code = None
-        with _live_lock:
-            _live.add(self)
+        _live.add(self)
         try:
             tc.start()
         except Exception as exc:
@@ -295,14 +289,6 @@ class ManagedContainer:
                 log_file.write(chunk)
         except Exception:  # the container was removed under us: nothing more to copy
             pass
-
-    def wait_ready(self, strategy: WaitStrategy, hint: str = "") -> "ManagedContainer":
-        try:
-            wait_until_ready(self, strategy, hint)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def stop(self, grace_s: float = 5.0) -> int | None:
         """SIGINT, a bounded wait, then SIGKILL (docker stop does both), then remove.
@@ -364,14 +350,7 @@ class ManagedContainer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-        with _live_lock:
-            _live.discard(self)
-
-    def __enter__(self) -> "ManagedContainer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        _live.discard(self)
 
     # -- inspection ------------------------------------------------------------------------------
     def _state(self) -> dict:
@@ -406,29 +385,13 @@ class ManagedContainer:
     def is_running(self) -> bool:
         return self._container is not None and self._state().get("Status") in ("created", "running", "restarting")
 
-    def read_log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
 
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.read_log().splitlines()[-lines:])
-
-
-def stop_all() -> None:
-    with _live_lock:
-        live = list(_live)
-    for c in live:
-        c.stop(grace_s=1.0)
+_live: LiveSet[ManagedContainer] = LiveSet(grace_s=1.0)
+stop_all = _live.stop_all
 
 
 def live_containers() -> list[ManagedContainer]:
-    with _live_lock:
-        return list(_live)
-
-
-atexit.register(stop_all)
+    return _live.snapshot()
 
 
 if __name__ == "__main__":

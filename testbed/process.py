@@ -9,21 +9,17 @@ Guarantees that nothing outlives the kit:
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Sequence
 
-from testbed.readiness import WaitStrategy, wait_until_ready
+from testbed.component import Component, LiveSet
 
 _PR_SET_PDEATHSIG = 1
-_live: set["ManagedProcess"] = set()
-_live_lock = threading.Lock()
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -34,7 +30,7 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
             pass
 
 
-class ManagedProcess:
+class ManagedProcess(Component):
     def __init__(self, name: str, argv: Sequence[str], log_path: Path):
         self.name = name
         self.argv = list(argv)
@@ -72,16 +68,7 @@ class ManagedProcess:
         except OSError as exc:
             self._log_file.close()
             raise RuntimeError(f"cannot start {self.name}: {exc} (argv: {self.argv})") from exc
-        with _live_lock:
-            _live.add(self)
-        return self
-
-    def wait_ready(self, strategy: WaitStrategy, hint: str = "") -> "ManagedProcess":
-        try:
-            wait_until_ready(self, strategy, hint)
-        except BaseException:
-            self.stop()
-            raise
+        _live.add(self)
         return self
 
     def stop(self, grace_s: float = 5.0) -> int | None:
@@ -102,8 +89,7 @@ class ManagedProcess:
                 proc.wait(timeout=5)
         # Anything the child left behind in its group goes too.
         self._signal_group(signal.SIGKILL)
-        with _live_lock:
-            _live.discard(self)
+        _live.discard(self)
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -123,12 +109,6 @@ class ManagedProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def __enter__(self) -> "ManagedProcess":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
-
     # -- inspection ----------------------------------------------------------------
     @property
     def pid(self) -> int | None:
@@ -140,26 +120,10 @@ class ManagedProcess:
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def read_log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return ""
 
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(self.read_log().splitlines()[-lines:])
-
-
-def stop_all() -> None:
-    with _live_lock:
-        live = list(_live)
-    for proc in live:
-        proc.stop(grace_s=2.0)
+_live: LiveSet[ManagedProcess] = LiveSet(grace_s=2.0)
+stop_all = _live.stop_all
 
 
 def live_processes() -> list[ManagedProcess]:
-    with _live_lock:
-        return [p for p in _live if p.is_running()]
-
-
-atexit.register(stop_all)
+    return _live.snapshot(lambda p: p.is_running())
