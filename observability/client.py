@@ -13,7 +13,7 @@ from typing import Any
 
 import requests
 import requests.adapters
-from opentelemetry import propagate, trace
+from opentelemetry import propagate
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider

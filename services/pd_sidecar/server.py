@@ -18,7 +18,6 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -27,7 +26,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from observability import otel
 from services.encoder.media import media_kind
-from services.openai_errors import OpenAIError, error_response, openai_error_middleware, upstream_message
+from services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
 from services.pd_sidecar import requests as derive
 
 HEADER_PREFILLER = "x-prefiller-host-port"

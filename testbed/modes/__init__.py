@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from testbed.envoy_config import MODES
-from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
+from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 if TYPE_CHECKING:
     from testbed.flows import FlowPlan
@@ -31,12 +31,23 @@ def stage_endpoints(pools: "FlowPlan | None") -> tuple[list[Endpoint], list[Endp
     return list(pools.prefill), list(pools.encoders)
 
 
-def callout_stage_args(pools: "FlowPlan | None") -> list[str]:
-    """The callout service's prefill / encoder pools (``host:port=name``), empty outside pd/epd/ttft."""
+def callout_service(topology: Topology, ports: PortAllocator, backends: list[Endpoint],
+                    pools: "FlowPlan | None", *, body_routing: bool) -> ServiceSpec:
+    """The callout routing service both callout modes (Lua, dynamic module) ask.
+
+    With body routing the callout learns each endpoint's model and picks within the model
+    named by x-gateway-model-name; without it every endpoint serves every request. In
+    pd / epd / ttft it also gets the flow's prefillers and encoders (``host:port=name``).
+    """
+    options = topology.options
+    suffix = (lambda ep: f"@{ep.model}") if body_routing else (lambda ep: "")
+    endpoints = ",".join(f"{ep.address}={ep.name}{suffix(ep)}" for ep in backends)
+    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin"))]
     prefill, encoders = stage_endpoints(pools)
-    args: list[str] = []
     if prefill:
         args += ["--prefill-endpoints", ",".join(f"{ep.address}={ep.name}" for ep in prefill)]
     if encoders:
         args += ["--encoder-endpoints", ",".join(f"{ep.address}={ep.name}" for ep in encoders)]
-    return args
+    if options.get("pick_latency_ms"):
+        args += ["--pick-latency", str(options["pick_latency_ms"])]
+    return ServiceSpec(name="callout", module="services.callout", port=ports.port(), args=args)

@@ -29,8 +29,8 @@ from typing import Any
 
 from testbed import dynmod_build
 from testbed.body_routing import body_routing_vars
-from testbed.modes import callout_stage_args
-from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
+from testbed.modes import callout_service
+from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 
 def filter_config(topology: Topology, backends: list[Endpoint]) -> dict[str, Any]:
@@ -50,21 +50,13 @@ def filter_config(topology: Topology, backends: list[Endpoint]) -> dict[str, Any
 
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
-    options = topology.options
     routing = body_routing_vars(topology, backends)
-    # With body routing the callout learns each endpoint's model and picks within the
-    # model named by x-gateway-model-name; without it every endpoint serves every request.
-    suffix = (lambda ep: f"@{ep.model}") if routing["body_routing"] else (lambda ep: "")
-    endpoints = ",".join(f"{ep.address}={ep.name}{suffix(ep)}" for ep in backends)
-    port = ports.port()
-    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin")), *callout_stage_args(pools)]
-    if options.get("pick_latency_ms"):
-        args += ["--pick-latency", str(options["pick_latency_ms"])]
+    callout = callout_service(topology, ports, backends, pools, body_routing=routing["body_routing"])
     lib = dynmod_build.build(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     return ModePlan(
-        services=[ServiceSpec(name="callout", module="services.callout", port=port, args=args)],
+        services=[callout],
         envoy_vars={
-            "callout_port": port,
+            "callout_port": callout.port,
             "dynmod_path": str(lib),
             "dynmod_callout_config": filter_config(topology, backends),
             **routing,

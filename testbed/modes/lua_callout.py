@@ -16,30 +16,24 @@ the request for the pd-sidecar.
 
 from __future__ import annotations
 
-from testbed.body_routing import LUA_DIR, body_routing_vars, lua_literal, lua_source, pools_for  # noqa: F401
-from testbed.modes import callout_stage_args
-from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
+from testbed.body_routing import body_routing_vars, lua_source
+from testbed.modes import callout_service
+from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
+
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
     options = topology.options
     routing = body_routing_vars(topology, backends)
-    # With body routing the callout learns each endpoint's model and picks within the
-    # model named by x-gateway-model-name; without it every endpoint serves every request.
-    suffix = (lambda ep: f"@{ep.model}") if routing["body_routing"] else (lambda ep: "")
-    endpoints = ",".join(f"{ep.address}={ep.name}{suffix(ep)}" for ep in backends)
-    port = ports.port()
-    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin")), *callout_stage_args(pools)]
-    if options.get("pick_latency_ms"):
-        args += ["--pick-latency", str(options["pick_latency_ms"])]
+    callout = callout_service(topology, ports, backends, pools, body_routing=routing["body_routing"])
     callout_config = {
         "cluster": "callout",
         "timeout_ms": int(options.get("callout_timeout_ms", 1000)),
         "failure_mode_allow": bool(options.get("failure_mode_allow", False)),
     }
     return ModePlan(
-        services=[ServiceSpec(name="callout", module="services.callout", port=port, args=args)],
+        services=[callout],
         envoy_vars={
-            "callout_port": port,
+            "callout_port": callout.port,
             "lua_callout_source": lua_source("callout.lua", "EPPKIT_CALLOUT", callout_config),
             **routing,
         },

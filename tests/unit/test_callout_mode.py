@@ -3,6 +3,7 @@
 import pytest
 
 from testbed import envoy_config
+from testbed.body_routing import lua_literal
 from testbed.modes import lua_callout
 from testbed.topology import Endpoint, PortAllocator, Topology
 
@@ -34,7 +35,7 @@ def render(options: dict) -> tuple[str, lua_callout.ModePlan]:
     ],
 )
 def test_lua_literal_writes_lua_51_expressions(value, expected):
-    assert lua_callout.lua_literal(value) == expected
+    assert lua_literal(value) == expected
 
 
 def test_plan_starts_the_callout_with_the_pool_and_scorer():
