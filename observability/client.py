@@ -83,11 +83,15 @@ class TracedClient:
         """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer."""
         attributes = {"eppkit.mode": self.mode, "eppkit.flow": self.flow, "http.request.method": "POST",
                       "url.path": path}
-        with self._tracer.start_as_current_span("client.request", kind=SpanKind.CLIENT, attributes=attributes) as span:
+        # One instant, read on both clocks: the span's wall-clock times and the result's monotonic
+        # ones then tell the same story (a report's TTFT equals the first_token event's offset).
+        started_ns, started_s = time.time_ns(), time.monotonic()
+        with self._tracer.start_as_current_span("client.request", kind=SpanKind.CLIENT, attributes=attributes,
+                                                start_time=started_ns) as span:
             trace_id = format(span.get_span_context().trace_id, "032x")
             out_headers = {"content-type": content_type, **(headers or {})}
             propagate.inject(out_headers)
-            result = ClientResult(trace_id=trace_id, status=0, headers={}, started_s=time.monotonic())
+            result = ClientResult(trace_id=trace_id, status=0, headers={}, started_s=started_s)
             data = raw_body if raw_body is not None else json.dumps(body).encode()
             try:
                 with self._session.post(self.base_url + path, data=data, headers=out_headers,
@@ -96,7 +100,7 @@ class TracedClient:
                     result.headers = {k.lower(): v for k, v in resp.headers.items()}
                     span.set_attribute("http.response.status_code", resp.status_code)
                     if "text/event-stream" in resp.headers.get("content-type", ""):
-                        self._read_sse(resp, result, span)
+                        self._read_sse(resp, result, span, started_ns)
                     else:
                         raw = resp.content
                         try:
@@ -112,7 +116,7 @@ class TracedClient:
             span.set_attribute("eppkit.tokens_received", len(result.tokens))
         return result
 
-    def _read_sse(self, resp: requests.Response, result: ClientResult, span) -> None:
+    def _read_sse(self, resp: requests.Response, result: ClientResult, span, started_ns: int) -> None:
         for line in resp.iter_lines(chunk_size=None):
             if not line or not line.startswith(b"data:"):
                 continue
@@ -132,5 +136,5 @@ class TracedClient:
                 if piece:
                     if result.first_token_s is None:
                         result.first_token_s = time.monotonic()
-                        span.add_event("first_token")
+                        span.add_event("first_token", timestamp=started_ns + round((result.first_token_s - result.started_s) * 1e9))
                     result.tokens.append(piece)

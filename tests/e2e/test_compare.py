@@ -83,6 +83,6 @@ def test_streamed_ttft_is_the_client_first_token_event(tmp_path, jaeger, runtime
         for s in result["samples"]:
             root = api.get_trace(s["trace_id"]).one("client.request", "client")
             ttfts.append((root.event("first_token").time_us - root.start_us) / 1000)
-            assert s["ttft_ms"] == pytest.approx(ttfts[-1], abs=5.0), "client clock and span event agree"
+            assert s["ttft_ms"] == pytest.approx(ttfts[-1], abs=0.01), "client clock and span event agree"
         assert result["steps"]["ttft"]["p50"] == pytest.approx(statistics.median(ttfts), abs=1e-3)
         assert 50 <= result["steps"]["ttft"]["p50"] < result["steps"]["e2e"]["p50"]

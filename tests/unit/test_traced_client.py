@@ -1,0 +1,53 @@
+"""The traced client's clocks: its result and its root span tell the same story."""
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from observability.client import TracedClient
+
+pytestmark = pytest.mark.unit
+
+
+class _SlowStream(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        time.sleep(0.05)
+        for piece in ("a", "b"):
+            self.wfile.write(b'data: {"choices": [{"delta": {"content": "%s"}}]}\n\n' % piece.encode())
+            self.wfile.flush()
+        self.wfile.write(b"data: [DONE]\n\n")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _SlowStream)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_ttft_equals_the_first_token_event_offset_in_the_root_span(server):
+    client = TracedClient(server, None)
+    exporter = InMemorySpanExporter()
+    client._provider.add_span_processor(SimpleSpanProcessor(exporter))
+    result = client.chat({"model": "m", "stream": True})
+    client.close()
+
+    (root,) = exporter.get_finished_spans()
+    (event,) = [e for e in root.events if e.name == "first_token"]
+    assert result.tokens == ["a", "b"]
+    assert result.ttft_ms >= 50
+    # exact to the nanosecond's rounding, however long the client took between its steps
+    assert (event.timestamp - root.start_time) / 1e6 == pytest.approx(result.ttft_ms, abs=1e-5)
