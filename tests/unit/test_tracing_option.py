@@ -42,3 +42,15 @@ def test_services_get_no_exporter_and_no_sdk_when_tracing_is_off():
     assert Topology().service_env("127.0.0.1:4317") == {"EPPKIT_OTLP_ENDPOINT": "127.0.0.1:4317"}
     assert Topology(options={"tracing": False}).service_env("127.0.0.1:4317") == {
         "EPPKIT_OTLP_ENDPOINT": "", "OTEL_SDK_DISABLED": "true"}
+
+
+def test_envoy_variants_drop_only_the_access_log_and_move_only_the_ports():
+    from bench.envoy_variants import on_ports, without_access_log
+
+    text = envoy_config.render("direct", {**BASE_VARS, **plan(Topology(), PortAllocator(), BACKENDS).envoy_vars})
+    full, bare = hcm(yaml.safe_load(text)), hcm(yaml.safe_load(without_access_log(text)))
+    assert full["access_log"] and "access_log" not in bare
+    assert {k: v for k, v in full.items() if k != "access_log"} == bare
+    moved = yaml.safe_load(on_ports(text, (2, 1), (9002, 9001)))
+    assert moved["static_resources"]["listeners"][0]["address"]["socket_address"]["port_value"] == 9002
+    assert moved["admin"]["address"]["socket_address"]["port_value"] == 9001
