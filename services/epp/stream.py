@@ -183,7 +183,7 @@ class StreamProcessor:
                     try:
                         request = parse_request(self.headers, bytes(self.body))
                     except BadRequest as exc:
-                        raise PickError(400, str(exc), code="invalid_request_body") from None
+                        raise PickError(400, str(exc), code="invalid_json") from None
                     self.request = request
                     if request.model:
                         pick_span.set_attribute("gen_ai.request.model", request.model)

@@ -82,10 +82,10 @@ async def handle_route(request: web.Request) -> web.Response:
             body = json.loads(raw) if raw else {}
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             span.set_status(Status(StatusCode.ERROR, "invalid body"))
-            raise OpenAIError(400, f"request body is not valid JSON: {exc}", code="invalid_request_body") from None
+            raise OpenAIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
         if not isinstance(body, dict):
             span.set_status(Status(StatusCode.ERROR, "invalid body"))
-            raise OpenAIError(400, "request body must be a JSON object", code="invalid_request_body")
+            raise OpenAIError(400, "request body must be a JSON object", code="invalid_json")
         model = body.get("model") if isinstance(body.get("model"), str) else None
         if model:
             span.set_attribute("gen_ai.request.model", model)

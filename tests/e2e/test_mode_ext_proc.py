@@ -137,9 +137,9 @@ def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_sta
         # a forced endpoint outside the pool: nobody can serve -> 503
         ({"x-eppkit-force-endpoint": "127.0.0.1:1"}, None, 503, "ServiceUnavailableError", "no_endpoint"),
         # a body that is not JSON -> 400
-        ({}, b"{not json", 400, "BadRequestError", "invalid_request_body"),
+        ({}, b"{not json", 400, "BadRequestError", "invalid_json"),
         # JSON, but not an object -> 400
-        ({}, b"[1, 2, 3]", 400, "BadRequestError", "invalid_request_body"),
+        ({}, b"[1, 2, 3]", 400, "BadRequestError", "invalid_json"),
     ],
 )
 def test_epp_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstream(

@@ -133,4 +133,4 @@ def test_frontend_refusal_reaches_the_client(bed):
     result = client.chat(chat_body(), raw_body=b"[1, 2]")
     client.flush()
     assert result.status == 400, result.body
-    assert result.body["error"]["code"] == "invalid_request_body"
+    assert result.body["error"]["code"] == "invalid_json"

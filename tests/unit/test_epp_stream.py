@@ -150,8 +150,8 @@ def test_forced_endpoint_by_name_wins_with_the_rest_as_fallbacks():
         # (pool, request headers, body, expected status, expected error code)
         ("", {}, BODY, 503, "no_endpoint"),  # empty pool
         ("a=127.0.0.1:1", {"x-eppkit-force-endpoint": "zzz"}, BODY, 503, "no_endpoint"),  # forced outside the pool
-        ("a=127.0.0.1:1", {}, b"{not json", 400, "invalid_request_body"),
-        ("a=127.0.0.1:1", {}, b"[1, 2]", 400, "invalid_request_body"),
+        ("a=127.0.0.1:1", {}, b"{not json", 400, "invalid_json"),
+        ("a=127.0.0.1:1", {}, b"[1, 2]", 400, "invalid_json"),
         ("a=127.0.0.1:1@other", {}, BODY, 404, "model_not_found"),
     ],
 )

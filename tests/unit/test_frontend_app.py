@@ -68,8 +68,8 @@ def test_routing_query_answers_worker_endpoint_and_token_count_with_spans():
     [
         # (pool, body, headers, expected status, expected error code)
         ("a=127.0.0.1:1", json.dumps(BODY), {}, 400, "not_a_routing_request"),  # inference is not its job
-        ("a=127.0.0.1:1", "{oops", {"x-routing-request": "true"}, 400, "invalid_request_body"),
-        ("a=127.0.0.1:1", "[]", {"x-routing-request": "true"}, 400, "invalid_request_body"),
+        ("a=127.0.0.1:1", "{oops", {"x-routing-request": "true"}, 400, "invalid_json"),
+        ("a=127.0.0.1:1", "[]", {"x-routing-request": "true"}, 400, "invalid_json"),
         ("", json.dumps(BODY), {"x-routing-request": "true"}, 503, "no_endpoint"),
     ],
 )
