@@ -118,11 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--max-tokens", type=int, default=16)
     run.add_argument("--no-stream", action="store_true", help="send a non-streaming request")
     run.add_argument("--images", type=int, default=0, help="attach N images (for the epd flow)")
-    from testbed import compare
-
-    compare.add_arguments(sub.add_parser(
-        "compare", help="drive a seeded workload through every mode; report each step's cost from the traces",
-        description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
+    compare_help = "drive a seeded workload through every mode; report each step's cost from the traces"
+    try:
+        from testbed import compare
+    except ImportError as exc:
+        # On a fresh install xds-protos may have overwritten opentelemetry-proto's files, so the OTLP
+        # exporter (imported by compare) fails; bootstrap and doctor exist to repair and report that.
+        compare, compare_error = None, exc
+        sub.add_parser("compare", help=compare_help, add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
+    else:
+        compare.add_arguments(sub.add_parser(
+            "compare", help=compare_help,
+            description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
     args = parser.parse_args(argv)
     if args.command in ("up", "run"):
         try:  # a flow the mode cannot run (--flow multipart needs --mode ext_proc) is a usage error
@@ -141,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         from testbed import bootstrap
 
         return bootstrap.main()
+    if compare is None:
+        print(f"eppkit: cannot import the testbed ({compare_error}).\n"
+              "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "
+              "then 'eppkit doctor'.", file=sys.stderr)
+        return 1
     try:
         return {"up": cmd_up, "run": cmd_run, "compare": compare.main}[args.command](args)
     except KeyboardInterrupt:

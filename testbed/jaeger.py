@@ -26,7 +26,10 @@ from testbed.readiness import HttpReady
 from testbed.topology import PortAllocator
 
 JAEGER_MODULE = "github.com/jaegertracing/jaeger"
-JAEGER_MODULE_TAG = "v1.76.0"  # the commit of the v1.76.0 / v2.13.0 release (CHANGELOG: "v1.76.0 / v2.13.0")
+# The commit of the v1.76.0 / v2.13.0 release (CHANGELOG: "v1.76.0 / v2.13.0"). Newer v2 releases are not
+# to be had here: the module proxy lists v1.76.0 as the newest version and answers 403 "not available"
+# for v2.20.0's commit (798e4b0fcf22), checked 2026-11-22.
+JAEGER_MODULE_TAG = "v1.76.0"
 JAEGER_VERSION = "v2.13.0"
 
 
