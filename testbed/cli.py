@@ -125,12 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         # On a fresh install xds-protos may have overwritten opentelemetry-proto's files, so the OTLP
         # exporter (imported by compare) fails; bootstrap and doctor exist to repair and report that.
         compare, compare_error = None, exc
-        sub.add_parser("compare", help=compare_help, add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
+        sub.add_parser("compare", help=compare_help, add_help=False)
     else:
         compare.add_arguments(sub.add_parser(
             "compare", help=compare_help,
             description=compare.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter))
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not (compare is None and args.command == "compare"):  # compare's own flags are unknown then
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ("up", "run"):
         try:  # a flow the mode cannot run (--flow multipart needs --mode ext_proc) is a usage error
             check_flow(_topology(args))
