@@ -14,7 +14,6 @@ import itertools
 import json
 import random
 import time
-import uuid
 
 from aiohttp import web
 from opentelemetry import trace
@@ -24,17 +23,15 @@ from observability import otel
 from services.encoder.config import EncoderConfig
 from services.encoder.ec_cache import EncoderCache
 from services.encoder.media import media_kind
+from services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
 from services.openai_errors import OpenAIError, openai_error_middleware
 from services.vllm import api
 from services.vllm.latency import jittered
 from services.vllm.metrics import Counter, Histogram, E2E_BUCKETS
 from services.vllm.responses import DONE, Renderer, usage
 
-HEADER_POD = "x-inference-pod"
-HEADER_REQUEST_ID = "x-request-id"
 HEADER_ENCODE_MS = "x-mock-encode-ms"
 HEADER_FAILURE = "x-mock-failure"
-REQUEST_ID_KEY = web.RequestKey("eppkit_request_id", str) if hasattr(web, "RequestKey") else "eppkit_request_id"
 
 
 class MockEncoder:
@@ -49,24 +46,17 @@ class MockEncoder:
         self.encode_seconds = Histogram("eppkit_mock_encoder_item_seconds", "Encode time per item in seconds (mock only).", base, (0.001, 0.01, 0.05, 0.1) + E2E_BUCKETS)
 
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._headers_middleware, openai_error_middleware], client_max_size=self.c.max_body_bytes)
+        app = web.Application(middlewares=[pod_headers_middleware(self.c.instance, self._count_errors), openai_error_middleware],
+                              client_max_size=self.c.max_body_bytes)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/v1/chat/completions", self.chat)
         return app
 
-    @web.middleware
-    async def _headers_middleware(self, request: web.Request, handler):
-        rid = request.headers.get(HEADER_REQUEST_ID) or uuid.uuid4().hex
-        request[REQUEST_ID_KEY] = rid
-        resp = await handler(request)
-        if not resp.prepared:
-            resp.headers[HEADER_POD] = self.c.instance
-            resp.headers[HEADER_REQUEST_ID] = rid
+    def _count_errors(self, resp: web.StreamResponse) -> None:
         if resp.status >= 400:
             self.requests_total.inc(status=str(resp.status))
-        return resp
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="")

@@ -17,7 +17,6 @@ import json
 import logging
 import random
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from observability import otel
 from services.encoder.ec_cache import EncoderCache
+from services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
 from services.openai_errors import OpenAIError, error_body, openai_error_middleware
 from services.vllm import api, handshake, multipart, tokens
 from services.vllm.config import VllmConfig
@@ -49,14 +49,11 @@ from services.vllm.scheduler import QueueFull, Scheduler
 
 log = logging.getLogger("vllm")
 
-HEADER_POD = "x-inference-pod"
-HEADER_REQUEST_ID = "x-request-id"
 HEADER_TTFT = "x-mock-ttft-ms"
 HEADER_ITL = "x-mock-itl-ms"
 HEADER_KV_TRANSFER = "x-mock-kv-transfer-ms"
 HEADER_METADATA_TIMEOUT = "x-mock-metadata-timeout-ms"
 
-REQUEST_ID_KEY = web.RequestKey("eppkit_request_id", str) if hasattr(web, "RequestKey") else "eppkit_request_id"
 
 
 class _ClientGone(Exception):
@@ -107,7 +104,7 @@ class MockVllm:
 
     def make_app(self) -> web.Application:
         app = web.Application(
-            middlewares=[self._headers_middleware, openai_error_middleware],
+            middlewares=[pod_headers_middleware(self.c.instance), openai_error_middleware],
             client_max_size=self.c.max_body_bytes,
         )
         app.router.add_get("/health", self.health)
@@ -119,16 +116,6 @@ class MockVllm:
         app.on_shutdown.append(self.watcher.cancel_all)
         app.on_cleanup.append(self.watcher.stop)
         return app
-
-    @web.middleware
-    async def _headers_middleware(self, request: web.Request, handler):
-        rid = request.headers.get(HEADER_REQUEST_ID) or uuid.uuid4().hex
-        request[REQUEST_ID_KEY] = rid
-        resp = await handler(request)
-        if not resp.prepared:
-            resp.headers[HEADER_POD] = self.c.instance
-            resp.headers[HEADER_REQUEST_ID] = rid
-        return resp
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
