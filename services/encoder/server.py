@@ -27,7 +27,7 @@ from services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, 
 from services.openai_errors import OpenAIError, openai_error_middleware
 from services.vllm import api
 from services.vllm.latency import jittered
-from services.vllm.metrics import Counter, Histogram, E2E_BUCKETS
+from services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, E2E_BUCKETS, MetricSet
 from services.vllm.responses import DONE, Renderer, usage
 
 HEADER_ENCODE_MS = "x-mock-encode-ms"
@@ -40,10 +40,11 @@ class MockEncoder:
         self.tracer = tracer or trace.get_tracer("encoder")
         self.cache = EncoderCache(config.ec_cache_dir) if config.ec_cache_dir else None
         self._seq = itertools.count()
-        base = {"engine": "0", "model_name": config.model}
-        self.items_total = Counter("eppkit_mock_encoder_items_total", "Media items encoded, by type (mock only).", base)
-        self.requests_total = Counter("eppkit_mock_encoder_requests_total", "Encode requests answered, by status (mock only).", base)
-        self.encode_seconds = Histogram("eppkit_mock_encoder_item_seconds", "Encode time per item in seconds (mock only).", base, (0.001, 0.01, 0.05, 0.1) + E2E_BUCKETS)
+        self.metric_set = MetricSet({"engine": "0", "model_name": config.model})
+        self.items_total = self.metric_set.counter("eppkit_mock_encoder_items_total", "Media items encoded, by type (mock only).", "type")
+        self.requests_total = self.metric_set.counter("eppkit_mock_encoder_requests_total", "Encode requests answered, by status (mock only).", "status")
+        self.encode_seconds = self.metric_set.histogram("eppkit_mock_encoder_item_seconds", "Encode time per item in seconds (mock only).",
+                                                        (0.001, 0.01, 0.05, 0.1) + E2E_BUCKETS)
 
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[pod_headers_middleware(self.c.instance, self._count_errors), openai_error_middleware],
@@ -56,7 +57,7 @@ class MockEncoder:
 
     def _count_errors(self, resp: web.StreamResponse) -> None:
         if resp.status >= 400:
-            self.requests_total.inc(status=str(resp.status))
+            self.requests_total(status=str(resp.status)).inc()
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="")
@@ -66,8 +67,7 @@ class MockEncoder:
         return web.json_response({"object": "list", "data": data})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        lines = self.items_total.render() + self.requests_total.render() + self.encode_seconds.render()
-        return web.Response(body=("\n".join(lines) + "\n").encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(body=self.metric_set.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         rid = request[REQUEST_ID_KEY]
@@ -123,7 +123,7 @@ class MockEncoder:
                 await asyncio.sleep(ms / 1000.0)
                 if self.cache is not None:
                     self.cache.put(item.hash, {"type": item.type, "instance": self.c.instance, "size_bytes": item.size_bytes, "request_id": rid})
-                self.items_total.inc(type=media_kind(item.type))
+                self.items_total(type=media_kind(item.type)).inc()
                 self.encode_seconds.observe(time.monotonic() - started)
             except asyncio.CancelledError:
                 span.set_status(Status(StatusCode.ERROR, "cancelled"))
@@ -136,7 +136,7 @@ class MockEncoder:
         use = usage(req.prompt_tokens, 1, 0)
         extra = {"mm_hashes": [item.hash for item in req.media]}
         headers = {HEADER_POD: self.c.instance, HEADER_REQUEST_ID: rid}
-        self.requests_total.inc(status="200")
+        self.requests_total(status="200").inc()
         if req.stream:
             resp = web.StreamResponse(headers=headers)
             resp.content_type = "text/event-stream"

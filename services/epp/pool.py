@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger("epp.pool")
 
@@ -99,25 +99,16 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[PoolEndpoint]:
     return endpoints
 
 
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
-
-
 def parse_metrics(text: str) -> dict[str, float]:
-    """Sum every sample of each metric in Prometheus text format (labels are summed over)."""
+    """Sum every sample of each metric in Prometheus text format (labels are summed over; NaN skipped).
+
+    A malformed exposition raises ValueError, as Prometheus fails such a scrape whole.
+    """
     totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        if math.isnan(value):
-            continue
-        totals[m.group("name")] = totals.get(m.group("name"), 0.0) + value
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not math.isnan(sample.value):
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
 
 
@@ -225,4 +216,10 @@ class MetricsScraper:
         except (aiohttp.ClientError, OSError) as exc:
             self.pool.record_scrape(ep, None, error=f"GET {url}: {exc.__class__.__name__}: {exc}")
             return
-        self.pool.record_scrape(ep, parse_metrics(text))
+        try:
+            figures = parse_metrics(text)
+        except ValueError as exc:  # answering, so up; but its figures cannot be trusted: keep the last ones
+            ep.last_error = f"GET {url}: malformed metrics ({exc}); health unchanged"
+            log.warning("endpoint %s (%s): malformed /metrics: %s", ep.name, ep.address, exc)
+            return
+        self.pool.record_scrape(ep, figures)

@@ -43,7 +43,7 @@ from services.vllm.failures import (
 )
 from services.vllm.kvcache import PrefixCache
 from services.vllm.latency import LatencyModel, Overrides
-from services.vllm.metrics import VllmMetrics
+from services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, VllmMetrics
 from services.vllm.responses import DONE, Renderer, usage
 from services.vllm.scheduler import QueueFull, Scheduler
 
@@ -129,7 +129,7 @@ class MockVllm:
         return web.json_response({"object": "list", "data": data})
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, api.CHAT)
@@ -209,7 +209,7 @@ class MockVllm:
             raise OpenAIError(400, str(exc)) from None
         if failure is not None:
             flow.injected = failure
-            self.metrics.injected_failures.inc(type=failure.kind)
+            self.metrics.injected_failures(type=failure.kind).inc()
             span.set_attribute("mock.failure", failure.kind)
             span.add_event("failure_injected", {"mock.failure": failure.kind, "mock.failure.source": failure.source})
             if failure.kind == SERVER_ERROR:
@@ -343,7 +343,7 @@ class MockVllm:
         self.metrics.e2e.observe(e2e)
         self.metrics.prompt_tokens.inc(req.prompt_tokens)
         self.metrics.generation_tokens.inc(n_out)
-        self.metrics.request_success.inc(finished_reason=finish_reason)
+        self.metrics.request_success(finished_reason=finish_reason).inc()
 
         if req.stream:
             tail = renderer.final_chunk(finish_reason, extra)
@@ -591,14 +591,14 @@ class MockVllm:
         )
 
     def _record_error(self, flow: _Flow, status: int, message: str) -> None:
-        self.metrics.request_errors.inc(status=str(status))
+        self.metrics.request_errors(status=str(status)).inc()
         flow.span.set_status(Status(StatusCode.ERROR, message))
         flow.span.set_attribute("error.type", str(status))
         flow.span.set_attribute("http.response.status_code", status)
 
     def _record_cancel(self, flow: _Flow) -> None:
         self.metrics.client_cancellations.inc()
-        self.metrics.request_success.inc(finished_reason="abort")
+        self.metrics.request_success(finished_reason="abort").inc()
         flow.span.add_event("client_cancelled")
         flow.span.set_attribute("vllm.cancelled", True)
         flow.span.set_attribute("gen_ai.response.finish_reasons", ["abort"])

@@ -37,12 +37,26 @@ def test_parse_metrics_sums_label_sets_and_skips_comments():
         'vllm:num_requests_waiting{engine="1",model_name="a"} 1.0\n'
         "vllm:num_requests_running 3\n"
         "vllm:kv_cache_usage_perc NaN\n"
-        "garbage line\n"
     )
     m = parse_metrics(text)
     assert m["vllm:num_requests_waiting"] == 3.0
     assert m["vllm:num_requests_running"] == 3.0
     assert "vllm:kv_cache_usage_perc" not in m
+
+
+def test_parse_metrics_reads_the_mock_vllms_own_exposition():
+    from services.vllm.metrics import VllmMetrics
+
+    metrics = VllmMetrics("mock-llm", running=lambda: 2, waiting=lambda: 5, kv_usage=lambda: 0.25)
+    metrics.request_success(finished_reason="length").inc()
+    m = parse_metrics(metrics.render().decode())
+    assert (m["vllm:num_requests_running"], m["vllm:num_requests_waiting"], m["vllm:kv_cache_usage_perc"]) == (2, 5, 0.25)
+    assert m["vllm:request_success_total"] == 1
+
+
+def test_parse_metrics_refuses_a_malformed_exposition():
+    with pytest.raises(ValueError):
+        parse_metrics("vllm:num_requests_waiting 1\ngarbage line\n")
 
 
 def test_scrape_error_marks_down_and_success_brings_back_and_resets_recent_picks():
@@ -116,3 +130,38 @@ def test_a_slow_metrics_answer_keeps_the_endpoint_up_and_a_refused_one_marks_it_
     slow, dead = pool.endpoints
     assert slow.healthy and "health unchanged" in slow.last_error
     assert not dead.healthy
+
+
+def test_a_malformed_metrics_answer_keeps_the_endpoint_up_and_its_last_figures():
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from services.epp.pool import MetricsScraper
+
+    async def garbled_metrics(request):
+        return web.Response(text="vllm:num_requests_waiting {not a sample\n")
+
+    async def go():
+        app = web.Application()
+        app.router.add_get("/metrics", garbled_metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        pool = Pool(parse_endpoints(f"garbled=127.0.0.1:{port}"))
+        pool.record_scrape(pool.endpoints[0], {"vllm:num_requests_waiting": 3, "vllm:num_requests_running": 1})
+        scraper = MetricsScraper(pool, interval_s=0, timeout_s=1.0)
+        scraper._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))  # start() without its loop
+        try:
+            await scraper.scrape_once()
+        finally:
+            await scraper.stop()
+            await runner.cleanup()
+        return pool.endpoints[0]
+
+    ep = asyncio.run(go())
+    assert ep.healthy and (ep.waiting, ep.running) == (3, 1)
+    assert "malformed metrics" in ep.last_error

@@ -175,7 +175,7 @@ def test_client_cancellation_is_counted_and_marked_on_the_span(phase_ms, ttft, s
 
     metrics, running = run(go())
     assert 'eppkit_mock_client_cancellations_total{engine="0",model_name="mock-llm"} 1.0' in metrics
-    assert 'finished_reason="abort"} 1.0' in metrics
+    assert 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="mock-llm"} 1.0' in metrics
     assert running == 0  # the slot was given back
     root = rec.one("llm_request")
     assert root.attributes["vllm.cancelled"] is True

@@ -318,7 +318,7 @@ def test_metrics_use_vllm_names():
         assert name in text, name
     assert 'vllm:time_to_first_token_seconds_count{engine="0",model_name="mock-llm"} 1' in text
     assert 'vllm:generation_tokens_total{engine="0",model_name="mock-llm"} 3.0' in text
-    assert 'vllm:request_success_total{engine="0",model_name="mock-llm",finished_reason="length"} 1.0' in text
+    assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="mock-llm"} 1.0' in text
 
 
 def test_x_mock_latency_headers_override_flags():
