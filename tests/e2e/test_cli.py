@@ -77,9 +77,20 @@ def test_run_prints_answer_and_waterfall(jaeger, runtime, tmp_path):
     assert list(tmp_path.glob("*/trace-*.json")), "the trace was not saved in the run folder"
 
 
-def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, runtime, tmp_path):
+# Every mode and every flow through the command a person types, each at least once.
+UP_CASES = [
+    ("direct", "aggregated"),
+    ("ext_proc", "multipart"),
+    ("sidecar", "epd"),
+    ("lua-callout", "pd"),
+    ("dynmod-callout", "ttft"),
+]
+
+
+@pytest.mark.parametrize("mode, flow", UP_CASES, ids=[f"{m}-{f}" for m, f in UP_CASES])
+def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, runtime, tmp_path, mode, flow):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", runtime, "--mode", "direct", "--ttft-ms", "20"],
+    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", runtime, "--mode", mode, "--flow", flow, "--ttft-ms", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
     try:
         lines, envoy_url = [], None
@@ -98,6 +109,7 @@ def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, runtime, tmp_
         resp = requests.post(envoy_url + "/v1/chat/completions", timeout=30,
                              json={"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
         assert resp.status_code == 200, resp.text
+        assert resp.json()["choices"][0]["message"]["content"], resp.text
         children = _kit_children(proc.pid, runtime)
         assert len(children) >= 4, f"expected jaeger, 2 vLLMs and envoy ({runtime}), got {children}"
         proc.send_signal(signal.SIGINT)
