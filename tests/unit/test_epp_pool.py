@@ -1,6 +1,12 @@
 """The EPP's pool: parsing --endpoints, reading vLLM /metrics, health and load bookkeeping."""
 
+import asyncio
+import contextlib
+import socket
+
+import aiohttp
 import pytest
+from aiohttp import web
 
 from services.epp.pool import Pool, parse_endpoints, parse_metrics
 
@@ -90,76 +96,63 @@ def test_endpoint_without_models_serves_every_model():
     assert b.serves("m1") and not b.serves("m2") and b.serves(None)
 
 
+async def _scrape_once(pool: Pool, timeout_s: float) -> None:
+    """One scrape of every endpoint, as the EPP's loop does it, without the loop."""
+    from services.epp.pool import MetricsScraper
+
+    scraper = MetricsScraper(pool, interval_s=0, timeout_s=timeout_s)
+    scraper._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
+    try:
+        await scraper.scrape_once()
+    finally:
+        await scraper.stop()
+
+
+@contextlib.asynccontextmanager
+async def _metrics_server(handler):
+    """A /metrics endpoint on a free 127.0.0.1 port; yields the port."""
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]
+    finally:
+        await runner.cleanup()
+
+
 def test_a_slow_metrics_answer_keeps_the_endpoint_up_and_a_refused_one_marks_it_down():
     # One scrape slower than the timeout (a busy endpoint, or the EPP's own loop busy with a
     # large body) must not take the endpoint out of the pool; a refused connection does.
-    import asyncio
-    import socket
-
-    import aiohttp
-    from aiohttp import web
-
-    from services.epp.pool import MetricsScraper
-
     async def slow_metrics(request):
         await asyncio.sleep(0.5)
         return web.Response(text="vllm:num_requests_waiting 0\n")
 
     async def go():
-        app = web.Application()
-        app.router.add_get("/metrics", slow_metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        slow_port = site._server.sockets[0].getsockname()[1]
-        with socket.socket() as s:  # a port nobody listens on
-            s.bind(("127.0.0.1", 0))
-            dead_port = s.getsockname()[1]
-        pool = Pool(parse_endpoints(f"slow=127.0.0.1:{slow_port},dead=127.0.0.1:{dead_port}"))
-        scraper = MetricsScraper(pool, interval_s=0, timeout_s=0.1)
-        scraper._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.1))  # start() without its loop
-        try:
-            await scraper.scrape_once()
-        finally:
-            await scraper.stop()
-            await runner.cleanup()
+        async with _metrics_server(slow_metrics) as slow_port:
+            with socket.socket() as s:  # a port nobody listens on
+                s.bind(("127.0.0.1", 0))
+                dead_port = s.getsockname()[1]
+            pool = Pool(parse_endpoints(f"slow=127.0.0.1:{slow_port},dead=127.0.0.1:{dead_port}"))
+            await _scrape_once(pool, timeout_s=0.1)
         return pool
 
-    pool = asyncio.run(go())
-    slow, dead = pool.endpoints
+    slow, dead = asyncio.run(go()).endpoints
     assert slow.healthy and "health unchanged" in slow.last_error
     assert not dead.healthy
 
 
 def test_a_malformed_metrics_answer_keeps_the_endpoint_up_and_its_last_figures():
-    import asyncio
-
-    import aiohttp
-    from aiohttp import web
-
-    from services.epp.pool import MetricsScraper
-
     async def garbled_metrics(request):
         return web.Response(text="vllm:num_requests_waiting {not a sample\n")
 
     async def go():
-        app = web.Application()
-        app.router.add_get("/metrics", garbled_metrics)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]
-        pool = Pool(parse_endpoints(f"garbled=127.0.0.1:{port}"))
-        pool.record_scrape(pool.endpoints[0], {"vllm:num_requests_waiting": 3, "vllm:num_requests_running": 1})
-        scraper = MetricsScraper(pool, interval_s=0, timeout_s=1.0)
-        scraper._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0))  # start() without its loop
-        try:
-            await scraper.scrape_once()
-        finally:
-            await scraper.stop()
-            await runner.cleanup()
+        async with _metrics_server(garbled_metrics) as port:
+            pool = Pool(parse_endpoints(f"garbled=127.0.0.1:{port}"))
+            pool.record_scrape(pool.endpoints[0], {"vllm:num_requests_waiting": 3, "vllm:num_requests_running": 1})
+            await _scrape_once(pool, timeout_s=1.0)
         return pool.endpoints[0]
 
     ep = asyncio.run(go())
