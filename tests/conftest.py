@@ -14,12 +14,13 @@ import uuid
 
 import pytest
 
-try:  # before anything imports the OTLP exporter: a fresh install may need `eppkit bootstrap` first
-    from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope  # noqa: F401
-except ImportError as exc:
+from testbed import python_deps
+
+# Before anything imports the OTLP exporter: a fresh install may need `eppkit bootstrap` first.
+if not python_deps.otel_protos_ok():
     raise pytest.UsageError(
-        f"opentelemetry-proto is broken ({exc}): xds-protos overwrote its files. "
-        "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).") from exc
+        "opentelemetry-proto is broken: xds-protos overwrote its files. "
+        "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).")
 
 from testbed import RUNTIMES, create, create_jaeger, envoy_process, jaeger as jaeger_mod
 from testbed.local import new_run_dir
