@@ -25,7 +25,7 @@ from pathlib import Path
 from bench import tools
 from bench.loadgen import Target, Vegeta, merge
 from bench.overhead import request, topology
-from testbed import create, envoy_process
+from eppkit import create, envoy_process
 
 SLICE_S = 3.0
 

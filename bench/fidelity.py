@@ -38,11 +38,10 @@ from typing import Callable
 
 from bench.mock_capacity import StreamProtocol, connect_all, percentile, timer_floor
 from bench.system import cpu_seconds, loadavg, memory_kib
-from services.runner import run_loop
-from testbed.paths import REPO_ROOT
-from testbed.process import ManagedProcess
-from testbed.readiness import HttpReady
-from testbed.topology import PortAllocator
+from eppkit.services.runner import run_loop
+from eppkit.process import ManagedProcess
+from eppkit.readiness import HttpReady
+from eppkit.topology import PortAllocator
 
 ITL_MS = 20.0
 TTFT_MS = 100.0
@@ -61,7 +60,7 @@ class MockSpec:
 def ours() -> MockSpec:
     return MockSpec(
         name="eppkit mock vLLM",
-        argv=lambda port: [sys.executable, "-m", "services.vllm", "--host", "127.0.0.1", "--port", str(port),
+        argv=lambda port: [sys.executable, "-m", "eppkit.services.vllm", "--host", "127.0.0.1", "--port", str(port),
                            "--instance", "bench", "--time-to-first-token", str(TTFT_MS),
                            "--inter-token-latency", str(ITL_MS), "--max-num-seqs", "100000",
                            "--max-waiting-queue-length", "100000", "--max-model-len", "100000",
@@ -176,7 +175,7 @@ def _start(spec: MockSpec, run_dir: Path) -> tuple[ManagedProcess, int]:
     port = PortAllocator().port()
     slug = spec.name.split()[0].replace("/", "-")
     proc = ManagedProcess(slug, spec.argv(port), run_dir / f"fidelity-{slug}.log").with_env(**spec.env)
-    proc.with_cwd(REPO_ROOT).start()
+    proc.start()
     proc.wait_ready(HttpReady(f"http://127.0.0.1:{port}/health", timeout_s=30),
                     hint="run the command in the log by hand to see why it does not start")
     return proc, port

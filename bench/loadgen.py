@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from observability.steps import percentile
+from eppkit.observability.steps import percentile
 
 
 @dataclass(frozen=True)

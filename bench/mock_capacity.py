@@ -46,9 +46,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.vllm.testing import MockProcess  # noqa: E402
+from eppkit.services.vllm.testing import MockProcess  # noqa: E402
 from bench.system import machine_cpu_seconds  # noqa: E402
-from services.runner import run_loop  # noqa: E402
+from eppkit.services.runner import run_loop  # noqa: E402
 
 HARD_DEADLINE_S = 170.0
 ITL_MS = 20.0
@@ -307,7 +307,7 @@ async def main_async(args) -> dict:
     ]
     report["floor_before"] = await timer_floor()
     print(json.dumps({"floor_before": report["floor_before"]}), flush=True)
-    with MockProcess("services.vllm", mock_args) as mock:
+    with MockProcess("eppkit.services.vllm", mock_args) as mock:
         pid = mock.proc.pid
         # warm-up: imports, first-request paths
         await ttft_level(mock.port, 10, 10)

@@ -33,10 +33,10 @@ import requests
 
 from bench.loadgen import AttackResult, Target, Vegeta, merge
 from bench.system import CpuMeter, cpu_seconds, loadavg
-from observability import steps as st
-from observability.trace_model import from_jaeger_json
-from testbed import create
-from testbed.topology import Topology, VllmSpec
+from eppkit.observability import steps as st
+from eppkit.observability.trace_model import from_jaeger_json
+from eppkit import create
+from eppkit.topology import Topology, VllmSpec
 
 KINDS = ("chat", "stream")
 PICKER_PROCESSES = ("epp", "frontend", "callout")

@@ -30,13 +30,12 @@ from pathlib import Path
 from bench import fidelity, overhead, render, targets, tools
 from bench.loadgen import Vegeta
 from bench.system import busy_processes, loadavg, machine
-from testbed import envoy_process
-from testbed.envoy_config import MODES
-from testbed.jaeger import JaegerProcess
-from testbed.local import new_run_dir
-from testbed.paths import REPO_ROOT
+from eppkit import envoy_process
+from eppkit.envoy_config import MODES
+from eppkit.jaeger import JaegerProcess
+from eppkit.local import new_run_dir
 
-RESULTS = REPO_ROOT / "bench" / "results"
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def progress(msg: str) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from testbed.paths import cache_dir
+from eppkit.paths import cache_dir
 
 
 @dataclass(frozen=True)

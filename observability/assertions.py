@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from observability import waterfall
-from observability.trace_model import Span, SpanNotFound, Trace
+from eppkit.observability import waterfall
+from eppkit.observability.trace_model import Span, SpanNotFound, Trace
 
 
 class TraceAssertionError(AssertionError):

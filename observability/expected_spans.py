@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from observability.trace_model import Span, Trace
+from eppkit.observability.trace_model import Span, Trace
 
 MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")

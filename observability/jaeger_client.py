@@ -8,7 +8,7 @@ from typing import Callable, Iterable
 
 import requests
 
-from observability.trace_model import Trace, from_jaeger_json
+from eppkit.observability.trace_model import Trace, from_jaeger_json
 
 
 class TraceIncomplete(AssertionError):

@@ -22,8 +22,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from observability import steps as st
-from observability.trace_model import Span, Trace, from_jaeger_json
+from eppkit.observability import steps as st
+from eppkit.observability.trace_model import Span, Trace, from_jaeger_json
 
 SCHEMA = "eppkit.compare/1"
 OVERHEAD_STEPS = ("e2e", "ttft", "gateway")

@@ -31,8 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from observability import expected_spans as ex
-from observability.trace_model import Span, Trace
+from eppkit.observability import expected_spans as ex
+from eppkit.observability.trace_model import Span, Trace
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from observability.trace_model import Span, Trace
+from eppkit.observability.trace_model import Span, Trace
 
 _KEY_ATTRS = (
     "epp.endpoint",

@@ -11,7 +11,7 @@ from typing import Awaitable, Callable
 
 from aiohttp import web
 
-from observability import otel
+from eppkit.observability import otel
 
 
 def add_common_args(parser: argparse.ArgumentParser, *, default_port: int) -> None:

@@ -1,36 +1,58 @@
-"""eppkit's testbed: topology in, running Envoy + pickers + mocks + Jaeger out."""
+"""eppkit: a real Envoy, Endpoint Picker integrations and traced mocks, checked on Jaeger traces.
+
+The public API (what docs/api.md documents and the examples use):
+
+    from eppkit import Topology, create, TraceCheck
+
+    with create(Topology(mode="ext_proc")) as bed:
+        result = bed.client().chat({"model": "mock-llm", "messages": [...]})
+        trace = bed.wait_for_trace(result)
+        check = TraceCheck(trace)
+        check.before(check.decision(), check.upstream())
+
+In pytest, the plugin (``eppkit.pytest_plugin``, registered as ``pytest11``) gives fixtures for
+all of this. Names are loaded on first use, so ``python -m eppkit.services.vllm`` (and the
+services image, which holds only ``eppkit.services`` and ``eppkit.observability``) import nothing
+of the testbed.
+"""
 
 from __future__ import annotations
 
-from testbed.topology import Endpoint, ModePlan, ServiceSpec, Topology, VllmSpec
+import importlib
+from typing import Any
 
-RUNTIMES = ("local", "docker")
+# public name -> the module that defines it
+_EXPORTS = {
+    "Topology": "eppkit.topology",
+    "VllmSpec": "eppkit.topology",
+    "Endpoint": "eppkit.topology",
+    "ServiceSpec": "eppkit.topology",
+    "ModePlan": "eppkit.topology",
+    "RUNTIMES": "eppkit.runtimes",
+    "create": "eppkit.runtimes",
+    "create_jaeger": "eppkit.runtimes",
+    "TraceCheck": "eppkit.observability.assertions",
+    "TraceAssertionError": "eppkit.observability.assertions",
+    "Trace": "eppkit.observability.trace_model",
+    "Span": "eppkit.observability.trace_model",
+    "SpanNotFound": "eppkit.observability.trace_model",
+    "TracedClient": "eppkit.observability.client",
+    "ClientResult": "eppkit.observability.client",
+    "JaegerClient": "eppkit.observability.jaeger_client",
+    "TraceIncomplete": "eppkit.observability.jaeger_client",
+}
 
-
-def create(topology: Topology, runtime: str = "local", **kwargs):
-    """A not-yet-started testbed for ``runtime``; use it in a ``with`` or call start()/stop()."""
-    if runtime == "local":
-        from testbed.local import LocalTestbed
-
-        return LocalTestbed(topology, **kwargs)
-    if runtime == "docker":
-        from testbed.docker_runtime import DockerTestbed
-
-        return DockerTestbed(topology, **kwargs)
-    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
-
-
-def create_jaeger(runtime: str, run_dir, **kwargs):
-    """A not-yet-started Jaeger for ``runtime`` (a process, or a container), e.g. one shared by a session."""
-    if runtime == "local":
-        from testbed.jaeger import JaegerProcess
-
-        return JaegerProcess(run_dir, **kwargs)
-    if runtime == "docker":
-        from testbed.docker_runtime import JaegerContainer
-
-        return JaegerContainer(run_dir, **kwargs)
-    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+__all__ = sorted(_EXPORTS)
 
 
-__all__ = ["Endpoint", "ModePlan", "ServiceSpec", "Topology", "VllmSpec", "create", "create_jaeger", "RUNTIMES"]
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'eppkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from testbed.paths import PLUGINS
-from testbed.topology import Endpoint, Topology
+from eppkit.paths import PLUGINS
+from eppkit.topology import Endpoint, Topology
 
 LUA_DIR = PLUGINS / "lua"
 

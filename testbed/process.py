@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from testbed.component import Component, LiveSet
+from eppkit.component import Component, LiveSet
 
 _PR_SET_PDEATHSIG = 1
 

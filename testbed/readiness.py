@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 import requests
 
 if TYPE_CHECKING:
-    from testbed.process import ManagedProcess
+    from eppkit.process import ManagedProcess
 
 
 class ReadinessTimeout(RuntimeError):

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
-from observability.client import ClientResult, TracedClient
+from eppkit.observability.client import ClientResult, TracedClient
 
 MODEL = "mock-llm"
 

@@ -1,18 +1,18 @@
-"""``python -m services.callout``: the routing service of the external-callout modes."""
+"""``python -m eppkit.services.callout``: the routing service of the external-callout modes."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 
-from observability import otel
-from services import runner
-from services.callout.app import Picker, PickLatency, make_app
-from services.callout.scorers import SCORERS, make_scorer, parse_endpoints
+from eppkit.observability import otel
+from eppkit.services import runner
+from eppkit.services.callout.app import Picker, PickLatency, make_app
+from eppkit.services.callout.scorers import SCORERS, make_scorer, parse_endpoints
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m services.callout", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eppkit.services.callout", description=__doc__)
     runner.add_common_args(parser, default_port=9002)
     parser.add_argument(
         "--endpoints",

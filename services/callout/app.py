@@ -30,10 +30,10 @@ from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from observability import otel
-from services.callout.scorers import PoolEndpoint, Scorer
-from services.encoder.media import media_items
-from services.openai_errors import OpenAIError, openai_error_middleware
+from eppkit.observability import otel
+from eppkit.services.callout.scorers import PoolEndpoint, Scorer
+from eppkit.services.encoder.media import media_items
+from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 MODEL_HEADER = "x-gateway-model-name"

@@ -1,18 +1,18 @@
-"""``python -m services.encoder``: the mock multimodal encoder (see docs/mocks.md)."""
+"""``python -m eppkit.services.encoder``: the mock multimodal encoder (see docs/mocks.md)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from observability import otel
-from services import runner
-from services.encoder.config import ConfigError, add_args, from_args
-from services.encoder.server import MockEncoder
+from eppkit.observability import otel
+from eppkit.services import runner
+from eppkit.services.encoder.config import ConfigError, add_args, from_args
+from eppkit.services.encoder.server import MockEncoder
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m services.encoder", description="Mock multimodal encoder: per-item encode spans, shared encoder cache.")
+    parser = argparse.ArgumentParser(prog="python -m eppkit.services.encoder", description="Mock multimodal encoder: per-item encode spans, shared encoder cache.")
     runner.add_common_args(parser, default_port=8100)
     add_args(parser)
     return parser

@@ -1,6 +1,6 @@
-"""``python -m services.epp``: the Endpoint Picker as an Envoy ext_proc gRPC server.
+"""``python -m eppkit.services.epp``: the Endpoint Picker as an Envoy ext_proc gRPC server.
 
-    python -m services.epp --port 9002 --endpoints vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002 \
+    python -m eppkit.services.epp --port 9002 --endpoints vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002 \
         --scorer prefix-cache --metrics-interval 0.5
 
 Sidecar mode (the Dynamo proposal): add ``--frontend-url http://127.0.0.1:PORT`` and every
@@ -17,18 +17,18 @@ import argparse
 import asyncio
 import sys
 
-from observability import otel
-from services.epp import server
-from services.epp.picker import FrontendPicker, LocalPicker
-from services.epp.pool import MetricsScraper, Pool, parse_endpoints
-from services.epp.scorers import SCORERS, make_scorer
-from services.epp.stages import StagePicker
-from services.epp.stream import MULTIPART_TRIGGERS
-from services.runner import add_common_args, configure_logging
+from eppkit.observability import otel
+from eppkit.services.epp import server
+from eppkit.services.epp.picker import FrontendPicker, LocalPicker
+from eppkit.services.epp.pool import MetricsScraper, Pool, parse_endpoints
+from eppkit.services.epp.scorers import SCORERS, make_scorer
+from eppkit.services.epp.stages import StagePicker
+from eppkit.services.epp.stream import MULTIPART_TRIGGERS
+from eppkit.services.runner import add_common_args, configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m services.epp", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m eppkit.services.epp", description=__doc__.splitlines()[0])
     add_common_args(p, default_port=9002)
     p.add_argument(
         "--endpoints",

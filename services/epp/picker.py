@@ -17,12 +17,12 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from observability import otel
-from services.epp.pool import Pool, PoolEndpoint
-from services.epp.protocol import ENCODERS_HEADER, PREFILLER_HEADER
-from services.epp.request import LlmRequest
-from services.epp.scorers import Scorer
-from services.epp.stages import StageError, StagePicker, StagePicks
+from eppkit.observability import otel
+from eppkit.services.epp.pool import Pool, PoolEndpoint
+from eppkit.services.epp.protocol import ENCODERS_HEADER, PREFILLER_HEADER
+from eppkit.services.epp.request import LlmRequest
+from eppkit.services.epp.scorers import Scorer
+from eppkit.services.epp.stages import StageError, StagePicker, StagePicks
 
 log = logging.getLogger("epp.picker")
 

@@ -21,7 +21,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
-from services.openai_errors import error_body
+from eppkit.services.openai_errors import error_body
 
 DESTINATION_HEADER = "x-gateway-destination-endpoint"
 WORKER_ID_HEADER = "x-gateway-worker-id"

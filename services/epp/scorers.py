@@ -21,8 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.epp.pool import PoolEndpoint
-from services.epp.request import LlmRequest
+from eppkit.services.epp.pool import PoolEndpoint
+from eppkit.services.epp.request import LlmRequest
 
 SCORERS = ("round-robin", "least-queue", "prefix-cache")
 

@@ -12,10 +12,10 @@ import grpc
 from opentelemetry import trace
 
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from observability import otel
-from services.epp.picker import Picker
-from services.epp.pool import MetricsScraper
-from services.epp.stream import StreamProcessor
+from eppkit.observability import otel
+from eppkit.services.epp.picker import Picker
+from eppkit.services.epp.pool import MetricsScraper
+from eppkit.services.epp.stream import StreamProcessor
 
 log = logging.getLogger("epp")
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024  # above Envoy's 64 MiB per-connection buffer limit

@@ -21,10 +21,10 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from services.encoder.media import media_items
-from services.epp.pool import Pool, PoolEndpoint
-from services.epp.request import LlmRequest
-from services.epp.scorers import Scorer
+from eppkit.services.encoder.media import media_items
+from eppkit.services.epp.pool import Pool, PoolEndpoint
+from eppkit.services.epp.request import LlmRequest
+from eppkit.services.epp.scorers import Scorer
 
 FORCE_PREFILLER_HEADER = "x-eppkit-force-prefiller"
 FORCE_ENCODERS_HEADER = "x-eppkit-force-encoders"

@@ -44,10 +44,10 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from services.epp import protocol
-from services.epp.picker import Decision, PickError, Picker
-from services.epp.request import BadRequest, LlmRequest, parse_request
-from services.vllm.multipart import METADATA_PART, PAYLOAD_PART, closing, encode_part
+from eppkit.services.epp import protocol
+from eppkit.services.epp.picker import Decision, PickError, Picker
+from eppkit.services.epp.request import BadRequest, LlmRequest, parse_request
+from eppkit.services.vllm.multipart import METADATA_PART, PAYLOAD_PART, closing, encode_part
 
 log = logging.getLogger("epp.stream")
 

@@ -1,6 +1,6 @@
-"""``python -m services.frontend``: the sidecar frontend (preprocess + route) the EPP asks.
+"""``python -m eppkit.services.frontend``: the sidecar frontend (preprocess + route) the EPP asks.
 
-    python -m services.frontend --port 8100 --endpoints vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002
+    python -m eppkit.services.frontend --port 8100 --endpoints vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002
 """
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from observability import otel
-from services.epp.pool import MetricsScraper, Pool, parse_endpoints
-from services.frontend.app import build_app
-from services.frontend.router import KvRouter
-from services.runner import add_common_args, configure_logging, serve
+from eppkit.observability import otel
+from eppkit.services.epp.pool import MetricsScraper, Pool, parse_endpoints
+from eppkit.services.frontend.app import build_app
+from eppkit.services.frontend.router import KvRouter
+from eppkit.services.runner import add_common_args, configure_logging, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m services.frontend", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m eppkit.services.frontend", description=__doc__.splitlines()[0])
     add_common_args(p, default_port=8100)
     p.add_argument("--endpoints", default="", help="the workers: comma-separated name=host:port[@model] (name = worker id)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block (default: %(default)s)")

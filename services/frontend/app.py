@@ -20,11 +20,11 @@ from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from observability import otel
-from services.epp.pool import Pool
-from services.frontend.router import KvRouter, NoWorker
-from services.frontend.tokenizer import tokenize
-from services.openai_errors import OpenAIError, openai_error_middleware
+from eppkit.observability import otel
+from eppkit.services.epp.pool import Pool
+from eppkit.services.frontend.router import KvRouter, NoWorker
+from eppkit.services.frontend.tokenizer import tokenize
+from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 
 log = logging.getLogger("frontend")
 

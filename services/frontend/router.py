@@ -18,8 +18,8 @@ import hashlib
 import itertools
 from dataclasses import dataclass
 
-from services.epp.pool import Pool, PoolEndpoint
-from services.epp.scorers import BlockIndex
+from eppkit.services.epp.pool import Pool, PoolEndpoint
+from eppkit.services.epp.scorers import BlockIndex
 
 
 @dataclass

@@ -1,12 +1,12 @@
-"""python -m services.pd_sidecar: the E/P/D disaggregation sidecar in front of a decode instance."""
+"""python -m eppkit.services.pd_sidecar: the E/P/D disaggregation sidecar in front of a decode instance."""
 
 from __future__ import annotations
 
 import argparse
 
-from observability import otel
-from services import runner
-from services.pd_sidecar.server import PdSidecar, SidecarConfig
+from eppkit.observability import otel
+from eppkit.services import runner
+from eppkit.services.pd_sidecar.server import PdSidecar, SidecarConfig
 
 
 def _endpoints(value: str) -> list[str]:
@@ -14,7 +14,7 @@ def _endpoints(value: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m services.pd_sidecar", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m eppkit.services.pd_sidecar", description=__doc__)
     runner.add_common_args(parser, default_port=8100)
     parser.add_argument("--decode", required=True, help="URL of the local decode (or PD) instance, e.g. http://127.0.0.1:8200")
     parser.add_argument("--prefill-endpoints", type=_endpoints, default=[],

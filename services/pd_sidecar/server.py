@@ -24,10 +24,10 @@ from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from observability import otel
-from services.encoder.media import media_kind
-from services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
-from services.pd_sidecar import requests as derive
+from eppkit.observability import otel
+from eppkit.services.encoder.media import media_kind
+from eppkit.services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
+from eppkit.services.pd_sidecar import requests as derive
 
 HEADER_PREFILLER = "x-prefiller-host-port"
 HEADER_ENCODERS = "x-encoder-hosts-ports"

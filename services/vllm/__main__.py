@@ -1,4 +1,4 @@
-"""``python -m services.vllm``: the mock vLLM (see docs/mocks.md for every flag)."""
+"""``python -m eppkit.services.vllm``: the mock vLLM (see docs/mocks.md for every flag)."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import argparse
 import gc
 import sys
 
-from observability import otel
-from services import runner
-from services.vllm.config import ConfigError, add_args, from_args
-from services.vllm.server import MockVllm
+from eppkit.observability import otel
+from eppkit.services import runner
+from eppkit.services.vllm.config import ConfigError, add_args, from_args
+from eppkit.services.vllm.server import MockVllm
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m services.vllm", description="Mock vLLM: OpenAI API, P/D roles, latency model, traced.")
+    parser = argparse.ArgumentParser(prog="python -m eppkit.services.vllm", description="Mock vLLM: OpenAI API, P/D roles, latency model, traced.")
     runner.add_common_args(parser, default_port=8000)
     add_args(parser)
     return parser

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.encoder.media import MediaItem, media_items
-from services.openai_errors import OpenAIError
-from services.vllm import handshake, tokens
+from eppkit.services.encoder.media import MediaItem, media_items
+from eppkit.services.openai_errors import OpenAIError
+from eppkit.services.vllm import handshake, tokens
 
 CHAT = "chat"
 COMPLETION = "completion"

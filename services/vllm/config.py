@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields
 
-from services.vllm.failures import FAILURE_TYPES, normalize_failure_type
+from eppkit.services.vllm.failures import FAILURE_TYPES, normalize_failure_type
 
 ROLES = ("prefill", "decode", "both")
 

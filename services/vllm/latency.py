@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from services.vllm.config import VllmConfig
+from eppkit.services.vllm.config import VllmConfig
 
 # A jittered value stays within base*(1 +- this).
 _MAX_DEVIATION = 0.7

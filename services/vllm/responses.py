@@ -10,7 +10,7 @@ import json
 import time
 from typing import Any
 
-from services.vllm.api import CHAT
+from eppkit.services.vllm.api import CHAT
 
 DONE = b"data: [DONE]\n\n"
 

@@ -24,15 +24,15 @@ from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from observability import otel
-from services.encoder.ec_cache import EncoderCache
-from services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
-from services.openai_errors import OpenAIError, error_body, openai_error_middleware
-from services.vllm import api, handshake, multipart, tokens
-from services.vllm.config import VllmConfig
-from services.vllm.clock import TokenClock
-from services.vllm.disconnects import DisconnectWatcher, Watch
-from services.vllm.failures import (
+from eppkit.observability import otel
+from eppkit.services.encoder.ec_cache import EncoderCache
+from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
+from eppkit.services.openai_errors import OpenAIError, error_body, openai_error_middleware
+from eppkit.services.vllm import api, handshake, multipart, tokens
+from eppkit.services.vllm.config import VllmConfig
+from eppkit.services.vllm.clock import TokenClock
+from eppkit.services.vllm.disconnects import DisconnectWatcher, Watch
+from eppkit.services.vllm.failures import (
     CONTEXT_LENGTH,
     DISCONNECT,
     RATE_LIMIT,
@@ -41,11 +41,11 @@ from services.vllm.failures import (
     Failure,
     FailureInjector,
 )
-from services.vllm.kvcache import PrefixCache
-from services.vllm.latency import LatencyModel, Overrides
-from services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, VllmMetrics
-from services.vllm.responses import DONE, Renderer, usage
-from services.vllm.scheduler import QueueFull, Scheduler
+from eppkit.services.vllm.kvcache import PrefixCache
+from eppkit.services.vllm.latency import LatencyModel, Overrides
+from eppkit.services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, VllmMetrics
+from eppkit.services.vllm.responses import DONE, Renderer, usage
+from eppkit.services.vllm.scheduler import QueueFull, Scheduler
 
 log = logging.getLogger("vllm")
 

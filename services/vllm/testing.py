@@ -5,7 +5,7 @@ as subprocesses on free loopback ports.
   an error naming what was there when a lookup fails.
 - :func:`in_process` runs an aiohttp app on a free 127.0.0.1 port inside the current
   event loop and yields a ``TestClient``.
-- :class:`MockProcess` is ``python -m services.<name>`` as an object used in a ``with``:
+- :class:`MockProcess` is ``python -m eppkit.services.<name>`` as an object used in a ``with``:
   ``start()`` returns self once ``/health`` answers, ``stop()`` sends SIGINT, waits, then
   kills; a start that fails raises with the tail of the process's log and a hint.
 """
@@ -30,9 +30,6 @@ from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 
 class SpanRecorder:
     """A tracer whose finished spans stay in memory."""
@@ -83,7 +80,7 @@ class MockProcess:
 
     __test__ = False
 
-    def __init__(self, module: str = "services.vllm", args: Sequence[str] = (), *, port: int | None = None, startup_timeout: float = 15.0) -> None:
+    def __init__(self, module: str = "eppkit.services.vllm", args: Sequence[str] = (), *, port: int | None = None, startup_timeout: float = 15.0) -> None:
         self.module = module
         self.args = list(args)
         self.port = port or free_port()
@@ -101,8 +98,7 @@ class MockProcess:
 
     def start(self) -> "MockProcess":
         cmd = [sys.executable, "-m", self.module, "--host", "127.0.0.1", "--port", str(self.port), *self.args]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
         try:
             self._wait_ready()
         except BaseException:
@@ -160,8 +156,8 @@ class MockProcess:
 
 def make_mock(**config):
     """A MockVllm with its spans in memory: ``(mock, recorder)``. Keyword args are VllmConfig fields."""
-    from services.vllm.config import VllmConfig
-    from services.vllm.server import MockVllm
+    from eppkit.services.vllm.config import VllmConfig
+    from eppkit.services.vllm.server import MockVllm
 
     recorder = SpanRecorder("vllm")
     return MockVllm(VllmConfig(**config).validate(), recorder.tracer), recorder

@@ -10,17 +10,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from testbed.envoy_config import MODES
-from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
+from eppkit.envoy_config import MODES
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 if TYPE_CHECKING:
-    from testbed.flows import FlowPlan
+    from eppkit.flows import FlowPlan
 
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools: "FlowPlan | None" = None) -> ModePlan:
     if topology.mode not in MODES:
         raise ValueError(f"unknown mode {topology.mode!r}; choose one of {', '.join(MODES)}")
-    module = importlib.import_module(f"testbed.modes.{topology.mode.replace('-', '_')}")
+    module = importlib.import_module(f"eppkit.modes.{topology.mode.replace('-', '_')}")
     return module.plan(topology, ports, backends, pools=pools)
 
 
@@ -50,4 +50,4 @@ def callout_service(topology: Topology, ports: PortAllocator, backends: list[End
         args += ["--encoder-endpoints", ",".join(f"{ep.address}={ep.name}" for ep in encoders)]
     if options.get("pick_latency_ms"):
         args += ["--pick-latency", str(options["pick_latency_ms"])]
-    return ServiceSpec(name="callout", module="services.callout", port=ports.port(), args=args)
+    return ServiceSpec(name="callout", module="eppkit.services.callout", port=ports.port(), args=args)

@@ -5,8 +5,8 @@ Topology options: body_routing (bool) puts the body-based model router in front.
 
 from __future__ import annotations
 
-from testbed.body_routing import body_routing_vars
-from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
+from eppkit.body_routing import body_routing_vars
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:

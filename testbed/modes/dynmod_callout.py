@@ -27,10 +27,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from testbed import dynmod_build
-from testbed.body_routing import body_routing_vars
-from testbed.modes import callout_service
-from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
+from eppkit import dynmod_build
+from eppkit.body_routing import body_routing_vars
+from eppkit.modes import callout_service
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 
 def filter_config(topology: Topology, backends: list[Endpoint]) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from testbed.body_routing import body_routing_vars
-from testbed.modes import stage_endpoints
-from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
+from eppkit.body_routing import body_routing_vars
+from eppkit.modes import stage_endpoints
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 
 def pool_arg(backends: list[Endpoint], *, with_models: bool = False) -> str:
@@ -90,7 +90,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], poo
         services.append(
             ServiceSpec(
                 name="epp",
-                module="services.epp",
+                module="eppkit.services.epp",
                 port=epp_port,
                 args=epp_args(options, backends, pools, flow=topology.flow),
                 health_path=None,  # gRPC: the testbed waits for the TCP port

@@ -16,9 +16,9 @@ the request for the pd-sidecar.
 
 from __future__ import annotations
 
-from testbed.body_routing import body_routing_vars, lua_source
-from testbed.modes import callout_service
-from testbed.topology import Endpoint, ModePlan, PortAllocator, Topology
+from eppkit.body_routing import body_routing_vars, lua_source
+from eppkit.modes import callout_service
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:

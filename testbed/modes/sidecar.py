@@ -21,8 +21,8 @@ In pd / epd / ttft the frontend picks the decoder and the EPP adds the prefiller
 
 from __future__ import annotations
 
-from testbed.modes.ext_proc import envoy_vars, pool_arg, stage_args
-from testbed.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
+from eppkit.modes.ext_proc import envoy_vars, pool_arg, stage_args
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
 
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
@@ -34,7 +34,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], poo
         services.append(
             ServiceSpec(
                 name="frontend",
-                module="services.frontend",
+                module="eppkit.services.frontend",
                 port=frontend_port,
                 args=[
                     "--endpoints", pool_arg(backends, with_models=bool(options.get("body_routing"))),
@@ -48,7 +48,7 @@ def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], poo
         services.append(
             ServiceSpec(
                 name="epp",
-                module="services.epp",
+                module="eppkit.services.epp",
                 port=epp_port,
                 args=[
                     "--endpoints", pool_arg(backends, with_models=bool(options.get("body_routing"))),

@@ -33,10 +33,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from observability import expected_spans
-from testbed.compare import collect_traces
-from testbed.topology import Topology, VllmSpec
-from testbed.workload import SCENARIOS, Driver, plan_requests
+from eppkit.observability import expected_spans
+from eppkit.compare import collect_traces
+from eppkit.topology import Topology, VllmSpec
+from eppkit.workload import SCENARIOS, Driver, plan_requests
 
 MODEL = "mock-llm"
 MODES = expected_spans.MODES  # direct, ext_proc, sidecar, lua-callout, dynmod-callout

@@ -54,8 +54,8 @@ CASES = [
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_bad_input_gets_a_clear_openai_error_and_nothing_crashes(testbed_factory, mode):
-    bed = testbed_factory(topology(mode))
+def test_bad_input_gets_a_clear_openai_error_and_nothing_crashes(eppkit_testbed_factory, mode):
+    bed = eppkit_testbed_factory(topology(mode))
     client = bed.client()
     problems = []
     for case_id, path, body, content_type, status, code, picker_code in CASES:

@@ -10,8 +10,8 @@ import json
 import pytest
 import requests
 
-from observability.assertions import TraceCheck
-from testbed.topology import Topology, VllmSpec
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -26,8 +26,8 @@ def body_routing_topology(**options) -> Topology:
 
 
 @pytest.fixture
-def bed(testbed_factory):
-    return testbed_factory(body_routing_topology())
+def bed(eppkit_testbed_factory):
+    return eppkit_testbed_factory(body_routing_topology())
 
 
 def chat(model, **extra):
@@ -121,8 +121,8 @@ def test_a_client_sent_model_header_does_not_choose_the_pool(bed):
     assert result.status == 200 and result.headers["x-inference-pod"] in POOLS["m-a"]
 
 
-def test_fail_open_keeps_the_model_pool(testbed_factory):
-    bed = testbed_factory(body_routing_topology(failure_mode_allow=True))
+def test_fail_open_keeps_the_model_pool(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(body_routing_topology(failure_mode_allow=True))
     bed.services["callout"].process.stop()
     client = bed.client()
     results = [client.chat(chat("m-b")) for _ in range(2)]

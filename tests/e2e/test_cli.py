@@ -1,5 +1,5 @@
 """The `eppkit` command as a person uses it: doctor, run, and up until Ctrl-C with nothing left
-behind — on the runtime under test (`--runtime local` or `--runtime docker`)."""
+behind — on the runtime under test (`--eppkit-runtime local` or `docker`)."""
 
 import os
 import re
@@ -9,13 +9,15 @@ import sys
 import time
 
 import pytest
+from pathlib import Path
 import requests
 
-from testbed.paths import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
+
 
 pytestmark = pytest.mark.e2e
 
-EPPKIT = [sys.executable, "-m", "testbed.cli"]
+EPPKIT = [sys.executable, "-m", "eppkit.cli"]
 
 
 def _children(pid: int) -> set[int]:
@@ -46,7 +48,7 @@ def _kit_children(pid: int, runtime: str) -> set:
     """What `eppkit up` (process ``pid``) runs: its child processes, or its containers."""
     if runtime == "local":
         return _children(pid)
-    from testbed import containers
+    from eppkit import containers
 
     client = containers.docker_client()
     try:
@@ -55,20 +57,20 @@ def _kit_children(pid: int, runtime: str) -> set:
         client.close()
 
 
-def test_doctor_reports_every_prerequisite_found(jaeger, runtime):
+def test_doctor_reports_every_prerequisite_found(eppkit_jaeger, eppkit_runtime):
     proc = subprocess.run(EPPKIT + ["doctor"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = ["envoy", "jaeger", "ext_proc protos", "otel protos"]
-    if runtime == "docker":
+    if eppkit_runtime == "docker":
         names += ["docker", "image envoy", "image jaeger", "image services"]
     for name in names:
         assert re.search(rf"^{re.escape(name)}\s+ok\b", proc.stdout, re.M), proc.stdout
     assert "1.40.0" in proc.stdout
 
 
-def test_run_prints_answer_and_waterfall(jaeger, runtime, tmp_path):
+def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.run(EPPKIT + ["run", "--runtime", runtime, "--ttft-ms", "100", "--itl-ms", "5"],
+    proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--ttft-ms", "100", "--itl-ms", "5"],
                           capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "HTTP 200 from vllm-" in proc.stdout
@@ -88,9 +90,9 @@ UP_CASES = [
 
 
 @pytest.mark.parametrize("mode, flow", UP_CASES, ids=[f"{m}-{f}" for m, f in UP_CASES])
-def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, runtime, tmp_path, mode, flow):
+def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit_runtime, tmp_path, mode, flow):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", runtime, "--mode", mode, "--flow", flow, "--ttft-ms", "20"],
+    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", eppkit_runtime, "--mode", mode, "--flow", flow, "--ttft-ms", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
     try:
         lines, envoy_url = [], None
@@ -110,15 +112,15 @@ def test_up_serves_until_ctrl_c_and_leaves_nothing_running(jaeger, runtime, tmp_
                              json={"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
         assert resp.status_code == 200, resp.text
         assert resp.json()["choices"][0]["message"]["content"], resp.text
-        children = _kit_children(proc.pid, runtime)
-        assert len(children) >= 4, f"expected jaeger, 2 vLLMs and envoy ({runtime}), got {children}"
+        children = _kit_children(proc.pid, eppkit_runtime)
+        assert len(children) >= 4, f"expected jaeger, 2 vLLMs and envoy ({eppkit_runtime}), got {children}"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) in (0, 130)
         time.sleep(0.2)
-        if runtime == "local":
+        if eppkit_runtime == "local":
             survivors = [pid for pid in children if _alive(pid)]
         else:
-            survivors = sorted(_kit_children(proc.pid, runtime))
+            survivors = sorted(_kit_children(proc.pid, eppkit_runtime))
         assert survivors == [], f"left running after Ctrl-C: {survivors}"
     finally:
         if proc.poll() is None:

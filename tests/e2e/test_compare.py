@@ -6,10 +6,10 @@ import statistics
 
 import pytest
 
-from observability import report as rp
-from observability.jaeger_client import JaegerClient
-from testbed import compare
-from testbed.envoy_config import MODES
+from eppkit.observability import report as rp
+from eppkit.observability.jaeger_client import JaegerClient
+from eppkit import compare
+from eppkit.envoy_config import MODES
 
 pytestmark = pytest.mark.e2e
 
@@ -32,12 +32,12 @@ def _ms(spans):
     return [s.duration_us / 1000 for s in spans]
 
 
-def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, jaeger, runtime):
-    report, out = _run(tmp_path, jaeger, runtime, modes=MODES, scenarios=("chat",))
+def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_jaeger, eppkit_runtime):
+    report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=MODES, scenarios=("chat",))
     modes = report["scenarios"]["chat"]["modes"]
     failed = {m: r["error"] for m, r in modes.items() if r["status"] != "ok"}
     assert not failed, f"modes failed to run (logs under {out}/logs): {failed}"
-    api = JaegerClient(jaeger.api_url)
+    api = JaegerClient(eppkit_jaeger.api_url)
 
     for mode, result in modes.items():
         assert result["requests"] == {"planned": REQUESTS, "sent": REQUESTS, "ok": REQUESTS, "failed": 0}, mode
@@ -73,9 +73,9 @@ def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, jaeger, 
     assert (out / "latency-chat.png").is_file() and (out / "steps-chat.svg").is_file()
 
 
-def test_streamed_ttft_is_the_client_first_token_event(tmp_path, jaeger, runtime):
-    report, _ = _run(tmp_path, jaeger, runtime, modes=("direct", "ext_proc"), scenarios=("stream",))
-    api = JaegerClient(jaeger.api_url)
+def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, eppkit_runtime):
+    report, _ = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=("direct", "ext_proc"), scenarios=("stream",))
+    api = JaegerClient(eppkit_jaeger.api_url)
     for mode, result in report["scenarios"]["stream"]["modes"].items():
         assert result["status"] == "ok", result.get("error")
         assert result["completeness"]["ratio"] == 1.0

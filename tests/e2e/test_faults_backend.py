@@ -19,7 +19,7 @@ import requests
 
 from _reliability import MODES, PICKER_MODES, TRAITS, SpanSource, Stream, assert_kit_healthy, assert_openai_error, \
     chat_body, counter, kill, restart, topology, wait_until
-from observability.assertions import TraceCheck
+from eppkit.observability.assertions import TraceCheck
 
 pytestmark = pytest.mark.e2e
 
@@ -28,7 +28,7 @@ SLOW_TOKENS = {"x-mock-itl-ms": "30"}  # 200 tokens take 6 s: the fault lands mi
 
 
 @pytest.fixture
-def spans(testbed_factory):
+def spans(eppkit_testbed_factory):
     made = []
 
     def make(bed):
@@ -66,9 +66,9 @@ def _broken_stream_trace(bed, outcome, traits, *extra):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_backend_killed_mid_stream_ends_the_stream_and_the_gateway_keeps_serving(testbed_factory, spans, mode):
+def test_backend_killed_mid_stream_ends_the_stream_and_the_gateway_keeps_serving(eppkit_testbed_factory, spans, mode):
     traits = TRAITS[mode]
-    bed = testbed_factory(topology(mode))
+    bed = eppkit_testbed_factory(topology(mode))
     stream = Stream(bed, spans(bed), chat_body(**LONG_STREAM), headers=SLOW_TOKENS)
     first = stream.first_data()
     assert first.status == 200, first.body
@@ -98,9 +98,9 @@ def test_backend_killed_mid_stream_ends_the_stream_and_the_gateway_keeps_serving
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_backend_dropping_the_connection_mid_stream_ends_every_span_with_an_error(testbed_factory, spans, mode):
+def test_backend_dropping_the_connection_mid_stream_ends_every_span_with_an_error(eppkit_testbed_factory, spans, mode):
     traits = TRAITS[mode]
-    bed = testbed_factory(topology(mode))
+    bed = eppkit_testbed_factory(topology(mode))
     stream = Stream(bed, spans(bed), chat_body(**LONG_STREAM),
                     headers={**SLOW_TOKENS, "x-mock-failure": "disconnect", "x-mock-failure-after-tokens": "3"})
     assert stream.first_data().status == 200
@@ -117,8 +117,8 @@ def test_backend_dropping_the_connection_mid_stream_ends_every_span_with_an_erro
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_prefill_failure_is_a_502_naming_the_prefiller_and_nothing_is_decoded(testbed_factory, mode):
-    bed = testbed_factory(topology(mode, flow="pd", vllm=("vllm-0",)))
+def test_prefill_failure_is_a_502_naming_the_prefiller_and_nothing_is_decoded(eppkit_testbed_factory, mode):
+    bed = eppkit_testbed_factory(topology(mode, flow="pd", vllm=("vllm-0",)))
     prefiller = next(h for name, h in bed.services.items() if name.startswith("vllm-p"))
     client = bed.client()
     for stream in (False, True):  # the status line is not out yet when prefill fails: a 502 either way
@@ -137,8 +137,8 @@ def test_prefill_failure_is_a_502_naming_the_prefiller_and_nothing_is_decoded(te
 
 
 @pytest.mark.parametrize("mode", PICKER_MODES)
-def test_encoder_failure_is_a_502_naming_the_media_item(testbed_factory, mode):
-    bed = testbed_factory(topology(mode, flow="epd", vllm=("vllm-0",)))
+def test_encoder_failure_is_a_502_naming_the_media_item(eppkit_testbed_factory, mode):
+    bed = eppkit_testbed_factory(topology(mode, flow="epd", vllm=("vllm-0",)))
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "aW1n" * 40}}
     body = chat_body([{"type": "text", "text": "What is in this picture?"}, image])
     client = bed.client()
@@ -159,9 +159,9 @@ def test_encoder_failure_is_a_502_naming_the_media_item(testbed_factory, mode):
 
 
 @pytest.mark.parametrize("mode", PICKER_MODES)
-def test_no_endpoint_left_is_a_503(testbed_factory, mode):
+def test_no_endpoint_left_is_a_503(eppkit_testbed_factory, mode):
     traits = TRAITS[mode]
-    bed = testbed_factory(topology(mode))
+    bed = eppkit_testbed_factory(topology(mode))
     for name in ("vllm-0", "vllm-1"):
         kill(bed, name)
     if traits.health_aware:
@@ -185,9 +185,9 @@ def test_no_endpoint_left_is_a_503(testbed_factory, mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_saturated_backend_answers_429_through_the_gateway(testbed_factory, mode):
+def test_a_saturated_backend_answers_429_through_the_gateway(eppkit_testbed_factory, mode):
     # One backend, one running slot, one waiting place: the third request at once is refused.
-    bed = testbed_factory(topology(mode, vllm=("vllm-0",), ttft_ms=1500,
+    bed = eppkit_testbed_factory(topology(mode, vllm=("vllm-0",), ttft_ms=1500,
                                    vllm_args=("--max-num-seqs", "1", "--max-waiting-queue-length", "1")))
     backend = bed.services["vllm-0"].url
     fillers = []

@@ -10,8 +10,8 @@ import pytest
 
 from _reliability import MODES, TRAITS, HangUp, SpanSource, Stream, assert_kit_healthy, chat_body, counter, \
     topology, wait_until
-from observability import expected_spans
-from observability.assertions import TraceCheck
+from eppkit.observability import expected_spans
+from eppkit.observability.assertions import TraceCheck
 
 pytestmark = pytest.mark.e2e
 
@@ -49,8 +49,8 @@ def _check_cancelled_trace(bed, trace_id: str, mode: str, flow: str, *, decoded:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_client_gone_during_prefill_and_during_decode_cancels_upstream(testbed_factory, mode):
-    bed = testbed_factory(topology(mode))
+def test_client_gone_during_prefill_and_during_decode_cancels_upstream(eppkit_testbed_factory, mode):
+    bed = eppkit_testbed_factory(topology(mode))
     spans = SpanSource(bed.otlp_endpoint, mode)
     try:
         # 1. during prefill: nothing of the answer has been written yet
@@ -77,8 +77,8 @@ def test_client_gone_during_prefill_and_during_decode_cancels_upstream(testbed_f
     assert bed.client().chat(chat_body()).status == 200
 
 
-def test_client_gone_mid_stream_is_cancelled_through_the_pd_sidecar(testbed_factory):
-    bed = testbed_factory(topology("direct", flow="pd", vllm=("vllm-0",)))
+def test_client_gone_mid_stream_is_cancelled_through_the_pd_sidecar(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(topology("direct", flow="pd", vllm=("vllm-0",)))
     spans = SpanSource(bed.otlp_endpoint, "direct", "pd")
     try:
         before = _cancellations(bed)

@@ -12,7 +12,7 @@ import pytest
 
 from _reliability import TRAITS, assert_kit_healthy, assert_openai_error, chat_body, kill, restart, topology, \
     wait_for_cluster_health
-from observability.assertions import TraceCheck
+from eppkit.observability.assertions import TraceCheck
 
 pytestmark = pytest.mark.e2e
 
@@ -51,9 +51,9 @@ def _crash(bed, case: Case) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_restart(testbed_factory, case):
+def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_restart(eppkit_testbed_factory, case):
     traits = TRAITS[case.mode]
-    bed = testbed_factory(topology(case.mode))
+    bed = eppkit_testbed_factory(topology(case.mode))
     _crash(bed, case)
     client = bed.client()
     result = client.chat(chat_body())
@@ -83,9 +83,9 @@ def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_re
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_picker_crash_with_failure_mode_allow_routes_to_the_default_pool(testbed_factory, case):
+def test_picker_crash_with_failure_mode_allow_routes_to_the_default_pool(eppkit_testbed_factory, case):
     traits = TRAITS[case.mode]
-    bed = testbed_factory(topology(case.mode, failure_mode_allow=True))
+    bed = eppkit_testbed_factory(topology(case.mode, failure_mode_allow=True))
     _crash(bed, case)
     client = bed.client()
     results = [client.chat(chat_body(stream=stream)) for stream in (False, True)]

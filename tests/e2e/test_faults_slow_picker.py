@@ -19,7 +19,7 @@ import pytest
 
 from _reliability import TRAITS, assert_kit_healthy, assert_openai_error, chat_body, envoy_stat, freeze_for, \
     frozen, topology
-from observability.assertions import TraceCheck
+from eppkit.observability.assertions import TraceCheck
 
 pytestmark = pytest.mark.e2e
 
@@ -29,9 +29,9 @@ KEEPALIVE_MS = 500  # a hung EPP is found after interval + timeout = 1 s
 
 
 @pytest.mark.parametrize("mode", ["ext_proc", "sidecar"])
-def test_an_epp_slower_than_the_message_timeout_is_waited_for(testbed_factory, mode):
+def test_an_epp_slower_than_the_message_timeout_is_waited_for(eppkit_testbed_factory, mode):
     traits = TRAITS[mode]
-    bed = testbed_factory(topology(mode, epp_message_timeout_ms=MESSAGE_TIMEOUT_MS))
+    bed = eppkit_testbed_factory(topology(mode, epp_message_timeout_ms=MESSAGE_TIMEOUT_MS))
     client = bed.client()
     assert client.chat(chat_body()).status == 200  # the gRPC connection to the EPP is open
     pause = freeze_for(bed.services["epp"].process, PAUSE_S)
@@ -53,9 +53,9 @@ def test_an_epp_slower_than_the_message_timeout_is_waited_for(testbed_factory, m
 
 @pytest.mark.parametrize("failure_mode_allow", [False, True], ids=["closed", "open"])
 @pytest.mark.parametrize("mode", ["ext_proc", "sidecar"])
-def test_a_hung_epp_fails_closed_once_keepalive_finds_it(testbed_factory, mode, failure_mode_allow):
+def test_a_hung_epp_fails_closed_once_keepalive_finds_it(eppkit_testbed_factory, mode, failure_mode_allow):
     traits = TRAITS[mode]
-    bed = testbed_factory(topology(mode, epp_message_timeout_ms=MESSAGE_TIMEOUT_MS, epp_keepalive_ms=KEEPALIVE_MS,
+    bed = eppkit_testbed_factory(topology(mode, epp_message_timeout_ms=MESSAGE_TIMEOUT_MS, epp_keepalive_ms=KEEPALIVE_MS,
                                    failure_mode_allow=failure_mode_allow))
     client = bed.client()
     assert client.chat(chat_body()).status == 200
@@ -77,8 +77,8 @@ def test_a_hung_epp_fails_closed_once_keepalive_finds_it(testbed_factory, mode, 
     assert again.status == 200, again.body
 
 
-def test_a_hung_frontend_is_a_503_after_the_epps_frontend_timeout(testbed_factory):
-    bed = testbed_factory(topology("sidecar", epp_args=["--frontend-timeout", "1"]))
+def test_a_hung_frontend_is_a_503_after_the_epps_frontend_timeout(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(topology("sidecar", epp_args=["--frontend-timeout", "1"]))
     client = bed.client()
     assert client.chat(chat_body()).status == 200
     with frozen(bed.services["frontend"].process):
@@ -108,9 +108,9 @@ CALLOUT_CASES = [
 
 @pytest.mark.parametrize("mode, failure_mode_allow, status", CALLOUT_CASES,
                          ids=[f"{m}-{'open' if f else 'closed'}" for m, f, _ in CALLOUT_CASES])
-def test_a_callout_slower_than_its_timeout_fails_closed_or_open(testbed_factory, mode, failure_mode_allow, status):
+def test_a_callout_slower_than_its_timeout_fails_closed_or_open(eppkit_testbed_factory, mode, failure_mode_allow, status):
     traits = TRAITS[mode]
-    bed = testbed_factory(topology(mode, callout_timeout_ms=100, pick_latency_ms=400,
+    bed = eppkit_testbed_factory(topology(mode, callout_timeout_ms=100, pick_latency_ms=400,
                                    failure_mode_allow=failure_mode_allow))
     client = bed.client()
     t0 = time.monotonic()

@@ -32,8 +32,8 @@ import json
 
 import pytest
 
-from observability.assertions import TraceCheck
-from testbed.topology import Topology, VllmSpec
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -155,22 +155,22 @@ def run_one(bed, body, prefill_ms: float, *, headers=None):
     return result, check
 
 
-def test_multipart_twelve_steps_in_order_with_100_and_300_ms_prefill(testbed_factory):
+def test_multipart_twelve_steps_in_order_with_100_and_300_ms_prefill(eppkit_testbed_factory):
     """100 ms from the mock's flag, 300 ms from the per-request x-mock-ttft-ms header; streamed."""
-    bed = testbed_factory(multipart_topology(100.0))
+    bed = eppkit_testbed_factory(multipart_topology(100.0))
     run_one(bed, chat("two phases, short prefill"), 100.0)
     run_one(bed, chat("two phases, longer prefill"), 300.0, headers={"x-mock-ttft-ms": "300"})
 
 
-def test_multipart_not_streamed_injects_on_the_response_headers(testbed_factory):
-    bed = testbed_factory(multipart_topology(100.0))
+def test_multipart_not_streamed_injects_on_the_response_headers(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(multipart_topology(100.0))
     result, check = run_one(bed, chat("not streamed", stream=False), 100.0)
     assert result.body["choices"][0]["message"]["content"]
     assert check.one("epp.inject").attributes["epp.multipart.trigger"] == "first-token"  # falls back to headers
 
 
-def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_epp(testbed_factory):
-    bed = testbed_factory(multipart_topology(100.0, multipart_trigger="headers"))
+def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_epp(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(multipart_topology(100.0, multipart_trigger="headers"))
     client = bed.client()
     result = client.chat(chat("headers trigger"))
     client.flush()
@@ -183,7 +183,7 @@ def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_ep
 
 
 @pytest.mark.slow
-def test_multipart_thirty_second_prefill_keeps_the_request_open(testbed_factory):
+def test_multipart_thirty_second_prefill_keeps_the_request_open(eppkit_testbed_factory):
     """Part 1 held open for 30 s: longer than the ext_proc message timeout (10 s), which does not apply to it."""
-    bed = testbed_factory(multipart_topology(30_000.0))
+    bed = eppkit_testbed_factory(multipart_topology(30_000.0))
     run_one(bed, chat("a very long prefill"), 30_000.0)

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from observability.assertions import TraceCheck
-from testbed.topology import Topology
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology
 
 pytestmark = pytest.mark.e2e
 
@@ -48,8 +48,8 @@ def _instance_span(check, name, instance):
     return steps[0]
 
 
-def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(testbed_factory):
-    bed = testbed_factory(Topology(flow="pd", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
+def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(Topology(flow="pd", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
                                    kv_transfer_ms=KV_MS))
     client = bed.client()
     result = client.chat(_chat("Tell me about KV transfer."))
@@ -76,8 +76,8 @@ def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(test
     assert p_llm.attributes.get("gen_ai.usage.completion_tokens") == 1
 
 
-def test_epd_encoders_run_first_in_parallel_round_robin_and_prefill_hits_their_cache(testbed_factory):
-    bed = testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS,
+def test_epd_encoders_run_first_in_parallel_round_robin_and_prefill_hits_their_cache(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS,
                                    inter_token_latency_ms=ITL_MS, encode_ms=ENCODE_MS))
     client = bed.client()
     result = client.chat(_chat(_with_images(3)))
@@ -103,8 +103,8 @@ def test_epd_encoders_run_first_in_parallel_round_robin_and_prefill_hits_their_c
     assert p_prefill.attributes.get("vllm.ec_cache_misses") == 0
 
 
-def test_epd_text_only_request_skips_encoders(testbed_factory):
-    bed = testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+def test_epd_text_only_request_skips_encoders(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
     client = bed.client()
     result = client.chat(_chat("No pictures here."))
     client.flush()
@@ -114,8 +114,8 @@ def test_epd_text_only_request_skips_encoders(testbed_factory):
     check.absent("pd.encode")
 
 
-def test_e_plus_pd_when_prefill_is_disabled(testbed_factory):
-    bed = testbed_factory(Topology(flow="epd", prefill=0, encoders=1, time_to_first_token_ms=TTFT_MS,
+def test_e_plus_pd_when_prefill_is_disabled(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(Topology(flow="epd", prefill=0, encoders=1, time_to_first_token_ms=TTFT_MS,
                                    inter_token_latency_ms=ITL_MS, encode_ms=ENCODE_MS))
     client = bed.client()
     result = client.chat(_chat(_with_images(2), stream=False))
@@ -130,8 +130,8 @@ def test_e_plus_pd_when_prefill_is_disabled(testbed_factory):
     assert pd_prefill.attributes.get("vllm.ec_cache_hits") == 2
 
 
-def test_epd_encoder_failure_is_a_502_naming_the_item(testbed_factory):
-    bed = testbed_factory(Topology(flow="epd", encoders=1, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=1, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
     client = bed.client()
     result = client.chat(_chat(_with_images(1), stream=False), headers={"x-mock-encoder-failure": "500"})
     assert result.status == 502, result.body
@@ -139,8 +139,8 @@ def test_epd_encoder_failure_is_a_502_naming_the_item(testbed_factory):
     assert "media item 0" in message and "image_url" in message, message
 
 
-def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstreamed_text(testbed_factory):
-    bed = testbed_factory(Topology(flow="ttft", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
+def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstreamed_text(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(Topology(flow="ttft", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
                                    kv_transfer_ms=KV_MS))
     client = bed.client()
     streamed = client.chat(_chat("Stream me the first token early.", seed=42, max_tokens=10))
@@ -159,11 +159,11 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
     assert "pd.true_ttft_ms" in check.one("pd.request").attributes
 
 
-def test_ttft_gain_against_the_same_flow_without_first_token_streaming(testbed_factory, record_property):
+def test_ttft_gain_against_the_same_flow_without_first_token_streaming(eppkit_testbed_factory, record_property):
     common = dict(time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS, kv_transfer_ms=KV_MS)
     ttft = {}
     for flow in ("pd", "ttft"):
-        bed = testbed_factory(Topology(flow=flow, **common))
+        bed = eppkit_testbed_factory(Topology(flow=flow, **common))
         client = bed.client()
         samples = []
         for i in range(3):

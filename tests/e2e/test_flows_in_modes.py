@@ -16,9 +16,9 @@ arriving the same way.
 
 import pytest
 
-from observability import expected_spans
-from observability.assertions import TraceCheck
-from testbed.topology import Topology
+from eppkit.observability import expected_spans
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology
 
 pytestmark = pytest.mark.e2e
 
@@ -88,8 +88,8 @@ def assert_prefill_follows_the_decision(check: TraceCheck, mode: str, expected: 
 
 
 @pytest.mark.parametrize("mode", PICKER_MODES)
-def test_pd_prefill_runs_on_the_prefiller_the_picker_named(testbed_factory, mode):
-    bed = testbed_factory(topology(mode, "pd"))
+def test_pd_prefill_runs_on_the_prefiller_the_picker_named(eppkit_testbed_factory, mode):
+    bed = eppkit_testbed_factory(topology(mode, "pd"))
     # 1. Forced to the second prefiller: the sidecar's fallback would take vllm-p0 here.
     check = send(bed, chat("Which prefiller?"), headers={"x-eppkit-force-prefiller": "vllm-p1"})
     assert_prefill_follows_the_decision(check, mode, expected="vllm-p1")
@@ -99,8 +99,8 @@ def test_pd_prefill_runs_on_the_prefiller_the_picker_named(testbed_factory, mode
 
 
 @pytest.mark.parametrize("mode", PICKER_MODES)
-def test_epd_encoders_and_prefiller_are_the_ones_the_picker_named(testbed_factory, mode):
-    bed = testbed_factory(topology(mode, "epd"))
+def test_epd_encoders_and_prefiller_are_the_ones_the_picker_named(eppkit_testbed_factory, mode):
+    bed = eppkit_testbed_factory(topology(mode, "epd"))
     # One image, forced to the second encoder and prefiller (the sidecar's fallbacks start at the first).
     check = send(bed, chat(with_images(1)), media_items=1,
                  headers={"x-eppkit-force-prefiller": "vllm-p1", "x-eppkit-force-encoders": "encoder-1"})

@@ -2,8 +2,8 @@
 
 import pytest
 
-from observability.assertions import TraceCheck
-from testbed.topology import Topology, VllmSpec
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -15,8 +15,8 @@ PREFILL_TOLERANCE_MS = 25.0
 
 
 @pytest.fixture
-def direct_bed(testbed_factory):
-    return testbed_factory(Topology(mode="direct", vllm=[VllmSpec("vllm-0")],
+def direct_bed(eppkit_testbed_factory):
+    return eppkit_testbed_factory(Topology(mode="direct", vllm=[VllmSpec("vllm-0")],
                                     time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
 
 

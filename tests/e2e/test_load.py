@@ -47,19 +47,19 @@ def sizes(runtime: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_bounded_load_loses_no_request_no_trace_and_no_memory(testbed_factory, runtime, mode, record_property, capsys):
-    n, concurrency = sizes(runtime)
+def test_bounded_load_loses_no_request_no_trace_and_no_memory(eppkit_testbed_factory, eppkit_runtime, mode, record_property, capsys):
+    n, concurrency = sizes(eppkit_runtime)
     # The pickers' own deadlines as long as Envoy's default wait for the EPP (10 s): on a saturated
     # 2-core machine the 1 s callout default made 0.3-5 % of callout requests fail closed (502),
     # which is a timeout setting, not a lost request (docs/reliability.md).
-    bed = testbed_factory(topology(mode, ttft_ms=20, itl_ms=2, callout_timeout_ms=10000,
+    bed = eppkit_testbed_factory(topology(mode, ttft_ms=20, itl_ms=2, callout_timeout_ms=10000,
                                    epp_args=["--frontend-timeout", "10"] if mode == "sidecar" else []))
     result = run_load(bed, requests=n, concurrency=concurrency, max_duration_s=MAX_DISPATCH_S,
                       inject_every=INJECT_EVERY, warmup=2 * concurrency)
     summary = result.summary()
     with capsys.disabled():  # the figures belong in the CI log, pass or fail
         print("\n" + summary)
-    figures = {"mode": mode, "runtime": runtime, "requests": n, "concurrency": concurrency,
+    figures = {"mode": mode, "runtime": eppkit_runtime, "requests": n, "concurrency": concurrency,
                "wall_s": round(result.wall_s, 2), "lost": result.lost, "ok": result.ok,
                "injected": len(result.injected), "errors": len(result.errors), "unexpected": len(result.unexpected),
                "incomplete_traces": len(result.incomplete), "p50_ms": round(result.pct(50), 1),

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import pytest
 import requests
 
-from observability.assertions import TraceCheck
-from testbed.topology import Topology, VllmSpec
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -61,8 +61,8 @@ def callout_topology(callout: Callout, **options) -> Topology:
 
 
 @pytest.fixture
-def bed(testbed_factory, callout):
-    return testbed_factory(callout_topology(callout))
+def bed(eppkit_testbed_factory, callout):
+    return eppkit_testbed_factory(callout_topology(callout))
 
 
 def served_trace(bed, callout: Callout, result, *extra):
@@ -178,8 +178,8 @@ def test_callout_down_fails_closed_with_a_502_by_default(bed, callout):
     check_outcome(check, callout, "failure")
 
 
-def test_a_callout_slower_than_its_timeout_counts_as_down(testbed_factory, callout):
-    bed = testbed_factory(callout_topology(callout, callout_timeout_ms=100, pick_latency_ms=400))
+def test_a_callout_slower_than_its_timeout_counts_as_down(eppkit_testbed_factory, callout):
+    bed = eppkit_testbed_factory(callout_topology(callout, callout_timeout_ms=100, pick_latency_ms=400))
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()
@@ -193,8 +193,8 @@ def test_a_callout_slower_than_its_timeout_counts_as_down(testbed_factory, callo
     check_outcome(check, callout, "failure")
 
 
-def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory, callout):
-    bed = testbed_factory(callout_topology(callout, failure_mode_allow=True))
+def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_testbed_factory, callout):
+    bed = eppkit_testbed_factory(callout_topology(callout, failure_mode_allow=True))
     bed.services["callout"].process.stop()
     client = bed.client()
     results = [client.chat(chat_body()) for _ in range(2)]

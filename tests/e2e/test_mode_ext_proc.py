@@ -27,8 +27,8 @@ import time
 import pytest
 import requests
 
-from observability.assertions import TraceCheck
-from testbed.topology import Topology, VllmSpec
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -51,8 +51,8 @@ def ext_proc_topology(vllm=None, **options) -> Topology:
 
 
 @pytest.fixture
-def bed(testbed_factory):
-    return testbed_factory(ext_proc_topology())
+def bed(eppkit_testbed_factory):
+    return eppkit_testbed_factory(ext_proc_topology())
 
 
 def served_trace(bed, result, *extra, upstream=PICKED_UPSTREAM):
@@ -157,9 +157,9 @@ def test_epp_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstrea
     check.attribute(check.one("epp.process"), "http.response.status_code", status)
 
 
-def test_every_endpoint_over_the_queue_threshold_sheds_with_429(testbed_factory):
+def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_factory):
     # One backend that runs one request at a time; the second waits; the EPP sees waiting=1.
-    bed = testbed_factory(ext_proc_topology(
+    bed = eppkit_testbed_factory(ext_proc_topology(
         vllm=[VllmSpec("vllm-0", extra_args=["--max-num-seqs", "1", "--time-to-first-token", "2500"])],
         shed_queue_threshold=1, metrics_interval=0.1))
     slow = []
@@ -197,8 +197,8 @@ def test_requests_without_a_body_are_picked_on_headers(bed):
     assert "cluster.picked.upstream_rq_total: 1" in stats
 
 
-def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(testbed_factory):
-    bed = testbed_factory(ext_proc_topology(scorer="prefix-cache"))
+def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(ext_proc_topology(scorer="prefix-cache"))
     client = bed.client()
     results = []
     for i in range(4):
@@ -214,8 +214,8 @@ def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(testbed_facto
     assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
-def test_body_routing_in_front_picks_within_the_requested_model(testbed_factory):
-    bed = testbed_factory(ext_proc_topology(
+def test_body_routing_in_front_picks_within_the_requested_model(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(ext_proc_topology(
         vllm=[VllmSpec("vllm-0", model="model-a"), VllmSpec("vllm-1", model="model-b")], body_routing=True))
     client = bed.client()
     pods = {m: {client.chat(dict(chat_body(), model=m)).headers.get("x-inference-pod") for _ in range(3)}
@@ -239,14 +239,14 @@ def test_epp_down_fails_closed_by_default(bed):
     check.absent("epp.process", "epp")
 
 
-def test_epp_down_fails_closed_with_the_configured_status(testbed_factory):
-    bed = testbed_factory(ext_proc_topology(epp_disabled=True, epp_status_on_error=503))
+def test_epp_down_fails_closed_with_the_configured_status(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(ext_proc_topology(epp_disabled=True, epp_status_on_error=503))
     result = bed.client().chat(chat_body())
     assert result.status == 503
 
 
-def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(testbed_factory):
-    bed = testbed_factory(ext_proc_topology(failure_mode_allow=True))
+def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True))
     bed.services["epp"].process.stop()
     wait_for_epp_health(bed, healthy=False)
     client = bed.client()
@@ -274,12 +274,12 @@ def post_in_one_write(url: str, body: dict) -> int:
     return int(status_line.split()[1])
 
 
-def test_without_health_checks_envoy_fails_closed_on_bodies_even_with_failure_mode_allow(testbed_factory):
+def test_without_health_checks_envoy_fails_closed_on_bodies_even_with_failure_mode_allow(eppkit_testbed_factory):
     """Envoy 1.40 behaviour, kept visible: in FULL_DUPLEX_STREAMED the ext_proc filter stops honouring
     failure_mode_allow once it has taken request body. A refused connection to the EPP is only
     learned after that, so a POST whose body came with its headers fails closed; a GET (no body)
     still fails open. (A client that sends the body later can win the race and fail open.)"""
-    bed = testbed_factory(ext_proc_topology(failure_mode_allow=True, epp_disabled=True,
+    bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True, epp_disabled=True,
                                             epp_health_check_interval_ms=0))
     post_status = post_in_one_write(bed.envoy_url, chat_body())
     get = requests.get(bed.envoy_url + "/v1/models", timeout=10)
@@ -289,8 +289,8 @@ def test_without_health_checks_envoy_fails_closed_on_bodies_even_with_failure_mo
     assert "ext_proc.failure_mode_allowed: 1" in stats
 
 
-def test_epp_coming_back_is_used_again(testbed_factory):
-    bed = testbed_factory(ext_proc_topology(failure_mode_allow=True))
+def test_epp_coming_back_is_used_again(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True))
     epp = bed.services["epp"].process
     epp.stop()
     wait_for_epp_health(bed, healthy=False)
@@ -324,9 +324,9 @@ def test_large_bodies_are_buffered_and_passed_through_unchanged(bed):
     assert result.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}
 
 
-def test_response_path_through_the_epp_is_passed_through_unchanged(testbed_factory):
+def test_response_path_through_the_epp_is_passed_through_unchanged(eppkit_testbed_factory):
     # epp_process_response keeps the gRPC stream open for the response (the multipart flow needs it).
-    bed = testbed_factory(ext_proc_topology(epp_process_response=True))
+    bed = eppkit_testbed_factory(ext_proc_topology(epp_process_response=True))
     client = bed.client()
     result = client.chat(chat_body(max_tokens=6))
     client.flush()

@@ -18,8 +18,8 @@ Trace of one request:
 
 import pytest
 
-from observability.assertions import TraceCheck
-from testbed.topology import Topology, VllmSpec
+from eppkit.observability.assertions import TraceCheck
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 
@@ -41,8 +41,8 @@ def sidecar_topology(**options) -> Topology:
 
 
 @pytest.fixture
-def bed(testbed_factory):
-    return testbed_factory(sidecar_topology())
+def bed(eppkit_testbed_factory):
+    return eppkit_testbed_factory(sidecar_topology())
 
 
 def served_trace(bed, result, *extra):

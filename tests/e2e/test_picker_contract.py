@@ -7,7 +7,7 @@ the picker sets.
 
 import pytest
 
-from observability.assertions import TraceCheck
+from eppkit.observability.assertions import TraceCheck
 
 from _reliability import PICKER_MODES, TRAITS, chat_body, topology
 
@@ -27,8 +27,8 @@ def mode(request) -> str:
 
 
 @pytest.fixture
-def bed(testbed_factory, mode):
-    return testbed_factory(topology(mode))
+def bed(eppkit_testbed_factory, mode):
+    return eppkit_testbed_factory(topology(mode))
 
 
 def test_force_header_sends_the_request_to_the_named_endpoint(bed, mode):

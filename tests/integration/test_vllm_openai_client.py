@@ -7,14 +7,14 @@ import urllib.request
 import openai
 import pytest
 
-from services.vllm.testing import REPO_ROOT, MockProcess
+from eppkit.services.vllm.testing import MockProcess
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def vllm():
-    with MockProcess("services.vllm", ["--instance", "it-0", "--time-to-first-token", "50", "--inter-token-latency", "5",
+    with MockProcess("eppkit.services.vllm", ["--instance", "it-0", "--time-to-first-token", "50", "--inter-token-latency", "5",
                                        "--served-model-name", "mock-llm", "--served-model-name", "alt"]) as proc:
         yield proc
 
@@ -70,8 +70,8 @@ def test_metrics_endpoint(vllm):
 
 
 def test_pd_handshake_across_two_processes():
-    with MockProcess("services.vllm", ["--role", "prefill", "--instance", "p", "--time-to-first-token", "30"]) as p, \
-         MockProcess("services.vllm", ["--role", "decode", "--instance", "d", "--kv-cache-transfer-latency", "10", "--inter-token-latency", "2"]) as d:
+    with MockProcess("eppkit.services.vllm", ["--role", "prefill", "--instance", "p", "--time-to-first-token", "30"]) as p, \
+         MockProcess("eppkit.services.vllm", ["--role", "decode", "--instance", "d", "--kv-cache-transfer-latency", "10", "--inter-token-latency", "2"]) as d:
         pc = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
         dc = openai.OpenAI(base_url=f"{d.url}/v1", api_key="x", max_retries=0)
         msgs = [{"role": "user", "content": "tell me"}]
@@ -88,7 +88,7 @@ def test_pd_handshake_across_two_processes():
     (["--inter-token-latency", "10", "--inter-token-latency-std-dev", "5"], "30%"),
 ])
 def test_bad_flags_exit_with_a_message(args, message):
-    out = subprocess.run([sys.executable, "-m", "services.vllm", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=30)
+    out = subprocess.run([sys.executable, "-m", "eppkit.services.vllm", *args], capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and message in out.stderr
 
 
@@ -96,7 +96,7 @@ def test_sigint_ends_open_streams_promptly():
     """A testbed's SIGINT must not wait for open (or stalled) streams: exit 0 at once."""
     import time
 
-    proc = MockProcess("services.vllm", ["--time-to-first-token", "10", "--inter-token-latency", "100"]).start()
+    proc = MockProcess("eppkit.services.vllm", ["--time-to-first-token", "10", "--inter-token-latency", "100"]).start()
     try:
         client = openai.OpenAI(base_url=f"{proc.url}/v1", api_key="x", max_retries=0, timeout=10)
         stream = client.chat.completions.create(model="mock-llm", messages=[{"role": "user", "content": "x"}], max_tokens=1000, stream=True)

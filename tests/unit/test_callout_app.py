@@ -5,9 +5,9 @@ import asyncio
 import pytest
 from opentelemetry.trace import SpanKind
 
-from services.callout.app import Picker, PickLatency, make_app
-from services.callout.scorers import make_scorer, parse_endpoints
-from services.vllm.testing import SpanRecorder, in_process
+from eppkit.services.callout.app import Picker, PickLatency, make_app
+from eppkit.services.callout.scorers import make_scorer, parse_endpoints
+from eppkit.services.vllm.testing import SpanRecorder, in_process
 
 pytestmark = pytest.mark.unit
 

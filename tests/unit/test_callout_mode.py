@@ -2,10 +2,10 @@
 
 import pytest
 
-from testbed import envoy_config
-from testbed.body_routing import lua_literal
-from testbed.modes import lua_callout
-from testbed.topology import Endpoint, PortAllocator, Topology
+from eppkit import envoy_config
+from eppkit.body_routing import lua_literal
+from eppkit.modes import lua_callout
+from eppkit.topology import Endpoint, PortAllocator, Topology
 
 pytestmark = pytest.mark.unit
 
@@ -42,7 +42,7 @@ def test_plan_starts_the_callout_with_the_pool_and_scorer():
     plan = lua_callout.plan(Topology(mode="lua-callout", options={"scorer": "prefix-cache", "pick_latency_ms": 5}),
                             PortAllocator(), BACKENDS)
     [spec] = plan.services
-    assert (spec.name, spec.module, spec.health_path) == ("callout", "services.callout", "/health")
+    assert (spec.name, spec.module, spec.health_path) == ("callout", "eppkit.services.callout", "/health")
     assert spec.args == ["--endpoints", "127.0.0.1:8001=vllm-0,127.0.0.1:8002=vllm-1,127.0.0.1:8003=vllm-2",
                          "--scorer", "prefix-cache", "--pick-latency", "5"]
     assert plan.envoy_vars["callout_port"] == spec.port

@@ -2,7 +2,7 @@
 
 import pytest
 
-from services.callout.scorers import PoolEndpoint, PrefixCache, RoundRobin, make_scorer, parse_endpoints, prompt_text
+from eppkit.services.callout.scorers import PoolEndpoint, PrefixCache, RoundRobin, make_scorer, parse_endpoints, prompt_text
 
 pytestmark = pytest.mark.unit
 

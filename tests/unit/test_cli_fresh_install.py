@@ -19,7 +19,7 @@ pytestmark = pytest.mark.unit
 _BROKEN_OTLP = """
 import sys
 sys.modules["opentelemetry.exporter.otlp.proto.grpc.trace_exporter"] = None  # import raises ImportError
-from testbed import cli
+from eppkit import cli
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from observability import report as rp
-from observability.client import ClientResult
-from testbed import compare
+from eppkit.observability import report as rp
+from eppkit.observability.client import ClientResult
+from eppkit import compare
 
 pytestmark = pytest.mark.unit
 

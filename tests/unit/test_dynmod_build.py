@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import dynmod_build, envoy_config
-from testbed.modes import dynmod_callout
-from testbed.topology import Endpoint, PortAllocator, Topology
+from eppkit import dynmod_build, envoy_config
+from eppkit.modes import dynmod_callout
+from eppkit.topology import Endpoint, PortAllocator, Topology
 
 pytestmark = pytest.mark.unit
 
@@ -151,7 +151,7 @@ def module_filter(config: dict) -> dict:
 def test_plan_starts_the_callout_and_hands_envoy_the_module_by_absolute_path(no_build):
     config, plan = render({"scorer": "prefix-cache", "pick_latency_ms": 5})
     [spec] = plan.services
-    assert (spec.name, spec.module) == ("callout", "services.callout")
+    assert (spec.name, spec.module) == ("callout", "eppkit.services.callout")
     assert spec.args == ["--endpoints", "127.0.0.1:8001=vllm-0,127.0.0.1:8002=vllm-1",
                          "--scorer", "prefix-cache", "--pick-latency", "5"]
     typed = module_filter(config)

@@ -4,11 +4,11 @@ import asyncio
 
 import pytest
 
-from services.encoder.config import ConfigError, EncoderConfig
-from services.encoder.ec_cache import EncoderCache
-from services.encoder.media import item_hash, media_items
-from services.encoder.server import MockEncoder
-from services.vllm.testing import SpanRecorder, in_process, make_mock
+from eppkit.services.encoder.config import ConfigError, EncoderConfig
+from eppkit.services.encoder.ec_cache import EncoderCache
+from eppkit.services.encoder.media import item_hash, media_items
+from eppkit.services.encoder.server import MockEncoder
+from eppkit.services.vllm.testing import SpanRecorder, in_process, make_mock
 
 pytestmark = pytest.mark.unit
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-from testbed import envoy_config
-from testbed.modes import plan
-from testbed.topology import Endpoint, PortAllocator, Topology
+from eppkit import envoy_config
+from eppkit.modes import plan
+from eppkit.topology import Endpoint, PortAllocator, Topology
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +26,7 @@ def arg(args, flag):
 def test_ext_proc_plan_starts_the_epp_on_grpc_with_the_named_pool():
     p, _ = render("ext_proc", scorer="prefix-cache", shed_queue_threshold=3)
     (epp,) = p.services
-    assert (epp.name, epp.module, epp.health_path) == ("epp", "services.epp", None)
+    assert (epp.name, epp.module, epp.health_path) == ("epp", "eppkit.services.epp", None)
     assert arg(epp.args, "--endpoints") == "vllm-0=127.0.0.1:18001,vllm-1=127.0.0.1:18002"
     assert arg(epp.args, "--scorer") == "prefix-cache"
     assert arg(epp.args, "--shed-queue-threshold") == "3"
@@ -36,7 +36,7 @@ def test_ext_proc_plan_starts_the_epp_on_grpc_with_the_named_pool():
 def test_sidecar_plan_starts_the_frontend_first_and_points_the_epp_at_it():
     p, _ = render("sidecar")
     frontend, epp = p.services
-    assert (frontend.module, frontend.health_path) == ("services.frontend", "/health")
+    assert (frontend.module, frontend.health_path) == ("eppkit.services.frontend", "/health")
     assert arg(epp.args, "--frontend-url") == f"http://127.0.0.1:{frontend.port}"
     assert epp.health_path is None
     assert p.envoy_vars["epp_port"] == epp.port != frontend.port

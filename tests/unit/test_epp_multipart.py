@@ -7,13 +7,13 @@ import pytest
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from observability import otel
-from services.epp.picker import LocalPicker
-from services.epp.pool import Pool, parse_endpoints
-from services.epp.scorers import RoundRobin
-from services.epp.stream import Phase, StreamProcessor
-from services.vllm.multipart import MultipartReader, boundary_of
-from tests.unit.test_epp_stream import TRACEPARENT, Spans, body_msg, feed, headers_msg
+from eppkit.observability import otel
+from eppkit.services.epp.picker import LocalPicker
+from eppkit.services.epp.pool import Pool, parse_endpoints
+from eppkit.services.epp.scorers import RoundRobin
+from eppkit.services.epp.stream import Phase, StreamProcessor
+from eppkit.services.vllm.multipart import MultipartReader, boundary_of
+from test_epp_stream import TRACEPARENT, Spans, body_msg, feed, headers_msg
 
 pytestmark = pytest.mark.unit
 

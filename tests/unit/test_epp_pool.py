@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from services.epp.pool import Pool, parse_endpoints, parse_metrics
+from eppkit.services.epp.pool import Pool, parse_endpoints, parse_metrics
 
 pytestmark = pytest.mark.unit
 
@@ -51,7 +51,7 @@ def test_parse_metrics_sums_label_sets_and_skips_comments():
 
 
 def test_parse_metrics_reads_the_mock_vllms_own_exposition():
-    from services.vllm.metrics import VllmMetrics
+    from eppkit.services.vllm.metrics import VllmMetrics
 
     metrics = VllmMetrics("mock-llm", running=lambda: 2, waiting=lambda: 5, kv_usage=lambda: 0.25)
     metrics.request_success(finished_reason="length").inc()
@@ -98,7 +98,7 @@ def test_endpoint_without_models_serves_every_model():
 
 async def _scrape_once(pool: Pool, timeout_s: float) -> None:
     """One scrape of every endpoint, as the EPP's loop does it, without the loop."""
-    from services.epp.pool import MetricsScraper
+    from eppkit.services.epp.pool import MetricsScraper
 
     scraper = MetricsScraper(pool, interval_s=0, timeout_s=timeout_s)
     scraper._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))

@@ -2,9 +2,9 @@
 
 import pytest
 
-from services.epp.pool import Pool, parse_endpoints
-from services.epp.request import LlmRequest, parse_request
-from services.epp.scorers import LeastQueue, PrefixCache, PrefixIndex, RoundRobin, make_scorer
+from eppkit.services.epp.pool import Pool, parse_endpoints
+from eppkit.services.epp.request import LlmRequest, parse_request
+from eppkit.services.epp.scorers import LeastQueue, PrefixCache, PrefixIndex, RoundRobin, make_scorer
 
 pytestmark = pytest.mark.unit
 

@@ -12,10 +12,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from services.epp import server
-from services.epp.picker import LocalPicker
-from services.epp.pool import MetricsScraper, Pool, parse_endpoints
-from services.epp.scorers import RoundRobin
+from eppkit.services.epp import server
+from eppkit.services.epp.picker import LocalPicker
+from eppkit.services.epp.pool import MetricsScraper, Pool, parse_endpoints
+from eppkit.services.epp.scorers import RoundRobin
 
 pytestmark = pytest.mark.unit
 

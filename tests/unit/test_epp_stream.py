@@ -10,11 +10,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from observability import otel
-from services.epp.picker import LocalPicker, PickError
-from services.epp.pool import Pool, parse_endpoints
-from services.epp.scorers import RoundRobin
-from services.epp.stream import Phase, StreamProcessor
+from eppkit.observability import otel
+from eppkit.services.epp.picker import LocalPicker, PickError
+from eppkit.services.epp.pool import Pool, parse_endpoints
+from eppkit.services.epp.scorers import RoundRobin
+from eppkit.services.epp.stream import Phase, StreamProcessor
 
 pytestmark = pytest.mark.unit
 

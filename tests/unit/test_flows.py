@@ -4,8 +4,8 @@ import pytest
 
 from pathlib import Path
 
-from testbed import cli, dynmod_build, envoy_config, flows, modes
-from testbed.topology import Endpoint, PortAllocator, Topology, VllmSpec
+from eppkit import cli, dynmod_build, envoy_config, flows, modes
+from eppkit.topology import Endpoint, PortAllocator, Topology, VllmSpec
 
 pytestmark = pytest.mark.unit
 

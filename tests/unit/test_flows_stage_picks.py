@@ -5,18 +5,18 @@ import json
 
 import pytest
 
-from services.callout.app import Picker as CalloutPicker
-from services.callout.app import make_app
-from services.callout.scorers import make_scorer as callout_scorer
-from services.callout.scorers import parse_endpoints as callout_endpoints
-from services.epp.picker import LocalPicker
-from services.epp.pool import Pool, parse_endpoints
-from services.epp.request import parse_request
-from services.epp.scorers import RoundRobin
-from services.epp.stages import StagePicker
-from services.epp.stream import StreamProcessor
-from services.vllm.testing import SpanRecorder, in_process
-from tests.unit.test_epp_stream import Spans, body_msg, feed, headers_msg
+from eppkit.services.callout.app import Picker as CalloutPicker
+from eppkit.services.callout.app import make_app
+from eppkit.services.callout.scorers import make_scorer as callout_scorer
+from eppkit.services.callout.scorers import parse_endpoints as callout_endpoints
+from eppkit.services.epp.picker import LocalPicker
+from eppkit.services.epp.pool import Pool, parse_endpoints
+from eppkit.services.epp.request import parse_request
+from eppkit.services.epp.scorers import RoundRobin
+from eppkit.services.epp.stages import StagePicker
+from eppkit.services.epp.stream import StreamProcessor
+from eppkit.services.vllm.testing import SpanRecorder, in_process
+from test_epp_stream import Spans, body_msg, feed, headers_msg
 
 pytestmark = pytest.mark.unit
 

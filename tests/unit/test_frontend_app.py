@@ -12,13 +12,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from observability import otel
-from services.epp.picker import FrontendPicker, PickError
-from services.epp.pool import Pool, parse_endpoints
-from services.epp.request import parse_request
-from services.epp.stream import StreamProcessor
-from services.frontend.app import build_app
-from services.frontend.router import KvRouter
+from eppkit.observability import otel
+from eppkit.services.epp.picker import FrontendPicker, PickError
+from eppkit.services.epp.pool import Pool, parse_endpoints
+from eppkit.services.epp.request import parse_request
+from eppkit.services.epp.stream import StreamProcessor
+from eppkit.services.frontend.app import build_app
+from eppkit.services.frontend.router import KvRouter
 
 pytestmark = pytest.mark.unit
 
@@ -131,7 +131,7 @@ def test_sidecar_picker_without_a_frontend_is_a_503():
 
 
 def test_a_body_over_the_workers_limit_is_refused_at_once_with_413():
-    from services.frontend.app import MAX_BODY_BYTES
+    from eppkit.services.frontend.app import MAX_BODY_BYTES
 
     app, exporter = frontend()
     big = json.dumps({**BODY, "messages": [{"role": "user", "content": "w " * (MAX_BODY_BYTES // 2 + 10)}]})

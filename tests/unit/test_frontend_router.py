@@ -2,10 +2,10 @@
 
 import pytest
 
-from services.epp.pool import Pool, parse_endpoints
-from services.frontend.router import KvRouter, NoWorker, block_hashes
-from services.frontend.tokenizer import tokenize
-from services.vllm.tokens import count_tokens, prompt_text_of
+from eppkit.services.epp.pool import Pool, parse_endpoints
+from eppkit.services.frontend.router import KvRouter, NoWorker, block_hashes
+from eppkit.services.frontend.tokenizer import tokenize
+from eppkit.services.vllm.tokens import count_tokens, prompt_text_of
 
 pytestmark = pytest.mark.unit
 

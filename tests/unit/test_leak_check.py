@@ -1,6 +1,6 @@
-"""The session-end leak check (tests/conftest.py) is real: it catches what a test leaves running.
+"""The session-end leak check (eppkit's pytest plugin) is real: it catches what a test leaves running.
 
-Each case runs a whole pytest session in a subprocess, with the kit's conftest, over one small
+Each case runs a whole pytest session in a subprocess, with the kit's pytest plugin, over one small
 test file, and looks at its exit status, its report and the process table afterwards:
 
 | the test leaves behind | expected |
@@ -19,8 +19,10 @@ import sys
 import textwrap
 
 import pytest
+from pathlib import Path
 
-from testbed.paths import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
+
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +33,7 @@ def run_session(tmp_path, body: str, *extra_args: str) -> tuple[int, str]:
     test_file = tmp_path / "test_inner.py"
     test_file.write_text(textwrap.dedent(body))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
          "--rootdir", str(tmp_path), *extra_args, str(test_file)],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
         env={**os.environ, "EPPKIT_RUNS": str(tmp_path / "runs")},
@@ -49,7 +51,7 @@ def alive(pid: int) -> bool:
 
 def test_a_clean_session_reports_no_leak(tmp_path):
     code, out = run_session(tmp_path, f"""
-        from testbed.process import ManagedProcess
+        from eppkit.process import ManagedProcess
 
         def test_starts_and_stops(tmp_path):
             with ManagedProcess("sleeper", {SLEEPER!r}, tmp_path / "sleeper.log") as proc:
@@ -62,7 +64,7 @@ def test_a_clean_session_reports_no_leak(tmp_path):
 def test_a_managed_process_left_running_fails_the_session_and_is_stopped(tmp_path):
     pid_file = tmp_path / "pid"
     code, out = run_session(tmp_path, f"""
-        from testbed.process import ManagedProcess
+        from eppkit.process import ManagedProcess
 
         def test_forgets_to_stop(tmp_path):
             proc = ManagedProcess("sleeper", {SLEEPER!r}, tmp_path / "sleeper.log").start()
@@ -92,15 +94,15 @@ def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path):
 
 
 def test_a_container_left_running_fails_the_session_and_is_removed(tmp_path):
-    from tests.conftest import require
-    from testbed import containers, docker_runtime
+    from eppkit.pytest_plugin import require
+    from eppkit import containers, docker_runtime
 
     ok, detail = docker_runtime.available()
     require(ok, detail)
     name_file = tmp_path / "name"
     code, out = run_session(tmp_path, f"""
-        from testbed import images
-        from testbed.containers import ManagedContainer
+        from eppkit import images
+        from eppkit.containers import ManagedContainer
 
         def test_forgets_to_stop_a_container(tmp_path):
             image = images.ensure(print).services

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from services.openai_errors import error_body, upstream_message
+from eppkit.services.openai_errors import error_body, upstream_message
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from services.pd_sidecar import requests as derive
-from services.pd_sidecar.server import _has_content
+from eppkit.services.pd_sidecar import requests as derive
+from eppkit.services.pd_sidecar.server import _has_content
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from observability import report as rp
+from eppkit.observability import report as rp
 
 pytestmark = pytest.mark.unit
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from observability import expected_spans as ex
-from observability import steps as st
-from observability.report import load_trace
-from observability.trace_model import Span, SpanEvent, Trace
+from eppkit.observability import expected_spans as ex
+from eppkit.observability import steps as st
+from eppkit.observability.report import load_trace
+from eppkit.observability.trace_model import Span, SpanEvent, Trace
 
 pytestmark = pytest.mark.unit
 
@@ -169,7 +169,7 @@ def test_epd_expects_one_encode_per_media_item():
 
 
 def test_expected_span_table_knows_every_testbed_mode_and_refuses_unknown_flows():
-    from testbed.envoy_config import MODES
+    from eppkit.envoy_config import MODES
 
     assert ex.MODES == MODES
     for mode in MODES:

@@ -2,9 +2,9 @@
 
 import pytest
 
-from observability import waterfall
-from observability.assertions import TraceAssertionError, TraceCheck
-from observability.trace_model import SpanNotFound, from_jaeger_json
+from eppkit.observability import waterfall
+from eppkit.observability.assertions import TraceAssertionError, TraceCheck
+from eppkit.observability.trace_model import SpanNotFound, from_jaeger_json
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from observability.client import TracedClient
+from eppkit.observability.client import TracedClient
 
 pytestmark = pytest.mark.unit
 

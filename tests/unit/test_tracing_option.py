@@ -3,9 +3,9 @@
 import pytest
 import yaml
 
-from testbed import envoy_config
-from testbed.modes import plan
-from testbed.topology import Endpoint, PortAllocator, Topology
+from eppkit import envoy_config
+from eppkit.modes import plan
+from eppkit.topology import Endpoint, PortAllocator, Topology
 
 pytestmark = pytest.mark.unit
 

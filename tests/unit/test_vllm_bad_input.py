@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from services.vllm.testing import chat_body, in_process, make_mock
+from eppkit.services.vllm.testing import chat_body, in_process, make_mock
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ import asyncio
 import aiohttp
 import pytest
 
-from services.vllm.failures import FailureInjector
-from services.vllm.testing import chat_body, in_process, make_mock
+from eppkit.services.vllm.failures import FailureInjector
+from eppkit.services.vllm.testing import chat_body, in_process, make_mock
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ import asyncio
 
 import pytest
 
-from services.vllm import handshake
-from services.vllm.testing import chat_body, in_process, make_mock, sse_events
+from eppkit.services.vllm import handshake
+from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ import random
 
 import pytest
 
-from services.vllm.config import ConfigError, VllmConfig
-from services.vllm.latency import LatencyModel, jittered, token_deadlines
+from eppkit.services.vllm.config import ConfigError, VllmConfig
+from eppkit.services.vllm.latency import LatencyModel, jittered, token_deadlines
 
 pytestmark = pytest.mark.unit
 
@@ -98,8 +98,8 @@ def test_config_accepts_jitter_at_exactly_30_percent_and_sim_failure_names():
 
 
 def test_cli_flags_reach_the_config():
-    from services.vllm.__main__ import build_parser
-    from services.vllm.config import from_args
+    from eppkit.services.vllm.__main__ import build_parser
+    from eppkit.services.vllm.config import from_args
 
     args = build_parser().parse_args(
         ["--role", "prefill", "--instance", "p0", "--served-model-name", "a", "--served-model-name", "b",

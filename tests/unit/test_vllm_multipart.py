@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from services.vllm import multipart as mp
+from eppkit.services.vllm import multipart as mp
 
 pytestmark = pytest.mark.unit
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from services.vllm import multipart as mp
-from services.vllm.testing import chat_body, in_process, make_mock, sse_events
+from eppkit.services.vllm import multipart as mp
+from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from services.vllm.testing import chat_body, in_process, make_mock, sse_events
+from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
 
 pytestmark = pytest.mark.unit
 
@@ -150,7 +150,7 @@ def test_stream_span_ends_when_the_last_bytes_leave_not_after_cleanup():
 def test_stream_tokens_are_due_on_absolute_deadlines_however_late_each_write_runs():
     """Token i is due base + i * ITL, computed from the previous deadline and never from when a
     write happened, so lateness does not accumulate. Driven with a recording clock: no timing."""
-    from services.vllm.server import _TokenWriter
+    from eppkit.services.vllm.server import _TokenWriter
 
     class Clock:  # records the deadlines asked for; the test runs the callbacks, all of them late
         def __init__(self):
@@ -381,7 +381,7 @@ def test_stream_framing_on_the_wire(version):
 
 
 def test_token_clock_runs_callbacks_in_deadline_order_never_early():
-    from services.vllm.clock import TokenClock
+    from eppkit.services.vllm.clock import TokenClock
 
     async def go():
         loop = asyncio.get_running_loop()

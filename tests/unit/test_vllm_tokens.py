@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from services.vllm import tokens
+from eppkit.services.vllm import tokens
 
 pytestmark = pytest.mark.unit
 

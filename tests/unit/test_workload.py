@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from observability.client import ClientResult
-from testbed.workload import SCENARIOS, Driver, classify, plan_requests
+from eppkit.observability.client import ClientResult
+from eppkit.workload import SCENARIOS, Driver, classify, plan_requests
 
 pytestmark = pytest.mark.unit
 

@@ -36,8 +36,8 @@ from aiohttp import ClientSession, ClientTimeout, web
 REPO = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO))
 
-from testbed import dynmod_build  # noqa: E402
-from testbed.topology import PortAllocator  # noqa: E402
+from eppkit import dynmod_build  # noqa: E402
+from eppkit.topology import PortAllocator  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 BOUNDARY = "eppkit-boundary"
@@ -112,7 +112,7 @@ async def send(port: int, body: bytes, n1: int, extra_headers: dict | None = Non
 
 def vllm_body(stream: bool = False) -> tuple[bytes, str, str]:
     """(body, content type, split marker) for the mock vLLM's multipart mode."""
-    from services.vllm import multipart
+    from eppkit.services.vllm import multipart
 
     payload = json.dumps({"model": "mock-llm", "prompt": "hello " * 50, "max_tokens": 4, "stream": stream}).encode()
     metadata = json.dumps({"kv_transfer_params": {"remote_block_ids": [1, 2, 3]}}).encode()
@@ -158,7 +158,7 @@ async def main() -> int:
     if use_vllm:
         vllm_dir = Path(tempfile.mkdtemp(prefix="eppkit-multipart-vllm-"))
         vllm_log = (vllm_dir / "vllm.log").open("w")
-        vllm = subprocess.Popen([sys.executable, "-m", "services.vllm", "--port", str(backend_port),
+        vllm = subprocess.Popen([sys.executable, "-m", "eppkit.services.vllm", "--port", str(backend_port),
                                  "--instance", "vllm-0", "--time-to-first-token", str(PREFILL_S * 1000),
                                  "--inter-token-latency", "5"], cwd=REPO, stdout=vllm_log, stderr=subprocess.STDOUT)
         for _ in range(100):

