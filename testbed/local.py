@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,15 +157,16 @@ class LocalTestbed:
         if self._jaeger is None:
             self._jaeger = self._run_jaeger()
         env = self.topology.service_env(self.otlp_endpoint)
+        # Two tiers, each started at once and then waited on: a Python service takes ~0.4 s to
+        # import and bind, so one after another was most of a testbed's start. The pickers come
+        # second because their first metrics scrape must find the backends up.
         layout = flows.plan(self.topology, self.ports, self.run_dir)
-        for spec in layout.services:
-            self._start_service(spec, env)
+        self._start_services(layout.services, env)
         self.layout = layout
         self.backends = layout.routable
 
         plan = modes.plan(self.topology, self.ports, self.backends, pools=layout)
-        for spec in plan.services:
-            self._start_service(spec, env)
+        self._start_services(plan.services, env)
 
         self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
         variables = {
@@ -180,21 +182,24 @@ class LocalTestbed:
         self.envoy = self._run_envoy({**plan.envoy_env, **self._envoy_env})
         self.envoy.start()
 
-    def _start_service(self, spec: ServiceSpec, env: dict[str, str]) -> ServiceHandle:
-        proc = self._run_service(spec, env)
-        url = f"http://127.0.0.1:{spec.port}"
-        handle = ServiceHandle(spec.name, url, proc)
-        self.services[spec.name] = handle
-        strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
-        proc.wait_ready(strategy, hint=f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
-        return handle
+    def _start_services(self, specs: list[ServiceSpec], env: dict[str, str]) -> None:
+        """Start every service of one tier, then wait until each is ready."""
+        started = []
+        for spec in specs:
+            proc = self._run_service(spec, env)
+            url = f"http://127.0.0.1:{spec.port}"
+            self.services[spec.name] = ServiceHandle(spec.name, url, proc)
+            started.append((spec, url, proc))
+        for spec, url, proc in started:
+            strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
+            proc.wait_ready(strategy, hint=f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
 
     # -- how each component runs: a process on this host ----------------------------------
     def _run_jaeger(self):
         return JaegerProcess(self.run_dir, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
-        """Start the service's process; :meth:`_start_service` waits for it."""
+        """Start the service's process; :meth:`_start_services` waits for it."""
         argv = [sys.executable, "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
         proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
         return proc.with_cwd(self.run_dir).start()
@@ -207,6 +212,13 @@ class LocalTestbed:
         envoy_config.validate(str(binary), self.envoy_config_path)
         return envoy_process.EnvoyProcess(binary, self.envoy_config_path, self.run_dir / "envoy.log",
                                           self.admin_port, env=envoy_env)
+
+    def _stop_services(self) -> None:
+        """SIGINT to every service at once, then each one's bounded wait (see ManagedProcess.stop)."""
+        handles = list(self.services.values())
+        if handles:
+            with ThreadPoolExecutor(max_workers=min(8, len(handles))) as pool:
+                list(pool.map(lambda h: h.process.stop(), handles))
 
     def _close_clients(self) -> None:
         for client in self._clients:
@@ -221,8 +233,7 @@ class LocalTestbed:
         self._close_clients()
         if self.envoy is not None:
             self.envoy.stop()
-        for handle in reversed(list(self.services.values())):
-            handle.process.stop()
+        self._stop_services()
         if self._jaeger is not None and not self._shared_jaeger:
             self._jaeger.stop()
 

@@ -1,0 +1,114 @@
+"""What one test pays for its testbed: start and stop time per mode on the local runtime.
+
+A user's suite starts a testbed per test (``eppkit_testbed_factory``), so start and stop are the
+kit's main cost there. This starts and stops a testbed of each mode ``--rounds`` times, the
+way the pytest plugin does: with one Jaeger shared by the session (``--jaeger shared``, the
+default) or with a Jaeger of its own each time, as ``eppkit up`` / ``eppkit run`` do
+(``--jaeger own``). It also times Jaeger alone (start, and stop after its query API has been
+used) and reads Jaeger's log for a clean shutdown, which a SIGKILL would cut short.
+
+    python -m bench.lifecycle                       # every mode, 10 rounds, shared Jaeger
+    python -m bench.lifecycle --modes direct --rounds 20 --jaeger own
+    python -m bench.lifecycle --json bench/results/lifecycle.json
+
+Only the local runtime: the docker runtime's start is dominated by the engine (see docs/docker.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+from bench.system import loadavg, machine
+from eppkit import create, create_jaeger
+from eppkit.topology import Topology
+
+MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
+CLEAN_SHUTDOWN = "Shutdown complete"  # the OTel collector's last log line when it exits by itself
+
+
+def pct(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summary(values: list[float]) -> dict:
+    return {"n": len(values), "p50": round(pct(values, 50), 3), "p90": round(pct(values, 90), 3),
+            "max": round(max(values), 3)}
+
+
+def time_jaeger(rounds: int, work: Path) -> dict:
+    """Jaeger alone: start to ready, and SIGINT to exit after its query API answered a few times."""
+    starts, stops, clean = [], [], 0
+    for i in range(rounds):
+        jaeger = create_jaeger("local", work / f"jaeger-{i}")
+        t0 = time.perf_counter()
+        jaeger.start()
+        starts.append(time.perf_counter() - t0)
+        for _ in range(3):
+            requests.get(f"{jaeger.api_url}/api/services", timeout=5)
+        t0 = time.perf_counter()
+        jaeger.stop()
+        stops.append(time.perf_counter() - t0)
+        clean += CLEAN_SHUTDOWN in (work / f"jaeger-{i}" / "jaeger.log").read_text(errors="replace")
+    return {"start_s": summary(starts), "stop_s": summary(stops), "clean_shutdowns": f"{clean}/{rounds}"}
+
+
+def time_mode(mode: str, rounds: int, jaeger, work: Path) -> dict:
+    starts, stops = [], []
+    for i in range(rounds):
+        bed = create(Topology(mode=mode), runtime="local", jaeger=jaeger, run_dir=work / f"{mode}-{i}")
+        t0 = time.perf_counter()
+        bed.start()
+        starts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        bed.stop()
+        stops.append(time.perf_counter() - t0)
+    return {"start_s": summary(starts), "stop_s": summary(stops)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.lifecycle", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--jaeger", choices=("shared", "own"), default="shared")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    out: dict = {"machine": machine(), "rounds": args.rounds, "jaeger": args.jaeger, "modes": {}}
+    with tempfile.TemporaryDirectory(prefix="eppkit-lifecycle-") as tmp:
+        work = Path(tmp)
+        out["jaeger_alone"] = time_jaeger(min(args.rounds, 5), work)
+        shared = create_jaeger("local", work / "jaeger-shared").start() if args.jaeger == "shared" else None
+        try:
+            for mode in modes:
+                out["modes"][mode] = time_mode(mode, args.rounds, shared, work)
+                print(f"{mode:<15} start p50 {out['modes'][mode]['start_s']['p50']:.2f} s "
+                      f"p90 {out['modes'][mode]['start_s']['p90']:.2f} s   stop p50 "
+                      f"{out['modes'][mode]['stop_s']['p50']:.2f} s p90 {out['modes'][mode]['stop_s']['p90']:.2f} s",
+                      flush=True)
+        finally:
+            if shared is not None:
+                shared.stop()
+    out["loadavg_at_end"] = loadavg()
+    ja = out["jaeger_alone"]
+    print(f"{'jaeger alone':<15} start p50 {ja['start_s']['p50']:.2f} s   stop p50 {ja['stop_s']['p50']:.2f} s "
+          f"p90 {ja['stop_s']['p90']:.2f} s   clean shutdowns {ja['clean_shutdowns']}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
