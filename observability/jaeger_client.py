@@ -28,9 +28,13 @@ class Completeness:
     quiet_s: float = 0.3
 
     def missing(self, trace: Trace | None) -> list[str]:
+        # expected_spans.SpanRule items (counts, name prefixes) or plain (service, name) pairs
+        from eppkit.observability.expected_spans import SpanRule, missing
+
+        rules = [r if isinstance(r, SpanRule) else SpanRule(*r) for r in self.expected]
         if trace is None:
-            return [f"{svc}:{name}" for svc, name in self.expected] or ["any span"]
-        out = trace.missing(self.expected)
+            return [r.label for r in rules] or ["any span"]
+        out = missing(trace, rules)
         if len(trace.spans) < self.min_spans:
             out.append(f"{self.min_spans - len(trace.spans)} more span(s) (have {len(trace.spans)})")
         return out
