@@ -52,8 +52,8 @@ def test_the_distribution_declares_one_top_level_name(tmp_path):
     proc = run(tmp_path, """
         from importlib import metadata
         dist = metadata.distribution("eppkit")
-        tops = {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}  # ".." is bin/eppkit
-        extra = {t for t in tops if t != "eppkit" and not t.endswith((".dist-info", ".pth")) and "editable" not in t}
+        tops = {f.parts[0] for f in dist.files or [] if f.parts[0] != ".."}  # "..": bin/eppkit; __pycache__: the editable finder's
+        extra = {t for t in tops if t not in ("eppkit", "__pycache__") and not t.endswith((".dist-info", ".pth")) and "editable" not in t}
         print(dist.read_text("top_level.txt").split(), sorted(extra))
     """)
     assert proc.stdout.strip() == "['eppkit'] []", proc.stdout + proc.stderr
