@@ -45,8 +45,9 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.services.epp import protocol
-from eppkit.services.epp.picker import Decision, PickError, Picker
-from eppkit.services.epp.request import BadRequest, LlmRequest, parse_request
+from eppkit.services.epp.sidecar import Picker
+from eppkit.services.picker.decision import Decision, PickError
+from eppkit.services.picker.request import BadRequest, LlmRequest, parse_request
 from eppkit.services.vllm.multipart import METADATA_PART, PAYLOAD_PART, closing, encode_part
 
 log = logging.getLogger("epp.stream")
@@ -228,18 +229,13 @@ class StreamProcessor:
             span.set_attribute("epp.worker_id", decision.worker_id)
         for key, value in decision.attributes.items():
             span.set_attribute(key, value)
-
-    def _decision_headers(self, decision: Decision) -> tuple[dict[str, str], list[str]]:
-        set_headers = {protocol.DESTINATION_HEADER: decision.address}
-        if decision.worker_id is not None:
-            set_headers[protocol.WORKER_ID_HEADER] = decision.worker_id
-        stage_set, remove = decision.stage_headers()
-        set_headers.update(stage_set)
-        return set_headers, remove
+        if decision.stages is not None:
+            for key, value in decision.stages.attributes().items():
+                span.set_attribute(f"epp.{key}", value)
 
     def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
         """The messages that carry the decision and let the request go upstream."""
-        set_headers, remove = self._decision_headers(decision)
+        set_headers, remove = decision.headers()
         if body_follows:
             # In FULL_DUPLEX_STREAMED Envoy cannot trust the original length once a processor
             # may rewrite the body; say the length of the body we send back.
@@ -264,7 +260,7 @@ class StreamProcessor:
         span = self._span
         assert span is not None
         self.boundary = f"eppkit-{uuid.uuid4().hex}"
-        set_headers, remove = self._decision_headers(decision)
+        set_headers, remove = decision.headers()
         set_headers["content-type"] = f"multipart/mixed; boundary={self.boundary}"
         # The body grows by part 2 later: no length, so Envoy sends it chunked upstream.
         remove = [*remove, "content-length"]
