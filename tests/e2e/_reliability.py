@@ -34,6 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import expected_spans
+from eppkit.observability.contract import Client, Dynmod, Envoy, Eppkit, Http, ResourceAttributes, Service, Vllm
 from eppkit.compare import collect_traces
 from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, plan_requests
@@ -63,9 +64,9 @@ TRAITS: dict[str, ModeTraits] = {t.mode: t for t in (
     ModeTraits("direct", (), None, "router pool egress", "router pool egress", False),
     ModeTraits("ext_proc", ("epp",), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
     ModeTraits("sidecar", ("epp", "frontend"), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
-    ModeTraits("lua-callout", ("callout",), "async callout egress", "router pool_picked egress",
+    ModeTraits("lua-callout", ("callout",), Envoy.CALLOUT_CALL, "router pool_picked egress",
                "router pool egress", False),
-    ModeTraits("dynmod-callout", ("callout",), "dynmod callout", "router pool_picked egress",
+    ModeTraits("dynmod-callout", ("callout",), Dynmod.CALLOUT, "router pool_picked egress",
                "router pool egress", False),
 )}
 
@@ -236,7 +237,7 @@ class SpanSource:
 
     def __init__(self, otlp_endpoint: str, mode: str, flow: str = "aggregated"):
         self.mode, self.flow = mode, flow
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "client"}))
+        self.provider = TracerProvider(resource=Resource.create({ResourceAttributes.SERVICE_NAME: Service.CLIENT}))
         endpoint = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True),
                                                             schedule_delay_millis=100))
@@ -276,8 +277,8 @@ class Stream:
     def __init__(self, bed, spans: SpanSource, body: dict, headers: dict | None = None, timeout_s: float = 30.0):
         self.bed, self.spans = bed, spans
         self._cm = spans.tracer.start_as_current_span(
-            "client.request", kind=SpanKind.CLIENT,
-            attributes={"eppkit.mode": spans.mode, "eppkit.flow": spans.flow, "http.request.method": "POST"})
+            Client.REQUEST, kind=SpanKind.CLIENT,
+            attributes={Eppkit.MODE: spans.mode, Eppkit.FLOW: spans.flow, Http.REQUEST_METHOD: "POST"})
         self.span = self._cm.__enter__()
         self.outcome = StreamOutcome(trace_id=format(self.span.get_span_context().trace_id, "032x"))
         out_headers = {"content-type": "application/json", **(headers or {})}
@@ -287,7 +288,7 @@ class Stream:
                                         headers=out_headers, stream=True, timeout=timeout_s)
         self.outcome.status = self._resp.status_code
         self.outcome.headers = {k.lower(): v for k, v in self._resp.headers.items()}
-        self.span.set_attribute("http.response.status_code", self._resp.status_code)
+        self.span.set_attribute(Http.RESPONSE_STATUS_CODE, self._resp.status_code)
         self._lines = self._resp.iter_lines(chunk_size=None)
         self._closed = False
 
@@ -315,7 +316,7 @@ class Stream:
         self.outcome.error = "client closed the connection"
         self._resp.close()  # unread body: urllib3 closes the socket instead of pooling it
         self.span.set_status(Status(StatusCode.ERROR, "client went away"))
-        self.span.add_event("client_abandoned")
+        self.span.add_event(Client.ABANDONED)
         self._finish()
         return self.outcome
 
@@ -349,8 +350,8 @@ class HangUp:
         import socket
 
         self._cm = spans.tracer.start_as_current_span(
-            "client.request", kind=SpanKind.CLIENT,
-            attributes={"eppkit.mode": spans.mode, "eppkit.flow": spans.flow, "http.request.method": "POST"})
+            Client.REQUEST, kind=SpanKind.CLIENT,
+            attributes={Eppkit.MODE: spans.mode, Eppkit.FLOW: spans.flow, Http.REQUEST_METHOD: "POST"})
         self._span = self._cm.__enter__()
         self.trace_id = format(self._span.get_span_context().trace_id, "032x")
         out = {"content-type": "application/json", **(headers or {})}
@@ -364,7 +365,7 @@ class HangUp:
     def hang_up(self) -> None:
         self._sock.close()
         self._span.set_status(Status(StatusCode.ERROR, "client went away before the answer"))
-        self._span.add_event("client_abandoned")
+        self._span.add_event(Client.ABANDONED)
         self._cm.__exit__(None, None, None)
 
 
@@ -554,7 +555,7 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
     # its mode; an injected 500 stops at the mock's llm_request (nothing queued or decoded).
     samples = [{**s.to_json(), "ok": True} for s in work.samples if s.trace_id]
     full = expected_spans.expected(mode, "aggregated")
-    refused = tuple(r for r in full if r.service != "vllm") + (expected_spans.SpanRule("vllm", "llm_request"),)
+    refused = tuple(r for r in full if r.service != "vllm") + (expected_spans.SpanRule("vllm", Vllm.REQUEST),)
     t0 = time.monotonic()
     collect_traces(bed.jaeger, samples, lambda s: refused if s["index"] in injected else full,
                    timeout_s=trace_timeout_s)
