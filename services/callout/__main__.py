@@ -6,6 +6,7 @@ import argparse
 import logging
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.callout.app import PickLatency, make_app
 from eppkit.services.picker import settings
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         latency = PickLatency(args.pick_latency, args.pick_latency_jitter)
     except ValueError as exc:
         parser.error(str(exc))
-    tracer = otel.setup_tracing("callout", args.otlp_endpoint)
+    tracer = otel.setup_tracing(Service.CALLOUT, args.otlp_endpoint)
     logging.getLogger("callout").info(
         "pool: %s; scorer %s", ", ".join(f"{e.name}={e.address}" for e in picker.pool.endpoints) or "(empty)",
         picker.scorer_name)

@@ -31,6 +31,7 @@ from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from eppkit.observability.contract import Callout, GenAi, Http
 from eppkit.observability import otel
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 from eppkit.services.picker import headers as h
@@ -75,11 +76,11 @@ def make_app(
         headers = {k.lower(): v for k, v in request.headers.items()}
         model = headers.get(h.MODEL) or None
         with tracer.start_as_current_span(
-            "callout.pick", context=otel.extract(request.headers), kind=SpanKind.SERVER
+            Callout.PICK, context=otel.extract(request.headers), kind=SpanKind.SERVER
         ) as span:
-            span.set_attribute("callout.scorer", picker.scorer_name)
+            span.set_attribute(Callout.SCORER, picker.scorer_name)
             if model:
-                span.set_attribute("gen_ai.request.model", model)
+                span.set_attribute(GenAi.REQUEST_MODEL, model)
             try:
                 raw = await request.read()
                 try:
@@ -92,23 +93,22 @@ def make_app(
                     await asyncio.sleep(latency.sample_s(rng))
                 decision = await picker.pick(llm_request)
             except PickError as exc:
-                span.set_attribute("callout.reason", exc.code or exc.message)
-                span.set_attribute("http.response.status_code", exc.status)
+                span.set_attribute(Callout.REASON, exc.code or exc.message)
+                span.set_attribute(Http.RESPONSE_STATUS_CODE, exc.status)
                 if exc.status >= 500:
                     span.set_status(Status(StatusCode.ERROR, exc.message))
                 return OpenAIError(exc.status, exc.message, param=exc.param, code=exc.code).response()
-            span.set_attribute("callout.scorer", decision.scorer)  # "forced" when a test header chose
-            span.set_attribute("callout.endpoint", decision.address)
-            span.set_attribute("callout.endpoint.name", decision.name)
-            span.set_attribute("callout.reason", decision.reason)
-            span.set_attribute("http.response.status_code", 200)
+            span.set_attribute(Callout.SCORER, decision.scorer)  # "forced" when a test header chose
+            span.set_attribute(Callout.ENDPOINT, decision.address)
+            span.set_attribute(Callout.ENDPOINT_NAME, decision.name)
+            span.set_attribute(Callout.REASON, decision.reason)
+            span.set_attribute(Http.RESPONSE_STATUS_CODE, 200)
             answer: dict[str, Any] = {"endpoint": decision.address, "scorer": decision.scorer,
                                       "reason": decision.reason}
             out_headers, _ = decision.headers()
             stages = decision.stages
             if stages is not None:
-                for key, value in stages.attributes().items():
-                    span.set_attribute(f"callout.{key}", value)
+                span.set_attributes(stages.attributes(Callout))
                 if stages.prefiller is not None:
                     answer["prefiller"] = stages.prefiller.address
                 if stages.encoders:

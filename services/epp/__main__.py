@@ -18,6 +18,7 @@ import asyncio
 import sys
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Service
 from eppkit.services.epp import server
 from eppkit.services.epp.sidecar import FrontendPicker
 from eppkit.services.epp.stream import MULTIPART_TRIGGERS
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    tracer = otel.setup_tracing("epp", args.otlp_endpoint, instance=f"epp-{args.port}")
+    tracer = otel.setup_tracing(Service.EPP, args.otlp_endpoint, instance=f"epp-{args.port}")
     if args.frontend_url:
         picker = FrontendPicker(picker, args.frontend_url, timeout_s=args.frontend_timeout)
     try:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import aiohttp
 
+from eppkit.observability.contract import Frontend
 from eppkit.observability import otel
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.core import Picker as CorePicker
@@ -111,7 +112,7 @@ class FrontendPicker:
             reason=str(answer.get("reason", "frontend decision")),
             fallbacks=[a for a in answer.get("fallbacks", []) if isinstance(a, str)],
             worker_id=None if worker_id is None else str(worker_id),
-            attributes={"frontend.token_count": int(answer.get("token_count", 0) or 0)},
+            attributes={Frontend.TOKEN_COUNT: int(answer.get("token_count", 0) or 0)},
         )
 
     async def close(self) -> None:

@@ -44,6 +44,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from eppkit.observability.contract import Epp, Error, GenAi, Http, Rpc
 from eppkit.services.epp import protocol
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.picker.decision import Decision, PickError
@@ -117,15 +118,15 @@ class StreamProcessor:
             return self._out_of_order("request_headers")
         self.headers = protocol.header_map(msg.headers)
         self._span = self.tracer.start_span(
-            "epp.process",
+            Epp.PROCESS,
             context=self.parent,
             kind=SpanKind.SERVER,
             attributes={
-                "rpc.system": "grpc",
-                "rpc.service": "envoy.service.ext_proc.v3.ExternalProcessor",
-                "rpc.method": "Process",
-                "http.request.method": self.headers.get(":method", ""),
-                "url.path": self.headers.get(":path", ""),
+                Rpc.SYSTEM: "grpc",
+                Rpc.SERVICE: "envoy.service.ext_proc.v3.ExternalProcessor",
+                Rpc.METHOD: "Process",
+                Http.REQUEST_METHOD: self.headers.get(":method", ""),
+                Http.URL_PATH: self.headers.get(":path", ""),
             },
         )
         if msg.end_of_stream:  # no body (e.g. GET /v1/models): decide on headers alone
@@ -154,7 +155,7 @@ class StreamProcessor:
             return passed
         headers = protocol.header_map(msg.headers)
         self._response_headers = headers
-        self._event("response_headers_seen", {"http.response.status_code": headers.get(":status", "")})
+        self._event(Epp.RESPONSE_HEADERS_SEEN, {Http.RESPONSE_STATUS_CODE: headers.get(":status", "")})
         wait_for_token = (self.multipart_trigger == "first-token" and not msg.end_of_stream
                           and self.request is not None and self.request.stream and headers.get(":status") == "200")
         if wait_for_token:
@@ -164,7 +165,7 @@ class StreamProcessor:
     async def _on_response_body(self, msg: pb.HttpBody) -> Responses:
         passed = protocol.body_responses(msg.body, end_of_stream=msg.end_of_stream, response_path=True)
         if self.phase is Phase.HOLDING:
-            self._event("first_token_seen", {"epp.multipart.chunk_bytes": len(msg.body)})
+            self._event(Epp.FIRST_TOKEN_SEEN, {Epp.MULTIPART_CHUNK_BYTES: len(msg.body)})
             return self._inject_metadata() + passed
         return passed
 
@@ -180,20 +181,20 @@ class StreamProcessor:
         assert span is not None
         with trace.use_span(span, end_on_exit=False):
             try:
-                with self.tracer.start_as_current_span("epp.pick") as pick_span:
+                with self.tracer.start_as_current_span(Epp.PICK) as pick_span:
                     try:
                         request = parse_request(self.headers, bytes(self.body))
                     except BadRequest as exc:
                         raise PickError(400, str(exc), code="invalid_json") from None
                     self.request = request
                     if request.model:
-                        pick_span.set_attribute("gen_ai.request.model", request.model)
-                    pick_span.set_attribute("epp.scorer", self.picker.scorer_name)
+                        pick_span.set_attribute(GenAi.REQUEST_MODEL, request.model)
+                    pick_span.set_attribute(Epp.SCORER, self.picker.scorer_name)
                     try:
                         decision = await self.picker.pick(request)
                     except PickError as exc:
-                        pick_span.set_attribute("epp.scorer", exc.scorer or self.picker.scorer_name)
-                        pick_span.set_attribute("epp.reason", exc.message)
+                        pick_span.set_attribute(Epp.SCORER, exc.scorer or self.picker.scorer_name)
+                        pick_span.set_attribute(Epp.REASON, exc.message)
                         pick_span.set_status(Status(StatusCode.ERROR, exc.code))
                         raise
                     self._annotate(pick_span, decision, request)
@@ -206,10 +207,10 @@ class StreamProcessor:
             if self.multipart and body_follows:
                 return await self._send_part1(decision, trailers=trailers)
 
-            with self.tracer.start_as_current_span("epp.inject") as inject_span:
+            with self.tracer.start_as_current_span(Epp.INJECT) as inject_span:
                 out = self._release(decision, trailers=trailers, body_follows=body_follows)
-                inject_span.set_attribute("epp.endpoint", decision.address)
-                inject_span.set_attribute("epp.messages", len(out))
+                inject_span.set_attribute(Epp.ENDPOINT, decision.address)
+                inject_span.set_attribute(Epp.MESSAGES, len(out))
         self.decision = decision
         self._annotate(span, decision, None)
         span.end()  # before the answer is written: the decision exists before Envoy can act on it
@@ -219,19 +220,18 @@ class StreamProcessor:
         return out
 
     def _annotate(self, span: trace.Span, decision: Decision, request: LlmRequest | None) -> None:
-        span.set_attribute("epp.endpoint", decision.address)
-        span.set_attribute("epp.endpoint.name", decision.name)
-        span.set_attribute("epp.scorer", decision.scorer)
-        span.set_attribute("epp.reason", decision.reason)
+        span.set_attribute(Epp.ENDPOINT, decision.address)
+        span.set_attribute(Epp.ENDPOINT_NAME, decision.name)
+        span.set_attribute(Epp.SCORER, decision.scorer)
+        span.set_attribute(Epp.REASON, decision.reason)
         if decision.fallbacks:
-            span.set_attribute("epp.fallbacks", ",".join(decision.fallbacks))
+            span.set_attribute(Epp.FALLBACKS, ",".join(decision.fallbacks))
         if decision.worker_id is not None:
-            span.set_attribute("epp.worker_id", decision.worker_id)
+            span.set_attribute(Epp.WORKER_ID, decision.worker_id)
         for key, value in decision.attributes.items():
             span.set_attribute(key, value)
         if decision.stages is not None:
-            for key, value in decision.stages.attributes().items():
-                span.set_attribute(f"epp.{key}", value)
+            span.set_attributes(decision.stages.attributes(Epp))
 
     def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
         """The messages that carry the decision and let the request go upstream."""
@@ -277,9 +277,9 @@ class StreamProcessor:
         self._trailers = trailers
         self.decision = decision
         self._annotate(span, decision, None)
-        span.set_attribute("epp.multipart.boundary", self.boundary)
+        span.set_attribute(Epp.MULTIPART_BOUNDARY, self.boundary)
         # Before the answer is written: Envoy cannot send part 1 upstream before this instant.
-        span.add_event("part1_sent", {"epp.multipart.part1_bytes": len(part1), "epp.endpoint": decision.address})
+        span.add_event(Epp.PART1_SENT, {Epp.MULTIPART_PART1_BYTES: len(part1), Epp.ENDPOINT: decision.address})
         self._part1_sent_at = time.monotonic()
         self.phase = Phase.HOLDING
         if self.on_decision is not None:
@@ -290,7 +290,7 @@ class StreamProcessor:
         """An event on epp.process, with the time since part 1 left."""
         held_ms = (time.monotonic() - self._part1_sent_at) * 1000.0
         if self._span is not None:
-            self._span.add_event(name, {**attributes, "epp.multipart.held_ms": round(held_ms, 3)})
+            self._span.add_event(name, {**attributes, Epp.MULTIPART_HELD_MS: round(held_ms, 3)})
 
     def _inject_metadata(self) -> Responses:
         """The backend answered (headers, first token): make part 2, send it and the closing boundary."""
@@ -301,7 +301,7 @@ class StreamProcessor:
         status = response_headers.get(":status", "")
         held_ms = (time.monotonic() - self._part1_sent_at) * 1000.0
         with trace.use_span(span, end_on_exit=False):
-            with self.tracer.start_as_current_span("epp.inject") as inject_span:
+            with self.tracer.start_as_current_span(Epp.INJECT) as inject_span:
                 self.metadata = {
                     "request_id": self.headers.get("x-request-id", ""),
                     "endpoint": decision.address,
@@ -316,13 +316,13 @@ class StreamProcessor:
                 out = protocol.body_responses(part2, end_of_stream=not self._trailers)
                 if self._trailers:
                     out.append(protocol.trailers_response())
-                inject_span.set_attribute("epp.endpoint", decision.address)
-                inject_span.set_attribute("epp.multipart.metadata", raw.decode())
-                inject_span.set_attribute("epp.multipart.metadata_bytes", len(raw))
-                inject_span.set_attribute("epp.multipart.boundary", self.boundary)
-                inject_span.set_attribute("epp.multipart.trigger", self.multipart_trigger)
-                inject_span.set_attribute("epp.messages", len(out))
-        span.add_event("part2_sent", {"epp.multipart.part2_bytes": len(part2)})
+                inject_span.set_attribute(Epp.ENDPOINT, decision.address)
+                inject_span.set_attribute(Epp.MULTIPART_METADATA, raw.decode())
+                inject_span.set_attribute(Epp.MULTIPART_METADATA_BYTES, len(raw))
+                inject_span.set_attribute(Epp.MULTIPART_BOUNDARY, self.boundary)
+                inject_span.set_attribute(Epp.MULTIPART_TRIGGER, self.multipart_trigger)
+                inject_span.set_attribute(Epp.MESSAGES, len(out))
+        span.add_event(Epp.PART2_SENT, {Epp.MULTIPART_PART2_BYTES: len(part2)})
         span.end()  # before the answer is written, as for the decision
         self.phase = Phase.FORWARDED
         return out
@@ -331,10 +331,10 @@ class StreamProcessor:
         self.error = exc
         span = self._span
         if span is not None:
-            span.set_attribute("epp.reason", exc.message)
-            span.set_attribute("epp.scorer", exc.scorer or self.picker.scorer_name)
-            span.set_attribute("http.response.status_code", exc.status)
-            span.set_attribute("error.type", exc.code)
+            span.set_attribute(Epp.REASON, exc.message)
+            span.set_attribute(Epp.SCORER, exc.scorer or self.picker.scorer_name)
+            span.set_attribute(Http.RESPONSE_STATUS_CODE, exc.status)
+            span.set_attribute(Error.TYPE, exc.code)
             span.set_status(Status(StatusCode.ERROR, exc.message))
             span.end()
         log.info("answering %d (%s): %s", exc.status, exc.code, exc.message)
@@ -349,11 +349,11 @@ class StreamProcessor:
     def close(self, reason: str = "stream closed") -> None:
         """The gRPC stream ended; end the span if no decision was ever made."""
         if self._span is not None and self._span.is_recording() and self.phase in (Phase.AWAIT_HEADERS, Phase.BUFFERING):
-            self._span.set_attribute("epp.reason", f"{reason} before the request body ended")
+            self._span.set_attribute(Epp.REASON, f"{reason} before the request body ended")
             self._span.set_status(Status(StatusCode.ERROR, reason))
             self._span.end()
         elif self._span is not None and self._span.is_recording() and self.phase is Phase.HOLDING:
-            self._span.add_event("stream_closed_while_holding")
+            self._span.add_event(Epp.STREAM_CLOSED_WHILE_HOLDING)
             self._span.set_status(Status(StatusCode.ERROR, f"{reason} while holding the request open (part 2 never sent)"))
             self._span.end()
         if self.phase is not Phase.CLOSED:

@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Service
 from eppkit.services.frontend.app import build_app
 from eppkit.services.picker import settings
 from eppkit.services.runner import add_common_args, configure_logging, serve
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    tracer = otel.setup_tracing("frontend", args.otlp_endpoint, instance=f"frontend-{args.port}")
+    tracer = otel.setup_tracing(Service.FRONTEND, args.otlp_endpoint, instance=f"frontend-{args.port}")
     serve(build_app(picker, tracer), host=args.host, port=args.port, name="frontend", background=scrapers)
     return 0
 

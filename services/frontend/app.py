@@ -21,6 +21,7 @@ from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from eppkit.observability.contract import Frontend, GenAi, Http
 from eppkit.observability import otel
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 from eppkit.services.picker import headers as h
@@ -78,10 +79,10 @@ async def handle_route(request: web.Request) -> web.Response:
     picker = request.app[PICKER_KEY]
     raw = await request.read()
     with tracer.start_as_current_span(
-        "frontend.route",
+        Frontend.ROUTE,
         context=otel.extract(request.headers),
         kind=SpanKind.SERVER,
-        attributes={"http.request.method": request.method, "url.path": request.path},
+        attributes={Http.REQUEST_METHOD: request.method, Http.URL_PATH: request.path},
     ) as span:
         try:
             llm_request = parse_request({k.lower(): v for k, v in request.headers.items()}, raw)
@@ -89,22 +90,22 @@ async def handle_route(request: web.Request) -> web.Response:
             span.set_status(Status(StatusCode.ERROR, "invalid body"))
             raise OpenAIError(400, str(exc), code="invalid_json") from None
         if llm_request.model:
-            span.set_attribute("gen_ai.request.model", llm_request.model)
-        with tracer.start_as_current_span("frontend.tokenize") as tok_span:
+            span.set_attribute(GenAi.REQUEST_MODEL, llm_request.model)
+        with tracer.start_as_current_span(Frontend.TOKENIZE) as tok_span:
             tokenized = llm_request.tokens()
-            tok_span.set_attribute("frontend.token_count", tokenized.count)
+            tok_span.set_attribute(Frontend.TOKEN_COUNT, tokenized.count)
         try:
             decision = await picker.pick(llm_request)
         except PickError as exc:
             span.set_status(Status(StatusCode.ERROR, exc.message))
-            span.set_attribute("http.response.status_code", exc.status)
+            span.set_attribute(Http.RESPONSE_STATUS_CODE, exc.status)
             raise OpenAIError(exc.status, exc.message, param=exc.param, code=exc.code) from None
-        span.set_attribute("frontend.worker_id", worker_id(decision))
-        span.set_attribute("frontend.endpoint", decision.address)
-        span.set_attribute("frontend.token_count", tokenized.count)
-        span.set_attribute("frontend.reason", decision.reason)
-        for key, value in decision.details.items():
-            span.set_attribute(f"frontend.{key}", value)
+        span.set_attribute(Frontend.WORKER_ID, worker_id(decision))
+        span.set_attribute(Frontend.ENDPOINT, decision.address)
+        span.set_attribute(Frontend.TOKEN_COUNT, tokenized.count)
+        span.set_attribute(Frontend.REASON, decision.reason)
+        if "overlap_blocks" in decision.details:  # kv-router-scorer's figure
+            span.set_attribute(Frontend.OVERLAP_BLOCKS, decision.details["overlap_blocks"])
     return web.json_response(
         {
             "worker_id": worker_id(decision),

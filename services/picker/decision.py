@@ -9,10 +9,21 @@ a model nobody serves, 400 when the body cannot be read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.endpoints import PoolEndpoint
+
+
+class StageAttributeNames(Protocol):
+    """The attribute names a transport gives the stage picks (observability.contract's Epp, Callout)."""
+
+    PREFILLER: str
+    PREFILLER_NAME: str
+    PREFILL_REASON: str
+    ENCODERS: str
+    ENCODERS_NAMES: str
+    ENCODERS_REASON: str
 
 
 @dataclass
@@ -24,17 +35,17 @@ class StagePicks:
     encoders: list[PoolEndpoint] = field(default_factory=list)
     encoders_reason: str = ""
 
-    def attributes(self) -> dict[str, str]:
-        """Span attributes, without the transport's prefix (``prefiller``, ``encoders.names``, ...)."""
+    def attributes(self, names: "StageAttributeNames") -> dict[str, str]:
+        """Span attributes under a transport's names (the trace contract's ``Epp`` or ``Callout``)."""
         out: dict[str, str] = {}
         if self.prefiller is not None:
-            out["prefiller"] = self.prefiller.address
-            out["prefiller.name"] = self.prefiller.name
-            out["prefill.reason"] = self.prefill_reason
+            out[names.PREFILLER] = self.prefiller.address
+            out[names.PREFILLER_NAME] = self.prefiller.name
+            out[names.PREFILL_REASON] = self.prefill_reason
         if self.encoders:
-            out["encoders"] = ",".join(ep.address for ep in self.encoders)
-            out["encoders.names"] = ",".join(ep.name for ep in self.encoders)
-            out["encoders.reason"] = self.encoders_reason
+            out[names.ENCODERS] = ",".join(ep.address for ep in self.encoders)
+            out[names.ENCODERS_NAMES] = ",".join(ep.name for ep in self.encoders)
+            out[names.ENCODERS_REASON] = self.encoders_reason
         return out
 
 

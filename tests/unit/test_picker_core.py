@@ -100,7 +100,7 @@ def test_stage_picks_name_a_prefiller_and_one_encoder_per_media_item():
     set_headers, removed = decisions[0].headers()
     assert set_headers == {"x-gateway-destination-endpoint": "127.0.0.1:8001", "x-prefiller-host-port": "127.0.0.1:1",
                            "x-encoder-hosts-ports": "127.0.0.1:3,127.0.0.1:4"} and removed == []
-    assert decisions[0].stages.attributes()["prefill.reason"].startswith("round-robin: ")
+    assert decisions[0].stages.prefill_reason.startswith("round-robin: ")
     text_only = pick(picker, request())
     assert text_only.stages.encoders == [] and text_only.headers()[1] == ["x-encoder-hosts-ports"]
 

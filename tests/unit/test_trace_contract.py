@@ -22,11 +22,12 @@ from eppkit.observability.contract import Cluster, Dynmod, Envoy, Epp, Vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The modules that create spans. The pickers' services (epp, callout, frontend) join once they
-# import the contract too.
+# The modules that create spans.
 PRODUCERS = sorted(
     [*(ROOT / "services" / "vllm").glob("*.py"), *(ROOT / "services" / "encoder").glob("*.py"),
-     *(ROOT / "services" / "pd_sidecar").glob("*.py"), ROOT / "observability" / "client.py",
+     *(ROOT / "services" / "pd_sidecar").glob("*.py"), *(ROOT / "services" / "epp").glob("*.py"),
+     *(ROOT / "services" / "callout").glob("*.py"), *(ROOT / "services" / "frontend").glob("*.py"),
+     *(ROOT / "services" / "picker").rglob("*.py"), ROOT / "observability" / "client.py",
      ROOT / "observability" / "otel.py", ROOT / "tests" / "e2e" / "_reliability.py"])
 SPAN_CALLS = {"start_span", "start_as_current_span", "add_event", "set_attribute", "set_attributes", "_child",
               "setup_tracing"}
