@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from eppkit.paths import PLUGINS
-from eppkit.topology import Endpoint, Topology
+from eppkit.topology import Endpoint
 
 LUA_DIR = PLUGINS / "lua"
 
@@ -59,9 +59,8 @@ def pools_for(backends: list[Endpoint], *, by_model: bool) -> list[dict[str, Any
     return list(pools.values())
 
 
-def body_routing_vars(topology: Topology, backends: list[Endpoint]) -> dict[str, Any]:
+def body_routing_vars(enabled: bool, backends: list[Endpoint]) -> dict[str, Any]:
     """Template variables for envoy/_body_router.j2: body_routing, body_router_source, pools."""
-    enabled = bool(topology.options.get("body_routing"))
     pools = pools_for(backends, by_model=enabled)
     source = ""
     if enabled:

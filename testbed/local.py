@@ -153,6 +153,8 @@ class LocalTestbed:
 
     def _start(self) -> None:
         """The order every runtime follows; the ``_run_*`` hooks say how each component runs."""
+        flows.check(self.topology)
+        modes.check(self.topology)  # an unknown option fails here, before anything starts
         if self._jaeger is None:
             self._jaeger = self._run_jaeger()
         env = self.topology.service_env(self.otlp_endpoint)

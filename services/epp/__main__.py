@@ -21,7 +21,7 @@ from eppkit.observability import otel
 from eppkit.observability.contract import Service
 from eppkit.services.epp import server
 from eppkit.services.epp.sidecar import FrontendPicker
-from eppkit.services.epp.stream import MULTIPART_TRIGGERS
+from eppkit.services.epp import MULTIPART_TRIGGERS
 from eppkit.services.picker import settings
 from eppkit.services.runner import add_common_args, configure_logging
 

@@ -45,7 +45,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability.contract import Epp, Error, GenAi, Http, Rpc
-from eppkit.services.epp import protocol
+from eppkit.services.epp import MULTIPART_TRIGGERS, protocol
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.picker.decision import Decision, PickError
 from eppkit.services.picker.request import BadRequest, LlmRequest, parse_request
@@ -63,10 +63,6 @@ class Phase(enum.Enum):
 
 
 Responses = list[pb.ProcessingResponse]
-
-# When the two-phase flow injects part 2: on the response headers, or on the first response
-# body chunk (the first token) of a streamed request.
-MULTIPART_TRIGGERS = ("first-token", "headers")
 
 
 class StreamProcessor:

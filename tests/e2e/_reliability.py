@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability import expected_spans
 from eppkit.observability.contract import Client, Dynmod, Envoy, Eppkit, Http, ResourceAttributes, Service, Vllm
 from eppkit.compare import collect_traces
@@ -83,7 +84,7 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
     if mode == "ext_proc":
         options.setdefault("scorer", "round-robin")
     return Topology(mode=mode, flow=flow, vllm=[VllmSpec(name, extra_args=list(vllm_args)) for name in vllm],
-                    time_to_first_token_ms=ttft_ms, inter_token_latency_ms=itl_ms, options=options)
+                    latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=itl_ms), options=options)
 
 
 # -- waiting ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import json
 import pytest
 import requests
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
@@ -21,7 +22,7 @@ POOLS = {"m-a": {"vllm-0", "vllm-1"}, "m-b": {"vllm-2"}}
 def body_routing_topology(**options) -> Topology:
     return Topology(mode="lua-callout",
                     vllm=[VllmSpec("vllm-0", model="m-a"), VllmSpec("vllm-1", model="m-a"), VllmSpec("vllm-2", model="m-b")],
-                    time_to_first_token_ms=20, inter_token_latency_ms=5,
+                    latency=MockLatency(time_to_first_token=20, inter_token_latency=5),
                     options={"body_routing": True, **options})
 
 

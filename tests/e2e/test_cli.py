@@ -70,7 +70,7 @@ def test_doctor_reports_every_prerequisite_found(eppkit_jaeger, eppkit_runtime):
 
 def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--ttft-ms", "100", "--itl-ms", "5"],
+    proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--time-to-first-token", "100", "--inter-token-latency", "5"],
                           capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "HTTP 200 from vllm-" in proc.stdout
@@ -92,7 +92,8 @@ UP_CASES = [
 @pytest.mark.parametrize("mode, flow", UP_CASES, ids=[f"{m}-{f}" for m, f in UP_CASES])
 def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit_runtime, tmp_path, mode, flow):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", eppkit_runtime, "--mode", mode, "--flow", flow, "--ttft-ms", "20"],
+    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", eppkit_runtime, "--mode", mode, "--flow", flow,
+                                     "--time-to-first-token", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
     try:
         lines, envoy_url = [], None

@@ -9,10 +9,12 @@ import pytest
 from eppkit.observability import report as rp
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit import compare
-from eppkit.envoy_config import MODES
+from eppkit.modes import names
+from eppkit.services.vllm.config import MockLatency
 
 pytestmark = pytest.mark.e2e
 
+MODES = names()
 REQUESTS = 3
 # The deciding span per mode, spelled out here rather than taken from observability.expected_spans.
 DECISION = {"ext_proc": ("epp", "epp.pick"), "sidecar": ("frontend", "frontend.route"),
@@ -21,7 +23,8 @@ DECISION = {"ext_proc": ("epp", "epp.pick"), "sidecar": ("frontend", "frontend.r
 
 def _run(tmp_path, jaeger, runtime, **kw):
     options = compare.CompareOptions(requests=REQUESTS, concurrency=2, warmup=1, runtime=runtime,
-                                     ttft_ms=50, itl_ms=5, trace_timeout_s=20, **kw)
+                                     latency=MockLatency(time_to_first_token=50, inter_token_latency=5),
+                                     trace_timeout_s=20, **kw)
     out = tmp_path / "report"
     report = compare.run(options, out, jaeger=jaeger)
     rp.write(report, out)
@@ -53,8 +56,10 @@ def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_j
         prefill = [sum(_ms(t.find_all("vllm.prefill", "vllm"))) for t in traces]
         assert steps["prefill"]["p50"] == pytest.approx(statistics.median(prefill), abs=1e-3), mode
         if mode == "direct":
-            assert "decision" not in steps and "roundtrip" not in steps
+            assert "decision" not in steps and "roundtrip" not in steps and result["scorer"] is None
             continue
+        # The same scorer decides in every picker mode (recorded per mode), so differences are the wiring's.
+        assert result["scorer"] == report["config"]["scorer"] == "queue-scorer", mode
         service, name = DECISION[mode]
         decisions = [t.one(name, service).duration_us / 1000 for t in traces]
         assert steps["decision"]["p50"] == pytest.approx(statistics.median(decisions), abs=1e-3), mode

@@ -50,7 +50,7 @@ def _owned_by(client, pid: int) -> list[str]:
 def _start_up(tmp_path) -> tuple[subprocess.Popen, str, list[str]]:
     """`eppkit up --runtime docker` in the background, until it says Ctrl-C to stop."""
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", "docker", "--mode", "direct", "--ttft-ms", "20"],
+    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", "docker", "--mode", "direct", "--time-to-first-token", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
     lines, envoy_url = [], None
     deadline = time.monotonic() + 300  # a cold engine builds its images first

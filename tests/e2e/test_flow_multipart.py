@@ -32,6 +32,7 @@ import json
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
@@ -48,7 +49,7 @@ SPANS = [("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_
 
 def multipart_topology(ttft_ms: float, **options) -> Topology:
     return Topology(mode="ext_proc", flow="multipart", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=ttft_ms, inter_token_latency_ms=ITL_MS,
+                    latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=ITL_MS),
                     options={"scorer": "round-robin", **options})
 
 

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology
 
@@ -16,6 +17,8 @@ pytestmark = pytest.mark.e2e
 TTFT_MS = 150.0
 ITL_MS = 5.0
 KV_MS = 40.0
+LATENCY = MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=ITL_MS)
+WITH_KV = MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=ITL_MS, kv_cache_transfer_latency=KV_MS)
 ENCODE_MS = 60.0
 TOL_MS = 25.0
 IMAGE = "data:image/png;base64,{}"
@@ -49,8 +52,7 @@ def _instance_span(check, name, instance):
 
 
 def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="pd", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
-                                   kv_transfer_ms=KV_MS))
+    bed = eppkit_testbed_factory(Topology(flow="pd", latency=WITH_KV))
     client = bed.client()
     result = client.chat(_chat("Tell me about KV transfer."))
     client.flush()
@@ -77,8 +79,7 @@ def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppk
 
 
 def test_epd_encoders_run_first_in_parallel_round_robin_and_prefill_hits_their_cache(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS,
-                                   inter_token_latency_ms=ITL_MS, encode_ms=ENCODE_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, latency=LATENCY, encode_latency=ENCODE_MS))
     client = bed.client()
     result = client.chat(_chat(_with_images(3)))
     client.flush()
@@ -104,7 +105,7 @@ def test_epd_encoders_run_first_in_parallel_round_robin_and_prefill_hits_their_c
 
 
 def test_epd_text_only_request_skips_encoders(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, latency=LATENCY))
     client = bed.client()
     result = client.chat(_chat("No pictures here."))
     client.flush()
@@ -115,8 +116,7 @@ def test_epd_text_only_request_skips_encoders(eppkit_testbed_factory):
 
 
 def test_e_plus_pd_when_prefill_is_disabled(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", prefill=0, encoders=1, time_to_first_token_ms=TTFT_MS,
-                                   inter_token_latency_ms=ITL_MS, encode_ms=ENCODE_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", prefill=0, encoders=1, latency=LATENCY, encode_latency=ENCODE_MS))
     client = bed.client()
     result = client.chat(_chat(_with_images(2), stream=False))
     client.flush()
@@ -131,7 +131,7 @@ def test_e_plus_pd_when_prefill_is_disabled(eppkit_testbed_factory):
 
 
 def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=1, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=1, latency=LATENCY))
     client = bed.client()
     result = client.chat(_chat(_with_images(1), stream=False), headers={"x-mock-encoder-failure": "500"})
     assert result.status == 502, result.body
@@ -140,8 +140,7 @@ def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
 
 
 def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstreamed_text(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="ttft", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
-                                   kv_transfer_ms=KV_MS))
+    bed = eppkit_testbed_factory(Topology(flow="ttft", latency=WITH_KV))
     client = bed.client()
     streamed = client.chat(_chat("Stream me the first token early.", seed=42, max_tokens=10))
     whole = client.chat(_chat("Stream me the first token early.", seed=42, max_tokens=10, stream=False))
@@ -160,7 +159,7 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
 
 
 def test_ttft_gain_against_the_same_flow_without_first_token_streaming(eppkit_testbed_factory, record_property):
-    common = dict(time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS, kv_transfer_ms=KV_MS)
+    common = dict(latency=WITH_KV)
     ttft = {}
     for flow in ("pd", "ttft"):
         bed = eppkit_testbed_factory(Topology(flow=flow, **common))

@@ -16,6 +16,7 @@ arriving the same way.
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology
@@ -35,8 +36,9 @@ DECISION = {
 
 
 def topology(mode: str, flow: str) -> Topology:
-    return Topology(mode=mode, flow=flow, prefill=2, decode=1, encoders=2, time_to_first_token_ms=40,
-                    inter_token_latency_ms=5, kv_transfer_ms=10, encode_ms=20, options={"scorer": "round-robin"})
+    return Topology(mode=mode, flow=flow, prefill=2, decode=1, encoders=2, encode_latency=20,
+                    latency=MockLatency(time_to_first_token=40, inter_token_latency=5, kv_cache_transfer_latency=10),
+                    options={"scorer": "round-robin"})
 
 
 def chat(content) -> dict:

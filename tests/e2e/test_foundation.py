@@ -2,6 +2,7 @@
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
@@ -17,7 +18,7 @@ PREFILL_TOLERANCE_MS = 25.0
 @pytest.fixture
 def direct_bed(eppkit_testbed_factory):
     return eppkit_testbed_factory(Topology(mode="direct", vllm=[VllmSpec("vllm-0")],
-                                    time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+                                    latency=MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=ITL_MS)))
 
 
 def test_streaming_request_through_envoy_is_traced_end_to_end(direct_bed):

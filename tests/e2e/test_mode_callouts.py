@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
@@ -56,8 +57,9 @@ def chat_body(**extra):
 
 
 def callout_topology(callout: Callout, **options) -> Topology:
+    options.setdefault("scorer", "round-robin")
     return Topology(mode=callout.mode, vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+                    latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ import time
 import pytest
 import requests
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
@@ -47,7 +48,7 @@ def chat_body(content="Which pod am I on?", **extra):
 def ext_proc_topology(vllm=None, **options) -> Topology:
     options.setdefault("scorer", "round-robin")
     return Topology(mode="ext_proc", vllm=vllm or [VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+                    latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
 
 @pytest.fixture
@@ -198,7 +199,7 @@ def test_requests_without_a_body_are_picked_on_headers(bed):
 
 
 def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(ext_proc_topology(scorer="prefix-cache"))
+    bed = eppkit_testbed_factory(ext_proc_topology(scorer="prefix-cache-scorer"))
     client = bed.client()
     results = []
     for i in range(4):

@@ -18,6 +18,7 @@ Trace of one request:
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
@@ -37,7 +38,7 @@ def chat_body(content="Which pod am I on?", *, system=None, **extra):
 
 def sidecar_topology(**options) -> Topology:
     return Topology(mode="sidecar", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+                    latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ FORCE = "x-eppkit-force-endpoint"
 # The picker's decision span and the attribute that says how it chose.
 PICK = {"ext_proc": ("epp", "epp.pick", "epp.scorer"),
         "sidecar": ("epp", "epp.pick", "epp.scorer"),
-        "lua-callout": ("callout", "callout.pick", "callout.reason"),
-        "dynmod-callout": ("callout", "callout.pick", "callout.reason")}
+        "lua-callout": ("callout", "callout.pick", "callout.scorer"),
+        "dynmod-callout": ("callout", "callout.pick", "callout.scorer")}
 
 
 @pytest.fixture(params=PICKER_MODES)

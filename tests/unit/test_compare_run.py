@@ -202,3 +202,28 @@ def test_exit_code_is_1_on_a_regression_against_the_baseline(tmp_path, monkeypat
 def test_options_refuse_unbounded_runs(kw):
     with pytest.raises(ValueError):
         options(**kw).validate()
+
+
+def test_every_picker_mode_runs_the_same_scorer_and_the_report_says_which(tmp_path):
+    seen = {}
+
+    def create(topology, runtime="local", jaeger=None):
+        seen[topology.mode] = dict(topology.options)
+        return FakeBed(tmp_path / f"run-{topology.mode}", trace_file="chat-ext_proc.json")
+
+    report = compare.run(options(modes=("direct", "ext_proc", "lua-callout"), scorer="prefix-cache-scorer",
+                                 scorer_parameters={"hashBlockSize": 16}),
+                         tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
+    assert seen == {"direct": {},  # no picker, no scorer option
+                    "ext_proc": {"scorer": "prefix-cache-scorer", "scorer_parameters": {"hashBlockSize": 16}},
+                    "lua-callout": {"scorer": "prefix-cache-scorer", "scorer_parameters": {"hashBlockSize": 16}}}
+    modes = report["scenarios"]["chat"]["modes"]
+    assert {m: r["scorer"] for m, r in modes.items()} == {"direct": None, "ext_proc": "prefix-cache-scorer",
+                                                         "lua-callout": "prefix-cache-scorer"}
+    assert report["config"]["scorer"] == "prefix-cache-scorer"
+    assert report["mode_colors"]["ext_proc"] == "#1f77b4"
+
+
+def test_compare_refuses_an_unknown_scorer_before_starting_anything():
+    with pytest.raises(ValueError, match="choose one of"):
+        options(scorer="least-queue").validate()

@@ -169,10 +169,10 @@ def test_epd_expects_one_encode_per_media_item():
 
 
 def test_expected_span_table_knows_every_testbed_mode_and_refuses_unknown_flows():
-    from eppkit.envoy_config import MODES
+    from eppkit import modes
 
-    assert ex.MODES == MODES
-    for mode in MODES:
+    assert ex.MODES == modes.names()
+    for mode in modes.names():
         assert ex.expected(mode, "aggregated")[0] == ex.ROOT
     with pytest.raises(ValueError, match="multipart"):
         ex.expected("direct", "multipart")
