@@ -33,43 +33,22 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from eppkit import modes
 from eppkit.services.vllm.config import MockLatency
 from eppkit.observability import expected_spans
-from eppkit.observability.contract import Client, Dynmod, Envoy, Eppkit, Http, ResourceAttributes, Service, Vllm
+from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Vllm
 from eppkit.compare import collect_traces
 from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, plan_requests
 
 MODEL = "mock-llm"
-MODES = expected_spans.MODES  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
-PICKER_MODES = tuple(m for m in MODES if m != "direct")
+MODES = modes.names()  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
+PICKER_MODES = tuple(m.name for m in modes.all_modes() if m.pickers)
 EXT_PROC_CALL = expected_spans.EXT_PROC_CALL.name
-
-
-@dataclass(frozen=True)
-class ModeTraits:
-    mode: str
-    pickers: tuple[str, ...]  # the services that make the decision (the EPP first); () for direct
-    picker_call: str | None  # Envoy's span of the call to the picker
-    upstream: str  # Envoy's upstream span when the picker chose the endpoint
-    fallback_upstream: str  # Envoy's upstream span when nobody chose (fail-open, GET)
-    health_aware: bool  # the picker scrapes /metrics and leaves dead endpoints out
-
-    @property
-    def picker(self) -> str | None:
-        """The service Envoy talks to (EPP or callout)."""
-        return self.pickers[0] if self.pickers else None
-
-
-TRAITS: dict[str, ModeTraits] = {t.mode: t for t in (
-    ModeTraits("direct", (), None, "router pool egress", "router pool egress", False),
-    ModeTraits("ext_proc", ("epp",), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
-    ModeTraits("sidecar", ("epp", "frontend"), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
-    ModeTraits("lua-callout", ("callout",), Envoy.CALLOUT_CALL, "router pool_picked egress",
-               "router pool egress", False),
-    ModeTraits("dynmod-callout", ("callout",), Dynmod.CALLOUT, "router pool_picked egress",
-               "router pool egress", False),
-)}
+# What each integration mode is made of (who picks, Envoy's span names, health awareness): the mode
+# registry's entries (eppkit.modes.Mode: pickers, picker, picker_span, picker_call, upstream,
+# fallback_upstream, health_aware), so a test can be one table over the modes instead of five copies.
+TRAITS = {m.name: m for m in modes.all_modes()}
 
 
 def chat_body(content: str = "Which pod am I on?", **extra) -> dict:

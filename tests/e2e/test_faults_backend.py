@@ -164,23 +164,20 @@ def test_no_endpoint_left_is_a_503(eppkit_testbed_factory, mode):
     bed = eppkit_testbed_factory(topology(mode))
     for name in ("vllm-0", "vllm-1"):
         kill(bed, name)
-    if traits.health_aware:
-        time.sleep(0.6)  # the picker's next scrapes are refused
+    time.sleep(0.6)  # the picker's next scrapes are refused
     client = bed.client()
     results = [client.chat(chat_body()) for _ in range(2)]
     client.flush()
 
     for r in results:
         assert_openai_error(r.status, r.body, 503)
-    if traits.health_aware:  # the picker says so itself, and nothing goes upstream
-        assert results[0].body["error"]["code"] == "no_endpoint", results[0].body
-        check = TraceCheck(bed.jaeger.wait_for_trace(results[0].trace_id, [("epp", "epp.process")], quiet_s=1.0))
-        check.attribute(check.one("epp.process"), "http.response.status_code", 503)
-        check.absent(traits.upstream)
-    else:  # the callout knows no health: it picks a dead one and Envoy cannot connect
-        assert results[0].body["error"]["type"] == "envoy_local_reply", results[0].body
-        check = TraceCheck(bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", traits.upstream)], quiet_s=1.0))
-        assert check.one(traits.upstream).attributes.get("response_flags") == "UF"
+    # Every picker scrapes /metrics: it says so itself, and nothing goes upstream.
+    assert traits.health_aware
+    assert results[0].body["error"]["code"] == "no_endpoint", results[0].body
+    check = TraceCheck(bed.jaeger.wait_for_trace(results[0].trace_id, [(traits.picker, traits.picker_span)],
+                                                 quiet_s=1.0))
+    check.attribute(check.one(traits.picker_span, traits.picker), "http.response.status_code", 503)
+    check.absent(traits.upstream)
     assert_kit_healthy(bed, except_=("vllm-0", "vllm-1"))
 
 

@@ -37,6 +37,7 @@ def chat_body(content="Which pod am I on?", *, system=None, **extra):
 
 
 def sidecar_topology(**options) -> Topology:
+    options.setdefault("scorer", "kv-router-scorer")  # the frontend as Dynamo's: a KV-aware router
     return Topology(mode="sidecar", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
                     latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
@@ -69,7 +70,7 @@ def test_the_worker_the_frontend_picks_is_the_one_that_serves(bed):
         check.attribute(route, "frontend.worker_id", pod)  # worker id = the mock's instance name
         check.attribute(pick, "epp.worker_id", pod)
         check.attribute(pick, "epp.endpoint.name", pod)
-        check.attribute(pick, "epp.scorer", "frontend:kv")
+        check.attribute(pick, "epp.scorer", "frontend:kv-router-scorer")
         check.attribute(check.one(PICKED_UPSTREAM), "upstream_address", route.attributes["frontend.endpoint"])
         # The frontend's token count is the mock's prompt token count: one tokenizer.
         assert route.attributes["frontend.token_count"] == result.body["usage"]["prompt_tokens"]
