@@ -3,10 +3,14 @@
 Every failure message ends with the text waterfall of the whole trace so the reader
 sees what actually happened.
 
+    from eppkit.observability.contract import Vllm
+
     check = TraceCheck(trace)
-    prefill = check.one("vllm.prefill")
-    check.before(prefill, check.one("vllm.decode"))
+    prefill = check.one(Vllm.PREFILL)
+    check.before(prefill, check.one(Vllm.DECODE))
     check.duration(prefill, expected_ms=300, tolerance_ms=30)
+
+Span names are the trace contract's (observability/contract.py).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from eppkit.observability import waterfall
+from eppkit.observability.expected_spans import SpanRule
 from eppkit.observability.trace_model import Span, SpanNotFound, Trace
 
 
@@ -40,13 +45,13 @@ class TraceCheck:
         return self.trace.find_all(name, service, **attrs)
 
     # -- presence -----------------------------------------------------------------------
-    def present_once(self, expected: Iterable[tuple[str, str]]) -> None:
-        """Every (service, span name) appears exactly once."""
+    def present_once(self, expected: Iterable[SpanRule | tuple[str, str] | str]) -> None:
+        """Every span (a contract span name, a ``(service, name)`` pair or a rule) appears exactly once."""
         problems = []
-        for service, name in expected:
-            n = len(self.trace.find_all(name, service))
+        for rule in map(SpanRule.of, expected):
+            n = len(rule.find(self.trace))
             if n != 1:
-                problems.append(f"{service}:{name} x{n}")
+                problems.append(f"{rule.label} x{n}")
         if problems:
             self.fail("expected each step exactly once; wrong counts: " + ", ".join(problems))
 

@@ -314,7 +314,7 @@ class Callout:
 
 # -- the backends -------------------------------------------------------------------------------------
 
-class PdSidecar:
+class Pd:
     SEED = _attr("pd.seed", "the seed P and D share, so decode repeats prefill's first token")
     PREFILLER = _attr("pd.prefiller", "host:port of the prefiller used")
     FLOW = _attr("pd.flow", "PD, P/D or EP/D: which stages ran")
@@ -394,7 +394,6 @@ class Encoder:
 
 
 ENTRIES: tuple[Entry, ...] = tuple(_ENTRIES)
-del _ENTRIES
 
 _BY_KIND: dict[str, dict[str, Entry]] = {}
 for _e in ENTRIES:

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from eppkit.observability.contract import Callout, Envoy, Epp, Frontend, Media, Pd, Vllm
 from eppkit.observability.trace_model import Span, Trace
 
 _KEY_ATTRS = (
-    "epp.endpoint",
-    "epp.scorer",
-    "frontend.worker_id",
-    "callout.endpoint",
-    "vllm.role",
-    "vllm.instance",
-    "mm.type",
-    "pd.true_ttft_ms",
-    "http.status_code",
-    "upstream_address",
+    Epp.ENDPOINT,
+    Epp.SCORER,
+    Frontend.WORKER_ID,
+    Callout.ENDPOINT,
+    Vllm.ROLE,
+    Vllm.INSTANCE,
+    Media.TYPE,
+    Pd.TRUE_TTFT_MS,
+    Envoy.HTTP_STATUS_CODE,
+    Envoy.UPSTREAM_ADDRESS,
 )
 
 
@@ -42,7 +43,7 @@ def render(trace: Trace, width: int = 60) -> str:
 
 
 # Display-only abbreviations of long Envoy span names (the trace itself keeps the full name).
-_SHORT = {"envoy.service.ext_proc.v3.ExternalProcessor.Process": "ext_proc.Process"}
+_SHORT = {Envoy.EXT_PROC_CALL: "async ext_proc.Process egress"}
 
 
 def _label(span: Span, depth: int) -> str:

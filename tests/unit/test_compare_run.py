@@ -30,7 +30,7 @@ class FakeJaegerClient:
         return self.raw
 
     def trace_url(self, trace_id):
-        return f"{FakeJaegerProcess.api_url}/api/traces/{trace_id}"
+        return f"{FakeJaegerProcess.api_url}/api/v3/traces/{trace_id}"
 
 
 class FakeClient:
@@ -55,7 +55,7 @@ class FakeBed:
     def __init__(self, run_dir, trace_file=None, start_error=None):
         self.run_dir = run_dir
         self.start_error = start_error
-        self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text())["data"][0] if trace_file else None)
+        self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text()) if trace_file else None)
         self.stopped = False
 
     def start(self):
