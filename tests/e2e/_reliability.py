@@ -34,21 +34,21 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import expected_spans
-from eppkit.observability.contract import Client, Dynmod, Envoy, Eppkit, Http, ResourceAttributes, Service, Vllm
-from eppkit.compare import collect_traces
+from eppkit.observability.contract import (Client, Cluster, Dynmod, Envoy, Eppkit, Http, ResourceAttributes, Service,
+                                           Vllm)
+from eppkit.polling import poll
 from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, plan_requests
 
 MODEL = "mock-llm"
 MODES = expected_spans.MODES  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
 PICKER_MODES = tuple(m for m in MODES if m != "direct")
-EXT_PROC_CALL = expected_spans.EXT_PROC_CALL.name
 
 
 @dataclass(frozen=True)
 class ModeTraits:
     mode: str
-    pickers: tuple[str, ...]  # the services that make the decision (the EPP first); () for direct
+    pickers: tuple[str, ...]  # the services (service.name) that make the decision (the EPP first); () for direct
     picker_call: str | None  # Envoy's span of the call to the picker
     upstream: str  # Envoy's upstream span when the picker chose the endpoint
     fallback_upstream: str  # Envoy's upstream span when nobody chose (fail-open, GET)
@@ -60,14 +60,13 @@ class ModeTraits:
         return self.pickers[0] if self.pickers else None
 
 
+_POOL, _PICKED, _POOL_PICKED = (Envoy.router(c) for c in (Cluster.POOL, Cluster.PICKED, Cluster.picked()))
 TRAITS: dict[str, ModeTraits] = {t.mode: t for t in (
-    ModeTraits("direct", (), None, "router pool egress", "router pool egress", False),
-    ModeTraits("ext_proc", ("epp",), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
-    ModeTraits("sidecar", ("epp", "frontend"), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
-    ModeTraits("lua-callout", ("callout",), Envoy.CALLOUT_CALL, "router pool_picked egress",
-               "router pool egress", False),
-    ModeTraits("dynmod-callout", ("callout",), Dynmod.CALLOUT, "router pool_picked egress",
-               "router pool egress", False),
+    ModeTraits("direct", (), None, _POOL, _POOL, False),
+    ModeTraits("ext_proc", (Service.EPP,), Envoy.EXT_PROC_CALL, _PICKED, _POOL, True),
+    ModeTraits("sidecar", (Service.EPP, Service.FRONTEND), Envoy.EXT_PROC_CALL, _PICKED, _POOL, True),
+    ModeTraits("lua-callout", (Service.CALLOUT,), Envoy.CALLOUT_CALL, _POOL_PICKED, _POOL, False),
+    ModeTraits("dynmod-callout", (Service.CALLOUT,), Dynmod.CALLOUT, _POOL_PICKED, _POOL, False),
 )}
 
 
@@ -89,15 +88,8 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
 # -- waiting ------------------------------------------------------------------------------------------
 
 def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.05):
-    """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(poll_s)
-    raise AssertionError(f"{what}: not true within {timeout_s:g} s (last: {last!r})")
+    """Poll ``predicate`` until it returns something truthy; PollTimeout (an AssertionError) naming ``what``."""
+    return poll(predicate, timeout_s=timeout_s, interval_s=poll_s, describe=what)
 
 
 # -- faults -------------------------------------------------------------------------------------------
@@ -153,7 +145,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
     handle = bed.services[name]
     handle.process.start()
     port = int(handle.url.rsplit(":", 1)[1])
-    if name == "epp":  # gRPC: the port is the readiness
+    if name == Service.EPP:  # gRPC: the port is the readiness
         import socket
 
         def listening():
@@ -553,14 +545,13 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
 
     # Every request's trace, the failed ones included: a served request must hold every step of
     # its mode; an injected 500 stops at the mock's llm_request (nothing queued or decoded).
-    samples = [{**s.to_json(), "ok": True} for s in work.samples if s.trace_id]
     full = expected_spans.expected(mode, "aggregated")
-    refused = tuple(r for r in full if r.service != "vllm") + (expected_spans.SpanRule("vllm", Vllm.REQUEST),)
+    refused = tuple(r for r in full if r.service != Service.VLLM) + expected_spans.rules([Vllm.REQUEST])
     t0 = time.monotonic()
-    collect_traces(bed.jaeger, samples, lambda s: refused if s["index"] in injected else full,
-                   timeout_s=trace_timeout_s)
+    traces = bed.jaeger.wait_for_traces({s.trace_id: refused if s.index in injected else full
+                                         for s in work.samples if s.trace_id}, timeout_s=trace_timeout_s)
     trace_wait = time.monotonic() - t0
-    incomplete = {s["index"]: s["missing"] for s in samples if not s["complete"]}
+    incomplete = {s.index: traces[s.trace_id][1] for s in work.samples if s.trace_id and traces[s.trace_id][1]}
     incomplete.update({s.index: ["no trace id"] for s in work.samples if not s.trace_id})
     return LoadResult(
         mode=mode, runtime=bed.runtime, requests=requests, concurrency=concurrency, wall_s=work.wall_s,

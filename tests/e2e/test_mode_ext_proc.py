@@ -29,13 +29,14 @@ import requests
 
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "mock-llm"
-EXT_PROC_CALL = "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress"
-PICKED_UPSTREAM = "router picked egress"
-FALLBACK_UPSTREAM = "router pool egress"
+EXT_PROC_CALL = Envoy.EXT_PROC_CALL
+PICKED_UPSTREAM = Envoy.router(Cluster.PICKED)
+FALLBACK_UPSTREAM = Envoy.router(Cluster.POOL)
 SYSTEM = ("You are a meticulous assistant for an inference gateway test kit. Answer briefly, "
           "name the pod you run on, and never invent facts you cannot check.")
 
@@ -57,14 +58,14 @@ def bed(eppkit_testbed_factory):
 
 def served_trace(bed, result, *extra, upstream=PICKED_UPSTREAM):
     return bed.jaeger.wait_for_trace(result.trace_id, [
-        ("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL),
-        ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"),
-        ("envoy", upstream), ("vllm", "llm_request"), *extra])
+        Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL,
+        Epp.PROCESS, Epp.PICK, Epp.INJECT,
+        upstream, Vllm.REQUEST, *extra])
 
 
 def rejected_trace(bed, result):
-    return bed.jaeger.wait_for_trace(result.trace_id, [("client", "client.request"), ("envoy", "ingress"),
-                                                       ("epp", "epp.process")], quiet_s=1.0)
+    return bed.jaeger.wait_for_trace(result.trace_id, [Client.REQUEST, Envoy.INGRESS,
+                                                       Epp.PROCESS], quiet_s=1.0)
 
 
 def wait_for_epp_health(bed, healthy: bool, timeout_s: float = 10.0) -> None:
@@ -91,13 +92,13 @@ def test_the_endpoint_the_epp_picks_is_the_one_that_serves(bed):
 
     for result, pod in served:
         check = TraceCheck(served_trace(bed, result))
-        pick = check.one("epp.pick", "epp")
-        picked = pick.attributes["epp.endpoint"]
+        pick = check.one(Epp.PICK, Service.EPP)
+        picked = pick.attributes[Epp.ENDPOINT]
         assert names[picked] == pod, f"EPP picked {picked} ({names.get(picked)}) but {pod} served"
-        check.attribute(pick, "epp.endpoint.name", pod)
-        check.attribute(pick, "epp.scorer", "round-robin")
-        assert pick.attributes["epp.reason"].startswith("round-robin turn")
-        check.attribute(check.one(PICKED_UPSTREAM, "envoy"), "upstream_address", picked)
+        check.attribute(pick, Epp.ENDPOINT_NAME, pod)
+        check.attribute(pick, Epp.SCORER, "round-robin")
+        assert pick.attributes[Epp.REASON].startswith("round-robin turn")
+        check.attribute(check.one(PICKED_UPSTREAM, Service.ENVOY), Envoy.UPSTREAM_ADDRESS, picked)
     assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
 
 
@@ -107,13 +108,13 @@ def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_sta
     client.flush()
     assert result.status == 200, result.body
 
-    check = TraceCheck(served_trace(bed, result, ("vllm", "vllm.prefill"), ("vllm", "vllm.decode")))
-    check.present_once([("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL),
-                        ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"),
-                        ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request")])
-    root, ingress, call = check.one("client.request"), check.one("ingress"), check.one(EXT_PROC_CALL)
-    process, pick, inject = check.one("epp.process"), check.one("epp.pick"), check.one("epp.inject")
-    upstream, llm = check.one(PICKED_UPSTREAM), check.one("llm_request")
+    check = TraceCheck(served_trace(bed, result, Vllm.PREFILL, Vllm.DECODE))
+    check.present_once([Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL,
+                        Epp.PROCESS, Epp.PICK, Epp.INJECT,
+                        PICKED_UPSTREAM, Vllm.REQUEST])
+    root, ingress, call = check.one(Client.REQUEST), check.one(Envoy.INGRESS), check.one(EXT_PROC_CALL)
+    process, pick, inject = check.one(Epp.PROCESS), check.one(Epp.PICK), check.one(Epp.INJECT)
+    upstream, llm = check.one(PICKED_UPSTREAM), check.one(Vllm.REQUEST)
     check.single_root(root)
     # Envoy opens a child span for the ext_proc gRPC stream and injects its context into the
     # stream's initial metadata; the EPP's span is a child of it.
@@ -152,9 +153,9 @@ def test_epp_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstrea
     assert "x-inference-pod" not in result.headers
 
     check = TraceCheck(rejected_trace(bed, result))
-    check.absent("llm_request", "vllm")
-    check.absent(PICKED_UPSTREAM, "envoy")
-    check.attribute(check.one("epp.process"), "http.response.status_code", status)
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    check.absent(PICKED_UPSTREAM, Service.ENVOY)
+    check.attribute(check.one(Epp.PROCESS), Http.RESPONSE_STATUS_CODE, status)
 
 
 def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_factory):
@@ -185,8 +186,8 @@ def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_f
     assert result.body["error"]["type"] == "RateLimitError" and result.body["error"]["code"] == "shed"
     assert [r.status_code for r in slow] == [200, 200]
     check = TraceCheck(rejected_trace(bed, result))
-    check.absent("llm_request", "vllm")
-    assert "waiting queue" in check.one("epp.pick").attributes["epp.reason"]
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    assert "waiting queue" in check.one(Epp.PICK).attributes[Epp.REASON]
 
 
 def test_requests_without_a_body_are_picked_on_headers(bed):
@@ -209,7 +210,7 @@ def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(eppkit_testbe
     assert [r.status for r in results] == [200] * 4
     assert len({r.headers["x-inference-pod"] for r in results}) == 1
     check = TraceCheck(served_trace(bed, results[-1]))
-    assert check.one("epp.pick").attributes["epp.reason"].startswith("prefix hit")
+    assert check.one(Epp.PICK).attributes[Epp.REASON].startswith("prefix hit")
     # The mock's own prefix cache agrees: the later requests found their prefix cached.
     assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
@@ -233,10 +234,10 @@ def test_epp_down_fails_closed_by_default(bed):
     result = client.chat(chat_body())
     client.flush()
     assert result.status == 500, result.body  # Envoy's status_on_error default
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress")], quiet_s=1.0)
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS], quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("llm_request", "vllm")
-    check.absent("epp.process", "epp")
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    check.absent(Epp.PROCESS, Service.EPP)
 
 
 def test_epp_down_fails_closed_with_the_configured_status(eppkit_testbed_factory):
@@ -255,10 +256,10 @@ def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_testbed_
     assert [r.status for r in results] == [200, 200], [r.body for r in results]
     assert {r.headers["x-inference-pod"] for r in results} == {"vllm-0", "vllm-1"}  # round-robin pool
 
-    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", "ingress"), ("envoy", FALLBACK_UPSTREAM),
-                                                            ("vllm", "llm_request")])
+    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [Envoy.INGRESS, FALLBACK_UPSTREAM,
+                                                            Vllm.REQUEST])
     check = TraceCheck(trace)
-    check.absent("epp.process")
+    check.absent(Epp.PROCESS)
     check.absent(PICKED_UPSTREAM)
 
 
@@ -334,4 +335,4 @@ def test_response_path_through_the_epp_is_passed_through_unchanged(eppkit_testbe
     assert result.body["usage"]["completion_tokens"] == 6 and result.text
     check = TraceCheck(served_trace(bed, result))
     # With the response path processed, Envoy keeps its ext_proc span open until the response ends.
-    assert check.one(EXT_PROC_CALL).end_us >= check.one("llm_request").end_us
+    assert check.one(EXT_PROC_CALL).end_us >= check.one(Vllm.REQUEST).end_us

@@ -10,6 +10,7 @@ import pytest
 from eppkit.observability import report as rp
 from eppkit.observability.client import ClientResult
 from eppkit import compare
+from eppkit.observability.contract import Epp
 
 pytestmark = pytest.mark.unit
 
@@ -114,7 +115,7 @@ def test_a_mode_run_reads_steps_and_completeness_from_the_traces_and_saves_the_r
     ext = report["scenarios"]["chat"]["modes"]["ext_proc"]
     trace = rp.load_trace(DATA / "chat-ext_proc.json")
     assert ext["completeness"]["ratio"] == 1.0
-    assert ext["steps"]["decision"]["p50"] == trace.one("epp.pick").duration_ms
+    assert ext["steps"]["decision"]["p50"] == trace.one(Epp.PICK).duration_ms
     assert ext["overhead_vs_direct"]["gateway"]["p50"] > 0
     rep = ext["representative"]
     assert (out / rep["file"]).is_file() and rep["jaeger_url"].endswith(rep["trace_id"])
