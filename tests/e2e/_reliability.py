@@ -85,13 +85,6 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
                     time_to_first_token_ms=ttft_ms, inter_token_latency_ms=itl_ms, options=options)
 
 
-# -- waiting ------------------------------------------------------------------------------------------
-
-def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.05):
-    """Poll ``predicate`` until it returns something truthy; PollTimeout (an AssertionError) naming ``what``."""
-    return poll(predicate, timeout_s=timeout_s, interval_s=poll_s, describe=what)
-
-
 # -- faults -------------------------------------------------------------------------------------------
 
 def _container(process):
@@ -155,7 +148,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
             except OSError:
                 return False
 
-        wait_until(listening, timeout_s, f"{name} listening again")
+        poll(listening, timeout_s=timeout_s, describe=f"{name} listening again")
         return
 
     def healthy():
@@ -164,7 +157,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
         except requests.RequestException:
             return False
 
-    wait_until(healthy, timeout_s, f"{name} healthy again")
+    poll(healthy, timeout_s=timeout_s, describe=f"{name} healthy again")
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -219,7 +212,7 @@ def wait_for_cluster_health(bed, cluster: str, healthy: bool, timeout_s: float =
         flags = [line for line in text.splitlines() if line.startswith(f"{cluster}::") and "::health_flags::" in line]
         return bool(flags) and (("failed_active_hc" not in flags[0]) == healthy)
 
-    wait_until(seen, timeout_s, f"Envoy seeing {cluster} {'healthy' if healthy else 'unhealthy'}")
+    poll(seen, timeout_s=timeout_s, interval_s=0.1, describe=f"Envoy seeing {cluster} {'healthy' if healthy else 'unhealthy'}")
 
 
 # -- a streaming request the test controls -----------------------------------------------------------

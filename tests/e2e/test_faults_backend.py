@@ -18,8 +18,9 @@ import pytest
 import requests
 
 from _reliability import MODES, PICKER_MODES, TRAITS, SpanSource, Stream, assert_kit_healthy, assert_openai_error, \
-    chat_body, counter, kill, restart, topology, wait_until
+    chat_body, counter, kill, restart, topology
 from eppkit.observability.assertions import TraceCheck
+from eppkit.polling import poll
 from eppkit.observability.contract import Client, Encoder, Envoy, Epp, Http, Mock, Pd, Service, Vllm
 
 pytestmark = pytest.mark.e2e
@@ -199,8 +200,8 @@ def test_a_saturated_backend_answers_429_through_the_gateway(eppkit_testbed_fact
     threads = [threading.Thread(target=fill) for _ in range(2)]
     for t in threads:
         t.start()
-    wait_until(lambda: counter(backend, "vllm:num_requests_running") == 1
-               and counter(backend, "vllm:num_requests_waiting") == 1, 10, "one request running and one waiting")
+    poll(lambda: counter(backend, "vllm:num_requests_running") == 1
+         and counter(backend, "vllm:num_requests_waiting") == 1, timeout_s=10, describe="one request running and one waiting")
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()

@@ -9,9 +9,10 @@ tokens. In P/D the pd-sidecar sits between Envoy and the decoder; the cancellati
 import pytest
 
 from _reliability import MODES, TRAITS, HangUp, SpanSource, Stream, assert_kit_healthy, chat_body, counter, \
-    topology, wait_until
+    topology
 from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
+from eppkit.polling import poll
 from eppkit.observability.contract import Envoy, GenAi, Pd, Service, Vllm
 
 pytestmark = pytest.mark.e2e
@@ -57,9 +58,9 @@ def test_client_gone_during_prefill_and_during_decode_cancels_upstream(eppkit_te
         # 1. during prefill: nothing of the answer has been written yet
         before = _cancellations(bed)
         call = HangUp(bed, spans, chat_body(**LONG_STREAM), headers={"x-mock-ttft-ms": "3000"})
-        wait_until(lambda: _running(bed) == 1, 10, "the backend prefilling")
+        poll(lambda: _running(bed) == 1, timeout_s=10, describe="the backend prefilling")
         call.hang_up()
-        wait_until(lambda: _cancellations(bed) == before + 1, 5, "the mock counting the cancellation")
+        poll(lambda: _cancellations(bed) == before + 1, timeout_s=5, describe="the mock counting the cancellation")
         check = _check_cancelled_trace(bed, call.trace_id, mode, "aggregated", decoded=False)
         prefill = check.one(Vllm.PREFILL, Service.VLLM)
         assert prefill.duration_ms < 2500, f"prefill ran on for nobody: {prefill.duration_ms:.0f} ms"
@@ -68,12 +69,12 @@ def test_client_gone_during_prefill_and_during_decode_cancels_upstream(eppkit_te
         stream = Stream(bed, spans, chat_body(**LONG_STREAM), headers=SLOW_TOKENS)
         assert stream.first_data().status == 200
         outcome = stream.abandon()
-        wait_until(lambda: _cancellations(bed) == before + 2, 5, "the mock counting the cancellation")
+        poll(lambda: _cancellations(bed) == before + 2, timeout_s=5, describe="the mock counting the cancellation")
         check = _check_cancelled_trace(bed, outcome.trace_id, mode, "aggregated", decoded=True)
         assert check.one(Vllm.DECODE).duration_ms < 3000, "decode stopped when the client left"
     finally:
         spans.close()
-    wait_until(lambda: _running(bed) == 0, 5, "no request left running on the backends")
+    poll(lambda: _running(bed) == 0, timeout_s=5, describe="no request left running on the backends")
     assert_kit_healthy(bed)
     assert bed.client().chat(chat_body()).status == 200
 
@@ -86,7 +87,7 @@ def test_client_gone_mid_stream_is_cancelled_through_the_pd_sidecar(eppkit_testb
         stream = Stream(bed, spans, chat_body(**LONG_STREAM), headers=SLOW_TOKENS)
         assert stream.first_data().status == 200
         outcome = stream.abandon()
-        wait_until(lambda: _cancellations(bed) == before + 1, 5, "the decoder counting the cancellation")
+        poll(lambda: _cancellations(bed) == before + 1, timeout_s=5, describe="the decoder counting the cancellation")
     finally:
         spans.close()
     assert counter(bed.services["vllm-d0"].url, CANCELLED) == before + 1, "the decoder is the one cancelled"
@@ -97,5 +98,5 @@ def test_client_gone_mid_stream_is_cancelled_through_the_pd_sidecar(eppkit_testb
     assert decode_llm.error and decode_llm.attributes.get(Vllm.CANCELLED), decode_llm.attributes
     assert check.one(Pd.REQUEST).error and check.one(Pd.DECODE).error, "the sidecar's spans end, with the error"
     assert not check.one(Vllm.REQUEST, Service.VLLM, **{Vllm.INSTANCE: "vllm-p0"}).error, "prefill had finished: not cancelled"
-    wait_until(lambda: _running(bed) == 0, 5, "no request left running on the backends")
+    poll(lambda: _running(bed) == 0, timeout_s=5, describe="no request left running on the backends")
     assert_kit_healthy(bed)

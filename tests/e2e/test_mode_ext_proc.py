@@ -27,7 +27,9 @@ import time
 import pytest
 import requests
 
+from _reliability import wait_for_cluster_health
 from eppkit.observability.assertions import TraceCheck
+from eppkit.polling import poll
 from eppkit.topology import Topology, VllmSpec
 from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Http, Service, Vllm
 
@@ -66,18 +68,6 @@ def served_trace(bed, result, *extra, upstream=PICKED_UPSTREAM):
 def rejected_trace(bed, result):
     return bed.jaeger.wait_for_trace(result.trace_id, [Client.REQUEST, Envoy.INGRESS,
                                                        Epp.PROCESS], quiet_s=1.0)
-
-
-def wait_for_epp_health(bed, healthy: bool, timeout_s: float = 10.0) -> None:
-    """Until Envoy's active health check sees the EPP as (un)healthy."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = requests.get(bed.envoy_admin_url + "/clusters", timeout=5).text
-        flags = [line for line in text.splitlines() if line.startswith("epp::") and "::health_flags::" in line]
-        if flags and (("failed_active_hc" not in flags[0]) == healthy):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"Envoy did not see the EPP as {'healthy' if healthy else 'unhealthy'} in {timeout_s}s: {flags}")
 
 
 def test_the_endpoint_the_epp_picks_is_the_one_that_serves(bed):
@@ -172,13 +162,10 @@ def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_f
     for t in fillers:
         t.start()
         time.sleep(0.2)
-    deadline = time.monotonic() + 2.0
     client = bed.client()
-    while True:  # the EPP sees the queue at its next scrape
-        result = client.chat(chat_body())
-        if result.status == 429 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    # the EPP sees the queue at its next scrape
+    result = poll(lambda: client.chat(chat_body()), until=lambda r: r.status == 429, timeout_s=2.0, interval_s=0.1,
+                  describe="a request shed with 429")
     client.flush()
     for t in fillers:
         t.join()
@@ -229,7 +216,7 @@ def test_body_routing_in_front_picks_within_the_requested_model(eppkit_testbed_f
 
 def test_epp_down_fails_closed_by_default(bed):
     bed.services["epp"].process.stop()
-    wait_for_epp_health(bed, healthy=False)
+    wait_for_cluster_health(bed, "epp", healthy=False)
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()
@@ -249,7 +236,7 @@ def test_epp_down_fails_closed_with_the_configured_status(eppkit_testbed_factory
 def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True))
     bed.services["epp"].process.stop()
-    wait_for_epp_health(bed, healthy=False)
+    wait_for_cluster_health(bed, "epp", healthy=False)
     client = bed.client()
     results = [client.chat(chat_body(stream=s)) for s in (False, True)]
     client.flush()
@@ -294,18 +281,16 @@ def test_epp_coming_back_is_used_again(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True))
     epp = bed.services["epp"].process
     epp.stop()
-    wait_for_epp_health(bed, healthy=False)
+    wait_for_cluster_health(bed, "epp", healthy=False)
     assert bed.client().chat(chat_body()).status == 200  # fail-open meanwhile
     epp.start()
-    wait_for_epp_health(bed, healthy=True)
+    wait_for_cluster_health(bed, "epp", healthy=True)
     # The admin view turns healthy a moment before every worker thread does: allow a few seconds
     # for the EPP to be used again, but it must be (a forced pick is only honoured by the EPP).
     # A pod outside the pool is refused (503) only by the EPP; fail-open would serve it (200).
     client = bed.client()
-    deadline = time.monotonic() + 5
-    while client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "no-such-pod"}).status != 503:
-        assert time.monotonic() < deadline, "the EPP was not used again within 5 s of being healthy"
-        time.sleep(0.2)
+    poll(lambda: client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "no-such-pod"}).status,
+         until=lambda status: status == 503, timeout_s=5, interval_s=0.2, describe="the EPP used again once healthy")
     result = client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"})
     client.flush()
     assert (result.status, result.headers["x-inference-pod"]) == (200, "vllm-1")
