@@ -41,7 +41,7 @@ def _check_cancelled_trace(bed, trace_id: str, mode: str, flow: str, *, decoded:
     assert len(cancelled) == 1, "exactly one mock request was cancelled:\n" + \
         "\n".join(f"{s.label} {s.attributes}" for s in check.all(Vllm.REQUEST, Service.VLLM))
     llm = cancelled[0]
-    assert llm.error and llm.attributes.get("otel.status_description") == "client disconnected", llm.attributes
+    assert llm.error and llm.status_message == "client disconnected", (llm.status_message, llm.attributes)
     assert llm.attributes.get(GenAi.RESPONSE_FINISH_REASONS) == ["abort"], llm.attributes  # an OTLP array
     llm.event(Vllm.CLIENT_CANCELLED)
     assert [c.name for c in llm.children if c.name == Vllm.DECODE] == ([Vllm.DECODE] if decoded else [])
