@@ -1,4 +1,7 @@
-"""Every span a unit test records in memory must follow the trace contract (observability/contract.py).
+"""Two rules for every unit test: it starts no process, and the spans it records follow the trace contract.
+
+A unit test that starts a process (subprocess, a server binary, ldd ...) belongs in tests/integration:
+``subprocess.Popen`` refuses here, saying so.
 
 The services' unit tests record their spans with OpenTelemetry's InMemorySpanExporter; this
 fixture sees every span exported that way and fails the test (at teardown) when a span, one of
@@ -7,6 +10,9 @@ code really emits, path by path, by the tests that already drive those paths.
 """
 
 from __future__ import annotations
+
+import platform
+import subprocess
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -34,3 +40,16 @@ def recorded_spans_follow_the_trace_contract(monkeypatch):
                                         service=service if service in services else None)
     assert not problems, "spans that break the trace contract (observability/contract.py):\n" + "\n".join(
         sorted(set(problems)))
+
+
+platform.processor()  # platform runs `uname -p` once and caches it; code under test (compare's host info) asks
+
+
+class _NoProcess:
+    def __init__(self, args, *_, **__):
+        raise AssertionError(f"tests/unit starts no process (this one ran {args!r}); move the test to tests/integration")
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_start_no_process(monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", _NoProcess)
