@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from eppkit.observability import steps as st
 from eppkit.observability.contract import Service
-from eppkit.observability.trace_model import Span, Trace, from_otlp
+from eppkit.observability.trace_model import Trace, from_otlp
 
 SCHEMA = "eppkit.compare/1"
 OVERHEAD_STEPS = ("e2e", "ttft", "gateway")
@@ -415,19 +415,9 @@ def steps_chart(block: dict, stem: Path, title: str) -> list[Path]:
     return _save(fig, stem)
 
 
-def _walk(trace: Trace) -> Iterable[tuple[Span, int]]:
-    def visit(span: Span, depth: int):
-        yield span, depth
-        for child in sorted(span.children, key=lambda s: s.start_us):
-            yield from visit(child, depth + 1)
-
-    for root in sorted(trace.roots, key=lambda s: s.start_us):
-        yield from visit(root, 0)
-
-
 def waterfall_chart(trace: Trace, stem: Path, title: str) -> list[Path]:
     """One row per span in tree order, bars on a shared ms axis, coloured by service; ◆ = events."""
-    rows = list(_walk(trace))
+    rows = list(trace.walk())
     t0 = trace.start_us
     total_ms = max((trace.end_us - t0) / 1000, 0.001)
     fig = _figure(11, 0.9 + 0.27 * len(rows))

@@ -140,6 +140,16 @@ class Trace:
     def count(self, name: str | None = None, service: str | None = None) -> int:
         return len(self.find_all(name, service))
 
+    def walk(self) -> Iterator[tuple[Span, int]]:
+        """Every span with its depth, parents before children, siblings by start time (a waterfall's rows)."""
+        def visit(span: Span, depth: int) -> Iterator[tuple[Span, int]]:
+            yield span, depth
+            for child in sorted(span.children, key=lambda s: s.start_us):
+                yield from visit(child, depth + 1)
+
+        for root in sorted(self.roots, key=lambda s: s.start_us):
+            yield from visit(root, 0)
+
 
 def _describe_query(name, service, attrs) -> str:
     parts = []

@@ -29,6 +29,7 @@ from eppkit.observability.contract import GenAi, Http, Media, Pd
 from eppkit.services.encoder.media import media_kind
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
 from eppkit.services.pd_sidecar import requests as derive
+from eppkit.services.vllm.api import parse_json
 
 HEADER_PREFILLER = "x-prefiller-host-port"
 HEADER_ENCODERS = "x-encoder-hosts-ports"
@@ -119,13 +120,7 @@ class PdSidecar:
     # -- the flow ----------------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
         arrival = time.monotonic()
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise OpenAIError(400, f"Invalid JSON in request body: {exc}") from None
-        if not isinstance(body, dict):
-            raise OpenAIError(400, "Request body must be a JSON object")
+        body = parse_json(await request.read())
         request_id = request.headers.get(HEADER_REQUEST_ID) or uuid.uuid4().hex
         with self.tracer.start_as_current_span(Pd.REQUEST, context=otel.extract(request.headers),
                                                kind=SpanKind.SERVER) as span:

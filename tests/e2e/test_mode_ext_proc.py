@@ -102,24 +102,19 @@ def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_sta
     check.present_once([Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL,
                         Epp.PROCESS, Epp.PICK, Epp.INJECT,
                         PICKED_UPSTREAM, Vllm.REQUEST])
-    root, ingress, call = check.one(Client.REQUEST), check.one(Envoy.INGRESS), check.one(EXT_PROC_CALL)
-    process, pick, inject = check.one(Epp.PROCESS), check.one(Epp.PICK), check.one(Epp.INJECT)
-    upstream, llm = check.one(PICKED_UPSTREAM), check.one(Vllm.REQUEST)
-    check.single_root(root)
+    path = check.request_path("ext_proc")
+    process, pick, inject = check.one(Epp.PROCESS), path.decision, check.one(Epp.INJECT)
+    assert path.upstream.name == PICKED_UPSTREAM and path.backend.name == Vllm.REQUEST
     # Envoy opens a child span for the ext_proc gRPC stream and injects its context into the
     # stream's initial metadata; the EPP's span is a child of it.
-    check.child_of(ingress, root)
-    check.child_of(call, ingress)
-    check.child_of(process, call)
+    check.child_of(process, path.call)
     check.child_of(pick, process)
     check.child_of(inject, process)
-    check.child_of(upstream, ingress)
-    check.child_of(llm, upstream)
     # The decision is made and delivered before the request goes upstream.
     check.in_order([pick, inject])
-    check.before(process, upstream)
-    check.within(process, call)
-    check.within(llm, upstream, slack_ms=1.0)
+    check.before(process, path.upstream)
+    check.within(process, path.call)
+    check.within(path.backend, path.upstream, slack_ms=1.0)
 
 
 @pytest.mark.parametrize(

@@ -85,22 +85,18 @@ def test_trace_is_complete_and_the_frontend_decides_before_the_upstream_request_
     check.present_once([EXT_PROC_CALL, Epp.PROCESS, Epp.PICK,
                         Frontend.ROUTE, Frontend.TOKENIZE,
                         Epp.INJECT, PICKED_UPSTREAM, Vllm.REQUEST])
-    root, ingress, call = check.one(Client.REQUEST), check.one(Envoy.INGRESS), check.one(EXT_PROC_CALL)
+    path = check.request_path("sidecar")
     process, pick, inject = check.one(Epp.PROCESS), check.one(Epp.PICK), check.one(Epp.INJECT)
-    route, tokenize = check.one(Frontend.ROUTE), check.one(Frontend.TOKENIZE)
-    upstream = check.one(PICKED_UPSTREAM)
-    check.single_root(root)
-    check.child_of(call, ingress)
-    check.child_of(process, call)
+    route, tokenize, upstream = path.decision, check.one(Frontend.TOKENIZE), path.upstream
+    assert upstream.name == PICKED_UPSTREAM
+    check.child_of(process, path.call)
     check.child_of(pick, process)
     check.child_of(route, pick)  # the EPP propagated the context over the HTTP hop
     check.child_of(tokenize, route)
     check.child_of(inject, process)
-    check.child_of(upstream, ingress)
     check.within(tokenize, route)
     check.within(route, pick)
     check.in_order([pick, inject])
-    check.before(route, upstream)
     check.before(process, upstream)
 
 

@@ -12,6 +12,7 @@ import pytest
 from eppkit.observability import contract
 from eppkit.observability import expected_spans as ex
 from eppkit.observability import steps as st
+from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.report import load_trace
 from eppkit.observability.trace_model import Span, SpanEvent, Trace
 from eppkit.observability.contract import (Callout, Client, Cluster, Dynmod, Encoder, Envoy, Epp, Frontend, Pd,
@@ -138,6 +139,9 @@ def test_breakdown_parts_add_up_to_e2e_and_are_never_negative():
 def test_real_traces_are_complete_and_their_steps_match_their_spans(file, mode, flow, media, decision_span):
     trace = load_trace(DATA / f"{file}.json")
     assert ex.missing(trace, ex.expected(mode, flow, media)) == []
+    path = TraceCheck(trace).request_path(mode)
+    assert path.backend.name == (Vllm.REQUEST if flow == "aggregated" else Pd.REQUEST)
+    assert (path.decision.name if path.decision else None) == decision_span
     steps = st.step_durations(trace, mode)
     root = trace.one(Client.REQUEST, Service.CLIENT)
     assert steps["e2e"] == root.duration_ms
