@@ -119,6 +119,17 @@ class Error:
     TYPE = _attr("error.type", "the error's class: an HTTP status or an OpenAI error code", semconv=True)
 
 
+class ExceptionEvent:
+    """What OpenTelemetry's SDK records when an exception leaves a span's ``with`` block (any span)."""
+
+    TYPE = _attr("exception.type", "the exception's class", semconv=True)
+    MESSAGE = _attr("exception.message", "its message", semconv=True)
+    STACKTRACE = _attr("exception.stacktrace", "its traceback", semconv=True)
+    ESCAPED = _attr("exception.escaped", "it left the span's scope", semconv=True)
+    EVENT = _add(Entry(EVENT, "exception", "an exception left the span (recorded by the SDK)",
+                       attributes=(TYPE, MESSAGE, STACKTRACE, ESCAPED), semconv=True, origin="OpenTelemetry"))
+
+
 class GenAi:
     """As vLLM's tracing names them (vllm/tracing.py ``SpanAttributes``)."""
 
@@ -314,7 +325,7 @@ class Callout:
 
 # -- the backends -------------------------------------------------------------------------------------
 
-class PdSidecar:
+class Pd:
     SEED = _attr("pd.seed", "the seed P and D share, so decode repeats prefill's first token")
     PREFILLER = _attr("pd.prefiller", "host:port of the prefiller used")
     FLOW = _attr("pd.flow", "PD, P/D or EP/D: which stages ran")
@@ -394,7 +405,6 @@ class Encoder:
 
 
 ENTRIES: tuple[Entry, ...] = tuple(_ENTRIES)
-del _ENTRIES
 
 _BY_KIND: dict[str, dict[str, Entry]] = {}
 for _e in ENTRIES:
@@ -444,7 +454,7 @@ def violations(name: str, attributes: Iterable[str] = (), events: Mapping[str, I
         if key not in entry.attributes:
             out.append(f"span {where!r}: attribute {key!r} is not declared for it")
     for event_name, event_attributes in (events or {}).items():
-        if event_name not in entry.events:
+        if event_name not in entry.events and event_name != ExceptionEvent.EVENT:
             out.append(f"span {where!r}: event {event_name!r} is not declared for it")
             continue
         declared = _BY_KIND[EVENT][event_name].attributes

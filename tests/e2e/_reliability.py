@@ -33,18 +33,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from eppkit import modes
-from eppkit.services.vllm.config import MockLatency
 from eppkit.observability import expected_spans
+from eppkit import modes
 from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Vllm
-from eppkit.compare import collect_traces
+from eppkit.polling import poll
+from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, plan_requests
 
 MODEL = "mock-llm"
 MODES = modes.names()  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
 PICKER_MODES = tuple(m.name for m in modes.all_modes() if m.pickers)
-EXT_PROC_CALL = expected_spans.EXT_PROC_CALL.name
 # What each integration mode is made of (who picks, Envoy's span names, health awareness): the mode
 # registry's entries (eppkit.modes.Mode: pickers, picker, picker_span, picker_call, upstream,
 # fallback_upstream, health_aware), so a test can be one table over the modes instead of five copies.
@@ -64,20 +63,6 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
         options.setdefault("scorer", "round-robin")
     return Topology(mode=mode, flow=flow, vllm=[VllmSpec(name, extra_args=list(vllm_args)) for name in vllm],
                     latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=itl_ms), options=options)
-
-
-# -- waiting ------------------------------------------------------------------------------------------
-
-def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.05):
-    """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(poll_s)
-    raise AssertionError(f"{what}: not true within {timeout_s:g} s (last: {last!r})")
 
 
 # -- faults -------------------------------------------------------------------------------------------
@@ -133,7 +118,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
     handle = bed.services[name]
     handle.process.start()
     port = int(handle.url.rsplit(":", 1)[1])
-    if name == "epp":  # gRPC: the port is the readiness
+    if name == Service.EPP:  # gRPC: the port is the readiness
         import socket
 
         def listening():
@@ -143,7 +128,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
             except OSError:
                 return False
 
-        wait_until(listening, timeout_s, f"{name} listening again")
+        poll(listening, timeout_s=timeout_s, describe=f"{name} listening again")
         return
 
     def healthy():
@@ -152,7 +137,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
         except requests.RequestException:
             return False
 
-    wait_until(healthy, timeout_s, f"{name} healthy again")
+    poll(healthy, timeout_s=timeout_s, describe=f"{name} healthy again")
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -207,7 +192,7 @@ def wait_for_cluster_health(bed, cluster: str, healthy: bool, timeout_s: float =
         flags = [line for line in text.splitlines() if line.startswith(f"{cluster}::") and "::health_flags::" in line]
         return bool(flags) and (("failed_active_hc" not in flags[0]) == healthy)
 
-    wait_until(seen, timeout_s, f"Envoy seeing {cluster} {'healthy' if healthy else 'unhealthy'}")
+    poll(seen, timeout_s=timeout_s, interval_s=0.1, describe=f"Envoy seeing {cluster} {'healthy' if healthy else 'unhealthy'}")
 
 
 # -- a streaming request the test controls -----------------------------------------------------------
@@ -533,14 +518,13 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
 
     # Every request's trace, the failed ones included: a served request must hold every step of
     # its mode; an injected 500 stops at the mock's llm_request (nothing queued or decoded).
-    samples = [{**s.to_json(), "ok": True} for s in work.samples if s.trace_id]
     full = expected_spans.expected(mode, "aggregated")
-    refused = tuple(r for r in full if r.service != "vllm") + (expected_spans.SpanRule("vllm", Vllm.REQUEST),)
+    refused = tuple(r for r in full if r.service != Service.VLLM) + expected_spans.rules([Vllm.REQUEST])
     t0 = time.monotonic()
-    collect_traces(bed.jaeger, samples, lambda s: refused if s["index"] in injected else full,
-                   timeout_s=trace_timeout_s)
+    traces = bed.jaeger.wait_for_traces({s.trace_id: refused if s.index in injected else full
+                                         for s in work.samples if s.trace_id}, timeout_s=trace_timeout_s)
     trace_wait = time.monotonic() - t0
-    incomplete = {s["index"]: s["missing"] for s in samples if not s["complete"]}
+    incomplete = {s.index: traces[s.trace_id][1] for s in work.samples if s.trace_id and traces[s.trace_id][1]}
     incomplete.update({s.index: ["no trace id"] for s in work.samples if not s.trace_id})
     return LoadResult(
         mode=mode, runtime=bed.runtime, requests=requests, concurrency=concurrency, wall_s=work.wall_s,

@@ -13,6 +13,7 @@ import requests
 from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Callout, Client, Cluster, Envoy, GenAi, Vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -46,12 +47,12 @@ def test_each_model_is_served_by_its_own_pool(bed):
     assert {r.headers["x-inference-pod"] for m, r in results if m == "m-a"} == POOLS["m-a"]
 
     model, last = results[-2]  # an m-b request: its trace shows the model reaching the picker and the pool's route
-    trace = bed.jaeger.wait_for_trace(last.trace_id, [("callout", "callout.pick"), ("envoy", "router pool_m-b_picked egress"),
-                                                      ("vllm", "llm_request")])
+    trace = bed.jaeger.wait_for_trace(last.trace_id, [Callout.PICK, Envoy.router(Cluster.picked("pool_m-b")),
+                                                      Vllm.REQUEST])
     check = TraceCheck(trace)
-    check.attribute(check.one("callout.pick"), "gen_ai.request.model", "m-b")
-    check.attribute(check.one("callout.pick"), "callout.endpoint.name", "vllm-2")
-    check.before(check.one("callout.pick"), check.one("router pool_m-b_picked egress"))
+    check.attribute(check.one(Callout.PICK), GenAi.REQUEST_MODEL, "m-b")
+    check.attribute(check.one(Callout.PICK), Callout.ENDPOINT_NAME, "vllm-2")
+    check.before(check.one(Callout.PICK), check.one(Envoy.router(Cluster.picked("pool_m-b"))))
 
 
 # How the body can look: the router must find the top-level "model" and nothing else.
@@ -106,10 +107,10 @@ def test_wrong_or_missing_model_is_a_clear_4xx_and_nothing_is_picked(bed):
         assert "x-inference-pod" not in result.headers
     unknown = results[0][3]
     assert "served models: m-a, m-b" in unknown.body["error"]["message"]
-    trace = bed.jaeger.wait_for_trace(unknown.trace_id, [("client", "client.request"), ("envoy", "ingress")], quiet_s=1.0)
+    trace = bed.jaeger.wait_for_trace(unknown.trace_id, [Client.REQUEST, Envoy.INGRESS], quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("callout.pick")
-    check.absent("llm_request")
+    check.absent(Callout.PICK)
+    check.absent(Vllm.REQUEST)
 
 
 def test_a_client_sent_model_header_does_not_choose_the_pool(bed):

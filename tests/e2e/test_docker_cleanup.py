@@ -15,6 +15,8 @@ import time
 import pytest
 from pathlib import Path
 
+from eppkit.polling import poll
+
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
 
 
@@ -77,10 +79,8 @@ def test_containers_of_a_killed_owner_are_reaped(docker, tmp_path):
         assert _owned_by(docker, proc.pid), "nothing was started"
         proc.kill()
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 30
-        while _owned_by(docker, proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _owned_by(docker, proc.pid) == [], "containers of a SIGKILLed owner are still there"
+        poll(lambda: _owned_by(docker, proc.pid), until=lambda owned: owned == [], timeout_s=30, interval_s=0.5,
+             describe="containers of a SIGKILLed owner removed")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -10,6 +10,7 @@ import pytest
 from eppkit.observability import report as rp
 from eppkit.observability.client import ClientResult
 from eppkit import compare
+from eppkit.observability.contract import Epp
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ class FakeJaegerClient:
         return self.raw
 
     def trace_url(self, trace_id):
-        return f"{FakeJaegerProcess.api_url}/api/traces/{trace_id}"
+        return f"{FakeJaegerProcess.api_url}/api/v3/traces/{trace_id}"
 
 
 class FakeClient:
@@ -55,7 +56,7 @@ class FakeBed:
     def __init__(self, run_dir, trace_file=None, start_error=None):
         self.run_dir = run_dir
         self.start_error = start_error
-        self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text())["data"][0] if trace_file else None)
+        self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text()) if trace_file else None)
         self.stopped = False
 
     def start(self):
@@ -114,7 +115,7 @@ def test_a_mode_run_reads_steps_and_completeness_from_the_traces_and_saves_the_r
     ext = report["scenarios"]["chat"]["modes"]["ext_proc"]
     trace = rp.load_trace(DATA / "chat-ext_proc.json")
     assert ext["completeness"]["ratio"] == 1.0
-    assert ext["steps"]["decision"]["p50"] == trace.one("epp.pick").duration_ms
+    assert ext["steps"]["decision"]["p50"] == trace.one(Epp.PICK).duration_ms
     assert ext["overhead_vs_direct"]["gateway"]["p50"] > 0
     rep = ext["representative"]
     assert (out / rep["file"]).is_file() and rep["jaeger_url"].endswith(rep["trace_id"])

@@ -140,3 +140,15 @@ def test_service_of_names_the_emitter_or_lists_what_is_declared():
 def test_a_name_is_declared_once():
     keys = [(e.kind, e.name) for e in c.ENTRIES]
     assert len(keys) == len(set(keys))
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests" / "unit" / "data" / "traces").glob("*.json")),
+                         ids=lambda p: p.stem)
+def test_real_traces_follow_the_contract(path):
+    from eppkit.observability.report import load_trace
+
+    trace = load_trace(path)
+    problems = [p for s in trace.spans for p in c.violations(
+        s.name, s.attributes, {e.name: e.attributes for e in s.events}, service=s.service)]
+    assert not problems, problems
+    assert trace.services() <= set(c.entries(c.SERVICE))

@@ -1,4 +1,4 @@
-"""Issue 5 experiment: can the Go dynamic module run the two-phase multipart flow?
+"""The two-phase multipart experiment: can the Go dynamic module run the two-phase multipart flow?
 
 Run from the repo root:  python plugins/dynamic_module/experiments/multipart/run.py
 
