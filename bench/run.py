@@ -32,7 +32,7 @@ from bench.loadgen import Vegeta
 from bench.system import busy_processes, loadavg, machine
 from eppkit import envoy_process
 from eppkit.modes import names as mode_names
-from eppkit.jaeger import JaegerProcess
+from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     vegeta = Vegeta(vegeta_bin, run_dir / "vegeta")
     overhead_left = lambda: left() - fidelity_reserve  # noqa: E731
     try:
-        with JaegerProcess(run_dir / "jaeger") as jaeger:
+        with Jaeger(run_dir / "jaeger") as jaeger:
             for tracing, group_rates in ((True, rates), (False, cfg.tracing_off_rates)):
                 if not tracing and not args.tracing_off:
                     continue

@@ -32,10 +32,11 @@ from eppkit.observability import expected_spans, report as rp, steps as st
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
 from eppkit import RUNTIMES, create as create_testbed, create_jaeger, modes
-from eppkit.jaeger import JaegerProcess
+from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
 from eppkit.paths import reports_dir
 from eppkit.modes.options import read_options
+from eppkit.polling import PollTimeout, poll
 from eppkit.services.picker import scorers
 from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
 from eppkit.services.picker.settings import PickerSettings
@@ -179,9 +180,9 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
     wanted = {s["trace_id"]: s for s in samples if s.get("ok") and s.get("trace_id")}
     raws: dict[str, dict] = {}
     pending = dict(wanted)
-    time.sleep(settle_s)
-    deadline = time.monotonic() + timeout_s
-    while pending:
+
+    def read_pending() -> int:
+        """One pass over the traces not yet complete; how many are still pending."""
         for trace_id, sample in list(pending.items()):
             try:
                 raw = jaeger.get_trace_json(trace_id)
@@ -190,15 +191,19 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
             if raw is None:
                 continue
             raws[trace_id] = raw
-            missing = expected_spans.missing(from_jaeger_json(raw), rules(sample))
-            sample["missing"] = missing
-            if not missing:
+            sample["missing"] = expected_spans.missing(from_jaeger_json(raw), rules(sample))
+            if not sample["missing"]:
                 del pending[trace_id]
         if on_poll:
             on_poll(len(wanted) - len(pending), len(wanted))
-        if not pending or time.monotonic() >= deadline:
-            break
-        time.sleep(0.3)
+        return len(pending)
+
+    time.sleep(settle_s)
+    try:
+        poll(read_pending, until=lambda left: left == 0, timeout_s=timeout_s, interval_s=0.3,
+             describe="every trace complete")
+    except PollTimeout:
+        pass  # the incomplete ones are reported as such, with what they miss
     for trace_id, sample in wanted.items():
         if trace_id not in raws:
             sample["missing"] = ["the whole trace (Jaeger has no span of it)"]
@@ -206,7 +211,7 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
     return raws
 
 
-def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: JaegerProcess, out_dir: Path,
+def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jaeger, out_dir: Path,
              progress: ProgressLine, label: str, create: Callable = create_testbed) -> dict:
     """Run one mode through one scenario; always returns a result (``status`` ok or failed)."""
     t_mode = time.monotonic()
@@ -314,7 +319,7 @@ def default_out_dir() -> Path:
     return reports_dir() / time.strftime("compare-%Y%m%d-%H%M%S")
 
 
-def run(options: CompareOptions, out_dir: Path, *, jaeger: JaegerProcess | None = None,
+def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         progress: ProgressLine | None = None, create: Callable = create_testbed) -> dict:
     """Run every scenario through every mode; returns the report (not yet written)."""
     options.validate()

@@ -21,7 +21,7 @@ from _reliability import MODES, PICKER_MODES, TRAITS, SpanSource, Stream, assert
     chat_body, counter, kill, restart, topology
 from eppkit.observability.assertions import TraceCheck
 from eppkit.polling import poll
-from eppkit.observability.contract import Client, Encoder, Envoy, Epp, Http, Mock, Pd, Service, Vllm
+from eppkit.observability.contract import Client, Encoder, Envoy, Http, Mock, Pd, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 

@@ -58,6 +58,7 @@ def chat_body(**extra):
 
 
 def callout_topology(callout: CalloutMode, **options) -> Topology:
+    options.setdefault("scorer", "round-robin")
     return Topology(mode=callout.mode, vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
                     latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
