@@ -1,8 +1,10 @@
-"""Body-based model routing (plugins/lua/body_router.lua) in front of lua-callout, through a real Envoy.
+"""Body-based model routing (envoy/_body_router.j2: json_to_metadata, rbac, metadata routes) in front of
+lua-callout, through a real Envoy.
 
-Two pools serve two models: vllm-0 and vllm-1 serve "m-a", vllm-2 serves "m-b". The router reads
-the body's top-level "model" into x-gateway-model-name; the routes choose the pool by that header
-and the callout picks only among that model's endpoints. Bad or unknown models get a 4xx.
+Two pools serve two models: vllm-0 and vllm-1 serve "m-a", vllm-2 serves "m-b". Envoy reads the
+body's top-level "model" into dynamic metadata, the routes choose the pool by it, and the callout
+(told the model in x-gateway-model-name) picks only among that model's endpoints. Bad or unknown
+models get a 4xx before the callout is asked.
 """
 
 import json
@@ -92,8 +94,10 @@ REJECTED_BODIES = [
     ('{"model": "m-a\\n", "messages": []}', 400, "invalid_model"),  # would become a header value
     ('{"model": "m-a", "messages": [', 400, "invalid_json"),  # truncated
     ("not json at all", 400, "invalid_json"),
-    ('["m-a"]', 400, "invalid_json"),
-    ("", 400, "invalid_json"),
+    # json_to_metadata finds no top-level "model" in these (docs/body-routing.md): missing, not invalid_json
+    ('["m-a"]', 400, "missing_model"),
+    ("", 400, "missing_model"),
+    ('{"model": null, "messages": []}', 400, "missing_model"),
 ]
 
 
@@ -106,7 +110,8 @@ def test_wrong_or_missing_model_is_a_clear_4xx_and_nothing_is_picked(bed):
         assert result.body["error"]["param"] == "model"
         assert "x-inference-pod" not in result.headers
     unknown = results[0][3]
-    assert "served models: m-a, m-b" in unknown.body["error"]["message"]
+    assert unknown.body["error"]["message"] == 'model "m-z" is not served here; served models: m-a, m-b'
+    assert unknown.body["error"]["type"] == "NotFoundError"
     trace = bed.jaeger.wait_for_trace(unknown.trace_id, [Client.REQUEST, Envoy.INGRESS], quiet_s=1.0)
     check = TraceCheck(trace)
     check.absent(Callout.PICK)

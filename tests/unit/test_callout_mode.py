@@ -3,7 +3,8 @@
 import pytest
 
 from eppkit import envoy_config
-from eppkit.body_routing import body_routing_vars, lua_literal
+from eppkit.body_routing import body_routing_vars
+from eppkit.modes.lua_callout import lua_literal
 from eppkit.modes import plan as plan_mode
 from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
 
@@ -78,13 +79,14 @@ def test_body_routing_builds_one_pool_per_model_and_tells_the_callout_each_model
         ("org/m b", "pool_org_m_b", ["vllm-1"]),
     ]
     assert "vllm-1=127.0.0.1:8002@org/m b" in plan.services[0].args[1]
-    # the router comes first, then the callout, then Envoy's router
-    assert text.index("eppkit.body_router") < text.index("eppkit.lua_callout") < text.index("envoy.filters.http.router")
-    assert 'EPPKIT_BODY_ROUTER = {[\\"models\\"] = {\\"m-a\\", \\"org/m b\\"}}' in text
-    assert '{name: x-gateway-model-name, string_match: {exact: "org/m b"}}' in text
+    # the body router (read the model, reject bad ones, name it) comes first, then the callout, then Envoy's router
+    assert (text.index("envoy.filters.http.json_to_metadata") < text.index("eppkit.body_router.reject")
+            < text.index("eppkit.lua_callout") < text.index("envoy.filters.http.router"))
+    assert 'value: {"string_match": {"exact": "org/m b"}}' in text  # the pool's routes and the served list
     assert "route: {cluster: pool_org_m_b_picked, timeout: 0s}" in text
-    assert "status: 404" in text and "model_not_found" in text
+    assert "status_code: 404" in text and "served models: m-a, org/m b" in text
 
 
-def test_body_routing_vars_are_empty_of_router_when_off():
-    assert body_routing_vars(False, BACKENDS[:1])["body_router_source"] == ""
+def test_without_body_routing_one_pool_holds_every_backend():
+    assert body_routing_vars(False, BACKENDS) == {"body_routing": False, "pools": [
+        {"model": None, "cluster": "pool", "endpoints": BACKENDS}]}
