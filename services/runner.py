@@ -62,11 +62,7 @@ def serve(
         logging.getLogger(name).info("%s listening on http://%s:%d", name, host, port)
         if on_ready is not None:
             await on_ready()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_stopped()
         await runner.cleanup()
         for task in background:
             await task.stop()
@@ -75,6 +71,15 @@ def serve(
         run_loop(main())
     finally:
         otel.shutdown_tracing()
+
+
+async def until_stopped() -> None:
+    """Return at the first SIGINT or SIGTERM (a service's clean shutdown starts there)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def run_loop(coro):

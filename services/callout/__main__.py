@@ -5,11 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 
-from eppkit.observability import otel
 from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.callout.app import PickLatency, make_app
-from eppkit.services.picker import settings
+from eppkit.services.picker import settings, transport
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,14 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    runner.configure_logging(args.log_level)
+    args, picker, scrapers, tracer = transport.prepare(parser, argv, Service.CALLOUT)
     try:
-        picker, scrapers = settings.build(args)
         latency = PickLatency(args.pick_latency, args.pick_latency_jitter)
     except ValueError as exc:
         parser.error(str(exc))
-    tracer = otel.setup_tracing(Service.CALLOUT, args.otlp_endpoint)
     logging.getLogger("callout").info(
         "pool: %s; scorer %s", ", ".join(f"{e.name}={e.address}" for e in picker.pool.endpoints) or "(empty)",
         picker.scorer_name)

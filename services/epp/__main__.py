@@ -22,8 +22,8 @@ from eppkit.observability.contract import Service
 from eppkit.services.epp import server
 from eppkit.services.epp.sidecar import FrontendPicker
 from eppkit.services.epp import MULTIPART_TRIGGERS
-from eppkit.services.picker import settings
-from eppkit.services.runner import add_common_args, configure_logging
+from eppkit.services.picker import settings, transport
+from eppkit.services.runner import add_common_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,14 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
-    try:
-        picker, scrapers = settings.build(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    tracer = otel.setup_tracing(Service.EPP, args.otlp_endpoint, instance=f"epp-{args.port}")
+    args, picker, scrapers, tracer = transport.prepare(build_parser(), argv, Service.EPP)
     if args.frontend_url:
         picker = FrontendPicker(picker, args.frontend_url, timeout_s=args.frontend_timeout)
     try:

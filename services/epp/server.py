@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -16,6 +14,7 @@ from eppkit.observability import otel
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.epp.stream import StreamProcessor
 from eppkit.services.picker.scraper import MetricsScraper
+from eppkit.services.runner import until_stopped
 
 log = logging.getLogger("epp")
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024  # above Envoy's 64 MiB per-connection buffer limit
@@ -89,9 +88,5 @@ async def start(host: str, port: int, picker: Picker, scrapers: Sequence[Metrics
 async def serve_forever(host: str, port: int, picker: Picker, scrapers: Sequence[MetricsScraper], tracer: trace.Tracer,
                         *, multipart: bool = False, multipart_trigger: str = "first-token") -> None:
     running = await start(host, port, picker, scrapers, tracer, multipart=multipart, multipart_trigger=multipart_trigger)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    await until_stopped()
     await running.stop()

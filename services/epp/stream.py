@@ -229,6 +229,13 @@ class StreamProcessor:
         if decision.stages is not None:
             span.set_attributes(decision.stages.attributes(Epp))
 
+    @staticmethod
+    def _decision_response(decision: Decision, set_headers: dict[str, str], remove: list[str]) -> pb.ProcessingResponse:
+        """The headers response that carries the decision: headers, ``envoy.lb`` metadata, a new route."""
+        return protocol.headers_response(
+            set_headers, remove_headers=remove, clear_route_cache=True,
+            metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}})
+
     def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
         """The messages that carry the decision and let the request go upstream."""
         set_headers, remove = decision.headers()
@@ -236,14 +243,7 @@ class StreamProcessor:
             # In FULL_DUPLEX_STREAMED Envoy cannot trust the original length once a processor
             # may rewrite the body; say the length of the body we send back.
             set_headers["content-length"] = str(len(self.body))
-        out: Responses = [
-            protocol.headers_response(
-                set_headers,
-                remove_headers=remove,
-                metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}},
-                clear_route_cache=True,
-            )
-        ]
+        out: Responses = [self._decision_response(decision, set_headers, remove)]
         if body_follows:
             out += protocol.body_responses(bytes(self.body), end_of_stream=not trailers)
         if trailers:
@@ -261,15 +261,8 @@ class StreamProcessor:
         # The body grows by part 2 later: no length, so Envoy sends it chunked upstream.
         remove = [*remove, "content-length"]
         part1 = encode_part(self.boundary, PAYLOAD_PART, bytes(self.body), first=True)
-        out: Responses = [
-            protocol.headers_response(
-                set_headers,
-                remove_headers=remove,
-                metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}},
-                clear_route_cache=True,
-            ),
-            *protocol.body_responses(part1, end_of_stream=False),
-        ]
+        out: Responses = [self._decision_response(decision, set_headers, remove),
+                          *protocol.body_responses(part1, end_of_stream=False)]
         self._trailers = trailers
         self.decision = decision
         self._annotate(span, decision, None)

@@ -11,11 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from eppkit.observability import otel
 from eppkit.observability.contract import Service
 from eppkit.services.frontend.app import build_app
-from eppkit.services.picker import settings
-from eppkit.services.runner import add_common_args, configure_logging, serve
+from eppkit.services.picker import settings, transport
+from eppkit.services.runner import add_common_args, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,14 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level)
-    try:
-        picker, scrapers = settings.build(args)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    tracer = otel.setup_tracing(Service.FRONTEND, args.otlp_endpoint, instance=f"frontend-{args.port}")
+    args, picker, scrapers, tracer = transport.prepare(build_parser(), argv, Service.FRONTEND)
     serve(build_app(picker, tracer), host=args.host, port=args.port, name="frontend", background=scrapers)
     return 0
 

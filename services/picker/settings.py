@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
@@ -104,6 +105,15 @@ def build(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:
     picker = create_picker(settings, args.endpoints, prefill=getattr(args, "prefill_endpoints", ""),
                            encoders=getattr(args, "encoder_endpoints", ""))
     return picker, [MetricsScraper(p, interval_s=settings.metrics_interval) for p in picker.pools()]
+
+
+def build_or_exit(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:
+    """:func:`build` for a transport's ``main``: a bad flag value is printed and exits with status 2."""
+    try:
+        return build(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def service_args(settings: PickerSettings, endpoints: Iterable[Named], *, models: bool = False,

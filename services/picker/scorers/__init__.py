@@ -4,19 +4,26 @@ A scorer sees the request and the candidate endpoints (healthy, serving the requ
 never empty, in pool order) and answers a :class:`Pick`: one endpoint, the fallbacks in order,
 and a reason in words (the ``epp.reason`` / ``callout.reason`` span attribute).
 
-Each scorer type lives in its own module in this package and registers a factory under its type
-name::
+Each scorer type lives in its own module in this package and registers itself under its type
+name, with the dataclass of its parameters when it takes any::
 
-    TYPE = "queue-scorer"
+    TYPE = "prefix-cache-scorer"
 
-    @register(TYPE)
-    def factory(name: str, parameters: dict) -> QueueScorer:
-        return QueueScorer(name)
+    @dataclass(frozen=True)
+    class Parameters:
+        hashBlockSize: int = 64
 
-As with GAIE's ``plugins.Register(type, factory)``, a factory is built from an instance name and
-raw parameters (a JSON object); configuration names the type (``--scorer queue-scorer
---scorer-parameters '{...}'``) and code never switches on it. Every module of this package is
-imported when the package is, so a new scorer is one new file (plus its tests).
+    @register(TYPE, Parameters)
+    class PrefixCacheScorer:
+        type = TYPE
+        def __init__(self, name: str, parameters: Parameters): ...
+        def pick(self, request, candidates) -> Pick: ...
+
+As with GAIE's ``plugins.Register(type, factory)``, the factory is built from an instance name and
+raw parameters (a JSON object, checked against the dataclass); configuration names the type
+(``--scorer prefix-cache-scorer --scorer-parameters '{"hashBlockSize": 32}'``) and code never
+switches on it. Every module of this package is imported when the package is, so a new scorer
+is one new file (plus its tests).
 
 Unlike GAIE, one scorer both scores and picks (there are no weighted score sums and no separate
 picker plugin): the kit compares integrations, so one clear decision rule per run is enough.
@@ -51,16 +58,28 @@ class Scorer(Protocol):
 
 Factory = Callable[[str, dict], Scorer]
 _REGISTRY: dict[str, Factory] = {}
+S = TypeVar("S")
 
 
-def register(type_name: str) -> Callable[[Factory], Factory]:
-    """Decorator: register ``factory(name, parameters)`` under ``type_name``."""
+def register(type_name: str, parameters: type | None = None) -> Callable[[type[S]], type[S]]:
+    """Class decorator: register the scorer class under ``type_name``.
 
-    def add(factory: Factory) -> Factory:
-        if type_name in _REGISTRY and _REGISTRY[type_name] is not factory:
+    The factory reads the raw parameters into ``parameters`` (a dataclass) and calls
+    ``cls(name, parameters)``; a class without parameters is called ``cls(name)`` and refuses any.
+    """
+
+    def add(cls: type[S]) -> type[S]:
+        def factory(name: str, raw: dict) -> Scorer:
+            if parameters is None:
+                if raw:
+                    raise ValueError(f"scorer {type_name} takes no parameters, got {', '.join(sorted(raw))}")
+                return cls(name)
+            return cls(name, read_parameters(parameters, raw, type_name))
+
+        if type_name in _REGISTRY:
             raise ValueError(f"scorer type {type_name!r} registered twice")
         _REGISTRY[type_name] = factory
-        return factory
+        return cls
 
     return add
 

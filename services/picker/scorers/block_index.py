@@ -6,7 +6,20 @@ Registers no scorer.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
+from typing import Iterable
+
+
+def chained_hashes(blocks: Iterable[bytes], seed: str = "") -> list[bytes]:
+    """One hash per block, each chained to the previous one (the first to ``seed``): two prompts share
+    a block's hash only if they share the whole prefix up to the end of that block."""
+    out: list[bytes] = []
+    prev = hashlib.blake2b(seed.encode(), digest_size=8).digest()
+    for block in blocks:
+        prev = hashlib.blake2b(prev + block, digest_size=8).digest()
+        out.append(prev)
+    return out
 
 
 class BlockIndex:

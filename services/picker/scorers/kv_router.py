@@ -14,14 +14,13 @@ Tokens come from the request (:meth:`LlmRequest.tokens`: the frontend tokenizes 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass
 
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
-from eppkit.services.picker.scorers import Pick, read_parameters, register
-from eppkit.services.picker.scorers.block_index import BlockIndex
+from eppkit.services.picker.scorers import Pick, register
+from eppkit.services.picker.scorers.block_index import BlockIndex, chained_hashes
 
 TYPE = "kv-router-scorer"
 
@@ -36,18 +35,12 @@ class Parameters:
 
 def block_hashes(tokens: list[str], block_size: int, salt: str = "") -> list[bytes]:
     """One hash per full block of tokens, each covering the whole prefix up to its block's end."""
-    out: list[bytes] = []
-    prev = hashlib.blake2b(salt.encode(), digest_size=8).digest()
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        h = hashlib.blake2b(prev, digest_size=8)
-        for tok in tokens[start : start + block_size]:
-            h.update(tok.encode())
-            h.update(b"\x00")
-        prev = h.digest()
-        out.append(prev)
-    return out
+    blocks = (b"".join(tok.encode() + b"\x00" for tok in tokens[i : i + block_size])
+              for i in range(0, len(tokens) - block_size + 1, block_size))
+    return chained_hashes(blocks, seed=salt)
 
 
+@register(TYPE, Parameters)
 class KvRouterScorer:
     type = TYPE
 
@@ -76,7 +69,3 @@ class KvRouterScorer:
         return Pick(best, reason, [s[4] for s in scored[1:]],
                     details={"overlap_blocks": -neg_overlap, "total_blocks": total})
 
-
-@register(TYPE)
-def factory(name: str, parameters: dict) -> KvRouterScorer:
-    return KvRouterScorer(name, read_parameters(Parameters, parameters, TYPE))

@@ -8,13 +8,12 @@ prompts go to the least-loaded endpoint (queue-scorer's order).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
-from eppkit.services.picker.scorers import Pick, read_parameters, register
-from eppkit.services.picker.scorers.block_index import BlockIndex
+from eppkit.services.picker.scorers import Pick, register
+from eppkit.services.picker.scorers.block_index import BlockIndex, chained_hashes
 from eppkit.services.picker.scorers.queue import QueueScorer, load_key
 
 TYPE = "prefix-cache-scorer"
@@ -37,15 +36,11 @@ class PrefixIndex(BlockIndex):
 
     def hashes(self, model: str | None, text: str) -> list[bytes]:
         """One hash per full block; each covers the whole prefix up to its block's end."""
-        out: list[bytes] = []
-        prev = hashlib.blake2b((model or "").encode(), digest_size=8).digest()
-        data = text.encode("utf-8")
-        for start in range(0, len(data) - self.block_size + 1, self.block_size):
-            prev = hashlib.blake2b(prev + data[start : start + self.block_size], digest_size=8).digest()
-            out.append(prev)
-        return out
+        data, size = text.encode("utf-8"), self.block_size
+        return chained_hashes((data[i : i + size] for i in range(0, len(data) - size + 1, size)), seed=model or "")
 
 
+@register(TYPE, Parameters)
 class PrefixCacheScorer:
     type = TYPE
 
@@ -70,7 +65,3 @@ class PrefixCacheScorer:
                       key=lambda ep: (-self.index.match_length(hashes, ep.address), load_key(ep)))
         return Pick(chosen, reason, rest)
 
-
-@register(TYPE)
-def factory(name: str, parameters: dict) -> PrefixCacheScorer:
-    return PrefixCacheScorer(name, read_parameters(Parameters, parameters, TYPE))

@@ -8,11 +8,10 @@ burst between two scrapes spreads instead of piling onto the endpoint that looke
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
-from eppkit.services.picker.scorers import Pick, read_parameters, register
+from eppkit.services.picker.scorers import Pick, register
 
 TYPE = "queue-scorer"
 
@@ -23,6 +22,7 @@ def load_key(ep: PoolEndpoint) -> tuple[float, float]:
     return (2.0 * waiting + (ep.running or 0.0), waiting)
 
 
+@register(TYPE)
 class QueueScorer:
     type = TYPE
 
@@ -39,13 +39,3 @@ class QueueScorer:
         order = self.order(candidates)
         return Pick(order[0], f"least queue: {order[0].describe_load()}", order[1:])
 
-
-@dataclass(frozen=True)
-class Parameters:
-    """queue-scorer takes no parameters."""
-
-
-@register(TYPE)
-def factory(name: str, parameters: dict) -> QueueScorer:
-    read_parameters(Parameters, parameters, TYPE)
-    return QueueScorer(name)

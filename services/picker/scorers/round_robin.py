@@ -7,15 +7,15 @@ endpoints of another.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
-from eppkit.services.picker.scorers import Pick, read_parameters, register
+from eppkit.services.picker.scorers import Pick, register
 
 TYPE = "round-robin"
 
 
+@register(TYPE)
 class RoundRobin:
     type = TYPE
 
@@ -29,13 +29,3 @@ class RoundRobin:
         order = candidates[i:] + candidates[:i]
         return Pick(order[0], f"round-robin turn {turn} -> {i + 1} of {len(candidates)}", order[1:])
 
-
-@dataclass(frozen=True)
-class Parameters:
-    """round-robin takes no parameters."""
-
-
-@register(TYPE)
-def factory(name: str, parameters: dict) -> RoundRobin:
-    read_parameters(Parameters, parameters, TYPE)
-    return RoundRobin(name)
