@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from eppkit.observability import expected_spans as ex, waterfall
+from eppkit.observability import contract, expected_spans as ex, waterfall
 from eppkit.observability.expected_spans import SpanRule
 from eppkit.observability.trace_model import Span, SpanNotFound, Trace
 
@@ -97,6 +97,13 @@ class TraceCheck:
                 problems.append(f"{rule.label} x{n}")
         if problems:
             self.fail("expected each step exactly once; wrong counts: " + ", ".join(problems))
+
+    def follows_contract(self) -> None:
+        """Every span, attribute and event of the trace is one the trace contract declares for it."""
+        problems = [p for s in self.trace.spans for p in contract.violations(
+            s.name, s.attributes, {e.name: e.attributes for e in s.events}, service=s.service)]
+        if problems:
+            self.fail("the trace breaks the trace contract (observability/contract.py):\n" + "\n".join(problems))
 
     def absent(self, name: str, service: str | None = None) -> None:
         found = self.trace.find_all(name, service)

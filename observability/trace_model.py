@@ -219,5 +219,30 @@ def from_otlp(data: TracesData | dict) -> Trace:
     return Trace(trace_id=spans[0].trace_id if spans else "", spans=spans)
 
 
-# The name compare.py and bench/overhead.py still import: traces are OTLP now (see from_otlp).
-from_jaeger_json = from_otlp
+def from_jaeger_json(data: dict) -> Trace:
+    """Transitional: testbed/compare.py and bench/overhead.py still call this name.
+
+    compare.py hands it what JaegerClient.get_trace_json returns (OTLP JSON now); bench/overhead.py
+    one element of the internal ``/api/traces`` search answer (Jaeger's own JSON, attributes rebuilt
+    from tags and logs). Remove it, and the Jaeger-JSON reading below, once both use from_otlp and
+    the /api/v3 query API.
+    """
+    if "resourceSpans" in data:
+        return from_otlp(data)
+    processes = data.get("processes", {})
+    spans = []
+    for raw in data.get("spans", []):
+        proc = processes.get(raw.get("processID"), {})
+        attrs = {t["key"]: t.get("value") for t in raw.get("tags", [])}
+        parent_id = next((ref["spanID"] for ref in raw.get("references", [])
+                          if ref.get("refType") == "CHILD_OF" and ref.get("traceID") == raw["traceID"]), None)
+        events = [SpanEvent(name=next((f["value"] for f in log.get("fields", []) if f["key"] == "event"), ""),
+                            time_us=int(log["timestamp"]),
+                            attributes={f["key"]: f["value"] for f in log.get("fields", []) if f["key"] != "event"})
+                  for log in raw.get("logs", [])]
+        spans.append(Span(span_id=raw["spanID"], trace_id=raw["traceID"], name=raw["operationName"],
+                          service=proc.get("serviceName", "?"), start_us=int(raw["startTime"]),
+                          duration_us=int(raw["duration"]), parent_id=parent_id, attributes=attrs, events=events,
+                          resource={t["key"]: t.get("value") for t in proc.get("tags", [])},
+                          error=attrs.get("error") in (True, "true") or attrs.get("otel.status_code") == "ERROR"))
+    return Trace(trace_id=data.get("traceID", spans[0].trace_id if spans else ""), spans=spans)

@@ -143,6 +143,7 @@ def run_one(bed, body, prefill_ms: float, *, headers=None):
     assert result.status == 200, (result.status, result.body, result.error)
     assert result.error is None
     check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, SPANS, timeout_s=20))
+    check.follows_contract()
     timeline = steps(check, streamed=body["stream"])
     check.duration(check.one(Vllm.PREFILL, Service.VLLM), prefill_ms, TOL_MS)
     metadata = check_metadata(check, result)

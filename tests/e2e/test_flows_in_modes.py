@@ -59,6 +59,7 @@ def send(bed, body, *, media_items=0, headers=None) -> TraceCheck:
     trace = bed.jaeger.wait_for_trace(
         result.trace_id, expected_spans.expected(bed.topology.mode, bed.topology.flow, media_items), timeout_s=20)
     check = TraceCheck(trace)
+    check.follows_contract()
     assert result.headers.get("x-inference-pod") == "vllm-d0"
     return check
 

@@ -39,6 +39,7 @@ def test_streaming_request_through_envoy_is_traced_end_to_end(direct_bed):
          Vllm.PREFILL, Vllm.DECODE],
     )
     check = TraceCheck(trace)
+    check.follows_contract()
     root = check.one(Client.REQUEST, Service.CLIENT)
     ingress = check.one(service=Service.ENVOY, name=Envoy.INGRESS)
     llm = check.one(Vllm.REQUEST, Service.VLLM)

@@ -114,6 +114,7 @@ def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(
     check.present_once([Client.REQUEST, Envoy.INGRESS, callout.call_span,
                         Callout.PICK, PICKED_UPSTREAM, Vllm.REQUEST])
     path = check.request_path(callout.mode)
+    check.follows_contract()
     call, pick, upstream = path.call, path.decision, path.upstream
     assert upstream.name == PICKED_UPSTREAM and path.backend.name == Vllm.REQUEST
     # The callout's span is a child of the call's: the trace context crossed the callout (Envoy

@@ -104,6 +104,7 @@ def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_sta
                         Epp.PROCESS, Epp.PICK, Epp.INJECT,
                         PICKED_UPSTREAM, Vllm.REQUEST])
     path = check.request_path("ext_proc")
+    check.follows_contract()
     process, pick, inject = check.one(Epp.PROCESS), path.decision, check.one(Epp.INJECT)
     assert path.upstream.name == PICKED_UPSTREAM and path.backend.name == Vllm.REQUEST
     # Envoy opens a child span for the ext_proc gRPC stream and injects its context into the

@@ -88,6 +88,7 @@ def test_trace_is_complete_and_the_frontend_decides_before_the_upstream_request_
                         Frontend.ROUTE, Frontend.TOKENIZE,
                         Epp.INJECT, PICKED_UPSTREAM, Vllm.REQUEST])
     path = check.request_path("sidecar")
+    check.follows_contract()
     process, pick, inject = check.one(Epp.PROCESS), check.one(Epp.PICK), check.one(Epp.INJECT)
     route, tokenize, upstream = path.decision, check.one(Frontend.TOKENIZE), path.upstream
     assert upstream.name == PICKED_UPSTREAM

@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 from eppkit.observability import contract as c
+from eppkit.observability.assertions import TraceAssertionError, TraceCheck
 from eppkit.observability.contract import Cluster, Dynmod, Envoy, Epp, Vllm
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# The modules that create spans.
-PRODUCERS = sorted(
-    [*(ROOT / "services" / "vllm").glob("*.py"), *(ROOT / "services" / "encoder").glob("*.py"),
-     *(ROOT / "services" / "pd_sidecar").glob("*.py"), *(ROOT / "services" / "epp").glob("*.py"),
-     *(ROOT / "services" / "callout").glob("*.py"), *(ROOT / "services" / "frontend").glob("*.py"),
-     *(ROOT / "services" / "picker").rglob("*.py"), ROOT / "observability" / "client.py",
-     ROOT / "observability" / "otel.py", ROOT / "tests" / "e2e" / "_reliability.py"])
+# Every module that may create spans. (The pickers, epp, callout and frontend, were the last to move.)
+NOT_YET_ON_THE_CONTRACT: tuple[str, ...] = ()
+PRODUCERS = sorted(p for p in [*(ROOT / "services").rglob("*.py"), *(ROOT / "observability").glob("*.py"),
+                               ROOT / "tests" / "e2e" / "_reliability.py"]
+                   if not str(p.relative_to(ROOT)).startswith(NOT_YET_ON_THE_CONTRACT)
+                   and p.name != "contract.py")
 SPAN_CALLS = {"start_span", "start_as_current_span", "add_event", "set_attribute", "set_attributes", "_child",
               "setup_tracing"}
 
@@ -130,6 +130,14 @@ def test_violations_name_what_is_not_declared():
     assert c.violations(Envoy.router("pool"), ["component", "peer.address"], service="envoy") == []
 
 
+def test_a_trace_that_breaks_the_contract_fails_the_check():
+    from eppkit.observability.trace_model import Span, Trace
+
+    trace = Trace("t", [Span("a", "t", Vllm.DECODE, c.Service.VLLM, 0, 5, attributes={"vllm.colour": "red"})])
+    with pytest.raises(TraceAssertionError, match="attribute 'vllm.colour' is not declared"):
+        TraceCheck(trace).follows_contract()
+
+
 def test_service_of_names_the_emitter_or_lists_what_is_declared():
     assert c.service_of(Vllm.DECODE) == c.Service.VLLM
     assert c.service_of("router pool egress") == c.Service.ENVOY
@@ -148,7 +156,5 @@ def test_real_traces_follow_the_contract(path):
     from eppkit.observability.report import load_trace
 
     trace = load_trace(path)
-    problems = [p for s in trace.spans for p in c.violations(
-        s.name, s.attributes, {e.name: e.attributes for e in s.events}, service=s.service)]
-    assert not problems, problems
+    TraceCheck(trace).follows_contract()
     assert trace.services() <= set(c.entries(c.SERVICE))

@@ -144,3 +144,14 @@ def test_waterfall_orders_by_depth_and_marks_events(trace):
     assert lines[4].startswith("      vllm:llm_request")
     assert "◆" in lines[4]
     assert "vllm.role=both" in lines[4]
+
+
+def test_the_transitional_reader_takes_otlp_and_jaegers_own_json(trace):
+    from eppkit.observability.trace_model import from_jaeger_json
+
+    otlp = {"resourceSpans": [_span(Service.VLLM, "a", Vllm.REQUEST, 0, 5)]}
+    assert from_jaeger_json(otlp).one(Vllm.REQUEST).service == Service.VLLM
+    jaeger = {"traceID": "t1", "processes": {"p1": {"serviceName": Service.VLLM}},
+              "spans": [{"traceID": "t1", "spanID": "a", "operationName": Vllm.REQUEST, "processID": "p1",
+                         "startTime": T0, "duration": 5000, "references": [], "tags": [], "logs": []}]}
+    assert from_jaeger_json(jaeger).one(Vllm.REQUEST).duration_ms == 5
