@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from bench import tools
 from bench.loadgen import Target, Vegeta, merge
 from bench.overhead import request, topology
 from eppkit import create, envoy_process
+from eppkit.launchers import ProcessLauncher
 
 SLICE_S = 3.0
 
@@ -74,12 +74,11 @@ def main(argv: list[str] | None = None) -> int:
                 path = work / f"envoy-{i}.yaml"
                 path.write_text(on_ports(text, own_ports, ports))
                 pin = ["taskset", "-c", str(last_cpu)] if args.pin and workers == 1 else []
-                argv_ = [*pin, str(envoy_process.find()), "-c", str(path), "--concurrency", str(workers),
-                         "--disable-hot-restart", "--base-id", str(4200 + i), "--log-level", "warning"]
-                envoys.append(subprocess.Popen(argv_, stdout=subprocess.DEVNULL, stderr=open(work / f"envoy-{i}.log", "w")))
+                launcher = ProcessLauncher(envoy_process.find(), wrapper=pin)
+                envoys.append(envoy_process.Envoy(path, work / f"envoy-{i}.log", ports[1], launcher,
+                                                  concurrency=workers).start())
                 label = name + (", pinned" if pin else "")
                 targets[label] = [Target(f"http://127.0.0.1:{ports[0]}/v1/chat/completions", body, headers)]
-            time.sleep(3.0)  # every variant up (their admin is not polled: a failed one shows as errors)
             for label, tg in targets.items():
                 vegeta.attack(tg, rate=50, duration_s=1.0, name="warmup")
             parts: dict[str, list] = {label: [] for label in targets}
@@ -90,9 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                     parts[label].append(vegeta.attack(targets[label], rate=args.rate, duration_s=SLICE_S, name=f"r{r}"))
                     time.sleep(0.3)
         finally:
-            for p in envoys:
-                p.terminate()
-                p.wait(10)
+            for envoy in envoys:
+                envoy.stop()
     results = {label: merge(ps) for label, ps in parts.items()}
     floor = results["floor (no Envoy)"].latency()["p50"]
     print(f"\n{args.rate:g} rps chat, tracing off, {args.rounds} x {SLICE_S:g} s per row; load average {os.getloadavg()[0]:.2f}\n")

@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eppkit.services.vllm.testing import MockProcess  # noqa: E402
+from eppkit.process import ServiceProcess  # noqa: E402
 from bench.system import machine_cpu_seconds  # noqa: E402
 from eppkit.services.runner import run_loop  # noqa: E402
 
@@ -307,8 +307,8 @@ async def main_async(args) -> dict:
     ]
     report["floor_before"] = await timer_floor()
     print(json.dumps({"floor_before": report["floor_before"]}), flush=True)
-    with MockProcess("eppkit.services.vllm", mock_args) as mock:
-        pid = mock.proc.pid
+    with ServiceProcess("eppkit.services.vllm", mock_args) as mock:
+        pid = mock.pid
         # warm-up: imports, first-request paths
         await ttft_level(mock.port, 10, 10)
 

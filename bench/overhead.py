@@ -33,6 +33,7 @@ import requests
 
 from bench.loadgen import AttackResult, Target, Vegeta, merge
 from bench.system import CpuMeter, cpu_seconds, loadavg
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability import steps as st
 from eppkit.observability.trace_model import from_jaeger_json
 from eppkit import create
@@ -74,7 +75,7 @@ def duration_for(cfg: OverheadConfig, rate: float) -> float:
 
 def topology(mode: str, backends: int, tracing: bool) -> Topology:
     return Topology(mode=mode, vllm=[VllmSpec(name=f"vllm-{i}") for i in range(backends)],
-                    time_to_first_token_ms=0.0, inter_token_latency_ms=0.0, options={"tracing": tracing})
+                    latency=MockLatency(time_to_first_token=0.0, inter_token_latency=0.0), options={"tracing": tracing})
 
 
 def read_steps(api_url: str, mode: str, windows: list, limit: int) -> dict:

@@ -31,8 +31,8 @@ from bench import fidelity, overhead, render, targets, tools
 from bench.loadgen import Vegeta
 from bench.system import busy_processes, loadavg, machine
 from eppkit import envoy_process
-from eppkit.envoy_config import MODES
-from eppkit.jaeger import JaegerProcess
+from eppkit.modes import names as mode_names
+from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,7 +45,7 @@ def progress(msg: str) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="rates 50 and 200, shorter runs, fidelity up to 250 streams")
-    p.add_argument("--modes", default=",".join(MODES), help="comma-separated modes (default: all)")
+    p.add_argument("--modes", default=",".join(mode_names()), help="comma-separated modes (default: all)")
     p.add_argument("--rates", default=None, help="fixed rates, comma-separated (default: 50,200,500)")
     p.add_argument("--no-tracing-off", dest="tracing_off", action="store_false", help="skip the tracing-off runs")
     p.add_argument("--no-fidelity", dest="fidelity", action="store_false", help="skip mock vs peer")
@@ -69,9 +69,9 @@ def wait_for_quiet(threshold: float, max_s: float) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    bad = [m for m in modes if m not in MODES]
+    bad = [m for m in modes if m not in mode_names()]
     if bad:
-        progress(f"unknown mode(s): {', '.join(bad)}; choose from {', '.join(MODES)}")
+        progress(f"unknown mode(s): {', '.join(bad)}; choose from {', '.join(mode_names())}")
         return 2
     if "direct" not in modes:
         modes = ("direct", *modes)  # every overhead is measured against it
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     vegeta = Vegeta(vegeta_bin, run_dir / "vegeta")
     overhead_left = lambda: left() - fidelity_reserve  # noqa: E731
     try:
-        with JaegerProcess(run_dir / "jaeger") as jaeger:
+        with Jaeger(run_dir / "jaeger") as jaeger:
             for tracing, group_rates in ((True, rates), (False, cfg.tracing_off_rates)):
                 if not tracing and not args.tracing_off:
                     continue

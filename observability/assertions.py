@@ -3,22 +3,40 @@
 Every failure message ends with the text waterfall of the whole trace so the reader
 sees what actually happened.
 
+    from eppkit.observability.contract import Vllm
+
     check = TraceCheck(trace)
-    prefill = check.one("vllm.prefill")
-    check.before(prefill, check.one("vllm.decode"))
+    prefill = check.one(Vllm.PREFILL)
+    check.before(prefill, check.one(Vllm.DECODE))
     check.duration(prefill, expected_ms=300, tolerance_ms=30)
+
+Span names are the trace contract's (observability/contract.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable
 
-from eppkit.observability import waterfall
+from eppkit.observability import contract, expected_spans as ex, waterfall
+from eppkit.observability.expected_spans import SpanRule
 from eppkit.observability.trace_model import Span, SpanNotFound, Trace
 
 
 class TraceAssertionError(AssertionError):
     pass
+
+
+@dataclass(frozen=True)
+class RequestPath:
+    """The spans of one served request every mode has (``call`` and ``decision``: None in direct)."""
+
+    root: Span  # the client's request
+    ingress: Span  # Envoy's downstream span
+    call: Span | None  # Envoy's span of the call to the picker
+    decision: Span | None  # the picker's decision span
+    upstream: Span  # Envoy's upstream attempt
+    backend: Span  # the first span of whoever served it (llm_request, pd.request)
 
 
 class TraceCheck:
@@ -39,16 +57,53 @@ class TraceCheck:
     def all(self, name: str | None = None, service: str | None = None, **attrs: Any) -> list[Span]:
         return self.trace.find_all(name, service, **attrs)
 
+    def one_of(self, rule: SpanRule) -> Span:
+        found = rule.find(self.trace)
+        if len(found) != 1:
+            self.fail(f"expected exactly one {rule.label} span, found {len(found)}")
+        return found[0]
+
+    # -- the request path ------------------------------------------------------------------------
+    def request_path(self, mode: str) -> RequestPath:
+        """The path of a served request in ``mode``, its places checked, its spans returned.
+
+        The client's span is the only root; Envoy's ingress is its child; the picker call (picker
+        modes) is a child of ingress and holds the decision, which ends before the upstream attempt
+        starts; the upstream attempt is a child of ingress and the backend's span a child of it.
+        """
+        root = self.one_of(ex.ROOT)
+        ingress, upstream = self.one_of(ex.INGRESS), self.one_of(ex.UPSTREAM)
+        self.single_root(root)
+        self.child_of(ingress, root)
+        self.child_of(upstream, ingress)
+        if len(upstream.children) != 1:
+            self.fail(f"expected one backend span under {upstream.label}, found {[s.label for s in upstream.children]}")
+        backend = upstream.children[0]
+        call = decision = None
+        if mode in ex.PICKER_CALL:
+            call, decision = self.one_of(ex.PICKER_CALL[mode]), self.one_of(ex.DECISION[mode])
+            self.child_of(call, ingress)
+            self.descendant_of(decision, call)
+            self.before(decision, upstream)
+        return RequestPath(root, ingress, call, decision, upstream, backend)
+
     # -- presence -----------------------------------------------------------------------
-    def present_once(self, expected: Iterable[tuple[str, str]]) -> None:
-        """Every (service, span name) appears exactly once."""
+    def present_once(self, expected: Iterable[SpanRule | tuple[str, str] | str]) -> None:
+        """Every span (a contract span name, a ``(service, name)`` pair or a rule) appears exactly once."""
         problems = []
-        for service, name in expected:
-            n = len(self.trace.find_all(name, service))
+        for rule in map(SpanRule.of, expected):
+            n = len(rule.find(self.trace))
             if n != 1:
-                problems.append(f"{service}:{name} x{n}")
+                problems.append(f"{rule.label} x{n}")
         if problems:
             self.fail("expected each step exactly once; wrong counts: " + ", ".join(problems))
+
+    def follows_contract(self) -> None:
+        """Every span, attribute and event of the trace is one the trace contract declares for it."""
+        problems = [p for s in self.trace.spans for p in contract.violations(
+            s.name, s.attributes, {e.name: e.attributes for e in s.events}, service=s.service)]
+        if problems:
+            self.fail("the trace breaks the trace contract (observability/contract.py):\n" + "\n".join(problems))
 
     def absent(self, name: str, service: str | None = None) -> None:
         found = self.trace.find_all(name, service)

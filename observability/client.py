@@ -20,6 +20,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Stream
+
 
 @dataclass
 class ClientResult:
@@ -58,7 +60,7 @@ class TracedClient:
                  pool_size: int = 10):
         self.base_url = base_url.rstrip("/")
         self.mode, self.flow = mode, flow
-        self._provider = TracerProvider(resource=Resource.create({"service.name": "client"}))
+        self._provider = TracerProvider(resource=Resource.create({ResourceAttributes.SERVICE_NAME: Service.CLIENT}))
         if otlp_endpoint:
             endpoint = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
             self._provider.add_span_processor(
@@ -81,12 +83,12 @@ class TracedClient:
              timeout_s: float = 120.0, raw_body: bytes | None = None,
              content_type: str = "application/json") -> ClientResult:
         """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer."""
-        attributes = {"eppkit.mode": self.mode, "eppkit.flow": self.flow, "http.request.method": "POST",
-                      "url.path": path}
+        attributes = {Eppkit.MODE: self.mode, Eppkit.FLOW: self.flow, Http.REQUEST_METHOD: "POST",
+                      Http.URL_PATH: path}
         # One instant, read on both clocks: the span's wall-clock times and the result's monotonic
         # ones then tell the same story (a report's TTFT equals the first_token event's offset).
         started_ns, started_s = time.time_ns(), time.monotonic()
-        with self._tracer.start_as_current_span("client.request", kind=SpanKind.CLIENT, attributes=attributes,
+        with self._tracer.start_as_current_span(Client.REQUEST, kind=SpanKind.CLIENT, attributes=attributes,
                                                 start_time=started_ns) as span:
             trace_id = format(span.get_span_context().trace_id, "032x")
             out_headers = {"content-type": content_type, **(headers or {})}
@@ -98,7 +100,7 @@ class TracedClient:
                                         stream=True, timeout=timeout_s) as resp:
                     result.status = resp.status_code
                     result.headers = {k.lower(): v for k, v in resp.headers.items()}
-                    span.set_attribute("http.response.status_code", resp.status_code)
+                    span.set_attribute(Http.RESPONSE_STATUS_CODE, resp.status_code)
                     if "text/event-stream" in resp.headers.get("content-type", ""):
                         self._read_sse(resp, result, span, started_ns)
                     else:
@@ -113,7 +115,7 @@ class TracedClient:
             result.finished_s = time.monotonic()
             if result.status >= 500 or result.error:
                 span.set_status(Status(StatusCode.ERROR, result.error or f"HTTP {result.status}"))
-            span.set_attribute("eppkit.tokens_received", len(result.tokens))
+            span.set_attribute(Eppkit.TOKENS_RECEIVED, len(result.tokens))
         return result
 
     def _read_sse(self, resp: requests.Response, result: ClientResult, span, started_ns: int) -> None:
@@ -136,5 +138,5 @@ class TracedClient:
                 if piece:
                     if result.first_token_s is None:
                         result.first_token_s = time.monotonic()
-                        span.add_event("first_token", timestamp=started_ns + round((result.first_token_s - result.started_s) * 1e9))
+                        span.add_event(Stream.FIRST_TOKEN, timestamp=started_ns + round((result.first_token_s - result.started_s) * 1e9))
                     result.tokens.append(piece)

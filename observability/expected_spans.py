@@ -1,4 +1,4 @@
-"""Which spans a complete trace holds, per integration mode and flow: one table for tests and reports.
+"""Which spans a complete trace holds, per integration mode and flow: one table for tests, reports and `eppkit run`.
 
 Checked against real traces (Envoy 1.40, every mode x aggregated / pd / epd):
 
@@ -15,7 +15,9 @@ Checked against real traces (Envoy 1.40, every mode x aggregated / pd / epd):
                                 > pd.decode  > vllm:llm_request > vllm.queue, vllm.kv_transfer, vllm.decode
 
 ``expected(mode, flow, media_items)`` gives the rules; ``missing(trace, rules)`` names what a
-trace lacks. A rule asks for *at least* ``count`` spans: a P/D trace has two ``vllm.queue``.
+trace lacks (the one completeness check: Jaeger waits, compare and `eppkit run` use it). A rule
+asks for *at least* ``count`` spans: a P/D trace has two ``vllm.queue``. Span names and the
+services that emit them come from the trace contract (observability/contract.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
+from eppkit.observability import contract
+from eppkit.observability.contract import Callout, Client, Dynmod, Encoder, Envoy, Epp, Frontend, Pd, Vllm
 from eppkit.observability.trace_model import Span, Trace
 
 MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
@@ -38,6 +42,16 @@ class SpanRule:
     prefix: bool = False
     count: int = 1
 
+    @classmethod
+    def of(cls, spec: "SpanRule | tuple[str, str] | str", **kw) -> "SpanRule":
+        """A rule from a rule, a ``(service, name)`` pair, or a contract span name (its service looked up)."""
+        if isinstance(spec, SpanRule):
+            return spec
+        if isinstance(spec, str):
+            return cls(contract.service_of(spec), spec, **kw)
+        service, name = spec
+        return cls(service, name, **kw)
+
     def matches(self, span: Span) -> bool:
         if span.service != self.service:
             return False
@@ -51,49 +65,48 @@ class SpanRule:
         return f"{self.service}:{self.name}{'*' if self.prefix else ''}"
 
 
-def _r(service: str, name: str, **kw) -> SpanRule:
-    return SpanRule(service, name, **kw)
+def rules(specs: Iterable["SpanRule | tuple[str, str] | str"]) -> tuple[SpanRule, ...]:
+    return tuple(SpanRule.of(s) for s in specs)
 
 
-EXT_PROC_CALL = _r("envoy", "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress")
+_r = SpanRule.of
 
 # Envoy's span of the call to the picker: the ext_proc gRPC stream or the callout HTTP call.
 PICKER_CALL: dict[str, SpanRule] = {
-    "ext_proc": EXT_PROC_CALL,
-    "sidecar": EXT_PROC_CALL,
-    "lua-callout": _r("envoy", "async callout egress"),
-    "dynmod-callout": _r("envoy", "dynmod callout"),
+    "ext_proc": _r(Envoy.EXT_PROC_CALL),
+    "sidecar": _r(Envoy.EXT_PROC_CALL),
+    "lua-callout": _r(Envoy.CALLOUT_CALL),
+    "dynmod-callout": _r(Dynmod.CALLOUT),
 }
+EXT_PROC_CALL = PICKER_CALL["ext_proc"]
 
 # The span of the component that makes the decision. In sidecar the EPP asks the frontend,
 # so the decision is the frontend's (epp.pick there also holds the HTTP call to it).
 DECISION: dict[str, SpanRule] = {
-    "ext_proc": _r("epp", "epp.pick"),
-    "sidecar": _r("frontend", "frontend.route"),
-    "lua-callout": _r("callout", "callout.pick"),
-    "dynmod-callout": _r("callout", "callout.pick"),
+    "ext_proc": _r(Epp.PICK),
+    "sidecar": _r(Frontend.ROUTE),
+    "lua-callout": _r(Callout.PICK),
+    "dynmod-callout": _r(Callout.PICK),
 }
 
-ROOT = _r("client", "client.request")
-INGRESS = _r("envoy", "ingress")
-UPSTREAM = _r("envoy", "router ", prefix=True)  # "router <cluster> egress"
+ROOT = _r(Client.REQUEST)
+INGRESS = _r(Envoy.INGRESS)
+UPSTREAM = SpanRule(contract.Service.ENVOY, Envoy.ROUTER_PREFIX, prefix=True)  # "router <cluster> egress"
 
 _COMMON = (ROOT, INGRESS, UPSTREAM)
 
+_EPP = (EXT_PROC_CALL, _r(Epp.PROCESS), _r(Epp.PICK), _r(Epp.INJECT))
 _MODE_SPANS: dict[str, tuple[SpanRule, ...]] = {
     "direct": (),
-    "ext_proc": (EXT_PROC_CALL, _r("epp", "epp.process"), _r("epp", "epp.pick"), _r("epp", "epp.inject")),
-    "sidecar": (EXT_PROC_CALL, _r("epp", "epp.process"), _r("epp", "epp.pick"), _r("epp", "epp.inject"),
-                _r("frontend", "frontend.route"), _r("frontend", "frontend.tokenize")),
-    "lua-callout": (PICKER_CALL["lua-callout"], _r("callout", "callout.pick")),
-    "dynmod-callout": (PICKER_CALL["dynmod-callout"], _r("callout", "callout.pick")),
+    "ext_proc": _EPP,
+    "sidecar": _EPP + (_r(Frontend.ROUTE), _r(Frontend.TOKENIZE)),
+    "lua-callout": (PICKER_CALL["lua-callout"], _r(Callout.PICK)),
+    "dynmod-callout": (PICKER_CALL["dynmod-callout"], _r(Callout.PICK)),
 }
 
-_AGGREGATED = (_r("vllm", "llm_request"), _r("vllm", "vllm.queue"), _r("vllm", "vllm.prefill"),
-               _r("vllm", "vllm.decode"))
-_DISAGGREGATED = (_r("pd-sidecar", "pd.request"), _r("pd-sidecar", "pd.prefill"), _r("pd-sidecar", "pd.decode"),
-                  _r("vllm", "llm_request", count=2), _r("vllm", "vllm.queue", count=2),
-                  _r("vllm", "vllm.prefill"), _r("vllm", "vllm.kv_transfer"), _r("vllm", "vllm.decode"))
+_AGGREGATED = rules((Vllm.REQUEST, Vllm.QUEUE, Vllm.PREFILL, Vllm.DECODE))
+_DISAGGREGATED = rules((Pd.REQUEST, Pd.PREFILL, Pd.DECODE)) + (
+    _r(Vllm.REQUEST, count=2), _r(Vllm.QUEUE, count=2)) + rules((Vllm.PREFILL, Vllm.KV_TRANSFER, Vllm.DECODE))
 
 
 def expected(mode: str, flow: str, media_items: int = 0) -> tuple[SpanRule, ...]:
@@ -109,25 +122,32 @@ def expected(mode: str, flow: str, media_items: int = 0) -> tuple[SpanRule, ...]
     elif flow == "multipart":
         if mode != "ext_proc":
             raise ValueError("the multipart flow runs in the ext_proc mode only")
-        flow_spans = _AGGREGATED + (_r("vllm", "vllm.await_metadata"),)
+        flow_spans = _AGGREGATED + (_r(Vllm.AWAIT_METADATA),)
     elif flow in ("pd", "ttft"):
         flow_spans = _DISAGGREGATED
     elif flow == "epd":
         flow_spans = _DISAGGREGATED
         if media_items:
-            flow_spans += (_r("pd-sidecar", "pd.encode", count=media_items),
-                           _r("encoder", "encoder.encode", count=media_items))
+            flow_spans += (_r(Pd.ENCODE, count=media_items), _r(Encoder.ENCODE, count=media_items))
     else:
         raise ValueError(f"no expected-span table for flow {flow!r}; known: {', '.join(FLOWS)}")
     return _COMMON + _MODE_SPANS[mode] + flow_spans
 
 
-def missing(trace: Trace | None, rules: Iterable[SpanRule]) -> list[str]:
-    """What ``trace`` lacks, e.g. ``["epp:epp.inject", "vllm:vllm.queue (1 of 2)"]``; [] when complete."""
+def missing(trace: Trace | None, wanted: Iterable[SpanRule | tuple[str, str] | str], *, min_spans: int = 0) -> list[str]:
+    """What ``trace`` lacks, e.g. ``["epp:epp.inject", "vllm:vllm.queue (1 of 2)"]``; [] when complete.
+
+    ``min_spans``: the trace must also hold at least that many spans in all.
+    """
     out = []
-    for rule in rules:
+    for rule in map(SpanRule.of, wanted):
         n = len(rule.find(trace)) if trace is not None else 0
         if n >= rule.count:
             continue
         out.append(rule.label if rule.count == 1 else f"{rule.label} ({n} of {rule.count})")
+    have = len(trace.spans) if trace is not None else 0
+    if have < min_spans:
+        out.append(f"{min_spans - have} more span(s) (have {have})")
+    if trace is None and not out:
+        out.append("any span")
     return out

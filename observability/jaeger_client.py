@@ -1,43 +1,26 @@
-"""Read traces back from Jaeger's query API, waiting until they are complete."""
+"""Read traces back from Jaeger's stable query API (``/api/v3``, OTLP JSON), waiting until they are complete.
+
+Jaeger v2 answers ``GET /api/v3/traces/{id}`` with ``text/plain`` whose body is
+``{"result": {"resourceSpans": [...]}}`` (OTLP JSON: hex ids, times and int64 as strings, each
+span in its own ``resourceSpans`` entry, in no particular order), and a trace it does not hold
+with 404 ``{"error": {"httpCode": 404, "message": "No traces found"}}``.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 import requests
 
-from eppkit.observability.trace_model import Trace, from_jaeger_json
+from eppkit.observability.expected_spans import SpanRule, missing, rules
+from eppkit.observability.trace_model import Trace, from_otlp
+from eppkit.polling import PollTimeout, poll
 
 
 class TraceIncomplete(AssertionError):
     pass
-
-
-@dataclass
-class Completeness:
-    """When is a trace complete? Every expected (service, name) present and/or a span count reached.
-
-    ``quiet_s``: additionally wait until no new span has arrived for this long, so late
-    spans (Envoy flushes in batches) are not missed.
-    """
-
-    expected: tuple[tuple[str, str], ...] = ()
-    min_spans: int = 0
-    quiet_s: float = 0.3
-
-    def missing(self, trace: Trace | None) -> list[str]:
-        # expected_spans.SpanRule items (counts, name prefixes) or plain (service, name) pairs
-        from eppkit.observability.expected_spans import SpanRule, missing
-
-        rules = [r if isinstance(r, SpanRule) else SpanRule(*r) for r in self.expected]
-        if trace is None:
-            return [r.label for r in rules] or ["any span"]
-        out = missing(trace, rules)
-        if len(trace.spans) < self.min_spans:
-            out.append(f"{self.min_spans - len(trace.spans)} more span(s) (have {len(trace.spans)})")
-        return out
 
 
 class JaegerClient:
@@ -47,30 +30,34 @@ class JaegerClient:
         self._session = requests.Session()
 
     def get_trace_json(self, trace_id: str) -> dict | None:
-        """The raw Jaeger JSON of one trace (one element of /api/traces/{id} ``data``)."""
-        resp = self._session.get(f"{self.api_url}/api/traces/{trace_id}", timeout=self.timeout_s)
+        """One trace as OTLP JSON (``{"resourceSpans": [...]}``), or None while Jaeger holds none of it.
+
+        That is also the file format of saved traces: Jaeger UI's "JSON File" upload reads it.
+        """
+        # raw_traces: the spans as they were sent, without Jaeger's adjusters (clock-skew shifts, warnings)
+        resp = self._session.get(self.trace_url(trace_id), params={"raw_traces": "true"}, timeout=self.timeout_s)
         if resp.status_code == 404:
             return None
         resp.raise_for_status()
-        data = resp.json().get("data") or []
-        return data[0] if data else None
+        result = json.loads(resp.text).get("result") or {}  # text/plain, not application/json
+        return result if result.get("resourceSpans") else None
 
     def get_trace(self, trace_id: str) -> Trace | None:
         raw = self.get_trace_json(trace_id)
-        return from_jaeger_json(raw) if raw else None
+        return from_otlp(raw) if raw else None
 
     def services(self) -> list[str]:
-        resp = self._session.get(f"{self.api_url}/api/services", timeout=self.timeout_s)
+        resp = self._session.get(f"{self.api_url}/api/v3/services", timeout=self.timeout_s)
         resp.raise_for_status()
-        return resp.json().get("data") or []
+        return json.loads(resp.text).get("services") or []
 
     def trace_url(self, trace_id: str) -> str:
-        return f"{self.api_url}/api/traces/{trace_id}"
+        return f"{self.api_url}/api/v3/traces/{trace_id}"
 
     def wait_for_trace(
         self,
         trace_id: str,
-        expected: Iterable[tuple[str, str]] = (),
+        expected: Iterable[SpanRule | tuple[str, str] | str] = (),
         *,
         min_spans: int = 0,
         quiet_s: float = 0.3,
@@ -80,33 +67,79 @@ class JaegerClient:
     ) -> Trace:
         """Poll until the trace holds every expected span (and ``min_spans``) and has been quiet.
 
-        Raises :class:`TraceIncomplete` at the deadline, naming what is still missing.
+        ``expected``: span rules, ``(service, name)`` pairs or span names of the trace contract.
+        ``quiet_s``: additionally wait until no new span has arrived for this long, so late spans
+        (Envoy flushes in batches) are not missed. Raises :class:`TraceIncomplete` at the
+        deadline, naming what is still missing.
         """
-        rule = Completeness(tuple(expected), min_spans, quiet_s)
-        deadline = time.monotonic() + timeout_s
-        last_count, last_change = -1, time.monotonic()
-        trace: Trace | None = None
-        while True:
+        wanted = rules(expected)
+        state = {"count": -1, "since": time.monotonic(), "missing": ["any span"]}
+
+        def fetch() -> Trace | None:
             try:
                 trace = self.get_trace(trace_id)
-            except requests.RequestException as exc:
-                if time.monotonic() > deadline:
-                    raise TraceIncomplete(f"Jaeger at {self.api_url} did not answer: {exc}") from exc
-                trace = None
+            except requests.RequestException:
+                trace = None  # Jaeger busy or restarting: the deadline decides
             if on_poll:
                 on_poll(trace)
+            return trace
+
+        def complete(trace: Trace | None) -> bool:
             count = len(trace.spans) if trace else 0
-            now = time.monotonic()
-            if count != last_count:
-                last_count, last_change = count, now
-            missing = rule.missing(trace)
-            if not missing and now - last_change >= quiet_s:
-                return trace  # type: ignore[return-value]
-            if now > deadline:
-                have = ", ".join(sorted({s.label for s in trace.spans})) if trace else "nothing"
-                raise TraceIncomplete(
-                    f"trace {trace_id} incomplete after {timeout_s:.0f}s: missing {', '.join(missing) or 'quiet period'}; "
-                    f"Jaeger has: {have}.\nHint: check that the service exports to Jaeger's OTLP port "
-                    f"and that Envoy's tracing flush interval is short."
-                )
-            time.sleep(poll_s)
+            if count != state["count"]:
+                state["count"], state["since"] = count, time.monotonic()
+            state["missing"] = missing(trace, wanted, min_spans=min_spans)
+            return not state["missing"] and time.monotonic() - state["since"] >= quiet_s
+
+        def incomplete(trace: Trace | None, _error) -> str:
+            have = ", ".join(sorted({s.label for s in trace.spans})) if trace else "nothing"
+            return (f"trace {trace_id} incomplete after {timeout_s:.0f}s: missing "
+                    f"{', '.join(state['missing']) or 'quiet period'}; Jaeger has: {have}.\nHint: check that the "
+                    f"service exports to Jaeger's OTLP port and that Envoy's tracing flush interval is short.")
+
+        try:
+            return poll(fetch, complete, timeout_s=timeout_s, interval_s=poll_s, describe=incomplete)
+        except PollTimeout as exc:
+            raise TraceIncomplete(str(exc)) from None
+
+    def wait_for_traces(
+        self,
+        expected: Mapping[str, Iterable[SpanRule | tuple[str, str] | str]],
+        *,
+        timeout_s: float = 20.0,
+        settle_s: float = 0.5,
+        poll_s: float = 0.3,
+        on_poll: Callable[[int, int], None] | None = None,
+    ) -> dict[str, tuple[dict | None, list[str]]]:
+        """Many traces at once: trace id -> its expected spans; returns trace id -> (OTLP JSON, missing).
+
+        Fetches every pending trace each round until all are complete or ``timeout_s`` passes;
+        ``missing`` is [] for a complete trace. ``on_poll(complete, total)`` after each round.
+        """
+        wanted = {trace_id: rules(spans) for trace_id, spans in expected.items()}
+        out: dict[str, tuple[dict | None, list[str]]] = {
+            trace_id: (None, ["the whole trace (Jaeger has no span of it)"]) for trace_id in wanted}
+        pending = set(wanted)
+        time.sleep(settle_s)  # the last requests' spans are still on their way
+
+        def round_() -> set[str]:
+            for trace_id in sorted(pending):
+                try:
+                    raw = self.get_trace_json(trace_id)
+                except requests.RequestException:
+                    continue
+                if raw is None:
+                    continue
+                lacking = missing(from_otlp(raw), wanted[trace_id])
+                out[trace_id] = (raw, lacking)
+                if not lacking:
+                    pending.discard(trace_id)
+            if on_poll:
+                on_poll(len(wanted) - len(pending), len(wanted))
+            return pending
+
+        try:
+            poll(round_, lambda left: not left, timeout_s=timeout_s, interval_s=poll_s, describe="complete traces")
+        except PollTimeout:
+            pass  # what is still missing is in the answer
+        return out

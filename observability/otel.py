@@ -18,6 +18,8 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from eppkit.observability.contract import ResourceAttributes
+
 OTLP_ENDPOINT_ENV = "EPPKIT_OTLP_ENDPOINT"
 
 _provider: TracerProvider | None = None
@@ -38,9 +40,9 @@ def setup_tracing(
     spans reach Jaeger within a fraction of a second, which tests rely on.
     """
     global _provider
-    attributes = {"service.name": service_name}
+    attributes = {ResourceAttributes.SERVICE_NAME: service_name}
     if instance:
-        attributes["service.instance.id"] = instance
+        attributes[ResourceAttributes.SERVICE_INSTANCE_ID] = instance
     provider = TracerProvider(resource=Resource.create(attributes))
     endpoint = otlp_endpoint or os.environ.get(OTLP_ENDPOINT_ENV)
     if endpoint:

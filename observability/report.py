@@ -11,8 +11,8 @@ Layout of a report folder::
     latency-<scenario>.png/.svg      per-mode distributions (e2e, gateway, TTFT when streamed)
     steps-<scenario>.png/.svg        per-step stacked bars (mean ms per request)
     waterfall-<scenario>-<mode>.png/.svg   the representative trace of each mode
-    traces/<scenario>-<mode>-<trace id>.json   that trace as Jaeger JSON ({"data": [trace]},
-                                               the form Jaeger UI's "JSON file" upload reads)
+    traces/<scenario>-<mode>-<trace id>.json   that trace as OTLP JSON ({"resourceSpans": [...]},
+                                               what Jaeger's /api/v3 answers and its UI's "JSON File" upload reads)
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from eppkit.observability import steps as st
-from eppkit.observability.trace_model import Span, Trace, from_jaeger_json
+from eppkit.observability.contract import Service
+from eppkit.observability.trace_model import Trace, from_otlp
 
 SCHEMA = "eppkit.compare/1"
 OVERHEAD_STEPS = ("e2e", "ttft", "gateway")
@@ -34,8 +35,9 @@ MODE_COLORS = {"direct": "#7f7f7f", "ext_proc": "#1f77b4", "sidecar": "#9467bd",
                "dynmod-callout": "#ff7f0e"}
 PART_COLORS = {"decision": "#d62728", "picker call": "#ff9896", "envoy": "#ffbb78", "encode": "#8c564b",
                "queue": "#c7c7c7", "prefill": "#1f77b4", "kv": "#17becf", "decode": "#aec7e8", "other": "#e7e7e7"}
-SERVICE_COLORS = {"client": "#7f7f7f", "envoy": "#ff7f0e", "epp": "#d62728", "frontend": "#e377c2",
-                  "callout": "#2ca02c", "pd-sidecar": "#9467bd", "vllm": "#1f77b4", "encoder": "#8c564b"}
+SERVICE_COLORS = {Service.CLIENT: "#7f7f7f", Service.ENVOY: "#ff7f0e", Service.EPP: "#d62728",
+                  Service.FRONTEND: "#e377c2", Service.CALLOUT: "#2ca02c", Service.PD_SIDECAR: "#9467bd",
+                  Service.VLLM: "#1f77b4", Service.ENCODER: "#8c564b"}
 
 
 # -- numbers ------------------------------------------------------------------------------------
@@ -413,19 +415,9 @@ def steps_chart(block: dict, stem: Path, title: str) -> list[Path]:
     return _save(fig, stem)
 
 
-def _walk(trace: Trace) -> Iterable[tuple[Span, int]]:
-    def visit(span: Span, depth: int):
-        yield span, depth
-        for child in sorted(span.children, key=lambda s: s.start_us):
-            yield from visit(child, depth + 1)
-
-    for root in sorted(trace.roots, key=lambda s: s.start_us):
-        yield from visit(root, 0)
-
-
 def waterfall_chart(trace: Trace, stem: Path, title: str) -> list[Path]:
     """One row per span in tree order, bars on a shared ms axis, coloured by service; ◆ = events."""
-    rows = list(_walk(trace))
+    rows = list(trace.walk())
     t0 = trace.start_us
     total_ms = max((trace.end_us - t0) / 1000, 0.001)
     fig = _figure(11, 0.9 + 0.27 * len(rows))
@@ -503,13 +495,11 @@ def _json_default(value: Any):
 
 
 def save_trace(raw: dict, path: Path) -> Path:
-    """Save one Jaeger trace as ``{"data": [trace]}`` (what Jaeger UI's JSON upload reads)."""
+    """Save one trace's OTLP JSON (``{"resourceSpans": [...]}``, as JaegerClient.get_trace_json gives it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"data": [raw]}, indent=1))
+    path.write_text(json.dumps(raw, indent=1))
     return path
 
 
 def load_trace(path: str | Path) -> Trace:
-    data = json.loads(Path(path).read_text())
-    raw = data["data"][0] if isinstance(data, dict) and "data" in data else data
-    return from_jaeger_json(raw)
+    return from_otlp(json.loads(Path(path).read_text()))

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from eppkit.observability import expected_spans as ex
+from eppkit.observability.contract import Encoder, Service, Stream, Vllm
 from eppkit.observability.trace_model import Span, Trace
 
 
@@ -58,7 +59,7 @@ STEP_NAMES: tuple[str, ...] = tuple(s.name for s in STEPS)
 # Disjoint parts of e2e, in the order they happen (for stacked bars).
 BREAKDOWN: tuple[str, ...] = ("decision", "picker call", "envoy", "encode", "queue", "prefill", "kv", "decode", "other")
 
-_VLLM_SUMS = {"queue": "vllm.queue", "prefill": "vllm.prefill", "kv": "vllm.kv_transfer", "decode": "vllm.decode"}
+_VLLM_SUMS = {"queue": Vllm.QUEUE, "prefill": Vllm.PREFILL, "kv": Vllm.KV_TRANSFER, "decode": Vllm.DECODE}
 
 
 def _ms(us: int | float) -> float:
@@ -77,7 +78,7 @@ def step_durations(trace: Trace, mode: str) -> dict[str, float]:
     root = roots[0] if len(roots) == 1 else None
     if root is not None:
         out["e2e"] = root.duration_ms
-        first = next((ev for ev in root.events if ev.name == "first_token"), None)
+        first = next((ev for ev in root.events if ev.name == Stream.FIRST_TOKEN), None)
         if first is not None:
             out["ttft"] = _ms(first.time_us - root.start_us)
     if mode in ex.DECISION:
@@ -88,11 +89,11 @@ def step_durations(trace: Trace, mode: str) -> dict[str, float]:
     if ingress and upstream:
         start = min(s.start_us for s in ingress)
         out["gateway"] = max(0.0, _ms(min(s.start_us for s in upstream) - start))
-    encodes = trace.find_all("encoder.encode", "encoder")
+    encodes = trace.find_all(Encoder.ENCODE, Service.ENCODER)
     if encodes:
         out["encode"] = _ms(max(s.end_us for s in encodes) - min(s.start_us for s in encodes))
     for step, span_name in _VLLM_SUMS.items():
-        out[step] = _sum_ms(trace.find_all(span_name, "vllm"))
+        out[step] = _sum_ms(trace.find_all(span_name, Service.VLLM))
     return {k: v for k, v in out.items() if v is not None}
 
 

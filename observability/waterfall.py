@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from eppkit.observability.contract import Callout, Envoy, Epp, Frontend, Media, Pd, Vllm
 from eppkit.observability.trace_model import Span, Trace
 
 _KEY_ATTRS = (
-    "epp.endpoint",
-    "epp.scorer",
-    "frontend.worker_id",
-    "callout.endpoint",
-    "vllm.role",
-    "vllm.instance",
-    "mm.type",
-    "pd.true_ttft_ms",
-    "http.status_code",
-    "upstream_address",
+    Epp.ENDPOINT,
+    Epp.SCORER,
+    Frontend.WORKER_ID,
+    Callout.ENDPOINT,
+    Vllm.ROLE,
+    Vllm.INSTANCE,
+    Media.TYPE,
+    Pd.TRUE_TTFT_MS,
+    Envoy.HTTP_STATUS_CODE,
+    Envoy.UPSTREAM_ADDRESS,
 )
 
 
@@ -24,8 +25,8 @@ def render(trace: Trace, width: int = 60) -> str:
     t0, t1 = trace.start_us, trace.end_us
     total = max(t1 - t0, 1)
     lines = [f"trace {trace.trace_id}  total {total / 1000:.1f} ms  spans {len(trace.spans)}"]
-    label_w = min(52, max(len(_label(s, d)) for s, d in _walk(trace)) + 1)
-    for span, depth in _walk(trace):
+    label_w = min(52, max(len(_label(s, d)) for s, d in trace.walk()) + 1)
+    for span, depth in trace.walk():
         a = int((span.start_us - t0) / total * width)
         b = max(a + 1, int((span.end_us - t0) / total * width))
         bar = " " * a + "█" * (b - a) + " " * (width - b)
@@ -42,7 +43,7 @@ def render(trace: Trace, width: int = 60) -> str:
 
 
 # Display-only abbreviations of long Envoy span names (the trace itself keeps the full name).
-_SHORT = {"envoy.service.ext_proc.v3.ExternalProcessor.Process": "ext_proc.Process"}
+_SHORT = {Envoy.EXT_PROC_CALL: "async ext_proc.Process egress"}
 
 
 def _label(span: Span, depth: int) -> str:
@@ -55,13 +56,3 @@ def _label(span: Span, depth: int) -> str:
 def _attrs(span: Span) -> str:
     shown = [f"{k}={span.attributes[k]}" for k in _KEY_ATTRS if k in span.attributes]
     return ("  " + " ".join(shown)) if shown else ""
-
-
-def _walk(trace: Trace):
-    def visit(span: Span, depth: int):
-        yield span, depth
-        for child in sorted(span.children, key=lambda s: s.start_us):
-            yield from visit(child, depth + 1)
-
-    for root in sorted(trace.roots, key=lambda s: s.start_us):
-        yield from visit(root, 0)

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import signal
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Protocol, Sequence
 
 from aiohttp import web
 
@@ -25,6 +25,14 @@ def add_common_args(parser: argparse.ArgumentParser, *, default_port: int) -> No
     parser.add_argument("--log-level", default="INFO", help="Python log level (default: %(default)s)")
 
 
+class Background(Protocol):
+    """A task that runs beside the app (a picker's metrics scraper)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 def serve(
     app: web.Application,
     *,
@@ -32,8 +40,12 @@ def serve(
     port: int,
     name: str,
     on_ready: Callable[[], Awaitable[None]] | None = None,
+    background: Sequence[Background] = (),
 ) -> None:
     """Serve ``app`` until SIGINT/SIGTERM, then flush spans and exit 0.
+
+    ``background`` tasks start before the socket is bound (a picker's first scrape says which
+    endpoints are up before its first request) and stop after the app stops serving.
 
     Prints ``<name> listening on http://host:port`` once the socket is bound; the
     testbed waits on /health rather than this line, but people read it.
@@ -41,6 +53,8 @@ def serve(
 
     async def main() -> None:
         # A short shutdown timeout: open streams must not hold a stopping service for aiohttp's default 60 s.
+        for task in background:
+            await task.start()
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
         site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
@@ -48,17 +62,24 @@ def serve(
         logging.getLogger(name).info("%s listening on http://%s:%d", name, host, port)
         if on_ready is not None:
             await on_ready()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await until_stopped()
         await runner.cleanup()
+        for task in background:
+            await task.stop()
 
     try:
         run_loop(main())
     finally:
         otel.shutdown_tracing()
+
+
+async def until_stopped() -> None:
+    """Return at the first SIGINT or SIGTERM (a service's clean shutdown starts there)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
 
 
 def run_loop(coro):

@@ -8,12 +8,12 @@ import signal
 import sys
 import time
 
-from eppkit import RUNTIMES, create
-from eppkit.envoy_config import MODES
+from eppkit import RUNTIMES, create, modes
 from eppkit.flows import FLOWS
 from eppkit.flows import check as check_flow
-from eppkit.topology import Topology, VllmSpec
-
+from eppkit.modes.options import parse_set
+from eppkit.services.vllm.config import add_latency_args, latency_from_args
+from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM gets the same clean teardown as Ctrl-C
@@ -21,25 +21,29 @@ def _raise_interrupt(signum, frame):  # SIGTERM gets the same clean teardown as 
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=MODES, default="direct", help="EPP integration mode (default: %(default)s)")
+    p.add_argument("--mode", choices=modes.names(), default="direct", help="EPP integration mode (default: %(default)s)")
     p.add_argument("--flow", choices=FLOWS, default="aggregated", help="request flow (default: %(default)s)")
     p.add_argument("--runtime", choices=RUNTIMES, default="local", help="where components run (default: %(default)s)")
+    p.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
+                   help="a mode option (repeatable), the value read as JSON when it parses: --set scorer=round-robin "
+                        "--set failure_mode_allow=true. An unknown option is an error naming the valid ones.")
     p.add_argument("--backends", type=int, default=2, help="mock vLLM instances in the pool (default: %(default)s)")
-    p.add_argument("--ttft-ms", type=float, default=200.0, help="mock time to first token (default: %(default)s)")
-    p.add_argument("--itl-ms", type=float, default=20.0, help="mock inter-token latency (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for the mocks (default: %(default)s)")
-    p.add_argument("--kv-ms", type=float, default=20.0, help="KV transfer time in P/D flows (default: %(default)s)")
     p.add_argument("--prefill", type=int, default=1, help="prefill instances in pd/epd/ttft; 0 in epd = E+PD (default: %(default)s)")
     p.add_argument("--decode", type=int, default=1, help="decode instances (each behind a pd-sidecar) (default: %(default)s)")
     p.add_argument("--encoders", type=int, default=2, help="encoders in the epd flow (default: %(default)s)")
+    g = p.add_argument_group("mock latency (every mock vLLM's knobs, milliseconds)")
+    add_latency_args(g)
+    g.add_argument("--encode-latency", type=float, default=ENCODER_DEFAULTS.encode_latency, metavar="MS",
+                   help="encode time per media item, epd flow (default: %(default)s)")
 
 
 def _topology(args) -> Topology:
     return Topology(
         mode=args.mode, flow=args.flow,
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
-        time_to_first_token_ms=args.ttft_ms, inter_token_latency_ms=args.itl_ms, seed=args.seed,
-        kv_transfer_ms=args.kv_ms, prefill=args.prefill, decode=args.decode, encoders=args.encoders,
+        latency=latency_from_args(args), encode_latency=args.encode_latency, seed=args.seed,
+        prefill=args.prefill, decode=args.decode, encoders=args.encoders, options=parse_set(args.options),
     )
 
 
@@ -63,7 +67,7 @@ def cmd_up(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from eppkit.observability import waterfall
+    from eppkit.observability import expected_spans, waterfall
     from eppkit.observability.jaeger_client import TraceIncomplete
 
     content: object = args.prompt
@@ -82,7 +86,7 @@ def cmd_run(args) -> int:
         print(f"HTTP {result.status} from {result.headers.get('x-inference-pod', '?')}: {result.text!r}")
         if result.ttft_ms is not None:
             print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")
-        expected = [("client", "client.request"), ("vllm", "llm_request"), ("vllm", "vllm.decode")]
+        expected = expected_spans.expected(args.mode, args.flow, media_items=args.images)
         try:
             trace = bed.jaeger.wait_for_trace(result.trace_id, expected, timeout_s=15)
         except TraceIncomplete as exc:
@@ -126,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown and not (compare is None and args.command == "compare"):  # compare's own flags are unknown then
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command in ("up", "run"):
-        try:  # a flow the mode cannot run (--flow multipart needs --mode ext_proc) is a usage error
-            check_flow(_topology(args))
+        try:  # a flow the mode cannot run, or an option it does not know, is a usage error
+            topology = _topology(args)
+            check_flow(topology)
+            modes.check(topology)
         except ValueError as exc:
             parser.error(str(exc))
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import platform
 import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -30,12 +31,17 @@ import requests
 from eppkit.observability import expected_spans, report as rp, steps as st
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
-from eppkit import RUNTIMES, create as create_testbed, create_jaeger
-from eppkit.envoy_config import MODES
-from eppkit.jaeger import JaegerProcess
+from eppkit import RUNTIMES, create as create_testbed, create_jaeger, modes
+from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
 from eppkit.paths import reports_dir
-from eppkit.topology import Topology, VllmSpec
+from eppkit.modes.options import read_options
+from eppkit.polling import PollTimeout, poll
+from eppkit.services.picker import scorers
+from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
+from eppkit.services.picker.settings import PickerSettings
+from eppkit.services.vllm.config import MockLatency, add_latency_args, latency_from_args
+from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, Scenario, WorkloadResult, plan_requests
 
 DEFAULT_SCENARIOS = ("chat", "stream")
@@ -46,7 +52,7 @@ MAX_REQUESTS, MAX_CONCURRENCY, MAX_DURATION_S = 10_000, 256, 3600.0
 
 @dataclass
 class CompareOptions:
-    modes: tuple[str, ...] = MODES
+    modes: tuple[str, ...] = field(default_factory=modes.names)
     scenarios: tuple[str, ...] = DEFAULT_SCENARIOS
     requests: int = 60  # measured requests per mode and scenario
     concurrency: int = 4
@@ -56,19 +62,21 @@ class CompareOptions:
     seed: int = 0
     runtime: str = "local"
     backends: int = 2  # aggregated: vLLMs; pd / epd: decoders (one prefill, two encoders)
-    ttft_ms: float = 100.0
-    itl_ms: float = 10.0
-    kv_ms: float = 20.0
-    encode_ms: float = 30.0
+    latency: MockLatency = field(default_factory=MockLatency)  # every mock vLLM's knobs
+    encode_latency: float = ENCODER_DEFAULTS.encode_latency
+    # The same scorer in every picker mode, so differences between modes are the integrations'.
+    scorer: str = PICKER_DEFAULTS.scorer
+    scorer_parameters: dict = field(default_factory=dict)
     stream: bool | None = None  # None: as the scenario says
     request_timeout_s: float = 30.0
     trace_timeout_s: float = 20.0  # per mode: how long to wait for traces to be complete
     charts: bool = True
 
     def validate(self) -> "CompareOptions":
-        bad = [m for m in self.modes if m not in MODES]
+        bad = [m for m in self.modes if m not in modes.names()]
         if bad:
-            raise ValueError(f"unknown mode(s) {', '.join(bad)}; choose from {', '.join(MODES)}")
+            raise ValueError(f"unknown mode(s) {', '.join(bad)}; choose from {', '.join(modes.names())}")
+        PickerSettings(scorer=self.scorer, scorer_parameters=self.scorer_parameters).validate()
         bad = [s for s in self.scenarios if s not in SCENARIOS]
         if bad:
             raise ValueError(f"unknown scenario(s) {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
@@ -85,13 +93,23 @@ class CompareOptions:
         return self
 
 
+def mode_options(options: CompareOptions, mode: str) -> dict:
+    """The options every mode runs with: the scorer, in each mode that has a picker."""
+    scoring = {"scorer": options.scorer, "scorer_parameters": options.scorer_parameters}
+    try:
+        read_options(modes.get(mode).options, scoring, mode)
+    except ValueError:  # a mode without a picker (direct)
+        return {}
+    return scoring
+
+
 def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topology:
     return Topology(
         mode=mode, flow=scenario.flow,
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)],
         prefill=1, decode=options.backends, encoders=2,
-        time_to_first_token_ms=options.ttft_ms, inter_token_latency_ms=options.itl_ms,
-        kv_transfer_ms=options.kv_ms, encode_ms=options.encode_ms, seed=options.seed,
+        latency=options.latency, encode_latency=options.encode_latency, seed=options.seed,
+        options=mode_options(options, mode),
     )
 
 
@@ -162,9 +180,9 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
     wanted = {s["trace_id"]: s for s in samples if s.get("ok") and s.get("trace_id")}
     raws: dict[str, dict] = {}
     pending = dict(wanted)
-    time.sleep(settle_s)
-    deadline = time.monotonic() + timeout_s
-    while pending:
+
+    def read_pending() -> int:
+        """One pass over the traces not yet complete; how many are still pending."""
         for trace_id, sample in list(pending.items()):
             try:
                 raw = jaeger.get_trace_json(trace_id)
@@ -173,15 +191,19 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
             if raw is None:
                 continue
             raws[trace_id] = raw
-            missing = expected_spans.missing(from_jaeger_json(raw), rules(sample))
-            sample["missing"] = missing
-            if not missing:
+            sample["missing"] = expected_spans.missing(from_jaeger_json(raw), rules(sample))
+            if not sample["missing"]:
                 del pending[trace_id]
         if on_poll:
             on_poll(len(wanted) - len(pending), len(wanted))
-        if not pending or time.monotonic() >= deadline:
-            break
-        time.sleep(0.3)
+        return len(pending)
+
+    time.sleep(settle_s)
+    try:
+        poll(read_pending, until=lambda left: left == 0, timeout_s=timeout_s, interval_s=0.3,
+             describe="every trace complete")
+    except PollTimeout:
+        pass  # the incomplete ones are reported as such, with what they miss
     for trace_id, sample in wanted.items():
         if trace_id not in raws:
             sample["missing"] = ["the whole trace (Jaeger has no span of it)"]
@@ -189,13 +211,13 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
     return raws
 
 
-def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: JaegerProcess, out_dir: Path,
+def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jaeger, out_dir: Path,
              progress: ProgressLine, label: str, create: Callable = create_testbed) -> dict:
     """Run one mode through one scenario; always returns a result (``status`` ok or failed)."""
     t_mode = time.monotonic()
     measured = plan_requests(scenario, options.requests, options.seed, stream=options.stream)
     warm = plan_requests(scenario, options.warmup, options.seed + 1_000_003, stream=options.stream)
-    result: dict = {"status": "failed", "error": None}
+    result: dict = {"status": "failed", "error": None, "scorer": mode_options(options, mode).get("scorer")}
     progress.update(f"{label} {mode:<15} starting testbed ...")
     bed = None
     try:
@@ -297,7 +319,7 @@ def default_out_dir() -> Path:
     return reports_dir() / time.strftime("compare-%Y%m%d-%H%M%S")
 
 
-def run(options: CompareOptions, out_dir: Path, *, jaeger: JaegerProcess | None = None,
+def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         progress: ProgressLine | None = None, create: Callable = create_testbed) -> dict:
     """Run every scenario through every mode; returns the report (not yet written)."""
     options.validate()
@@ -310,6 +332,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: JaegerProcess | None 
         "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "config": {**asdict(options), "modes": list(options.modes), "scenarios": list(options.scenarios)},
         "steps": [asdict(s) for s in st.STEPS],
+        "mode_colors": {m: modes.get(m).color for m in options.modes},
         "scenarios": {},
     }
     own = None
@@ -361,8 +384,8 @@ def _names(value: str, known, what: str) -> tuple[str, ...]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = CompareOptions()
-    p.add_argument("--modes", type=lambda v: _names(v, MODES, "mode"), default=d.modes,
-                   help=f"comma-separated modes or 'all' (default: all: {','.join(MODES)})")
+    p.add_argument("--modes", type=lambda v: _names(v, modes.names(), "mode"), default=d.modes,
+                   help=f"comma-separated modes or 'all' (default: all: {','.join(modes.names())})")
     p.add_argument("--scenario", dest="scenarios", type=lambda v: _names(v, SCENARIOS, "scenario"),
                    default=d.scenarios, help=f"comma-separated scenarios or 'all': {', '.join(SCENARIOS)} "
                                               f"(default: {','.join(d.scenarios)})")
@@ -381,10 +404,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds per request (default: %(default)s)")
     g = p.add_argument_group("mock backends")
     g.add_argument("--backends", type=int, default=d.backends, help="vLLMs (aggregated) or decoders (P/D) (default: %(default)s)")
-    g.add_argument("--ttft-ms", type=float, default=d.ttft_ms, help="prefill time (default: %(default)s)")
-    g.add_argument("--itl-ms", type=float, default=d.itl_ms, help="inter-token latency (default: %(default)s)")
-    g.add_argument("--kv-ms", type=float, default=d.kv_ms, help="KV transfer in P/D (default: %(default)s)")
-    g.add_argument("--encode-ms", type=float, default=d.encode_ms, help="encode per media item (default: %(default)s)")
+    add_latency_args(g, d.latency)
+    g.add_argument("--encode-latency", type=float, default=d.encode_latency, metavar="MS",
+                   help="encode per media item (default: %(default)s)")
+    g = p.add_argument_group("picker")
+    g.add_argument("--scorer", choices=scorers.types(), default=d.scorer,
+                   help="the scorer of every picker mode, so they differ only in how they are wired (default: %(default)s)")
+    g.add_argument("--scorer-parameters", type=json.loads, default=d.scorer_parameters, metavar="JSON",
+                   help="its parameters, a JSON object (default: none)")
     g = p.add_argument_group("report")
     g.add_argument("--out", type=Path, default=None, help="report folder (default: reports/compare-<time>/)")
     g.add_argument("--baseline", type=Path, default=None, help="a previous report.json: mark regressions, exit 1 on any")
@@ -398,8 +425,9 @@ def main(args: argparse.Namespace) -> int:
     options = CompareOptions(
         modes=args.modes, scenarios=args.scenarios, requests=args.requests, concurrency=args.concurrency,
         rate=args.rate, max_duration_s=args.max_duration_s, warmup=args.warmup, seed=args.seed,
-        runtime=args.runtime, backends=args.backends, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, kv_ms=args.kv_ms,
-        encode_ms=args.encode_ms, stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
+        runtime=args.runtime, backends=args.backends, latency=latency_from_args(args), encode_latency=args.encode_latency,
+        scorer=args.scorer, scorer_parameters=args.scorer_parameters,
+        stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
     )
     try:
         options.validate()

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from eppkit import envoy_config, envoy_process, images
 from eppkit.containers import ManagedContainer, engine_version
-from eppkit.jaeger import JaegerPorts, JaegerProcess
+from eppkit.jaeger import Jaeger
+from eppkit.launchers import ContainerLauncher
 from eppkit.local import LocalTestbed
-from eppkit.readiness import AllReady, HttpReady, LogLineReady
+from eppkit.process import service_argv
+from eppkit.readiness import LogLineReady
 from eppkit.topology import PortAllocator, ServiceSpec, Topology
 
 ENVOY_ENTRYPOINT = ["/usr/local/bin/envoy"]  # the same path in the official image and in ours
@@ -79,65 +81,11 @@ def mount_for_arg(value: str) -> Path | None:
     return None
 
 
-class JaegerContainer(JaegerProcess):
-    """Jaeger v2 in a container: JaegerProcess's surface (api_url, otlp_grpc_endpoint, ports, process, stop)."""
-
-    def __init__(self, run_dir: Path, image: str | None = None, ports: PortAllocator | None = None,
-                 max_traces: int = 200_000):
-        # Not JaegerProcess.__init__: no host binary is needed when the image is the official one.
-        self.run_dir = Path(run_dir)
-        self.image = image
-        alloc = ports or PortAllocator()
-        self.ports = JaegerPorts(alloc.port(), alloc.port(), alloc.port(), alloc.port(), alloc.port())
-        self.max_traces = max_traces
-        self.binary = None
-        self.process: ManagedContainer | None = None
-
-    def start(self) -> "JaegerContainer":
-        image = self.image or images.ensure(progress).jaeger
-        config = self.render_config()
-        self.process = ManagedContainer("jaeger", image, ["--config", str(config)], self.run_dir / "jaeger.log",
-                                        extra_labels={"eppkit.testbed": self.run_dir.name})
-        self.process.with_mount(config, "ro")
-        self.process.start()
-        self.process.wait_ready(HttpReady(f"http://127.0.0.1:{self.ports.health}/status"),
-                                hint="Jaeger's health endpoint never answered; is another Jaeger holding the ports?")
-        self.process.wait_ready(HttpReady(f"{self.api_url}/api/services"))
-        return self
-
-
-class EnvoyContainer:
-    """Envoy in a container: EnvoyProcess's surface (process, admin_url, start, stop), the same flags."""
-
-    def __init__(self, image: str, config_path: Path, log_path: Path, admin_port: int, *, concurrency: int = 2,
-                 env: dict[str, str] | None = None, log_level: str = "info", mounts: list[Path] = (),
-                 labels: dict[str, str] | None = None):
-        argv = ["-c", str(config_path), "--concurrency", str(concurrency),
-                # Several Envoys share this machine (and its loopback); hot restart's shared memory would clash.
-                "--disable-hot-restart", "--log-level", log_level]
-        self.process = ManagedContainer("envoy", image, argv, log_path, entrypoint=ENVOY_ENTRYPOINT,
-                                        extra_labels=labels).with_env(**(env or {}))
-        self.process.with_mount(config_path, "ro")
-        for path in mounts:
-            self.process.with_mount(path, "ro")
-        self.admin_url = f"http://127.0.0.1:{admin_port}"
-
-    def start(self) -> "EnvoyContainer":
-        self.process.start()
-        self.process.wait_ready(
-            AllReady((LogLineReady("starting main dispatch loop"), HttpReady(f"{self.admin_url}/ready", body_contains="LIVE"))),
-            hint="Envoy refused its config or could not bind; the rendered config is next to this log.",
-        )
-        return self
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def __enter__(self) -> "EnvoyContainer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+def jaeger_container(run_dir: Path, image: str | None = None, ports: PortAllocator | None = None,
+                     max_traces: int = 200_000) -> Jaeger:
+    """Jaeger in a container (the image from :mod:`testbed.images` unless given); not yet started."""
+    launcher = ContainerLauncher(image or images.ensure(progress).jaeger, labels={"eppkit.testbed": Path(run_dir).name})
+    return Jaeger(run_dir, launcher, ports=ports, max_traces=max_traces)
 
 
 class DockerTestbed(LocalTestbed):
@@ -155,10 +103,10 @@ class DockerTestbed(LocalTestbed):
 
     # LocalTestbed._start's order, with each component in a container.
     def _run_jaeger(self):
-        return JaegerContainer(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
+        return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
-        argv = ["python", "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
+        argv = service_argv(spec.module, spec.port, spec.args, python="python")
         proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
                                 extra_labels=self._labels()).with_env(**env, **spec.env)
         # The run folder is shared read-write (services may write caches there), and so is any
@@ -180,8 +128,11 @@ class DockerTestbed(LocalTestbed):
         # a Lua file, its search path) is shared read-only at the same path.
         text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
         mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
-        return EnvoyContainer(self._images().envoy, self.envoy_config_path, self.run_dir / "envoy.log",
-                              self.admin_port, env=envoy_env, mounts=mounts, labels=self._labels())
+        launcher = ContainerLauncher(self._images().envoy, entrypoint=ENVOY_ENTRYPOINT, labels=self._labels())
+        # At info level the container's log holds Envoy's "starting main dispatch loop", read as a second sign.
+        return envoy_process.Envoy(self.envoy_config_path, self.run_dir / "envoy.log", self.admin_port, launcher,
+                                   env=envoy_env, log_level="info", mounts=mounts,
+                                   ready=LogLineReady("starting main dispatch loop"))
 
     def _images(self) -> images.ImageSet:
         if self.image_set is None:

@@ -1,4 +1,4 @@
-"""Render Envoy bootstraps from envoy/<mode>.yaml.j2 and validate them with the real binary."""
+"""Render Envoy bootstraps from the mode's template (envoy/*.yaml.j2) and validate them with the real binary."""
 
 from __future__ import annotations
 
@@ -9,24 +9,22 @@ from typing import Any
 import jinja2
 
 from eppkit.paths import ENVOY_TEMPLATES
-
-MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
-
-
-def template_name(mode: str) -> str:
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-    return f"{mode.replace('-', '_')}.yaml.j2"
+from eppkit.services.picker import headers
 
 
 def render(mode: str, variables: dict[str, Any]) -> str:
+    """The bootstrap of ``mode`` (its registry entry names the template) with ``variables``."""
+    from eppkit import modes
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(ENVOY_TEMPLATES)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
+    # The picker core's header names (eppkit.services.picker.headers), named once, for every template and macro.
+    env.globals["headers"] = headers
     defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode}
-    return env.get_template(template_name(mode)).render({**defaults, **variables})
+    return env.get_template(modes.get(mode).template).render({**defaults, **variables})
 
 
 def write(mode: str, variables: dict[str, Any], path: Path) -> Path:

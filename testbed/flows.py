@@ -27,21 +27,24 @@ from pathlib import Path
 from eppkit.topology import Endpoint, PortAllocator, ServiceSpec, Topology
 
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
-# Flows only some modes can run, and why.
-FLOW_MODES = {
-    "multipart": (("ext_proc",), "the EPP (ext_proc) sends part 1, holds the request open and injects part 2 "
-                                 "after the response headers; the other modes cannot (docs/flows.md, docs/dynmod-multipart.md)"),
+# Flows only the modes that list them in Mode.special_flows can run, and why.
+SPECIAL_FLOWS = {
+    "multipart": "the picker must send part 1, hold the request open and inject part 2 after the response "
+                 "headers; only the EPP (ext_proc) can (docs/flows.md, docs/dynmod-multipart.md)",
 }
 
 
 def check(topology: Topology) -> None:
-    """ValueError naming the problem when the flow cannot run in the topology's mode."""
+    """ValueError naming the problem when the flow cannot run in the topology's mode (or the mode is unknown)."""
+    from eppkit import modes
+
     if topology.flow not in FLOWS:
         raise ValueError(f"unknown flow {topology.flow!r}; choose one of {', '.join(FLOWS)}")
-    allowed = FLOW_MODES.get(topology.flow)
-    if allowed is not None and topology.mode not in allowed[0]:
-        raise ValueError(f"--flow {topology.flow} needs --mode {' or '.join(allowed[0])} (got --mode {topology.mode}): "
-                         f"{allowed[1]}")
+    mode = modes.get(topology.mode)
+    why = SPECIAL_FLOWS.get(topology.flow)
+    if why is not None and topology.flow not in mode.special_flows:
+        able = [m.name for m in modes.all_modes() if topology.flow in m.special_flows]
+        raise ValueError(f"--flow {topology.flow} needs --mode {' or '.join(able)} (got --mode {topology.mode}): {why}")
 
 
 @dataclass
@@ -53,10 +56,7 @@ class FlowPlan:
 
 
 def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list[str]) -> list[str]:
-    return ["--role", role, "--instance", name, "--served-model-name", model,
-            "--time-to-first-token", str(topology.time_to_first_token_ms),
-            "--inter-token-latency", str(topology.inter_token_latency_ms),
-            "--kv-cache-transfer-latency", str(topology.kv_transfer_ms),
+    return ["--role", role, "--instance", name, "--served-model-name", model, *topology.latency.args(),
             "--seed", str(topology.seed), *extra]
 
 
@@ -84,7 +84,7 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
             name, port = f"encoder-{i}", ports.port()
             out.services.append(ServiceSpec(name, "eppkit.services.encoder", port,
                                             ["--instance", name, "--served-model-name", model,
-                                             "--encode-latency", str(topology.encode_ms), *ec_args]))
+                                             "--encode-latency", f"{topology.encode_latency:g}", *ec_args]))
             out.encoders.append(Endpoint(name, "127.0.0.1", port, "encode", model))
 
     disable_prefill = topology.flow == "epd" and topology.prefill == 0

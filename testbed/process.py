@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -127,3 +128,47 @@ stop_all = _live.stop_all
 
 def live_processes() -> list[ManagedProcess]:
     return _live.snapshot(lambda p: p.is_running())
+
+
+def service_argv(module: str, port: int, args: Sequence[str] = (), *, python: str = sys.executable) -> list[str]:
+    """How every kit service starts: ``python -m <module> --host 127.0.0.1 --port <port> <args>``."""
+    return [python, "-m", module, "--host", "127.0.0.1", "--port", str(port), *map(str, args)]
+
+
+class ServiceProcess(ManagedProcess):
+    """One kit service (``python -m eppkit.services.<name>``) on its own, for a ``with`` block in a test or
+    a benchmark: a managed process on a port from :class:`~eppkit.topology.PortAllocator`, ready when
+    ``/health`` answers; a failed start raises with the log's tail and a hint."""
+
+    __test__ = False
+
+    def __init__(self, module: str = "eppkit.services.vllm", args: Sequence[str] = (), *, port: int | None = None,
+                 startup_timeout: float = 15.0, log_dir: Path | None = None) -> None:
+        from eppkit.topology import PortAllocator
+
+        self.module = module
+        self.args = list(args)
+        self.port = port or PortAllocator().port()
+        self.startup_timeout = startup_timeout
+        name = module.rsplit(".", 1)[-1]
+        log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"eppkit-{name}-"))
+        super().__init__(name, [], log_dir / f"{name}.log")
+
+    def with_args(self, *args: str) -> "ServiceProcess":
+        self.args.extend(args)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServiceProcess":
+        from eppkit.readiness import HttpReady
+
+        self.argv = service_argv(self.module, self.port, self.args)
+        super().start()
+        return self.wait_ready(HttpReady(f"{self.url}/health", timeout_s=self.startup_timeout),
+                               hint=f"run `python -m {self.module} --port {self.port} {' '.join(self.args)}` by hand")
+
+    def __enter__(self) -> "ServiceProcess":
+        return self if self.is_running() else self.start()

@@ -23,13 +23,13 @@ def create(topology: Topology, runtime: str = "local", **kwargs):
 def create_jaeger(runtime: str, run_dir, **kwargs):
     """A not-yet-started Jaeger for ``runtime`` (a process, or a container), e.g. one shared by a session."""
     if runtime == "local":
-        from eppkit.jaeger import JaegerProcess
+        from eppkit.jaeger import Jaeger
 
-        return JaegerProcess(run_dir, **kwargs)
+        return Jaeger(run_dir, **kwargs)
     if runtime == "docker":
-        from eppkit.docker_runtime import JaegerContainer
+        from eppkit.docker_runtime import jaeger_container
 
-        return JaegerContainer(run_dir, **kwargs)
+        return jaeger_container(run_dir, **kwargs)
     raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
 
 

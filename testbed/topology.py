@@ -7,6 +7,11 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from eppkit.services.encoder.config import EncoderConfig
+from eppkit.services.vllm.config import MockLatency
+
+ENCODER_DEFAULTS = EncoderConfig()
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -63,12 +68,12 @@ class Topology:
     prefill: int = 1
     decode: int = 1
     encoders: int = 2
-    time_to_first_token_ms: float = 100.0
-    inter_token_latency_ms: float = 10.0
-    kv_transfer_ms: float = 0.0  # decode's wait for the KV blocks in disaggregated flows
-    encode_ms: float = 50.0  # per media item
+    # Every mock vLLM's latency knobs (TTFT, inter-token latency, KV transfer, jitter, ...), ms.
+    latency: MockLatency = field(default_factory=MockLatency)
+    encode_latency: float = ENCODER_DEFAULTS.encode_latency  # ms per media item (epd flow's encoders)
     seed: int = 0
-    # Mode-specific knobs, read by testbed/modes/<mode>.py (e.g. {"failure_mode_allow": True}).
+    # The mode's options, read into its typed options (eppkit.modes: e.g. {"failure_mode_allow": True});
+    # an unknown one is an error naming the valid ones.
     options: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -5,7 +5,7 @@
 //
 //	eppkit_callout         ask the routing service which endpoint serves the request
 //	                       (internal/callout, docs/modes-dynmod.md)
-//	eppkit_multipart_probe the two-phase multipart experiment of issue 5
+//	eppkit_multipart_probe the two-phase multipart experiment
 //	                       (internal/multipart, docs/dynmod-multipart.md)
 package main
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.encoder.config import ConfigError, add_args, from_args
 from eppkit.services.encoder.server import MockEncoder
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         parser.error(str(exc))
     runner.configure_logging(args.log_level)
-    tracer = otel.setup_tracing("encoder", args.otlp_endpoint, instance=config.instance)
+    tracer = otel.setup_tracing(Service.ENCODER, args.otlp_endpoint, instance=config.instance)
     runner.serve(MockEncoder(config, tracer).make_app(), host=args.host, port=args.port, name=f"encoder[{config.instance}]")
     return 0
 

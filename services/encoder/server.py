@@ -20,6 +20,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Encoder, GenAi, Media, Mock
 from eppkit.services.encoder.config import EncoderConfig
 from eppkit.services.encoder.ec_cache import EncoderCache
 from eppkit.services.encoder.media import media_kind
@@ -82,13 +83,13 @@ class MockEncoder:
                      OpenAIError(429, "injected failure: rate limit exceeded", code="rate_limit_exceeded"))
             # The refusal is a step of the request's trace too: one failed encoder.encode per item.
             for index, item in enumerate(req.media):
-                span = self.tracer.start_span("encoder.encode", context=otel.extract(request.headers))
-                span.set_attribute("mm.type", media_kind(item.type))
-                span.set_attribute("mm.index", index)
-                span.set_attribute("encoder.instance", self.c.instance)
-                span.set_attribute("gen_ai.request.id", rid)
-                span.set_attribute("mock.failure", str(error.status))
-                span.add_event("failure_injected", {"mock.failure": str(error.status), "mock.failure.source": "header"})
+                span = self.tracer.start_span(Encoder.ENCODE, context=otel.extract(request.headers))
+                span.set_attribute(Media.TYPE, media_kind(item.type))
+                span.set_attribute(Media.INDEX, index)
+                span.set_attribute(Encoder.INSTANCE, self.c.instance)
+                span.set_attribute(GenAi.REQUEST_ID, rid)
+                span.set_attribute(Mock.FAILURE, str(error.status))
+                span.add_event(Mock.FAILURE_INJECTED, {Mock.FAILURE: str(error.status), Mock.FAILURE_SOURCE: "header"})
                 span.set_status(Status(StatusCode.ERROR, error.message))
                 span.end()
             raise error
@@ -103,22 +104,22 @@ class MockEncoder:
         parent = otel.extract(request.headers)
         rng = random.Random(f"{self.c.seed}:{self.c.instance}:{next(self._seq)}")
         for index, item in enumerate(req.media):
-            span = self.tracer.start_span("encoder.encode", context=parent)
-            span.set_attribute("mm.type", media_kind(item.type))
-            span.set_attribute("mm.hash", item.hash)
-            span.set_attribute("mm.index", index)
-            span.set_attribute("mm.size_bytes", item.size_bytes)
-            span.set_attribute("encoder.instance", self.c.instance)
-            span.set_attribute("gen_ai.request.id", rid)
+            span = self.tracer.start_span(Encoder.ENCODE, context=parent)
+            span.set_attribute(Media.TYPE, media_kind(item.type))
+            span.set_attribute(Media.HASH, item.hash)
+            span.set_attribute(Media.INDEX, index)
+            span.set_attribute(Media.SIZE_BYTES, item.size_bytes)
+            span.set_attribute(Encoder.INSTANCE, self.c.instance)
+            span.set_attribute(GenAi.REQUEST_ID, rid)
             hit = self.cache.contains(item.hash) if self.cache else False
-            span.set_attribute("encoder.cache_hit", hit)
+            span.set_attribute(Encoder.CACHE_HIT, hit)
             try:
                 if override_ms is not None:
                     ms = override_ms
                 else:
                     ms = jittered(self.c.encode_latency, self.c.encode_latency_std_dev, rng)
                     ms += self.c.encode_time_per_kb * item.size_bytes / 1024.0
-                span.set_attribute("encoder.configured_ms", ms)
+                span.set_attribute(Encoder.CONFIGURED_MS, ms)
                 started = time.monotonic()
                 await asyncio.sleep(ms / 1000.0)
                 if self.cache is not None:

@@ -22,14 +22,10 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 
 from eppkit.services.openai_errors import error_body
+from eppkit.services.picker import headers
 
-DESTINATION_HEADER = "x-gateway-destination-endpoint"
-WORKER_ID_HEADER = "x-gateway-worker-id"
-# Disaggregated flows, as llm-d passes them to its routing sidecar (services/pd_sidecar).
-PREFILLER_HEADER = "x-prefiller-host-port"
-ENCODERS_HEADER = "x-encoder-hosts-ports"
 METADATA_NAMESPACE = "envoy.lb"
-METADATA_KEY = DESTINATION_HEADER
+METADATA_KEY = headers.DESTINATION
 
 # Envoy's ext_proc stream closes the gRPC stream early and our message size stays modest;
 # send bodies back in chunks no larger than this.

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -13,9 +11,10 @@ from opentelemetry import trace
 
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.observability import otel
-from eppkit.services.epp.picker import Picker
-from eppkit.services.epp.pool import MetricsScraper
+from eppkit.services.epp.sidecar import Picker
 from eppkit.services.epp.stream import StreamProcessor
+from eppkit.services.picker.scraper import MetricsScraper
+from eppkit.services.runner import until_stopped
 
 log = logging.getLogger("epp")
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024  # above Envoy's 64 MiB per-connection buffer limit
@@ -53,22 +52,20 @@ class EppServer:
     """The running server: gRPC listener, metrics scrapers, picker; ``stop()`` undoes all three."""
 
     server: grpc.aio.Server
-    scraper: MetricsScraper
+    scrapers: Sequence[MetricsScraper]
     picker: Picker
     port: int
-    extra_scrapers: Sequence[MetricsScraper] = ()
 
     async def stop(self, grace_s: float = 1.0) -> None:
         await self.server.stop(grace_s)
-        for scraper in (self.scraper, *self.extra_scrapers):
+        for scraper in self.scrapers:
             await scraper.stop()
         await self.picker.close()
 
 
-async def start(host: str, port: int, picker: Picker, scraper: MetricsScraper, tracer: trace.Tracer, *,
-                multipart: bool = False, multipart_trigger: str = "first-token",
-                extra_scrapers: Sequence[MetricsScraper] = ()) -> EppServer:
-    """``multipart``: the two-phase flow; ``extra_scrapers``: the prefill / encoder pools' scrapers."""
+async def start(host: str, port: int, picker: Picker, scrapers: Sequence[MetricsScraper], tracer: trace.Tracer, *,
+                multipart: bool = False, multipart_trigger: str = "first-token") -> EppServer:
+    """``scrapers``: one per pool the picker reads; ``multipart``: the two-phase flow."""
     # Envoy sends request body in FULL_DUPLEX_STREAMED as fast as it arrives, several MiB in one
     # message when the client writes quickly; gRPC's default 4 MiB receive limit turned any larger
     # body into a 500 ("Received message larger than max"). Envoy buffers at most 64 MiB per connection.
@@ -79,24 +76,17 @@ async def start(host: str, port: int, picker: Picker, scraper: MetricsScraper, t
     if bound == 0:
         raise OSError(f"cannot bind {host}:{port}")
     # Metrics first: the first pick should already see which endpoints are up.
-    for each in (scraper, *extra_scrapers):
-        await each.start()
-    if hasattr(picker, "start"):
-        await picker.start()
+    for scraper in scrapers:
+        await scraper.start()
+    await picker.start()
     await server.start()
     log.info("epp listening on grpc://%s:%d (scorer %s%s)", host, bound, picker.scorer_name,
              ", two-phase multipart" if multipart else "")
-    return EppServer(server, scraper, picker, bound, tuple(extra_scrapers))
+    return EppServer(server, tuple(scrapers), picker, bound)
 
 
-async def serve_forever(host: str, port: int, picker: Picker, scraper: MetricsScraper, tracer: trace.Tracer, *,
-                        multipart: bool = False, multipart_trigger: str = "first-token",
-                        extra_scrapers: Sequence[MetricsScraper] = ()) -> None:
-    running = await start(host, port, picker, scraper, tracer, multipart=multipart,
-                          multipart_trigger=multipart_trigger, extra_scrapers=extra_scrapers)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+async def serve_forever(host: str, port: int, picker: Picker, scrapers: Sequence[MetricsScraper], tracer: trace.Tracer,
+                        *, multipart: bool = False, multipart_trigger: str = "first-token") -> None:
+    running = await start(host, port, picker, scrapers, tracer, multipart=multipart, multipart_trigger=multipart_trigger)
+    await until_stopped()
     await running.stop()

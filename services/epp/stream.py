@@ -44,9 +44,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from eppkit.services.epp import protocol
-from eppkit.services.epp.picker import Decision, PickError, Picker
-from eppkit.services.epp.request import BadRequest, LlmRequest, parse_request
+from eppkit.observability.contract import Epp, Error, GenAi, Http, Rpc
+from eppkit.services.epp import MULTIPART_TRIGGERS, protocol
+from eppkit.services.epp.sidecar import Picker
+from eppkit.services.picker.decision import Decision, PickError
+from eppkit.services.picker.request import BadRequest, LlmRequest, parse_request
 from eppkit.services.vllm.multipart import METADATA_PART, PAYLOAD_PART, closing, encode_part
 
 log = logging.getLogger("epp.stream")
@@ -61,10 +63,6 @@ class Phase(enum.Enum):
 
 
 Responses = list[pb.ProcessingResponse]
-
-# When the two-phase flow injects part 2: on the response headers, or on the first response
-# body chunk (the first token) of a streamed request.
-MULTIPART_TRIGGERS = ("first-token", "headers")
 
 
 class StreamProcessor:
@@ -116,15 +114,15 @@ class StreamProcessor:
             return self._out_of_order("request_headers")
         self.headers = protocol.header_map(msg.headers)
         self._span = self.tracer.start_span(
-            "epp.process",
+            Epp.PROCESS,
             context=self.parent,
             kind=SpanKind.SERVER,
             attributes={
-                "rpc.system": "grpc",
-                "rpc.service": "envoy.service.ext_proc.v3.ExternalProcessor",
-                "rpc.method": "Process",
-                "http.request.method": self.headers.get(":method", ""),
-                "url.path": self.headers.get(":path", ""),
+                Rpc.SYSTEM: "grpc",
+                Rpc.SERVICE: "envoy.service.ext_proc.v3.ExternalProcessor",
+                Rpc.METHOD: "Process",
+                Http.REQUEST_METHOD: self.headers.get(":method", ""),
+                Http.URL_PATH: self.headers.get(":path", ""),
             },
         )
         if msg.end_of_stream:  # no body (e.g. GET /v1/models): decide on headers alone
@@ -153,7 +151,7 @@ class StreamProcessor:
             return passed
         headers = protocol.header_map(msg.headers)
         self._response_headers = headers
-        self._event("response_headers_seen", {"http.response.status_code": headers.get(":status", "")})
+        self._event(Epp.RESPONSE_HEADERS_SEEN, {Http.RESPONSE_STATUS_CODE: headers.get(":status", "")})
         wait_for_token = (self.multipart_trigger == "first-token" and not msg.end_of_stream
                           and self.request is not None and self.request.stream and headers.get(":status") == "200")
         if wait_for_token:
@@ -163,7 +161,7 @@ class StreamProcessor:
     async def _on_response_body(self, msg: pb.HttpBody) -> Responses:
         passed = protocol.body_responses(msg.body, end_of_stream=msg.end_of_stream, response_path=True)
         if self.phase is Phase.HOLDING:
-            self._event("first_token_seen", {"epp.multipart.chunk_bytes": len(msg.body)})
+            self._event(Epp.FIRST_TOKEN_SEEN, {Epp.MULTIPART_CHUNK_BYTES: len(msg.body)})
             return self._inject_metadata() + passed
         return passed
 
@@ -179,20 +177,20 @@ class StreamProcessor:
         assert span is not None
         with trace.use_span(span, end_on_exit=False):
             try:
-                with self.tracer.start_as_current_span("epp.pick") as pick_span:
+                with self.tracer.start_as_current_span(Epp.PICK) as pick_span:
                     try:
                         request = parse_request(self.headers, bytes(self.body))
                     except BadRequest as exc:
                         raise PickError(400, str(exc), code="invalid_json") from None
                     self.request = request
                     if request.model:
-                        pick_span.set_attribute("gen_ai.request.model", request.model)
-                    pick_span.set_attribute("epp.scorer", self.picker.scorer_name)
+                        pick_span.set_attribute(GenAi.REQUEST_MODEL, request.model)
+                    pick_span.set_attribute(Epp.SCORER, self.picker.scorer_name)
                     try:
                         decision = await self.picker.pick(request)
                     except PickError as exc:
-                        pick_span.set_attribute("epp.scorer", exc.scorer or self.picker.scorer_name)
-                        pick_span.set_attribute("epp.reason", exc.message)
+                        pick_span.set_attribute(Epp.SCORER, exc.scorer or self.picker.scorer_name)
+                        pick_span.set_attribute(Epp.REASON, exc.message)
                         pick_span.set_status(Status(StatusCode.ERROR, exc.code))
                         raise
                     self._annotate(pick_span, decision, request)
@@ -205,10 +203,10 @@ class StreamProcessor:
             if self.multipart and body_follows:
                 return await self._send_part1(decision, trailers=trailers)
 
-            with self.tracer.start_as_current_span("epp.inject") as inject_span:
+            with self.tracer.start_as_current_span(Epp.INJECT) as inject_span:
                 out = self._release(decision, trailers=trailers, body_follows=body_follows)
-                inject_span.set_attribute("epp.endpoint", decision.address)
-                inject_span.set_attribute("epp.messages", len(out))
+                inject_span.set_attribute(Epp.ENDPOINT, decision.address)
+                inject_span.set_attribute(Epp.MESSAGES, len(out))
         self.decision = decision
         self._annotate(span, decision, None)
         span.end()  # before the answer is written: the decision exists before Envoy can act on it
@@ -218,40 +216,34 @@ class StreamProcessor:
         return out
 
     def _annotate(self, span: trace.Span, decision: Decision, request: LlmRequest | None) -> None:
-        span.set_attribute("epp.endpoint", decision.address)
-        span.set_attribute("epp.endpoint.name", decision.name)
-        span.set_attribute("epp.scorer", decision.scorer)
-        span.set_attribute("epp.reason", decision.reason)
+        span.set_attribute(Epp.ENDPOINT, decision.address)
+        span.set_attribute(Epp.ENDPOINT_NAME, decision.name)
+        span.set_attribute(Epp.SCORER, decision.scorer)
+        span.set_attribute(Epp.REASON, decision.reason)
         if decision.fallbacks:
-            span.set_attribute("epp.fallbacks", ",".join(decision.fallbacks))
+            span.set_attribute(Epp.FALLBACKS, ",".join(decision.fallbacks))
         if decision.worker_id is not None:
-            span.set_attribute("epp.worker_id", decision.worker_id)
+            span.set_attribute(Epp.WORKER_ID, decision.worker_id)
         for key, value in decision.attributes.items():
             span.set_attribute(key, value)
+        if decision.stages is not None:
+            span.set_attributes(decision.stages.attributes(Epp))
 
-    def _decision_headers(self, decision: Decision) -> tuple[dict[str, str], list[str]]:
-        set_headers = {protocol.DESTINATION_HEADER: decision.address}
-        if decision.worker_id is not None:
-            set_headers[protocol.WORKER_ID_HEADER] = decision.worker_id
-        stage_set, remove = decision.stage_headers()
-        set_headers.update(stage_set)
-        return set_headers, remove
+    @staticmethod
+    def _decision_response(decision: Decision, set_headers: dict[str, str], remove: list[str]) -> pb.ProcessingResponse:
+        """The headers response that carries the decision: headers, ``envoy.lb`` metadata, a new route."""
+        return protocol.headers_response(
+            set_headers, remove_headers=remove, clear_route_cache=True,
+            metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}})
 
     def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
         """The messages that carry the decision and let the request go upstream."""
-        set_headers, remove = self._decision_headers(decision)
+        set_headers, remove = decision.headers()
         if body_follows:
             # In FULL_DUPLEX_STREAMED Envoy cannot trust the original length once a processor
             # may rewrite the body; say the length of the body we send back.
             set_headers["content-length"] = str(len(self.body))
-        out: Responses = [
-            protocol.headers_response(
-                set_headers,
-                remove_headers=remove,
-                metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}},
-                clear_route_cache=True,
-            )
-        ]
+        out: Responses = [self._decision_response(decision, set_headers, remove)]
         if body_follows:
             out += protocol.body_responses(bytes(self.body), end_of_stream=not trailers)
         if trailers:
@@ -264,26 +256,19 @@ class StreamProcessor:
         span = self._span
         assert span is not None
         self.boundary = f"eppkit-{uuid.uuid4().hex}"
-        set_headers, remove = self._decision_headers(decision)
+        set_headers, remove = decision.headers()
         set_headers["content-type"] = f"multipart/mixed; boundary={self.boundary}"
         # The body grows by part 2 later: no length, so Envoy sends it chunked upstream.
         remove = [*remove, "content-length"]
         part1 = encode_part(self.boundary, PAYLOAD_PART, bytes(self.body), first=True)
-        out: Responses = [
-            protocol.headers_response(
-                set_headers,
-                remove_headers=remove,
-                metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}},
-                clear_route_cache=True,
-            ),
-            *protocol.body_responses(part1, end_of_stream=False),
-        ]
+        out: Responses = [self._decision_response(decision, set_headers, remove),
+                          *protocol.body_responses(part1, end_of_stream=False)]
         self._trailers = trailers
         self.decision = decision
         self._annotate(span, decision, None)
-        span.set_attribute("epp.multipart.boundary", self.boundary)
+        span.set_attribute(Epp.MULTIPART_BOUNDARY, self.boundary)
         # Before the answer is written: Envoy cannot send part 1 upstream before this instant.
-        span.add_event("part1_sent", {"epp.multipart.part1_bytes": len(part1), "epp.endpoint": decision.address})
+        span.add_event(Epp.PART1_SENT, {Epp.MULTIPART_PART1_BYTES: len(part1), Epp.ENDPOINT: decision.address})
         self._part1_sent_at = time.monotonic()
         self.phase = Phase.HOLDING
         if self.on_decision is not None:
@@ -294,7 +279,7 @@ class StreamProcessor:
         """An event on epp.process, with the time since part 1 left."""
         held_ms = (time.monotonic() - self._part1_sent_at) * 1000.0
         if self._span is not None:
-            self._span.add_event(name, {**attributes, "epp.multipart.held_ms": round(held_ms, 3)})
+            self._span.add_event(name, {**attributes, Epp.MULTIPART_HELD_MS: round(held_ms, 3)})
 
     def _inject_metadata(self) -> Responses:
         """The backend answered (headers, first token): make part 2, send it and the closing boundary."""
@@ -305,7 +290,7 @@ class StreamProcessor:
         status = response_headers.get(":status", "")
         held_ms = (time.monotonic() - self._part1_sent_at) * 1000.0
         with trace.use_span(span, end_on_exit=False):
-            with self.tracer.start_as_current_span("epp.inject") as inject_span:
+            with self.tracer.start_as_current_span(Epp.INJECT) as inject_span:
                 self.metadata = {
                     "request_id": self.headers.get("x-request-id", ""),
                     "endpoint": decision.address,
@@ -320,13 +305,13 @@ class StreamProcessor:
                 out = protocol.body_responses(part2, end_of_stream=not self._trailers)
                 if self._trailers:
                     out.append(protocol.trailers_response())
-                inject_span.set_attribute("epp.endpoint", decision.address)
-                inject_span.set_attribute("epp.multipart.metadata", raw.decode())
-                inject_span.set_attribute("epp.multipart.metadata_bytes", len(raw))
-                inject_span.set_attribute("epp.multipart.boundary", self.boundary)
-                inject_span.set_attribute("epp.multipart.trigger", self.multipart_trigger)
-                inject_span.set_attribute("epp.messages", len(out))
-        span.add_event("part2_sent", {"epp.multipart.part2_bytes": len(part2)})
+                inject_span.set_attribute(Epp.ENDPOINT, decision.address)
+                inject_span.set_attribute(Epp.MULTIPART_METADATA, raw.decode())
+                inject_span.set_attribute(Epp.MULTIPART_METADATA_BYTES, len(raw))
+                inject_span.set_attribute(Epp.MULTIPART_BOUNDARY, self.boundary)
+                inject_span.set_attribute(Epp.MULTIPART_TRIGGER, self.multipart_trigger)
+                inject_span.set_attribute(Epp.MESSAGES, len(out))
+        span.add_event(Epp.PART2_SENT, {Epp.MULTIPART_PART2_BYTES: len(part2)})
         span.end()  # before the answer is written, as for the decision
         self.phase = Phase.FORWARDED
         return out
@@ -335,10 +320,10 @@ class StreamProcessor:
         self.error = exc
         span = self._span
         if span is not None:
-            span.set_attribute("epp.reason", exc.message)
-            span.set_attribute("epp.scorer", exc.scorer or self.picker.scorer_name)
-            span.set_attribute("http.response.status_code", exc.status)
-            span.set_attribute("error.type", exc.code)
+            span.set_attribute(Epp.REASON, exc.message)
+            span.set_attribute(Epp.SCORER, exc.scorer or self.picker.scorer_name)
+            span.set_attribute(Http.RESPONSE_STATUS_CODE, exc.status)
+            span.set_attribute(Error.TYPE, exc.code)
             span.set_status(Status(StatusCode.ERROR, exc.message))
             span.end()
         log.info("answering %d (%s): %s", exc.status, exc.code, exc.message)
@@ -353,11 +338,11 @@ class StreamProcessor:
     def close(self, reason: str = "stream closed") -> None:
         """The gRPC stream ended; end the span if no decision was ever made."""
         if self._span is not None and self._span.is_recording() and self.phase in (Phase.AWAIT_HEADERS, Phase.BUFFERING):
-            self._span.set_attribute("epp.reason", f"{reason} before the request body ended")
+            self._span.set_attribute(Epp.REASON, f"{reason} before the request body ended")
             self._span.set_status(Status(StatusCode.ERROR, reason))
             self._span.end()
         elif self._span is not None and self._span.is_recording() and self.phase is Phase.HOLDING:
-            self._span.add_event("stream_closed_while_holding")
+            self._span.add_event(Epp.STREAM_CLOSED_WHILE_HOLDING)
             self._span.set_status(Status(StatusCode.ERROR, f"{reason} while holding the request open (part 2 never sent)"))
             self._span.end()
         if self.phase is not Phase.CLOSED:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.pd_sidecar.server import PdSidecar, SidecarConfig
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decode-instance", default="", help="the decoder's instance name (x-inference-pod on early answers)")
     args = parser.parse_args(argv)
     runner.configure_logging(args.log_level)
-    tracer = otel.setup_tracing("pd-sidecar", args.otlp_endpoint, instance=args.instance)
+    tracer = otel.setup_tracing(Service.PD_SIDECAR, args.otlp_endpoint, instance=args.instance)
     sidecar = PdSidecar(SidecarConfig(
         decode_url=args.decode.rstrip("/"), prefill_endpoints=args.prefill_endpoints,
         encoder_endpoints=args.encoder_endpoints, stream_first_token=args.stream_first_token,

@@ -25,9 +25,11 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import otel
+from eppkit.observability.contract import GenAi, Http, Media, Pd
 from eppkit.services.encoder.media import media_kind
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
 from eppkit.services.pd_sidecar import requests as derive
+from eppkit.services.vllm.api import parse_json
 
 HEADER_PREFILLER = "x-prefiller-host-port"
 HEADER_ENCODERS = "x-encoder-hosts-ports"
@@ -118,29 +120,23 @@ class PdSidecar:
     # -- the flow ----------------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.StreamResponse:
         arrival = time.monotonic()
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise OpenAIError(400, f"Invalid JSON in request body: {exc}") from None
-        if not isinstance(body, dict):
-            raise OpenAIError(400, "Request body must be a JSON object")
+        body = parse_json(await request.read())
         request_id = request.headers.get(HEADER_REQUEST_ID) or uuid.uuid4().hex
-        with self.tracer.start_as_current_span("pd.request", context=otel.extract(request.headers),
+        with self.tracer.start_as_current_span(Pd.REQUEST, context=otel.extract(request.headers),
                                                kind=SpanKind.SERVER) as span:
-            span.set_attribute("gen_ai.request.id", request_id)
+            span.set_attribute(GenAi.REQUEST_ID, request_id)
             try:
                 return await self._flow(request, body, request_id, arrival, span)
             except OpenAIError as exc:
                 span.set_status(Status(StatusCode.ERROR, exc.message))
-                span.set_attribute("http.response.status_code", exc.status)
+                span.set_attribute(Http.RESPONSE_STATUS_CODE, exc.status)
                 return exc.response()
 
     async def _flow(self, request: web.Request, body: dict, request_id: str, arrival: float, span) -> web.StreamResponse:
         path = request.path
         stream = body.get("stream") is True
         seed = derive.request_seed(body)
-        span.set_attribute("pd.seed", seed)
+        span.set_attribute(Pd.SEED, seed)
 
         encoders = _split(request.headers.get(HEADER_ENCODERS)) or self.c.encoder_endpoints
         await self._encode_all(request, body, request_id, encoders, path)
@@ -152,8 +148,8 @@ class PdSidecar:
             prefiller = request.headers.get(HEADER_PREFILLER) or self._prefill_rr.next()
         if prefiller:
             kv_params, first_token, prefill_answer = await self._prefill(request, body, seed, request_id, prefiller, path)
-            span.set_attribute("pd.prefiller", prefiller)
-        span.set_attribute("pd.flow", ("E" if encoders and derive.encoder_requests(body) else "") + ("P/D" if prefiller else "PD"))
+            span.set_attribute(Pd.PREFILLER, prefiller)
+        span.set_attribute(Pd.FLOW, ("E" if encoders and derive.encoder_requests(body) else "") + ("P/D" if prefiller else "PD"))
 
         decode_body = derive.decode_request(body, seed, kv_params)
         early = self.c.stream_first_token and stream and first_token is not None
@@ -168,8 +164,8 @@ class PdSidecar:
             await out.prepare(request)
             await out.write(_first_chunk(prefill_answer, first_token, path))
             self._ttft(span, arrival)
-            span.add_event("first_token_streamed_from_prefill")
-        with self.tracer.start_as_current_span("pd.decode") as dspan:
+            span.add_event(Pd.FIRST_TOKEN_FROM_PREFILL)
+        with self.tracer.start_as_current_span(Pd.DECODE) as dspan:
             headers = otel.inject({"content-type": "application/json", **_mock_headers(request, "decode"),
                                    HEADER_REQUEST_ID: request_id})
             try:
@@ -216,8 +212,8 @@ class PdSidecar:
                 upstream.release()
 
     def _ttft(self, span, arrival: float) -> None:
-        if not span.attributes or "pd.true_ttft_ms" not in span.attributes:
-            span.set_attribute("pd.true_ttft_ms", round((time.monotonic() - arrival) * 1000, 3))
+        if not span.attributes or Pd.TRUE_TTFT_MS not in span.attributes:
+            span.set_attribute(Pd.TRUE_TTFT_MS, round((time.monotonic() - arrival) * 1000, 3))
 
     async def _encode_all(self, request: web.Request, body: dict, request_id: str, encoders: list[str], path: str) -> None:
         items = derive.encoder_requests(body)
@@ -228,11 +224,11 @@ class PdSidecar:
 
         async def one(index: int, item, req: dict) -> None:
             endpoint = encoders[(offset + index) % len(encoders)]
-            with self.tracer.start_as_current_span("pd.encode") as espan:
-                espan.set_attribute("mm.type", media_kind(item.type))
-                espan.set_attribute("mm.hash", item.hash)
-                espan.set_attribute("pd.encoder", endpoint)
-                espan.set_attribute("pd.item_index", index)
+            with self.tracer.start_as_current_span(Pd.ENCODE) as espan:
+                espan.set_attribute(Media.TYPE, media_kind(item.type))
+                espan.set_attribute(Media.HASH, item.hash)
+                espan.set_attribute(Pd.ENCODER, endpoint)
+                espan.set_attribute(Pd.ITEM_INDEX, index)
                 headers = otel.inject({"content-type": "application/json", **mock,
                                        HEADER_REQUEST_ID: derive.child_request_id(request_id, index)})
                 try:
@@ -255,8 +251,8 @@ class PdSidecar:
                 raise result
 
     async def _prefill(self, request: web.Request, body: dict, seed: int, request_id: str, prefiller: str, path: str):
-        with self.tracer.start_as_current_span("pd.prefill") as pspan:
-            pspan.set_attribute("pd.prefiller", prefiller)
+        with self.tracer.start_as_current_span(Pd.PREFILL) as pspan:
+            pspan.set_attribute(Pd.PREFILLER, prefiller)
             headers = otel.inject({"content-type": "application/json", **_mock_headers(request, "prefill"),
                                    HEADER_REQUEST_ID: f"{request_id}:prefill"})
             try:

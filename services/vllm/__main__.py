@@ -7,6 +7,7 @@ import gc
 import sys
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.vllm.config import ConfigError, add_args, from_args
 from eppkit.services.vllm.server import MockVllm
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         parser.error(str(exc))
     runner.configure_logging(args.log_level)
-    tracer = otel.setup_tracing("vllm", args.otlp_endpoint, instance=config.instance)
+    tracer = otel.setup_tracing(Service.VLLM, args.otlp_endpoint, instance=config.instance)
     app = MockVllm(config, tracer).make_app()
     app.on_startup.append(_quiet_gc)
     runner.serve(app, host=args.host, port=args.port, name=f"vllm[{config.instance}]")

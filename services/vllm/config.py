@@ -5,13 +5,15 @@ the two overlap (``--served-model-name``, ``--max-num-seqs``, ``--max-model-len`
 ``--seed``, ``--time-to-first-token``, ``--inter-token-latency``,
 ``--kv-cache-transfer-latency``, ``--prefill-overhead``, ...). Every latency knob has a
 ``-std-dev`` jitter twin. All times on the command line are milliseconds; the dataclass
-keeps them in milliseconds too, the latency model converts.
+keeps them in milliseconds too, the latency model converts. The latency knobs are one dataclass,
+:class:`MockLatency`, which the testbed, its CLI and ``eppkit compare`` share.
 """
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from eppkit.services.vllm.failures import FAILURE_TYPES, normalize_failure_type
 
@@ -25,26 +27,77 @@ class ConfigError(ValueError):
     """A flag value that cannot work; the message names the flag."""
 
 
+def _knob(default: float, help: str, *, jitter_of: str | None = None, unit: str = "MS") -> Any:
+    return field(default=default, metadata={"help": help, "jitter_of": jitter_of, "unit": unit})
+
+
 @dataclass
-class VllmConfig:
+class MockLatency:
+    """The mock vLLM's latency knobs, milliseconds (one definition).
+
+    The mock's flags (``--<field with dashes>``), :class:`eppkit.Topology`'s ``latency``, the
+    ``eppkit up / run / compare`` flags and the testbed's mock command lines are all made from
+    these fields: a knob added here is settable everywhere. A ``jitter_of`` knob may be at most
+    30% of its base.
+    """
+
+    time_to_first_token: float = _knob(100.0, "constant prefill time")
+    time_to_first_token_std_dev: float = _knob(0.0, "jitter of --time-to-first-token", jitter_of="time_to_first_token")
+    prefill_overhead: float = _knob(0.0, "per-token prefill model: fixed part (replaces --time-to-first-token when "
+                                         "this or --prefill-time-per-token is set)")
+    prefill_time_per_token: float = _knob(0.0, "per-token prefill model: time per uncached prompt token")
+    prefill_time_std_dev: float = _knob(0.0, "jitter of the per-token prefill time (at most 30%% of the overhead "
+                                             "plus one token)")
+    inter_token_latency: float = _knob(10.0, "time between output tokens")
+    inter_token_latency_std_dev: float = _knob(0.0, "jitter of --inter-token-latency", jitter_of="inter_token_latency")
+    kv_cache_transfer_latency: float = _knob(20.0, "decode side of P/D: constant KV-transfer time")
+    kv_cache_transfer_latency_std_dev: float = _knob(0.0, "jitter of --kv-cache-transfer-latency",
+                                                     jitter_of="kv_cache_transfer_latency")
+    kv_cache_transfer_time_per_token: float = _knob(0.0, "decode side: KV-transfer time per prompt token (replaces "
+                                                         "the constant when set)")
+    kv_cache_transfer_time_std_dev: float = _knob(0.0, "jitter of the per-token KV-transfer time",
+                                                  jitter_of="kv_cache_transfer_time_per_token")
+    ec_miss_latency: float = _knob(0.0, "extra prefill time per media item not found in the encoder cache")
+    time_factor_under_load: float = _knob(1.0, "latency multiplier reached at --max-num-seqs running requests, "
+                                               "1.0 at one", unit="FACTOR")
+
+    def args(self) -> list[str]:
+        """The mock's flags for the knobs that differ from the defaults."""
+        default = MockLatency()
+        return [item for f in fields(MockLatency) if getattr(self, f.name) != getattr(default, f.name)
+                for item in (f"--{flag_name(f.name)}", f"{getattr(self, f.name):g}")]
+
+    def validate_latency(self) -> None:
+        for f in fields(MockLatency):
+            base = f.metadata["jitter_of"]
+            if base is not None:
+                _check_jitter(base, getattr(self, base), f.name, getattr(self, f.name))
+        # prefill-time-std-dev is the jitter of the whole per-token prefill time; bound it by
+        # the overhead plus one token (the smallest prefill that model can produce).
+        _check_jitter("prefill_overhead", self.prefill_overhead + self.prefill_time_per_token,
+                      "prefill_time_std_dev", self.prefill_time_std_dev)
+        if self.time_factor_under_load < 1.0:
+            raise ConfigError(f"--time-factor-under-load must be >= 1.0 (got {self.time_factor_under_load})")
+
+
+def add_latency_args(group, defaults: MockLatency | None = None) -> None:
+    """One flag per :class:`MockLatency` knob (``--time-to-first-token MS`` ...) on ``group``."""
+    d = defaults or MockLatency()
+    for f in fields(MockLatency):
+        group.add_argument(f"--{flag_name(f.name)}", dest=f.name, type=float, default=getattr(d, f.name),
+                           metavar=f.metadata["unit"], help=f"{f.metadata['help']} (default: %(default)s)")
+
+
+def latency_from_args(args: argparse.Namespace) -> MockLatency:
+    return MockLatency(**{f.name: getattr(args, f.name) for f in fields(MockLatency)})
+
+
+@dataclass
+class VllmConfig(MockLatency):
     role: str = "both"
     instance: str = "vllm-0"
     served_model_names: list[str] = field(default_factory=lambda: ["mock-llm"])
     seed: int = 0
-    # latency model (milliseconds)
-    time_to_first_token: float = 100.0
-    time_to_first_token_std_dev: float = 0.0
-    prefill_overhead: float = 0.0
-    prefill_time_per_token: float = 0.0
-    prefill_time_std_dev: float = 0.0
-    inter_token_latency: float = 10.0
-    inter_token_latency_std_dev: float = 0.0
-    kv_cache_transfer_latency: float = 0.0
-    kv_cache_transfer_latency_std_dev: float = 0.0
-    kv_cache_transfer_time_per_token: float = 0.0
-    kv_cache_transfer_time_std_dev: float = 0.0
-    time_factor_under_load: float = 1.0
-    ec_miss_latency: float = 0.0
     # capacity
     max_num_seqs: int = 1024
     max_waiting_queue_length: int = 10000
@@ -79,24 +132,7 @@ class VllmConfig:
             value = getattr(self, f.name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
                 raise ConfigError(f"--{flag_name(f.name)} cannot be negative (got {value})")
-        pairs = [
-            ("time_to_first_token", "time_to_first_token_std_dev"),
-            ("inter_token_latency", "inter_token_latency_std_dev"),
-            ("kv_cache_transfer_latency", "kv_cache_transfer_latency_std_dev"),
-            ("kv_cache_transfer_time_per_token", "kv_cache_transfer_time_std_dev"),
-        ]
-        for base, jitter in pairs:
-            _check_jitter(base, getattr(self, base), jitter, getattr(self, jitter))
-        # prefill-time-std-dev is the jitter of the whole per-token prefill time; bound it by
-        # the overhead plus one token (the smallest prefill that model can produce).
-        _check_jitter(
-            "prefill_overhead",
-            self.prefill_overhead + self.prefill_time_per_token,
-            "prefill_time_std_dev",
-            self.prefill_time_std_dev,
-        )
-        if self.time_factor_under_load < 1.0:
-            raise ConfigError(f"--time-factor-under-load must be >= 1.0 (got {self.time_factor_under_load})")
+        self.validate_latency()
         if self.failure_injection_rate > 100:
             raise ConfigError(f"--failure-injection-rate is a percentage, 0..100 (got {self.failure_injection_rate})")
         if self.max_num_seqs < 1:
@@ -142,28 +178,7 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--seed", type=int, default=d.seed, help="seed for tokens, jitter and failures")
 
-    def ms(name: str, default: float, text: str) -> None:
-        g.add_argument(f"--{name}", type=float, default=default, metavar="MS", help=f"{text} (default: %(default)s)")
-
-    g = parser.add_argument_group("latency model (milliseconds)")
-    ms("time-to-first-token", d.time_to_first_token, "constant prefill time")
-    ms("time-to-first-token-std-dev", d.time_to_first_token_std_dev, "jitter of --time-to-first-token")
-    ms("prefill-overhead", d.prefill_overhead, "per-token prefill model: fixed part (replaces --time-to-first-token when this or --prefill-time-per-token is set)")
-    ms("prefill-time-per-token", d.prefill_time_per_token, "per-token prefill model: time per uncached prompt token")
-    ms("prefill-time-std-dev", d.prefill_time_std_dev, "jitter of the per-token prefill time")
-    ms("inter-token-latency", d.inter_token_latency, "time between output tokens")
-    ms("inter-token-latency-std-dev", d.inter_token_latency_std_dev, "jitter of --inter-token-latency")
-    ms("kv-cache-transfer-latency", d.kv_cache_transfer_latency, "decode side: constant KV-transfer time")
-    ms("kv-cache-transfer-latency-std-dev", d.kv_cache_transfer_latency_std_dev, "jitter of --kv-cache-transfer-latency")
-    ms("kv-cache-transfer-time-per-token", d.kv_cache_transfer_time_per_token, "decode side: KV-transfer time per prompt token (replaces the constant when set)")
-    ms("kv-cache-transfer-time-std-dev", d.kv_cache_transfer_time_std_dev, "jitter of the per-token KV-transfer time")
-    ms("ec-miss-latency", d.ec_miss_latency, "extra prefill time per media item not found in the encoder cache")
-    g.add_argument(
-        "--time-factor-under-load",
-        type=float,
-        default=d.time_factor_under_load,
-        help="latency multiplier reached at --max-num-seqs running requests, 1.0 at one (default: %(default)s)",
-    )
+    add_latency_args(parser.add_argument_group("latency model (milliseconds)"))
 
     g = parser.add_argument_group("capacity")
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="requests running at once (default: %(default)s)")

@@ -25,6 +25,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import otel
+from eppkit.observability.contract import Error, GenAi, Http, Mock, Stream, Vllm
 from eppkit.services.encoder.ec_cache import EncoderCache
 from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
 from eppkit.services.openai_errors import OpenAIError, error_body, openai_error_middleware
@@ -142,10 +143,10 @@ class MockVllm:
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         rid = request[REQUEST_ID_KEY]
         span = self.tracer.start_span(
-            "llm_request",
+            Vllm.REQUEST,
             context=otel.extract(request.headers),
             kind=SpanKind.SERVER,
-            attributes={"vllm.role": self.c.role, "vllm.instance": self.c.instance, "gen_ai.request.id": rid},
+            attributes={Vllm.ROLE: self.c.role, Vllm.INSTANCE: self.c.instance, GenAi.REQUEST_ID: rid},
         )
         seq = next(self._seq)
         flow = _Flow(request_id=rid, span=span, arrival=time.monotonic(), rng=random.Random(f"{self.c.seed}:{self.c.instance}:{seq}"))
@@ -160,7 +161,7 @@ class MockVllm:
             raise
         except asyncio.CancelledError:
             if flow.watch.shutdown:
-                span.add_event("server_shutdown")
+                span.add_event(Vllm.SERVER_SHUTDOWN)
                 span.set_status(Status(StatusCode.ERROR, "server shutting down"))
             elif flow.watch.client_gone or _transport_gone(request):
                 self._record_cancel(flow)
@@ -195,7 +196,7 @@ class MockVllm:
         _check_content_type(request)
         if request.content_type.startswith("multipart/"):
             reader, raw = await self._read_payload_part(request)
-            span.set_attribute("vllm.multipart", True)
+            span.set_attribute(Vllm.MULTIPART, True)
         else:
             raw = await self._read_body(request)
         req = api.parse_request(kind, api.parse_json(raw), c.served_model_names, c.max_model_len)
@@ -210,8 +211,8 @@ class MockVllm:
         if failure is not None:
             flow.injected = failure
             self.metrics.injected_failures(type=failure.kind).inc()
-            span.set_attribute("mock.failure", failure.kind)
-            span.add_event("failure_injected", {"mock.failure": failure.kind, "mock.failure.source": failure.source})
+            span.set_attribute(Mock.FAILURE, failure.kind)
+            span.add_event(Mock.FAILURE_INJECTED, {Mock.FAILURE: failure.kind, Mock.FAILURE_SOURCE: failure.source})
             if failure.kind == SERVER_ERROR:
                 raise OpenAIError(500, "injected failure: internal server error", code="server_error")
             if failure.kind == RATE_LIMIT:
@@ -221,7 +222,7 @@ class MockVllm:
                 raise api.context_length_error(req.prompt_tokens, max(1, c.max_model_len + 1 - req.prompt_tokens), c.max_model_len)
 
         # 3. queue
-        queue_span = self._child(span, "vllm.queue")
+        queue_span = self._child(span, Vllm.QUEUE)
         queue_start = time.monotonic()
         try:
             await self.scheduler.acquire()
@@ -233,7 +234,7 @@ class MockVllm:
             queue_span.end()
             raise
         flow.slot = True
-        queue_span.set_attribute("vllm.num_requests_running", self.scheduler.running)
+        queue_span.set_attribute(Vllm.NUM_REQUESTS_RUNNING, self.scheduler.running)
         queue_span.end()
         time_in_queue = time.monotonic() - queue_start
         self.metrics.queue_time.observe(time_in_queue)
@@ -247,12 +248,12 @@ class MockVllm:
         cached = 0
         step_start = time.monotonic()
         if remote_prefill:
-            kv_span = self._child(span, "vllm.kv_transfer")
-            kv_span.set_attribute("vllm.kv_transfer.remote_engine_id", str(params.get("remote_engine_id")))
-            kv_span.set_attribute("vllm.kv_transfer.remote_host", str(params.get("remote_host")))
-            kv_span.set_attribute("vllm.kv_transfer.remote_port", int(params.get("remote_port")))
-            kv_span.set_attribute("vllm.kv_transfer.num_blocks", len(params.get("remote_block_ids") or []))
-            kv_span.set_attribute("vllm.kv_transfer.prompt_tokens", req.prompt_tokens)
+            kv_span = self._child(span, Vllm.KV_TRANSFER)
+            kv_span.set_attribute(Vllm.KV_REMOTE_ENGINE_ID, str(params.get("remote_engine_id")))
+            kv_span.set_attribute(Vllm.KV_REMOTE_HOST, str(params.get("remote_host")))
+            kv_span.set_attribute(Vllm.KV_REMOTE_PORT, int(params.get("remote_port")))
+            kv_span.set_attribute(Vllm.KV_NUM_BLOCKS, len(params.get("remote_block_ids") or []))
+            kv_span.set_attribute(Vllm.KV_PROMPT_TOKENS, req.prompt_tokens)
             ms = self.latency.kv_transfer_ms(req.prompt_tokens, flow.rng, running=running, override=overrides.kv_transfer_ms)
             try:
                 await asyncio.sleep(ms / 1000.0)
@@ -264,16 +265,16 @@ class MockVllm:
             self.metrics.prefix_cache_queries.inc(req.prompt_tokens)
             self.metrics.prefix_cache_hits.inc(cached)
             hits, misses = self._ec_lookup(req)
-            prefill_span = self._child(span, "vllm.prefill")
-            prefill_span.set_attribute("vllm.prefill.uncached_tokens", req.prompt_tokens - cached)
-            prefill_span.set_attribute("vllm.prefix_cached_tokens", cached)
+            prefill_span = self._child(span, Vllm.PREFILL)
+            prefill_span.set_attribute(Vllm.PREFILL_UNCACHED_TOKENS, req.prompt_tokens - cached)
+            prefill_span.set_attribute(Vllm.PREFIX_CACHED_TOKENS, cached)
             if req.media:
-                prefill_span.set_attribute("vllm.ec_cache_hits", hits)
-                prefill_span.set_attribute("vllm.ec_cache_misses", misses)
+                prefill_span.set_attribute(Vllm.EC_CACHE_HITS, hits)
+                prefill_span.set_attribute(Vllm.EC_CACHE_MISSES, misses)
             ms = self.latency.prefill_ms(
                 req.prompt_tokens - cached, flow.rng, running=running, ec_misses=misses, override=overrides.ttft_ms
             )
-            prefill_span.set_attribute("vllm.prefill.configured_ms", ms)
+            prefill_span.set_attribute(Vllm.PREFILL_CONFIGURED_MS, ms)
             try:
                 await asyncio.sleep(ms / 1000.0)
             finally:
@@ -297,7 +298,7 @@ class MockVllm:
         if req.stream:
             await self._write(flow, renderer.token_chunk(out[0], first=True))
         flow.first_token_at = time.monotonic()
-        span.add_event("first_token")
+        span.add_event(Stream.FIRST_TOKEN)
         ttft = flow.first_token_at - flow.arrival
         self.metrics.ttft.observe(ttft)
 
@@ -309,8 +310,8 @@ class MockVllm:
         # 7. decode
         decode_start = time.monotonic()
         if not prefill_only:
-            decode_span = self._child(span, "vllm.decode")
-            decode_span.set_attribute("vllm.decode.tokens", n_out)
+            decode_span = self._child(span, Vllm.DECODE)
+            decode_span.set_attribute(Vllm.DECODE_TOKENS, n_out)
             try:
                 await self._decode(request, flow, renderer, out, running, overrides, req.stream, injected)
             finally:
@@ -388,8 +389,8 @@ class MockVllm:
         timeout_ms = _float_header(request.headers, HEADER_METADATA_TIMEOUT)
         if timeout_ms is None:
             timeout_ms = self.c.multipart_metadata_timeout
-        span = self._child(flow.span, "vllm.await_metadata")
-        span.set_attribute("vllm.multipart.timeout_ms", timeout_ms)
+        span = self._child(flow.span, Vllm.AWAIT_METADATA)
+        span.set_attribute(Vllm.MULTIPART_TIMEOUT_MS, timeout_ms)
         started = time.monotonic()
         try:
             try:
@@ -428,8 +429,8 @@ class MockVllm:
                 "waited_ms": round(waited * 1000.0, 3),
                 "parts": [p.name for p in parts],
             }
-            span.set_attribute("vllm.multipart.metadata_bytes", len(body))
-            span.set_attribute("vllm.multipart.metadata", body[:1024].decode("utf-8", "replace"))
+            span.set_attribute(Vllm.MULTIPART_METADATA_BYTES, len(body))
+            span.set_attribute(Vllm.MULTIPART_METADATA, body[:1024].decode("utf-8", "replace"))
             return report
         except OpenAIError as exc:
             span.set_status(Status(StatusCode.ERROR, exc.message))
@@ -440,9 +441,9 @@ class MockVllm:
     async def _inject(self, request: web.Request, flow: _Flow, failure: Failure) -> None:
         """A stall (hang, then drop) or a disconnect (close the connection) at this point."""
         if failure.kind == STALL:
-            flow.span.add_event("stall_started")
+            flow.span.add_event(Vllm.STALL_STARTED)
             await asyncio.sleep(self.c.stall_timeout / 1000.0)
-        flow.span.add_event("injected_disconnect")
+        flow.span.add_event(Vllm.INJECTED_DISCONNECT)
         flow.span.set_status(Status(StatusCode.ERROR, f"injected {failure.kind}"))
         self.watcher.unwatch(flow.watch)
         if flow.response is not None and flow.response.prepared:
@@ -555,53 +556,53 @@ class MockVllm:
     def _request_attributes(self, span: trace.Span, req: api.GenRequest) -> None:
         b = req.body
         attrs: dict[str, Any] = {
-            "gen_ai.response.model": req.model,
-            "gen_ai.usage.prompt_tokens": req.prompt_tokens,
-            "gen_ai.request.n": 1,
-            "vllm.stream": req.stream,
-            "vllm.api": req.kind,
+            GenAi.RESPONSE_MODEL: req.model,
+            GenAi.USAGE_PROMPT_TOKENS: req.prompt_tokens,
+            GenAi.REQUEST_N: 1,
+            Vllm.STREAM: req.stream,
+            Vllm.API: req.kind,
         }
         if req.max_tokens is not None:
-            attrs["gen_ai.request.max_tokens"] = req.max_tokens
-        for key in ("temperature", "top_p"):
+            attrs[GenAi.REQUEST_MAX_TOKENS] = req.max_tokens
+        for key, attribute in (("temperature", GenAi.REQUEST_TEMPERATURE), ("top_p", GenAi.REQUEST_TOP_P)):
             if b.get(key) is not None:
-                attrs[f"gen_ai.request.{key}"] = float(b[key])
+                attrs[attribute] = float(b[key])
         if req.media:
-            attrs["vllm.mm_items"] = len(req.media)
+            attrs[Vllm.MM_ITEMS] = len(req.media)
         params = req.kv_transfer_params
         if handshake.wants_remote_decode(params):
-            attrs["vllm.kv_transfer"] = "do_remote_decode"
+            attrs[Vllm.KV_TRANSFER_PARAMS] = "do_remote_decode"
         elif handshake.has_remote_prefill(params):
-            attrs["vllm.kv_transfer"] = "do_remote_prefill"
+            attrs[Vllm.KV_TRANSFER_PARAMS] = "do_remote_prefill"
         span.set_attributes(attrs)
 
     def _finish_attributes(self, span, req, n_out, finish_reason, queue, ttft, e2e, prefill, decode) -> None:
         span.set_attributes(
             {
-                "gen_ai.usage.completion_tokens": n_out,
-                "gen_ai.usage.num_sequences": 1,
-                "gen_ai.latency.time_in_queue": queue,
-                "gen_ai.latency.time_to_first_token": ttft,
-                "gen_ai.latency.e2e": e2e,
-                "gen_ai.latency.time_in_model_prefill": prefill,
-                "gen_ai.latency.time_in_model_decode": decode,
-                "gen_ai.latency.time_in_model_inference": prefill + decode,
-                "gen_ai.response.finish_reasons": [finish_reason],
+                GenAi.USAGE_COMPLETION_TOKENS: n_out,
+                GenAi.USAGE_NUM_SEQUENCES: 1,
+                GenAi.LATENCY_TIME_IN_QUEUE: queue,
+                GenAi.LATENCY_TIME_TO_FIRST_TOKEN: ttft,
+                GenAi.LATENCY_E2E: e2e,
+                GenAi.LATENCY_TIME_IN_MODEL_PREFILL: prefill,
+                GenAi.LATENCY_TIME_IN_MODEL_DECODE: decode,
+                GenAi.LATENCY_TIME_IN_MODEL_INFERENCE: prefill + decode,
+                GenAi.RESPONSE_FINISH_REASONS: [finish_reason],
             }
         )
 
     def _record_error(self, flow: _Flow, status: int, message: str) -> None:
         self.metrics.request_errors(status=str(status)).inc()
         flow.span.set_status(Status(StatusCode.ERROR, message))
-        flow.span.set_attribute("error.type", str(status))
-        flow.span.set_attribute("http.response.status_code", status)
+        flow.span.set_attribute(Error.TYPE, str(status))
+        flow.span.set_attribute(Http.RESPONSE_STATUS_CODE, status)
 
     def _record_cancel(self, flow: _Flow) -> None:
         self.metrics.client_cancellations.inc()
         self.metrics.request_success(finished_reason="abort").inc()
-        flow.span.add_event("client_cancelled")
-        flow.span.set_attribute("vllm.cancelled", True)
-        flow.span.set_attribute("gen_ai.response.finish_reasons", ["abort"])
+        flow.span.add_event(Vllm.CLIENT_CANCELLED)
+        flow.span.set_attribute(Vllm.CANCELLED, True)
+        flow.span.set_attribute(GenAi.RESPONSE_FINISH_REASONS, ["abort"])
         flow.span.set_status(Status(StatusCode.ERROR, "client disconnected"))
 
 

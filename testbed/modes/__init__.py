@@ -1,53 +1,120 @@
-"""Integration modes as plug-ins: one module per mode, each with ``plan(topology, ports, backends, pools=None)``.
+"""Integration modes: one registry entry per mode says everything the kit knows about it.
 
-``backends`` are what Envoy routes to (the decoders' pd-sidecars in disaggregated flows);
-``pools`` is the flow's layout (:class:`testbed.flows.FlowPlan`), whose ``prefill`` and
-``encoders`` lists the picker modes hand to their picker so it chooses those stages too.
+Each module of this package defines one mode: its typed options (a dataclass), its ``plan`` (the
+services it starts and the variables of its Envoy template) and a :class:`Mode` entry passed to
+:func:`register`. Every module is imported with the package, so a new mode is one module plus
+its Envoy template (envoy/<template>). Everything else asks the registry:
+
+- the runtimes start ``plan``'s services and render ``template`` (testbed/local.py);
+- the CLI and ``eppkit compare`` list :func:`names` and read options through :func:`options_for`;
+- the report colours a mode with ``color``; the reliability tests read the traits below;
+- which spans a complete trace holds: ``spans`` (the mode's own; the flow's come from
+  eppkit.observability.expected_spans).
+
+``plan(topology, options, ports, backends, pools)``: ``backends`` are what Envoy routes to (the
+decoders' pd-sidecars in disaggregated flows); ``pools`` is the flow's layout
+(:class:`eppkit.flows.FlowPlan`), whose ``prefill`` and ``encoders`` the picker modes hand to their
+picker so it names those stages too.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+import pkgutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
-from eppkit.envoy_config import MODES
-from eppkit.topology import Endpoint, ModePlan, PortAllocator, ServiceSpec, Topology
+from eppkit.modes.options import read_options
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 if TYPE_CHECKING:
     from eppkit.flows import FlowPlan
 
+Plan = Callable[[Topology, Any, PortAllocator, list[Endpoint], "FlowPlan | None"], ModePlan]
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    summary: str  # one line: who decides, over what
+    order: int  # position in listings; eppkit compare runs the modes in this order
+    template: str  # the Envoy bootstrap template, envoy/<template>
+    options: type  # the dataclass of its options (eppkit.modes.options)
+    plan: Plan
+    color: str  # its colour in the report's charts
+    # Traits (what the reliability tests and the report read):
+    pickers: tuple[str, ...] = ()  # services that take part in the decision, the one Envoy calls first
+    picker_span: str | None = None  # the server span of the service Envoy calls (its HTTP status, errors)
+    picker_call: str | None = None  # Envoy's span of the call to the picker
+    decision: tuple[str, str] | None = None  # (service, span) of the component that makes the decision
+    spans: tuple[tuple[str, str], ...] = ()  # (service, span) every successful request of this mode adds
+    upstream: str = "router pool egress"  # Envoy's upstream span when the picker chose the endpoint
+    fallback_upstream: str = "router pool egress"  # Envoy's upstream span when nobody chose (fail-open, GET)
+    health_aware: bool = False  # the picker scrapes /metrics and leaves dead endpoints out
+    special_flows: tuple[str, ...] = ()  # flows only some modes can run (eppkit.flows.SPECIAL_FLOWS) it can
+
+    @property
+    def picker(self) -> str | None:
+        """The service Envoy talks to (EPP or callout)."""
+        return self.pickers[0] if self.pickers else None
+
+    def read_options(self, raw: dict[str, Any]) -> Any:
+        """``raw`` (Topology.options) as this mode's options; ValueError naming what is wrong."""
+        options = read_options(self.options, raw, self.name)
+        validate = getattr(options, "validate", None)
+        if validate is not None:
+            try:
+                validate()
+            except ValueError as exc:
+                raise ValueError(f"mode {self.name}: {exc}") from None
+        return options
+
+
+_MODES: dict[str, Mode] = {}
+
+
+def register(mode: Mode) -> Mode:
+    if mode.name in _MODES:
+        raise ValueError(f"mode {mode.name!r} registered twice")
+    _MODES[mode.name] = mode
+    return mode
+
+
+def names() -> tuple[str, ...]:
+    """Every mode's name, in their listing order."""
+    return tuple(m.name for m in sorted(_MODES.values(), key=lambda m: (m.order, m.name)))
+
+
+def get(name: str) -> Mode:
+    try:
+        return _MODES[name]
+    except KeyError:
+        raise ValueError(f"unknown mode {name!r}; choose one of {', '.join(names())}") from None
+
+
+def all_modes() -> tuple[Mode, ...]:
+    return tuple(get(n) for n in names())
+
+
+def options_for(topology: Topology) -> Any:
+    """The topology's options read into its mode's dataclass (ValueError on an unknown mode or option)."""
+    return get(topology.mode).read_options(topology.options)
+
+
+def check(topology: Topology) -> None:
+    """ValueError naming the problem when the mode or one of its options cannot be used."""
+    get(topology.mode).read_options(topology.options)
+
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools: "FlowPlan | None" = None) -> ModePlan:
-    if topology.mode not in MODES:
-        raise ValueError(f"unknown mode {topology.mode!r}; choose one of {', '.join(MODES)}")
-    module = importlib.import_module(f"eppkit.modes.{topology.mode.replace('-', '_')}")
-    return module.plan(topology, ports, backends, pools=pools)
+    mode = get(topology.mode)
+    return mode.plan(topology, mode.read_options(topology.options), ports, backends, pools)
 
 
-def stage_endpoints(pools: "FlowPlan | None") -> tuple[list[Endpoint], list[Endpoint]]:
-    """(prefillers, encoders) of the flow, empty when there are none (aggregated, multipart)."""
-    if pools is None:
-        return [], []
-    return list(pools.prefill), list(pools.encoders)
+def _load_all() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_") and module.name != "options":
+            importlib.import_module(f"{__name__}.{module.name}")
 
 
-def callout_service(topology: Topology, ports: PortAllocator, backends: list[Endpoint],
-                    pools: "FlowPlan | None", *, body_routing: bool) -> ServiceSpec:
-    """The callout routing service both callout modes (Lua, dynamic module) ask.
-
-    With body routing the callout learns each endpoint's model and picks within the model
-    named by x-gateway-model-name; without it every endpoint serves every request. In
-    pd / epd / ttft it also gets the flow's prefillers and encoders (``host:port=name``).
-    """
-    options = topology.options
-    suffix = (lambda ep: f"@{ep.model}") if body_routing else (lambda ep: "")
-    endpoints = ",".join(f"{ep.address}={ep.name}{suffix(ep)}" for ep in backends)
-    args = ["--endpoints", endpoints, "--scorer", str(options.get("scorer", "round-robin"))]
-    prefill, encoders = stage_endpoints(pools)
-    if prefill:
-        args += ["--prefill-endpoints", ",".join(f"{ep.address}={ep.name}" for ep in prefill)]
-    if encoders:
-        args += ["--encoder-endpoints", ",".join(f"{ep.address}={ep.name}" for ep in encoders)]
-    if options.get("pick_latency_ms"):
-        args += ["--pick-latency", str(options["pick_latency_ms"])]
-    return ServiceSpec(name="callout", module="eppkit.services.callout", port=ports.port(), args=args)
+_load_all()

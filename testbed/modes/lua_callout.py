@@ -1,40 +1,70 @@
 """lua-callout: a Lua filter asks the callout routing service for the endpoint (httpCall).
 
-Topology options read here (all optional):
-  failure_mode_allow  bool   callout unreachable: route round-robin (True) or answer 502 (False, default)
-  body_routing        bool   put the body-based model router in front; one pool per backend model
-  scorer              str    the callout's scorer: round-robin (default) | prefix-cache
-  callout_timeout_ms  int    httpCall timeout (default 1000)
-  pick_latency_ms     float  time each pick takes on purpose (default 0)
+Options: :class:`eppkit.modes._callout.CalloutOptions` (the picker core's settings,
+``failure_mode_allow``: callout unreachable routes round-robin instead of a 502,
+``callout_timeout_ms``, ``pick_latency_ms``, ``pick_latency_jitter_ms``, ``body_routing``).
 
-Body routing itself is mode-independent: testbed/body_routing.py.
-
-In pd / epd / ttft the callout also gets the flow's prefillers and encoders (``pools``) and
-answers them in x-prefiller-host-port / x-encoder-hosts-ports, which the filter copies onto
-the request for the pd-sidecar.
+In pd / epd / ttft the callout also gets the flow's prefillers and encoders and answers them in
+x-prefiller-host-port / x-encoder-hosts-ports, which the filter copies onto the request for the
+pd-sidecar.
 """
 
 from __future__ import annotations
 
-from eppkit.body_routing import body_routing_vars, lua_source
-from eppkit.modes import callout_service
-from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
+from typing import Any
+
+from eppkit.body_routing import body_routing_vars
+from eppkit.modes import Mode, register
+from eppkit.modes._callout import TRAITS, CalloutOptions, callout_service
+from eppkit.observability.contract import Callout, Cluster, Envoy, Service
+from eppkit.paths import PLUGINS
+from eppkit.topology import ModePlan
+
+LUA_DIR = PLUGINS / "lua"
 
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools=None) -> ModePlan:
-    options = topology.options
-    routing = body_routing_vars(topology, backends)
-    callout = callout_service(topology, ports, backends, pools, body_routing=routing["body_routing"])
-    callout_config = {
-        "cluster": "callout",
-        "timeout_ms": int(options.get("callout_timeout_ms", 1000)),
-        "failure_mode_allow": bool(options.get("failure_mode_allow", False)),
-    }
+def lua_literal(value: Any) -> str:
+    """``value`` (None, bool, number, str, list, dict) as a Lua expression."""
+    if value is None:
+        return "nil"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        # Decimal escapes for everything but plain printable ASCII: valid in Lua 5.1 / LuaJIT.
+        return '"' + "".join(
+            chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:03d}" for b in value.encode()
+        ) + '"'
+    if isinstance(value, (list, tuple)):
+        return "{" + ", ".join(lua_literal(v) for v in value) + "}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"[{lua_literal(k)}] = {lua_literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"no Lua literal for {type(value).__name__}")
+
+
+def lua_source(filename: str, config_global: str, config: dict[str, Any]) -> str:
+    """plugins/lua/<filename> preceded by ``<config_global> = {...}``, ready to inline into Envoy."""
+    return f"{config_global} = {lua_literal(config)}\n" + (LUA_DIR / filename).read_text()
+
+
+def plan(topology, options: CalloutOptions, ports, backends, pools=None) -> ModePlan:
+    callout = callout_service(options, ports.port(), backends, pools)
+    config = {"cluster": Cluster.CALLOUT, "timeout_ms": options.callout_timeout_ms,
+              "failure_mode_allow": options.failure_mode_allow}
     return ModePlan(
         services=[callout],
         envoy_vars={
             "callout_port": callout.port,
-            "lua_callout_source": lua_source("callout.lua", "EPPKIT_CALLOUT", callout_config),
-            **routing,
+            "lua_callout_source": lua_source("callout.lua", "EPPKIT_CALLOUT", config),
+            **body_routing_vars(options.body_routing, backends),
         },
     )
+
+
+MODE = register(Mode(
+    name="lua-callout", summary="a Lua filter POSTs the body to the callout service's /pick (httpCall)", order=3,
+    template="lua_callout.yaml.j2", options=CalloutOptions, plan=plan, color="#2ca02c",
+    picker_call=Envoy.CALLOUT_CALL,
+    spans=((Service.ENVOY, Envoy.CALLOUT_CALL), (Service.CALLOUT, Callout.PICK)), **TRAITS,
+))

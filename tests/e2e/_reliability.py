@@ -34,40 +34,20 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import expected_spans
-from eppkit.compare import collect_traces
+from eppkit import modes
+from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Vllm
+from eppkit.polling import poll
+from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, plan_requests
 
 MODEL = "mock-llm"
-MODES = expected_spans.MODES  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
-PICKER_MODES = tuple(m for m in MODES if m != "direct")
-EXT_PROC_CALL = expected_spans.EXT_PROC_CALL.name
-
-
-@dataclass(frozen=True)
-class ModeTraits:
-    mode: str
-    pickers: tuple[str, ...]  # the services that make the decision (the EPP first); () for direct
-    picker_call: str | None  # Envoy's span of the call to the picker
-    upstream: str  # Envoy's upstream span when the picker chose the endpoint
-    fallback_upstream: str  # Envoy's upstream span when nobody chose (fail-open, GET)
-    health_aware: bool  # the picker scrapes /metrics and leaves dead endpoints out
-
-    @property
-    def picker(self) -> str | None:
-        """The service Envoy talks to (EPP or callout)."""
-        return self.pickers[0] if self.pickers else None
-
-
-TRAITS: dict[str, ModeTraits] = {t.mode: t for t in (
-    ModeTraits("direct", (), None, "router pool egress", "router pool egress", False),
-    ModeTraits("ext_proc", ("epp",), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
-    ModeTraits("sidecar", ("epp", "frontend"), EXT_PROC_CALL, "router picked egress", "router pool egress", True),
-    ModeTraits("lua-callout", ("callout",), "async callout egress", "router pool_picked egress",
-               "router pool egress", False),
-    ModeTraits("dynmod-callout", ("callout",), "dynmod callout", "router pool_picked egress",
-               "router pool egress", False),
-)}
+MODES = modes.names()  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
+PICKER_MODES = tuple(m.name for m in modes.all_modes() if m.pickers)
+# What each integration mode is made of (who picks, Envoy's span names, health awareness): the mode
+# registry's entries (eppkit.modes.Mode: pickers, picker, picker_span, picker_call, upstream,
+# fallback_upstream, health_aware), so a test can be one table over the modes instead of five copies.
+TRAITS = {m.name: m for m in modes.all_modes()}
 
 
 def chat_body(content: str = "Which pod am I on?", **extra) -> dict:
@@ -82,21 +62,7 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
     if mode == "ext_proc":
         options.setdefault("scorer", "round-robin")
     return Topology(mode=mode, flow=flow, vllm=[VllmSpec(name, extra_args=list(vllm_args)) for name in vllm],
-                    time_to_first_token_ms=ttft_ms, inter_token_latency_ms=itl_ms, options=options)
-
-
-# -- waiting ------------------------------------------------------------------------------------------
-
-def wait_until(predicate, timeout_s: float, what: str, poll_s: float = 0.05):
-    """Poll ``predicate`` until it returns something truthy; AssertionError naming ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(poll_s)
-    raise AssertionError(f"{what}: not true within {timeout_s:g} s (last: {last!r})")
+                    latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=itl_ms), options=options)
 
 
 # -- faults -------------------------------------------------------------------------------------------
@@ -152,7 +118,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
     handle = bed.services[name]
     handle.process.start()
     port = int(handle.url.rsplit(":", 1)[1])
-    if name == "epp":  # gRPC: the port is the readiness
+    if name == Service.EPP:  # gRPC: the port is the readiness
         import socket
 
         def listening():
@@ -162,7 +128,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
             except OSError:
                 return False
 
-        wait_until(listening, timeout_s, f"{name} listening again")
+        poll(listening, timeout_s=timeout_s, describe=f"{name} listening again")
         return
 
     def healthy():
@@ -171,7 +137,7 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
         except requests.RequestException:
             return False
 
-    wait_until(healthy, timeout_s, f"{name} healthy again")
+    poll(healthy, timeout_s=timeout_s, describe=f"{name} healthy again")
 
 
 # -- checks -------------------------------------------------------------------------------------------
@@ -226,7 +192,7 @@ def wait_for_cluster_health(bed, cluster: str, healthy: bool, timeout_s: float =
         flags = [line for line in text.splitlines() if line.startswith(f"{cluster}::") and "::health_flags::" in line]
         return bool(flags) and (("failed_active_hc" not in flags[0]) == healthy)
 
-    wait_until(seen, timeout_s, f"Envoy seeing {cluster} {'healthy' if healthy else 'unhealthy'}")
+    poll(seen, timeout_s=timeout_s, interval_s=0.1, describe=f"Envoy seeing {cluster} {'healthy' if healthy else 'unhealthy'}")
 
 
 # -- a streaming request the test controls -----------------------------------------------------------
@@ -236,7 +202,7 @@ class SpanSource:
 
     def __init__(self, otlp_endpoint: str, mode: str, flow: str = "aggregated"):
         self.mode, self.flow = mode, flow
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "client"}))
+        self.provider = TracerProvider(resource=Resource.create({ResourceAttributes.SERVICE_NAME: Service.CLIENT}))
         endpoint = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True),
                                                             schedule_delay_millis=100))
@@ -276,8 +242,8 @@ class Stream:
     def __init__(self, bed, spans: SpanSource, body: dict, headers: dict | None = None, timeout_s: float = 30.0):
         self.bed, self.spans = bed, spans
         self._cm = spans.tracer.start_as_current_span(
-            "client.request", kind=SpanKind.CLIENT,
-            attributes={"eppkit.mode": spans.mode, "eppkit.flow": spans.flow, "http.request.method": "POST"})
+            Client.REQUEST, kind=SpanKind.CLIENT,
+            attributes={Eppkit.MODE: spans.mode, Eppkit.FLOW: spans.flow, Http.REQUEST_METHOD: "POST"})
         self.span = self._cm.__enter__()
         self.outcome = StreamOutcome(trace_id=format(self.span.get_span_context().trace_id, "032x"))
         out_headers = {"content-type": "application/json", **(headers or {})}
@@ -287,7 +253,7 @@ class Stream:
                                         headers=out_headers, stream=True, timeout=timeout_s)
         self.outcome.status = self._resp.status_code
         self.outcome.headers = {k.lower(): v for k, v in self._resp.headers.items()}
-        self.span.set_attribute("http.response.status_code", self._resp.status_code)
+        self.span.set_attribute(Http.RESPONSE_STATUS_CODE, self._resp.status_code)
         self._lines = self._resp.iter_lines(chunk_size=None)
         self._closed = False
 
@@ -315,7 +281,7 @@ class Stream:
         self.outcome.error = "client closed the connection"
         self._resp.close()  # unread body: urllib3 closes the socket instead of pooling it
         self.span.set_status(Status(StatusCode.ERROR, "client went away"))
-        self.span.add_event("client_abandoned")
+        self.span.add_event(Client.ABANDONED)
         self._finish()
         return self.outcome
 
@@ -349,8 +315,8 @@ class HangUp:
         import socket
 
         self._cm = spans.tracer.start_as_current_span(
-            "client.request", kind=SpanKind.CLIENT,
-            attributes={"eppkit.mode": spans.mode, "eppkit.flow": spans.flow, "http.request.method": "POST"})
+            Client.REQUEST, kind=SpanKind.CLIENT,
+            attributes={Eppkit.MODE: spans.mode, Eppkit.FLOW: spans.flow, Http.REQUEST_METHOD: "POST"})
         self._span = self._cm.__enter__()
         self.trace_id = format(self._span.get_span_context().trace_id, "032x")
         out = {"content-type": "application/json", **(headers or {})}
@@ -364,7 +330,7 @@ class HangUp:
     def hang_up(self) -> None:
         self._sock.close()
         self._span.set_status(Status(StatusCode.ERROR, "client went away before the answer"))
-        self._span.add_event("client_abandoned")
+        self._span.add_event(Client.ABANDONED)
         self._cm.__exit__(None, None, None)
 
 
@@ -552,14 +518,13 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
 
     # Every request's trace, the failed ones included: a served request must hold every step of
     # its mode; an injected 500 stops at the mock's llm_request (nothing queued or decoded).
-    samples = [{**s.to_json(), "ok": True} for s in work.samples if s.trace_id]
     full = expected_spans.expected(mode, "aggregated")
-    refused = tuple(r for r in full if r.service != "vllm") + (expected_spans.SpanRule("vllm", "llm_request"),)
+    refused = tuple(r for r in full if r.service != Service.VLLM) + expected_spans.rules([Vllm.REQUEST])
     t0 = time.monotonic()
-    collect_traces(bed.jaeger, samples, lambda s: refused if s["index"] in injected else full,
-                   timeout_s=trace_timeout_s)
+    traces = bed.jaeger.wait_for_traces({s.trace_id: refused if s.index in injected else full
+                                         for s in work.samples if s.trace_id}, timeout_s=trace_timeout_s)
     trace_wait = time.monotonic() - t0
-    incomplete = {s["index"]: s["missing"] for s in samples if not s["complete"]}
+    incomplete = {s.index: traces[s.trace_id][1] for s in work.samples if s.trace_id and traces[s.trace_id][1]}
     incomplete.update({s.index: ["no trace id"] for s in work.samples if not s.trace_id})
     return LoadResult(
         mode=mode, runtime=bed.runtime, requests=requests, concurrency=concurrency, wall_s=work.wall_s,

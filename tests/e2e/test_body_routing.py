@@ -1,8 +1,10 @@
-"""Body-based model routing (plugins/lua/body_router.lua) in front of lua-callout, through a real Envoy.
+"""Body-based model routing (envoy/_body_router.j2: json_to_metadata, rbac, metadata routes) in front of
+lua-callout, through a real Envoy.
 
-Two pools serve two models: vllm-0 and vllm-1 serve "m-a", vllm-2 serves "m-b". The router reads
-the body's top-level "model" into x-gateway-model-name; the routes choose the pool by that header
-and the callout picks only among that model's endpoints. Bad or unknown models get a 4xx.
+Two pools serve two models: vllm-0 and vllm-1 serve "m-a", vllm-2 serves "m-b". Envoy reads the
+body's top-level "model" into dynamic metadata, the routes choose the pool by it, and the callout
+(told the model in x-gateway-model-name) picks only among that model's endpoints. Bad or unknown
+models get a 4xx before the callout is asked.
 """
 
 import json
@@ -10,8 +12,10 @@ import json
 import pytest
 import requests
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Callout, Client, Cluster, Envoy, GenAi, Vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +25,7 @@ POOLS = {"m-a": {"vllm-0", "vllm-1"}, "m-b": {"vllm-2"}}
 def body_routing_topology(**options) -> Topology:
     return Topology(mode="lua-callout",
                     vllm=[VllmSpec("vllm-0", model="m-a"), VllmSpec("vllm-1", model="m-a"), VllmSpec("vllm-2", model="m-b")],
-                    time_to_first_token_ms=20, inter_token_latency_ms=5,
+                    latency=MockLatency(time_to_first_token=20, inter_token_latency=5),
                     options={"body_routing": True, **options})
 
 
@@ -45,12 +49,12 @@ def test_each_model_is_served_by_its_own_pool(bed):
     assert {r.headers["x-inference-pod"] for m, r in results if m == "m-a"} == POOLS["m-a"]
 
     model, last = results[-2]  # an m-b request: its trace shows the model reaching the picker and the pool's route
-    trace = bed.jaeger.wait_for_trace(last.trace_id, [("callout", "callout.pick"), ("envoy", "router pool_m-b_picked egress"),
-                                                      ("vllm", "llm_request")])
+    trace = bed.jaeger.wait_for_trace(last.trace_id, [Callout.PICK, Envoy.router(Cluster.picked("pool_m-b")),
+                                                      Vllm.REQUEST])
     check = TraceCheck(trace)
-    check.attribute(check.one("callout.pick"), "gen_ai.request.model", "m-b")
-    check.attribute(check.one("callout.pick"), "callout.endpoint.name", "vllm-2")
-    check.before(check.one("callout.pick"), check.one("router pool_m-b_picked egress"))
+    check.attribute(check.one(Callout.PICK), GenAi.REQUEST_MODEL, "m-b")
+    check.attribute(check.one(Callout.PICK), Callout.ENDPOINT_NAME, "vllm-2")
+    check.before(check.one(Callout.PICK), check.one(Envoy.router(Cluster.picked("pool_m-b"))))
 
 
 # How the body can look: the router must find the top-level "model" and nothing else.
@@ -90,8 +94,10 @@ REJECTED_BODIES = [
     ('{"model": "m-a\\n", "messages": []}', 400, "invalid_model"),  # would become a header value
     ('{"model": "m-a", "messages": [', 400, "invalid_json"),  # truncated
     ("not json at all", 400, "invalid_json"),
-    ('["m-a"]', 400, "invalid_json"),
-    ("", 400, "invalid_json"),
+    # json_to_metadata finds no top-level "model" in these (docs/body-routing.md): missing, not invalid_json
+    ('["m-a"]', 400, "missing_model"),
+    ("", 400, "missing_model"),
+    ('{"model": null, "messages": []}', 400, "missing_model"),
 ]
 
 
@@ -104,11 +110,12 @@ def test_wrong_or_missing_model_is_a_clear_4xx_and_nothing_is_picked(bed):
         assert result.body["error"]["param"] == "model"
         assert "x-inference-pod" not in result.headers
     unknown = results[0][3]
-    assert "served models: m-a, m-b" in unknown.body["error"]["message"]
-    trace = bed.jaeger.wait_for_trace(unknown.trace_id, [("client", "client.request"), ("envoy", "ingress")], quiet_s=1.0)
+    assert unknown.body["error"]["message"] == 'model "m-z" is not served here; served models: m-a, m-b'
+    assert unknown.body["error"]["type"] == "NotFoundError"
+    trace = bed.jaeger.wait_for_trace(unknown.trace_id, [Client.REQUEST, Envoy.INGRESS], quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("callout.pick")
-    check.absent("llm_request")
+    check.absent(Callout.PICK)
+    check.absent(Vllm.REQUEST)
 
 
 def test_a_client_sent_model_header_does_not_choose_the_pool(bed):

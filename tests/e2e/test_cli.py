@@ -5,49 +5,21 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
-from pathlib import Path
 import requests
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
-
+from _cli import EPPKIT, REPO_ROOT, start_up
+from eppkit import procfs
 
 pytestmark = pytest.mark.e2e
-
-EPPKIT = [sys.executable, "-m", "eppkit.cli"]
-
-
-def _children(pid: int) -> set[int]:
-    """Every live process whose parent is ``pid`` (from /proc)."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.add(int(entry))
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _kit_children(pid: int, runtime: str) -> set:
     """What `eppkit up` (process ``pid``) runs: its child processes, or its containers."""
     if runtime == "local":
-        return _children(pid)
+        return procfs.children(pid)
     from eppkit import containers
 
     client = containers.docker_client()
@@ -70,7 +42,7 @@ def test_doctor_reports_every_prerequisite_found(eppkit_jaeger, eppkit_runtime):
 
 def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--ttft-ms", "100", "--itl-ms", "5"],
+    proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--time-to-first-token", "100", "--inter-token-latency", "5"],
                           capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "HTTP 200 from vllm-" in proc.stdout
@@ -91,22 +63,10 @@ UP_CASES = [
 
 @pytest.mark.parametrize("mode, flow", UP_CASES, ids=[f"{m}-{f}" for m, f in UP_CASES])
 def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit_runtime, tmp_path, mode, flow):
-    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", eppkit_runtime, "--mode", mode, "--flow", flow, "--ttft-ms", "20"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
+    proc, envoy_url, lines = start_up(["--runtime", eppkit_runtime, "--mode", mode, "--flow", flow,
+                                       "--time-to-first-token", "20"],
+                                      tmp_path, timeout_s=60)
     try:
-        lines, envoy_url = [], None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"Envoy\s+(http://\S+)", line)
-            if m:
-                envoy_url = m.group(1)
-            if "Ctrl-C to stop" in line:
-                break
         assert envoy_url, "".join(lines)
         resp = requests.post(envoy_url + "/v1/chat/completions", timeout=30,
                              json={"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
@@ -118,7 +78,7 @@ def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit
         assert proc.wait(timeout=60) in (0, 130)
         time.sleep(0.2)
         if eppkit_runtime == "local":
-            survivors = [pid for pid in children if _alive(pid)]
+            survivors = [pid for pid in children if procfs.alive(pid)]
         else:
             survivors = sorted(_kit_children(proc.pid, eppkit_runtime))
         assert survivors == [], f"left running after Ctrl-C: {survivors}"

@@ -1,27 +1,30 @@
 """`eppkit compare` end to end: a small seeded workload through every mode, then the report's numbers
 checked against the spans in Jaeger, read independently of the code that computed them."""
 
-import json
 import statistics
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability import report as rp
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit import compare
-from eppkit.envoy_config import MODES
+from eppkit.modes import names
+from eppkit.observability.contract import Callout, Client, Epp, Eppkit, Frontend, Service, Stream, Vllm
 
 pytestmark = pytest.mark.e2e
 
+MODES = names()
 REQUESTS = 3
 # The deciding span per mode, spelled out here rather than taken from observability.expected_spans.
-DECISION = {"ext_proc": ("epp", "epp.pick"), "sidecar": ("frontend", "frontend.route"),
-            "lua-callout": ("callout", "callout.pick"), "dynmod-callout": ("callout", "callout.pick")}
+DECISION = {"ext_proc": Epp.PICK, "sidecar": Frontend.ROUTE,
+            "lua-callout": Callout.PICK, "dynmod-callout": Callout.PICK}
 
 
 def _run(tmp_path, jaeger, runtime, **kw):
     options = compare.CompareOptions(requests=REQUESTS, concurrency=2, warmup=1, runtime=runtime,
-                                     ttft_ms=50, itl_ms=5, trace_timeout_s=20, **kw)
+                                     latency=MockLatency(time_to_first_token=50, inter_token_latency=5),
+                                     trace_timeout_s=20, **kw)
     out = tmp_path / "report"
     report = compare.run(options, out, jaeger=jaeger)
     rp.write(report, out)
@@ -46,25 +49,26 @@ def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_j
 
         traces = [api.get_trace(s["trace_id"]) for s in result["samples"]]
         assert len({t.trace_id for t in traces}) == REQUESTS
-        roots = [t.one("client.request", "client") for t in traces]
-        assert all(r.attributes["eppkit.mode"] == mode for r in roots), "each trace belongs to the mode it is filed under"
+        roots = [t.one(Client.REQUEST, Service.CLIENT) for t in traces]
+        assert all(r.attributes[Eppkit.MODE] == mode for r in roots), "each trace belongs to the mode it is filed under"
         steps = result["steps"]
         assert steps["e2e"]["p50"] == pytest.approx(statistics.median(_ms(roots)), abs=1e-3), mode
-        prefill = [sum(_ms(t.find_all("vllm.prefill", "vllm"))) for t in traces]
+        prefill = [sum(_ms(t.find_all(Vllm.PREFILL, Service.VLLM))) for t in traces]
         assert steps["prefill"]["p50"] == pytest.approx(statistics.median(prefill), abs=1e-3), mode
         if mode == "direct":
-            assert "decision" not in steps and "roundtrip" not in steps
+            assert "decision" not in steps and "roundtrip" not in steps and result["scorer"] is None
             continue
-        service, name = DECISION[mode]
-        decisions = [t.one(name, service).duration_us / 1000 for t in traces]
+        # The same scorer decides in every picker mode (recorded per mode), so differences are the wiring's.
+        assert result["scorer"] == report["config"]["scorer"] == "queue-scorer", mode
+        decisions = [t.one(DECISION[mode]).duration_us / 1000 for t in traces]
         assert steps["decision"]["p50"] == pytest.approx(statistics.median(decisions), abs=1e-3), mode
         assert steps["decision"]["p99"] <= max(decisions) + 1e-3
         # the picker costs something before the upstream, compared with direct
         assert result["overhead_vs_direct"]["gateway"]["p50"] > 0, mode
 
         rep = result["representative"]
-        saved = json.loads((out / rep["file"]).read_text())["data"][0]
-        assert saved["traceID"] == rep["trace_id"] and rep["trace_id"] in {s["trace_id"] for s in result["samples"]}
+        saved = rp.load_trace(out / rep["file"])  # OTLP JSON, as Jaeger's /api/v3 answers
+        assert saved.trace_id == rep["trace_id"] and rep["trace_id"] in {s["trace_id"] for s in result["samples"]}
         assert (out / rep["waterfall"]).is_file()
 
     assert rp.load(out / "report.json")["scenarios"]["chat"]["modes"].keys() == set(MODES)
@@ -81,8 +85,8 @@ def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, 
         assert result["completeness"]["ratio"] == 1.0
         ttfts = []
         for s in result["samples"]:
-            root = api.get_trace(s["trace_id"]).one("client.request", "client")
-            ttfts.append((root.event("first_token").time_us - root.start_us) / 1000)
+            root = api.get_trace(s["trace_id"]).one(Client.REQUEST, Service.CLIENT)
+            ttfts.append((root.event(Stream.FIRST_TOKEN).time_us - root.start_us) / 1000)
             assert s["ttft_ms"] == pytest.approx(ttfts[-1], abs=0.01), "client clock and span event agree"
         assert result["steps"]["ttft"]["p50"] == pytest.approx(statistics.median(ttfts), abs=1e-3)
         assert 50 <= result["steps"]["ttft"]["p50"] < result["steps"]["e2e"]["p50"]

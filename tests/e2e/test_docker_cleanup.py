@@ -6,21 +6,16 @@ and its testbed (``eppkit.testbed``), which is how these tests find what must be
 """
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
-
+from _cli import REPO_ROOT, start_up
+from eppkit.polling import poll
 
 pytestmark = pytest.mark.e2e
-
-EPPKIT = [sys.executable, "-m", "eppkit.cli"]
 
 
 @pytest.fixture(scope="module")
@@ -49,21 +44,9 @@ def _owned_by(client, pid: int) -> list[str]:
 
 def _start_up(tmp_path) -> tuple[subprocess.Popen, str, list[str]]:
     """`eppkit up --runtime docker` in the background, until it says Ctrl-C to stop."""
-    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
-    proc = subprocess.Popen(EPPKIT + ["up", "--runtime", "docker", "--mode", "direct", "--ttft-ms", "20"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
-    lines, envoy_url = [], None
-    deadline = time.monotonic() + 300  # a cold engine builds its images first
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        m = re.search(r"Envoy\s+(http://\S+)", line)
-        if m:
-            envoy_url = m.group(1)
-        if "Ctrl-C to stop" in line:
-            break
+    # a cold engine builds its images first
+    proc, envoy_url, lines = start_up(["--runtime", "docker", "--mode", "direct", "--time-to-first-token", "20"],
+                                      tmp_path, timeout_s=300)
     if not envoy_url:
         proc.kill()
         pytest.fail("eppkit up did not come up:\n" + "".join(lines[-60:]))
@@ -77,10 +60,8 @@ def test_containers_of_a_killed_owner_are_reaped(docker, tmp_path):
         assert _owned_by(docker, proc.pid), "nothing was started"
         proc.kill()
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 30
-        while _owned_by(docker, proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert _owned_by(docker, proc.pid) == [], "containers of a SIGKILLed owner are still there"
+        poll(lambda: _owned_by(docker, proc.pid), until=lambda owned: owned == [], timeout_s=30, interval_s=0.5,
+             describe="containers of a SIGKILLed owner removed")
     finally:
         if proc.poll() is None:
             proc.kill()

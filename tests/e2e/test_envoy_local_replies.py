@@ -3,13 +3,14 @@
 import pytest
 import requests
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 
 
 def test_backend_down_gives_openai_style_503_and_envoy_recovers(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(mode="direct", vllm=[VllmSpec("vllm-0")], time_to_first_token_ms=10))
+    bed = eppkit_testbed_factory(Topology(mode="direct", vllm=[VllmSpec("vllm-0")], latency=MockLatency(time_to_first_token=10)))
     body = {"model": "mock-llm", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
     bed.services["vllm-0"].process.kill()
 

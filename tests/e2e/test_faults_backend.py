@@ -18,8 +18,10 @@ import pytest
 import requests
 
 from _reliability import MODES, PICKER_MODES, TRAITS, SpanSource, Stream, assert_kit_healthy, assert_openai_error, \
-    chat_body, counter, kill, restart, topology, wait_until
+    chat_body, counter, kill, restart, topology
 from eppkit.observability.assertions import TraceCheck
+from eppkit.polling import poll
+from eppkit.observability.contract import Client, Encoder, Envoy, Http, Mock, Pd, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -55,13 +57,13 @@ def _served_by_the_survivor_or_refused_cleanly(bed, survivor: str, n: int = 4) -
 
 
 def _broken_stream_trace(bed, outcome, traits, *extra):
-    trace = bed.jaeger.wait_for_trace(outcome.trace_id, [("client", "client.request"), ("envoy", "ingress"),
-                                                         ("envoy", traits.upstream), *extra], quiet_s=1.0)
+    trace = bed.jaeger.wait_for_trace(outcome.trace_id, [Client.REQUEST, Envoy.INGRESS,
+                                                         traits.upstream, *extra], quiet_s=1.0)
     check = TraceCheck(trace)
-    upstream = check.one(traits.upstream, "envoy")
+    upstream = check.one(traits.upstream, Service.ENVOY)
     assert upstream.error, f"Envoy's upstream span should end with error: {upstream.attributes}"
-    assert upstream.attributes.get("response_flags") not in (None, "-"), upstream.attributes
-    assert check.one("client.request").error
+    assert upstream.attributes.get(Envoy.RESPONSE_FLAGS) not in (None, "-"), upstream.attributes
+    assert check.one(Client.REQUEST).error
     return check
 
 
@@ -109,9 +111,9 @@ def test_backend_dropping_the_connection_mid_stream_ends_every_span_with_an_erro
     assert not outcome.done and outcome.error, outcome
     tokens = [e for e in outcome.events if e.get("choices")]
     assert len(tokens) == 3, f"expected the 3 tokens written before the drop, got {len(tokens)}"
-    check = _broken_stream_trace(bed, outcome, traits, ("vllm", "llm_request"))
-    llm = check.one("llm_request", "vllm")
-    assert llm.error and llm.attributes.get("mock.failure") == "disconnect", llm.attributes
+    check = _broken_stream_trace(bed, outcome, traits, Vllm.REQUEST)
+    llm = check.one(Vllm.REQUEST, Service.VLLM)
+    assert llm.error and llm.attributes.get(Mock.FAILURE) == "disconnect", llm.attributes
     assert_kit_healthy(bed)
     assert bed.client().chat(chat_body()).status == 200
 
@@ -127,11 +129,11 @@ def test_prefill_failure_is_a_502_naming_the_prefiller_and_nothing_is_decoded(ep
         assert_openai_error(result.status, result.body, 502, mentions="prefill")
         assert prefiller.url.removeprefix("http://") in result.body["error"]["message"]
         check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [
-            ("pd-sidecar", "pd.request"), ("pd-sidecar", "pd.prefill"), ("vllm", "llm_request")], quiet_s=1.0))
-        assert check.one("pd.prefill").error and check.one("pd.request").error
-        assert check.one("llm_request", "vllm").attributes.get("mock.failure") == "500"
-        check.absent("pd.decode")
-        check.absent("vllm.decode")
+            Pd.REQUEST, Pd.PREFILL, Vllm.REQUEST], quiet_s=1.0))
+        assert check.one(Pd.PREFILL).error and check.one(Pd.REQUEST).error
+        assert check.one(Vllm.REQUEST, Service.VLLM).attributes.get(Mock.FAILURE) == "500"
+        check.absent(Pd.DECODE)
+        check.absent(Vllm.DECODE)
     assert_kit_healthy(bed)
     assert client.chat(chat_body(stream=True)).status == 200
 
@@ -147,13 +149,13 @@ def test_encoder_failure_is_a_502_naming_the_media_item(eppkit_testbed_factory, 
 
     assert_openai_error(result.status, result.body, 502, mentions="media item 0")
     assert "image_url" in result.body["error"]["message"]
-    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [("pd-sidecar", "pd.encode"),
-                                                                   ("encoder", "encoder.encode")], quiet_s=1.0))
-    assert check.one("pd.encode").error
-    encode = check.one("encoder.encode")
-    assert encode.error and encode.attributes.get("mock.failure") == "500", encode.attributes
-    check.absent("vllm.prefill")
-    check.absent("pd.prefill")
+    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [Pd.ENCODE,
+                                                                   Encoder.ENCODE], quiet_s=1.0))
+    assert check.one(Pd.ENCODE).error
+    encode = check.one(Encoder.ENCODE)
+    assert encode.error and encode.attributes.get(Mock.FAILURE) == "500", encode.attributes
+    check.absent(Vllm.PREFILL)
+    check.absent(Pd.PREFILL)
     assert_kit_healthy(bed)
     assert client.chat(body).status == 200
 
@@ -164,23 +166,19 @@ def test_no_endpoint_left_is_a_503(eppkit_testbed_factory, mode):
     bed = eppkit_testbed_factory(topology(mode))
     for name in ("vllm-0", "vllm-1"):
         kill(bed, name)
-    if traits.health_aware:
-        time.sleep(0.6)  # the picker's next scrapes are refused
+    time.sleep(0.6)  # the picker's next scrapes are refused
     client = bed.client()
     results = [client.chat(chat_body()) for _ in range(2)]
     client.flush()
 
     for r in results:
         assert_openai_error(r.status, r.body, 503)
-    if traits.health_aware:  # the picker says so itself, and nothing goes upstream
-        assert results[0].body["error"]["code"] == "no_endpoint", results[0].body
-        check = TraceCheck(bed.jaeger.wait_for_trace(results[0].trace_id, [("epp", "epp.process")], quiet_s=1.0))
-        check.attribute(check.one("epp.process"), "http.response.status_code", 503)
-        check.absent(traits.upstream)
-    else:  # the callout knows no health: it picks a dead one and Envoy cannot connect
-        assert results[0].body["error"]["type"] == "envoy_local_reply", results[0].body
-        check = TraceCheck(bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", traits.upstream)], quiet_s=1.0))
-        assert check.one(traits.upstream).attributes.get("response_flags") == "UF"
+    # Every picker scrapes /metrics: it says so itself, and nothing goes upstream.
+    assert traits.health_aware
+    assert results[0].body["error"]["code"] == "no_endpoint", results[0].body
+    check = TraceCheck(bed.jaeger.wait_for_trace(results[0].trace_id, [traits.picker_span], quiet_s=1.0))
+    check.attribute(check.one(traits.picker_span, traits.picker), Http.RESPONSE_STATUS_CODE, 503)
+    check.absent(traits.upstream)
     assert_kit_healthy(bed, except_=("vllm-0", "vllm-1"))
 
 
@@ -198,8 +196,8 @@ def test_a_saturated_backend_answers_429_through_the_gateway(eppkit_testbed_fact
     threads = [threading.Thread(target=fill) for _ in range(2)]
     for t in threads:
         t.start()
-    wait_until(lambda: counter(backend, "vllm:num_requests_running") == 1
-               and counter(backend, "vllm:num_requests_waiting") == 1, 10, "one request running and one waiting")
+    poll(lambda: counter(backend, "vllm:num_requests_running") == 1
+         and counter(backend, "vllm:num_requests_waiting") == 1, timeout_s=10, describe="one request running and one waiting")
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()
@@ -209,7 +207,7 @@ def test_a_saturated_backend_answers_429_through_the_gateway(eppkit_testbed_fact
     assert_openai_error(result.status, result.body, 429, code="queue_full")
     assert result.headers["x-inference-pod"] == "vllm-0", "the backend's own answer, passed through"
     assert fillers == [200, 200], "the requests already admitted are served"
-    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [("vllm", "llm_request"), ("vllm", "vllm.queue")]))
-    assert check.one("llm_request").error and check.one("vllm.queue").error
-    check.attribute(check.one("llm_request"), "http.response.status_code", 429)
+    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [Vllm.REQUEST, Vllm.QUEUE]))
+    assert check.one(Vllm.REQUEST).error and check.one(Vllm.QUEUE).error
+    check.attribute(check.one(Vllm.REQUEST), Http.RESPONSE_STATUS_CODE, 429)
     assert_kit_healthy(bed)

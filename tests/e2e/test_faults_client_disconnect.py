@@ -9,9 +9,11 @@ tokens. In P/D the pd-sidecar sits between Envoy and the decoder; the cancellati
 import pytest
 
 from _reliability import MODES, TRAITS, HangUp, SpanSource, Stream, assert_kit_healthy, chat_body, counter, \
-    topology, wait_until
+    topology
 from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
+from eppkit.polling import poll
+from eppkit.observability.contract import Envoy, GenAi, Pd, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -32,19 +34,19 @@ def _check_cancelled_trace(bed, trace_id: str, mode: str, flow: str, *, decoded:
     """Every span of the request arrived, ended; the mock's request ends cancelled."""
     traits = TRAITS[mode]
     expected = [(r.service, r.name) for r in expected_spans.expected(mode, flow)
-                if not r.prefix and r.name not in ("vllm.decode", "pd.decode", "vllm.kv_transfer")]
-    trace = bed.jaeger.wait_for_trace(trace_id, expected + [("envoy", traits.upstream)], quiet_s=1.0)
+                if not r.prefix and r.name not in (Vllm.DECODE, Pd.DECODE, Vllm.KV_TRANSFER)]
+    trace = bed.jaeger.wait_for_trace(trace_id, expected + [traits.upstream], quiet_s=1.0)
     check = TraceCheck(trace)
-    cancelled = [s for s in check.all("llm_request", "vllm") if s.attributes.get("vllm.cancelled")]
+    cancelled = [s for s in check.all(Vllm.REQUEST, Service.VLLM) if s.attributes.get(Vllm.CANCELLED)]
     assert len(cancelled) == 1, "exactly one mock request was cancelled:\n" + \
-        "\n".join(f"{s.label} {s.attributes}" for s in check.all("llm_request", "vllm"))
+        "\n".join(f"{s.label} {s.attributes}" for s in check.all(Vllm.REQUEST, Service.VLLM))
     llm = cancelled[0]
-    assert llm.error and llm.attributes.get("otel.status_description") == "client disconnected", llm.attributes
-    assert llm.attributes.get("gen_ai.response.finish_reasons") in (["abort"], ("abort",), '["abort"]'), llm.attributes
-    llm.event("client_cancelled")
-    assert [c.name for c in llm.children if c.name == "vllm.decode"] == (["vllm.decode"] if decoded else [])
-    check.within(llm, check.one("ingress", "envoy"), slack_ms=1500)  # Envoy's span ends at the reset too
-    assert check.one("ingress", "envoy").attributes.get("response_flags") == "DC", "downstream connection terminated"
+    assert llm.error and llm.status_message == "client disconnected", (llm.status_message, llm.attributes)
+    assert llm.attributes.get(GenAi.RESPONSE_FINISH_REASONS) == ["abort"], llm.attributes  # an OTLP array
+    llm.event(Vllm.CLIENT_CANCELLED)
+    assert [c.name for c in llm.children if c.name == Vllm.DECODE] == ([Vllm.DECODE] if decoded else [])
+    check.within(llm, check.one(Envoy.INGRESS, Service.ENVOY), slack_ms=1500)  # Envoy's span ends at the reset too
+    assert check.one(Envoy.INGRESS, Service.ENVOY).attributes.get(Envoy.RESPONSE_FLAGS) == "DC", "downstream connection terminated"
     return check
 
 
@@ -56,23 +58,23 @@ def test_client_gone_during_prefill_and_during_decode_cancels_upstream(eppkit_te
         # 1. during prefill: nothing of the answer has been written yet
         before = _cancellations(bed)
         call = HangUp(bed, spans, chat_body(**LONG_STREAM), headers={"x-mock-ttft-ms": "3000"})
-        wait_until(lambda: _running(bed) == 1, 10, "the backend prefilling")
+        poll(lambda: _running(bed) == 1, timeout_s=10, describe="the backend prefilling")
         call.hang_up()
-        wait_until(lambda: _cancellations(bed) == before + 1, 5, "the mock counting the cancellation")
+        poll(lambda: _cancellations(bed) == before + 1, timeout_s=5, describe="the mock counting the cancellation")
         check = _check_cancelled_trace(bed, call.trace_id, mode, "aggregated", decoded=False)
-        prefill = check.one("vllm.prefill", "vllm")
+        prefill = check.one(Vllm.PREFILL, Service.VLLM)
         assert prefill.duration_ms < 2500, f"prefill ran on for nobody: {prefill.duration_ms:.0f} ms"
 
         # 2. during decode: tokens are flowing
         stream = Stream(bed, spans, chat_body(**LONG_STREAM), headers=SLOW_TOKENS)
         assert stream.first_data().status == 200
         outcome = stream.abandon()
-        wait_until(lambda: _cancellations(bed) == before + 2, 5, "the mock counting the cancellation")
+        poll(lambda: _cancellations(bed) == before + 2, timeout_s=5, describe="the mock counting the cancellation")
         check = _check_cancelled_trace(bed, outcome.trace_id, mode, "aggregated", decoded=True)
-        assert check.one("vllm.decode").duration_ms < 3000, "decode stopped when the client left"
+        assert check.one(Vllm.DECODE).duration_ms < 3000, "decode stopped when the client left"
     finally:
         spans.close()
-    wait_until(lambda: _running(bed) == 0, 5, "no request left running on the backends")
+    poll(lambda: _running(bed) == 0, timeout_s=5, describe="no request left running on the backends")
     assert_kit_healthy(bed)
     assert bed.client().chat(chat_body()).status == 200
 
@@ -85,16 +87,16 @@ def test_client_gone_mid_stream_is_cancelled_through_the_pd_sidecar(eppkit_testb
         stream = Stream(bed, spans, chat_body(**LONG_STREAM), headers=SLOW_TOKENS)
         assert stream.first_data().status == 200
         outcome = stream.abandon()
-        wait_until(lambda: _cancellations(bed) == before + 1, 5, "the decoder counting the cancellation")
+        poll(lambda: _cancellations(bed) == before + 1, timeout_s=5, describe="the decoder counting the cancellation")
     finally:
         spans.close()
     assert counter(bed.services["vllm-d0"].url, CANCELLED) == before + 1, "the decoder is the one cancelled"
-    trace = bed.jaeger.wait_for_trace(outcome.trace_id, [("pd-sidecar", "pd.request"), ("pd-sidecar", "pd.decode"),
-                                                         ("vllm", "llm_request")], min_spans=10, quiet_s=1.0)
+    trace = bed.jaeger.wait_for_trace(outcome.trace_id, [Pd.REQUEST, Pd.DECODE,
+                                                         Vllm.REQUEST], min_spans=10, quiet_s=1.0)
     check = TraceCheck(trace)
-    decode_llm = check.one("llm_request", "vllm", vllm__instance="vllm-d0")
-    assert decode_llm.error and decode_llm.attributes.get("vllm.cancelled"), decode_llm.attributes
-    assert check.one("pd.request").error and check.one("pd.decode").error, "the sidecar's spans end, with the error"
-    assert not check.one("llm_request", "vllm", vllm__instance="vllm-p0").error, "prefill had finished: not cancelled"
-    wait_until(lambda: _running(bed) == 0, 5, "no request left running on the backends")
+    decode_llm = check.one(Vllm.REQUEST, Service.VLLM, **{Vllm.INSTANCE: "vllm-d0"})
+    assert decode_llm.error and decode_llm.attributes.get(Vllm.CANCELLED), decode_llm.attributes
+    assert check.one(Pd.REQUEST).error and check.one(Pd.DECODE).error, "the sidecar's spans end, with the error"
+    assert not check.one(Vllm.REQUEST, Service.VLLM, **{Vllm.INSTANCE: "vllm-p0"}).error, "prefill had finished: not cancelled"
+    poll(lambda: _running(bed) == 0, timeout_s=5, describe="no request left running on the backends")
     assert_kit_healthy(bed)

@@ -13,6 +13,7 @@ import pytest
 from _reliability import TRAITS, assert_kit_healthy, assert_openai_error, chat_body, kill, restart, topology, \
     wait_for_cluster_health
 from eppkit.observability.assertions import TraceCheck
+from eppkit.observability.contract import Client, Envoy, Epp, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -61,15 +62,15 @@ def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_re
 
     assert_openai_error(result.status, result.body, case.closed_status, code=case.closed_code)
     assert "x-inference-pod" not in result.headers, "a fail-closed request must not reach a backend"
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("client", "client.request"), ("envoy", "ingress")],
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Client.REQUEST, Envoy.INGRESS],
                                       quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("llm_request", "vllm")
-    ingress = check.one("ingress", "envoy")
-    check.attribute(ingress, "http.status_code", str(case.closed_status))
-    assert check.one("client.request").error, "the client's span shows the failure"
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    ingress = check.one(Envoy.INGRESS, Service.ENVOY)
+    check.attribute(ingress, Envoy.HTTP_STATUS_CODE, str(case.closed_status))
+    assert check.one(Client.REQUEST).error, "the client's span shows the failure"
     if case.down == "frontend":  # the EPP answered: its span says why
-        check.attribute(check.one("epp.process", "epp"), "http.response.status_code", 503)
+        check.attribute(check.one(Epp.PROCESS, Service.EPP), Http.RESPONSE_STATUS_CODE, 503)
     assert_kit_healthy(bed, except_=(case.down,))
 
     restart(bed, case.down)
@@ -78,7 +79,7 @@ def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_re
     again = client.chat(chat_body())
     client.flush()
     assert again.status == 200, again.body
-    check = TraceCheck(bed.jaeger.wait_for_trace(again.trace_id, [("envoy", traits.upstream), ("vllm", "llm_request")]))
+    check = TraceCheck(bed.jaeger.wait_for_trace(again.trace_id, [traits.upstream, Vllm.REQUEST]))
     check.absent(traits.fallback_upstream)  # picked again, not the fail-open route
 
 
@@ -100,10 +101,10 @@ def test_picker_crash_with_failure_mode_allow_routes_to_the_default_pool(eppkit_
     if traits.picker == "callout":
         assert results[0].headers["x-eppkit-callout"].startswith("fail-open: ")
     check = TraceCheck(bed.jaeger.wait_for_trace(
-        results[0].trace_id, [("envoy", "ingress"), ("envoy", traits.fallback_upstream), ("vllm", "llm_request")]))
+        results[0].trace_id, [Envoy.INGRESS, traits.fallback_upstream, Vllm.REQUEST]))
     check.absent(traits.upstream)  # nobody picked
     for service in traits.pickers:
         assert not [s for s in check.trace.spans if s.service == service], f"{service} cannot have decided"
     if traits.picker == "callout":  # the failed call is in the trace, before the fallback upstream
-        check.before(check.one(traits.picker_call, "envoy"), check.one(traits.fallback_upstream, "envoy"))
+        check.before(check.one(traits.picker_call, Service.ENVOY), check.one(traits.fallback_upstream, Service.ENVOY))
     assert_kit_healthy(bed, except_=(case.down,))

@@ -20,6 +20,7 @@ import pytest
 from _reliability import TRAITS, assert_kit_healthy, assert_openai_error, chat_body, envoy_stat, freeze_for, \
     frozen, topology
 from eppkit.observability.assertions import TraceCheck
+from eppkit.observability.contract import Callout, Envoy, Epp, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -45,10 +46,10 @@ def test_an_epp_slower_than_the_message_timeout_is_waited_for(eppkit_testbed_fac
     assert waited >= PAUSE_S * 0.8, f"served in {waited:.2f} s: the EPP was not in the way"
     assert envoy_stat(bed, "http.ingress.ext_proc.message_timeouts") == 0, "Envoy 1.40 arms no timer here"
     check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [
-        ("envoy", traits.picker_call), ("epp", "epp.process"), ("envoy", traits.upstream), ("vllm", "llm_request")]))
-    call = check.one(traits.picker_call, "envoy")
+        traits.picker_call, Epp.PROCESS, traits.upstream, Vllm.REQUEST]))
+    call = check.one(traits.picker_call, Service.ENVOY)
     assert call.duration_ms >= PAUSE_S * 1000 * 0.8, f"Envoy's ext_proc span lasted {call.duration_ms:.0f} ms"
-    check.before(check.one("epp.process"), check.one(traits.upstream), slack_ms=1.0)
+    check.before(check.one(Epp.PROCESS), check.one(traits.upstream), slack_ms=1.0)
 
 
 @pytest.mark.parametrize("failure_mode_allow", [False, True], ids=["closed", "open"])
@@ -68,10 +69,10 @@ def test_a_hung_epp_fails_closed_once_keepalive_finds_it(eppkit_testbed_factory,
     # Fail-closed either way: failure_mode_allow is not honoured once request body went to the EPP.
     assert_openai_error(result.status, result.body, 500, mentions="ext_proc_error")
     assert waited < 2 * 2 * KEEPALIVE_MS / 1000 + 2, f"a hung EPP held the request {waited:.1f} s"
-    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", traits.picker_call)],
+    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, traits.picker_call],
                                                  quiet_s=1.0))
-    check.absent("llm_request", "vllm")
-    check.attribute(check.one("ingress", "envoy"), "http.status_code", "500")
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    check.attribute(check.one(Envoy.INGRESS, Service.ENVOY), Envoy.HTTP_STATUS_CODE, "500")
     assert_kit_healthy(bed)
     again = client.chat(chat_body())  # the EPP runs again; Envoy opens a new connection
     assert again.status == 200, again.body
@@ -89,12 +90,12 @@ def test_a_hung_frontend_is_a_503_after_the_epps_frontend_timeout(eppkit_testbed
 
     assert_openai_error(result.status, result.body, 503, code="frontend_unreachable")
     assert 0.8 <= waited < 5, f"answered after {waited:.1f} s, expected about the 1 s frontend timeout"
-    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [("epp", "epp.process"), ("epp", "epp.pick")],
+    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, [Epp.PROCESS, Epp.PICK],
                                                  quiet_s=1.0))
-    check.absent("llm_request", "vllm")
-    pick = check.one("epp.pick", "epp")
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    pick = check.one(Epp.PICK, Service.EPP)
     assert pick.error and pick.duration_ms >= 800, f"epp.pick: error={pick.error}, {pick.duration_ms:.0f} ms"
-    check.attribute(check.one("epp.process"), "http.response.status_code", 503)
+    check.attribute(check.one(Epp.PROCESS), Http.RESPONSE_STATUS_CODE, 503)
     assert client.chat(chat_body()).status == 200  # the frontend runs again
 
 
@@ -122,18 +123,18 @@ def test_a_callout_slower_than_its_timeout_fails_closed_or_open(eppkit_testbed_f
     if status == 200:
         assert result.status == 200, result.body
         assert result.headers["x-eppkit-callout"].startswith("fail-open: "), result.headers
-        spans = [("envoy", traits.picker_call), ("envoy", traits.fallback_upstream), ("vllm", "llm_request")]
+        spans = [traits.picker_call, traits.fallback_upstream, Vllm.REQUEST]
     else:
         assert_openai_error(result.status, result.body, status, code="callout_unavailable", mentions="504")
-        spans = [("envoy", "ingress"), ("envoy", traits.picker_call)]
+        spans = [Envoy.INGRESS, traits.picker_call]
     # callout.pick ends 400 ms in, after Envoy gave up on it: wait for it too.
-    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, spans + [("callout", "callout.pick")], quiet_s=0.5))
-    call = check.one(traits.picker_call, "envoy")
+    check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, spans + [Callout.PICK], quiet_s=0.5))
+    call = check.one(traits.picker_call, Service.ENVOY)
     check.duration(call, 100.0, 40.0)
-    assert check.one("callout.pick").end_us > call.end_us, "the callout was still picking when Envoy gave up"
+    assert check.one(Callout.PICK).end_us > call.end_us, "the callout was still picking when Envoy gave up"
     if status == 200:
         check.before(call, check.one(traits.fallback_upstream))
         check.absent(traits.upstream)
     else:
-        check.absent("llm_request", "vllm")
+        check.absent(Vllm.REQUEST, Service.VLLM)
     assert_kit_healthy(bed)

@@ -32,23 +32,25 @@ import json
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Service, Stream, Vllm
 
 pytestmark = pytest.mark.e2e
 
 ITL_MS = 5.0
 MAX_TOKENS = 8
 TOL_MS = 30.0
-EXT_PROC_CALL = "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress"
-SPANS = [("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL), ("envoy", "router picked egress"),
-         ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"), ("vllm", "llm_request"),
-         ("vllm", "vllm.queue"), ("vllm", "vllm.prefill"), ("vllm", "vllm.await_metadata"), ("vllm", "vllm.decode")]
+EXT_PROC_CALL = Envoy.EXT_PROC_CALL
+SPANS = [Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL, Envoy.router(Cluster.PICKED),
+         Epp.PROCESS, Epp.PICK, Epp.INJECT, Vllm.REQUEST,
+         Vllm.QUEUE, Vllm.PREFILL, Vllm.AWAIT_METADATA, Vllm.DECODE]
 
 
 def multipart_topology(ttft_ms: float, **options) -> Topology:
     return Topology(mode="ext_proc", flow="multipart", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=ttft_ms, inter_token_latency_ms=ITL_MS,
+                    latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=ITL_MS),
                     options={"scorer": "round-robin", **options})
 
 
@@ -66,23 +68,23 @@ def final_answer(result) -> dict:
 
 def steps(check: TraceCheck, *, streamed: bool) -> list[tuple[str, int]]:
     """Assert the twelve steps in order; return (step, time in µs) for the report."""
-    root = check.one("client.request", "client")
-    ingress = check.one("ingress", "envoy")
-    process = check.one("epp.process", "epp")
-    pick, inject = check.one("epp.pick", "epp"), check.one("epp.inject", "epp")
-    upstream = check.one("router picked egress", "envoy")
-    llm = check.one("llm_request", "vllm")
-    prefill, await_md = check.one("vllm.prefill", "vllm"), check.one("vllm.await_metadata", "vllm")
-    decode = check.one("vllm.decode", "vllm")
-    part1 = process.event("part1_sent").time_us
-    headers_seen = process.event("response_headers_seen").time_us
-    part2 = process.event("part2_sent").time_us
-    mock_first_token = llm.event("first_token").time_us
+    root = check.one(Client.REQUEST, Service.CLIENT)
+    ingress = check.one(Envoy.INGRESS, Service.ENVOY)
+    process = check.one(Epp.PROCESS, Service.EPP)
+    pick, inject = check.one(Epp.PICK, Service.EPP), check.one(Epp.INJECT, Service.EPP)
+    upstream = check.one(Envoy.router(Cluster.PICKED), Service.ENVOY)
+    llm = check.one(Vllm.REQUEST, Service.VLLM)
+    prefill, await_md = check.one(Vllm.PREFILL, Service.VLLM), check.one(Vllm.AWAIT_METADATA, Service.VLLM)
+    decode = check.one(Vllm.DECODE, Service.VLLM)
+    part1 = process.event(Epp.PART1_SENT).time_us
+    headers_seen = process.event(Epp.RESPONSE_HEADERS_SEEN).time_us
+    part2 = process.event(Epp.PART2_SENT).time_us
+    mock_first_token = llm.event(Stream.FIRST_TOKEN).time_us
 
     # 1-3 client -> Envoy -> EPP, one trace, parented as Envoy propagates it
     check.single_root(root)
     check.child_of(ingress, root)
-    check.descendant_of(process, check.one(EXT_PROC_CALL, "envoy"))
+    check.descendant_of(process, check.one(EXT_PROC_CALL, Service.ENVOY))
     check.descendant_of(llm, upstream)
     assert root.start_us <= ingress.start_us <= process.start_us
     # 4 the decision, then part 1 handed to Envoy; the upstream request can only start after it
@@ -90,7 +92,7 @@ def steps(check: TraceCheck, *, streamed: bool) -> list[tuple[str, int]]:
     assert pick.end_us <= part1 <= upstream.start_us, "part 1 must be sent after the pick, before the upstream starts"
     assert part1 <= llm.start_us
     # 5 the mock prefills on part 1 while part 2 does not exist yet
-    assert llm.attributes.get("vllm.multipart") is True
+    assert llm.attributes.get(Vllm.MULTIPART) is True
     assert part1 <= prefill.start_us < inject.start_us, "prefill must start on part 1, before the EPP makes part 2"
     # 6 prefill ends, then the first token is written (headers went out with it)
     assert prefill.end_us <= mock_first_token
@@ -98,11 +100,11 @@ def steps(check: TraceCheck, *, streamed: bool) -> list[tuple[str, int]]:
     assert prefill.end_us <= headers_seen
     trigger = headers_seen
     if streamed:
-        token_seen = process.event("first_token_seen").time_us
+        token_seen = process.event(Epp.FIRST_TOKEN_SEEN).time_us
         assert headers_seen <= token_seen
         trigger = token_seen
     else:
-        assert not [e for e in process.events if e.name == "first_token_seen"]
+        assert not [e for e in process.events if e.name == Epp.FIRST_TOKEN_SEEN]
     # 8-9 metadata made and part 2 + closing boundary sent, ending the request
     check.child_of(inject, process)
     assert trigger <= inject.start_us <= inject.end_us <= part2 <= process.end_us
@@ -116,15 +118,15 @@ def steps(check: TraceCheck, *, streamed: bool) -> list[tuple[str, int]]:
     return [("1 client sends", root.start_us), ("2 Envoy ingress", ingress.start_us), ("3 EPP stream", process.start_us),
             ("4 part1_sent", part1), ("5 prefill starts", prefill.start_us), ("6 prefill ends", prefill.end_us),
             ("6 first_token (mock)", mock_first_token), ("7 response_headers_seen", headers_seen),
-            *([("7 first_token_seen", process.event("first_token_seen").time_us)] if streamed else []),
+            *([("7 first_token_seen", process.event(Epp.FIRST_TOKEN_SEEN).time_us)] if streamed else []),
             ("8 epp.inject starts", inject.start_us), ("9 part2_sent", part2), ("10 await_metadata ends", await_md.end_us),
             ("11 decode starts", decode.start_us), ("12 client done", root.end_us)]
 
 
 def check_metadata(check: TraceCheck, result) -> dict:
     """The mock got exactly the metadata the EPP made: in its span and in its answer."""
-    made = check.one("epp.inject", "epp").attributes["epp.multipart.metadata"]
-    got = check.one("vllm.await_metadata", "vllm").attributes["vllm.multipart.metadata"]
+    made = check.one(Epp.INJECT, Service.EPP).attributes[Epp.MULTIPART_METADATA]
+    got = check.one(Vllm.AWAIT_METADATA, Service.VLLM).attributes[Vllm.MULTIPART_METADATA]
     assert got == made, f"the mock's metadata part differs from the EPP's:\n EPP  {made}\n mock {got}"
     report = final_answer(result)["multipart_metadata"]
     assert report["received"] is True and report["parts"] == ["metadata"]
@@ -141,11 +143,12 @@ def run_one(bed, body, prefill_ms: float, *, headers=None):
     assert result.status == 200, (result.status, result.body, result.error)
     assert result.error is None
     check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, SPANS, timeout_s=20))
+    check.follows_contract()
     timeline = steps(check, streamed=body["stream"])
-    check.duration(check.one("vllm.prefill", "vllm"), prefill_ms, TOL_MS)
+    check.duration(check.one(Vllm.PREFILL, Service.VLLM), prefill_ms, TOL_MS)
     metadata = check_metadata(check, result)
     served = result.headers.get("x-inference-pod")
-    assert metadata["served_by"] == served == check.one("epp.pick").attributes["epp.endpoint.name"]
+    assert metadata["served_by"] == served == check.one(Epp.PICK).attributes[Epp.ENDPOINT_NAME]
     assert metadata["response_status"] == 200
     assert abs(metadata["held_ms"] - prefill_ms) <= TOL_MS, metadata
     if body["stream"]:
@@ -166,7 +169,7 @@ def test_multipart_not_streamed_injects_on_the_response_headers(eppkit_testbed_f
     bed = eppkit_testbed_factory(multipart_topology(100.0))
     result, check = run_one(bed, chat("not streamed", stream=False), 100.0)
     assert result.body["choices"][0]["message"]["content"]
-    assert check.one("epp.inject").attributes["epp.multipart.trigger"] == "first-token"  # falls back to headers
+    assert check.one(Epp.INJECT).attributes[Epp.MULTIPART_TRIGGER] == "first-token"  # falls back to headers
 
 
 def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_epp(eppkit_testbed_factory):
@@ -179,7 +182,7 @@ def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_ep
     check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, SPANS, timeout_s=20))
     steps(check, streamed=False)  # the EPP acts on the headers alone
     check_metadata(check, result)
-    assert check.one("epp.inject").attributes["epp.multipart.trigger"] == "headers"
+    assert check.one(Epp.INJECT).attributes[Epp.MULTIPART_TRIGGER] == "headers"
 
 
 @pytest.mark.slow

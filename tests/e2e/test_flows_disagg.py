@@ -8,20 +8,24 @@ import re
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology
+from eppkit.observability.contract import Client, Encoder, GenAi, Pd, Service, Stream, Vllm
 
 pytestmark = pytest.mark.e2e
 
 TTFT_MS = 150.0
 ITL_MS = 5.0
 KV_MS = 40.0
+LATENCY = MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=ITL_MS)
+WITH_KV = MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=ITL_MS, kv_cache_transfer_latency=KV_MS)
 ENCODE_MS = 60.0
 TOL_MS = 25.0
 IMAGE = "data:image/png;base64,{}"
 
-DISAGG_SPANS = [("client", "client.request"), ("pd-sidecar", "pd.request"), ("pd-sidecar", "pd.prefill"),
-                ("pd-sidecar", "pd.decode"), ("vllm", "vllm.prefill"), ("vllm", "vllm.kv_transfer"), ("vllm", "vllm.decode")]
+DISAGG_SPANS = [Client.REQUEST, Pd.REQUEST, Pd.PREFILL,
+                Pd.DECODE, Vllm.PREFILL, Vllm.KV_TRANSFER, Vllm.DECODE]
 
 
 def _chat(content, *, stream=True, max_tokens=8, seed=None):
@@ -39,9 +43,9 @@ def _with_images(n: int, text="Describe these pictures."):
 
 def _instance_span(check, name, instance):
     """The ``name`` step of the mock ``instance`` (the instance is named on its llm_request)."""
-    if name == "llm_request":
-        return check.one(name, "vllm", vllm__instance=instance)
-    llm = check.one("llm_request", "vllm", vllm__instance=instance)
+    if name == Vllm.REQUEST:
+        return check.one(name, Service.VLLM, **{Vllm.INSTANCE: instance})
+    llm = check.one(Vllm.REQUEST, Service.VLLM, **{Vllm.INSTANCE: instance})
     steps = [c for c in llm.children if c.name == name]
     if len(steps) != 1:
         check.fail(f"expected one {name} under {instance}'s llm_request, found {len(steps)}")
@@ -49,8 +53,7 @@ def _instance_span(check, name, instance):
 
 
 def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="pd", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
-                                   kv_transfer_ms=KV_MS))
+    bed = eppkit_testbed_factory(Topology(flow="pd", latency=WITH_KV))
     client = bed.client()
     result = client.chat(_chat("Tell me about KV transfer."))
     client.flush()
@@ -59,79 +62,77 @@ def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppk
     assert result.headers.get("x-inference-pod") == "vllm-d0"
 
     check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, DISAGG_SPANS))
-    p_prefill = _instance_span(check, "vllm.prefill", "vllm-p0")
-    d_kv = _instance_span(check, "vllm.kv_transfer", "vllm-d0")
-    d_decode = _instance_span(check, "vllm.decode", "vllm-d0")
+    p_prefill = _instance_span(check, Vllm.PREFILL, "vllm-p0")
+    d_kv = _instance_span(check, Vllm.KV_TRANSFER, "vllm-d0")
+    d_decode = _instance_span(check, Vllm.DECODE, "vllm-d0")
     check.before(p_prefill, d_kv)
     check.before(d_kv, d_decode)
-    d_llm = _instance_span(check, "llm_request", "vllm-d0")
-    assert [c for c in d_llm.children if c.name == "vllm.prefill"] == [], "decode instance must not prefill"
+    d_llm = _instance_span(check, Vllm.REQUEST, "vllm-d0")
+    assert [c for c in d_llm.children if c.name == Vllm.PREFILL] == [], "decode instance must not prefill"
     check.duration(p_prefill, TTFT_MS, TOL_MS)
     check.duration(d_kv, KV_MS, TOL_MS)
-    check.descendant_of(p_prefill, check.one("pd.prefill"))
-    check.descendant_of(d_decode, check.one("pd.decode"))
-    check.in_order([check.one("pd.prefill"), check.one("pd.decode")])
+    check.descendant_of(p_prefill, check.one(Pd.PREFILL))
+    check.descendant_of(d_decode, check.one(Pd.DECODE))
+    check.in_order([check.one(Pd.PREFILL), check.one(Pd.DECODE)])
     # P was asked for one token only, and it handed kv_transfer_params on
-    p_llm = _instance_span(check, "llm_request", "vllm-p0")
-    assert p_llm.attributes.get("gen_ai.usage.completion_tokens") == 1
+    p_llm = _instance_span(check, Vllm.REQUEST, "vllm-p0")
+    assert p_llm.attributes.get(GenAi.USAGE_COMPLETION_TOKENS) == 1
 
 
 def test_epd_encoders_run_first_in_parallel_round_robin_and_prefill_hits_their_cache(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS,
-                                   inter_token_latency_ms=ITL_MS, encode_ms=ENCODE_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, latency=LATENCY, encode_latency=ENCODE_MS))
     client = bed.client()
     result = client.chat(_chat(_with_images(3)))
     client.flush()
     assert result.status == 200, result.body
 
-    trace = bed.jaeger.wait_for_trace(result.trace_id, DISAGG_SPANS + [("encoder", "encoder.encode")], min_spans=19)
+    trace = bed.jaeger.wait_for_trace(result.trace_id, DISAGG_SPANS + [Encoder.ENCODE], min_spans=19)
     check = TraceCheck(trace)
-    encodes = check.all("encoder.encode", "encoder")
+    encodes = check.all(Encoder.ENCODE, Service.ENCODER)
     assert len(encodes) == 3, f"one encoder.encode per image, got {len(encodes)}"
-    p_prefill = _instance_span(check, "vllm.prefill", "vllm-p0")
+    p_prefill = _instance_span(check, Vllm.PREFILL, "vllm-p0")
     for span in encodes:
         check.before(span, p_prefill)
     # round robin over 2 encoders: both used
-    assert {s.attributes.get("encoder.instance") for s in encodes} == {"encoder-0", "encoder-1"}
+    assert {s.attributes.get(Encoder.INSTANCE) for s in encodes} == {"encoder-0", "encoder-1"}
     # run concurrently: the three pd.encode spans overlap in time
-    pd_encodes = check.all("pd.encode", "pd-sidecar")
+    pd_encodes = check.all(Pd.ENCODE, Service.PD_SIDECAR)
     assert max(s.start_us for s in pd_encodes) < min(s.end_us for s in pd_encodes), "encoder requests did not overlap"
     # child request ids <parent>:<index>:<short>
-    ids = sorted(s.attributes.get("gen_ai.request.id", "") for s in encodes)
+    ids = sorted(s.attributes.get(GenAi.REQUEST_ID, "") for s in encodes)
     assert all(re.fullmatch(r".+:[0-2]:[0-9a-f]{8}", i) for i in ids), ids
-    assert p_prefill.attributes.get("vllm.ec_cache_hits") == 3
-    assert p_prefill.attributes.get("vllm.ec_cache_misses") == 0
+    assert p_prefill.attributes.get(Vllm.EC_CACHE_HITS) == 3
+    assert p_prefill.attributes.get(Vllm.EC_CACHE_MISSES) == 0
 
 
 def test_epd_text_only_request_skips_encoders(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, latency=LATENCY))
     client = bed.client()
     result = client.chat(_chat("No pictures here."))
     client.flush()
     assert result.status == 200
     check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, DISAGG_SPANS))
-    check.absent("encoder.encode")
-    check.absent("pd.encode")
+    check.absent(Encoder.ENCODE)
+    check.absent(Pd.ENCODE)
 
 
 def test_e_plus_pd_when_prefill_is_disabled(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", prefill=0, encoders=1, time_to_first_token_ms=TTFT_MS,
-                                   inter_token_latency_ms=ITL_MS, encode_ms=ENCODE_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", prefill=0, encoders=1, latency=LATENCY, encode_latency=ENCODE_MS))
     client = bed.client()
     result = client.chat(_chat(_with_images(2), stream=False))
     client.flush()
     assert result.status == 200, result.body
     check = TraceCheck(bed.jaeger.wait_for_trace(
-        result.trace_id, [("encoder", "encoder.encode"), ("vllm", "vllm.prefill"), ("pd-sidecar", "pd.decode")]))
-    check.absent("pd.prefill")
-    pd_prefill = _instance_span(check, "vllm.prefill", "vllm-d0")  # the PD instance prefills itself
-    for span in check.all("encoder.encode"):
+        result.trace_id, [Encoder.ENCODE, Vllm.PREFILL, Pd.DECODE]))
+    check.absent(Pd.PREFILL)
+    pd_prefill = _instance_span(check, Vllm.PREFILL, "vllm-d0")  # the PD instance prefills itself
+    for span in check.all(Encoder.ENCODE):
         check.before(span, pd_prefill)
-    assert pd_prefill.attributes.get("vllm.ec_cache_hits") == 2
+    assert pd_prefill.attributes.get(Vllm.EC_CACHE_HITS) == 2
 
 
 def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=1, time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+    bed = eppkit_testbed_factory(Topology(flow="epd", encoders=1, latency=LATENCY))
     client = bed.client()
     result = client.chat(_chat(_with_images(1), stream=False), headers={"x-mock-encoder-failure": "500"})
     assert result.status == 502, result.body
@@ -140,8 +141,7 @@ def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
 
 
 def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstreamed_text(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="ttft", time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS,
-                                   kv_transfer_ms=KV_MS))
+    bed = eppkit_testbed_factory(Topology(flow="ttft", latency=WITH_KV))
     client = bed.client()
     streamed = client.chat(_chat("Stream me the first token early.", seed=42, max_tokens=10))
     whole = client.chat(_chat("Stream me the first token early.", seed=42, max_tokens=10, stream=False))
@@ -151,16 +151,16 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
     assert len(streamed.tokens) == 10, "decode's duplicate first token was not stripped (or a token was lost)"
 
     check = TraceCheck(bed.jaeger.wait_for_trace(streamed.trace_id, DISAGG_SPANS))
-    client_first_token = check.one("client.request").event("first_token")
-    d_decode = _instance_span(check, "vllm.decode", "vllm-d0")
-    d_kv = _instance_span(check, "vllm.kv_transfer", "vllm-d0")
+    client_first_token = check.one(Client.REQUEST).event(Stream.FIRST_TOKEN)
+    d_decode = _instance_span(check, Vllm.DECODE, "vllm-d0")
+    d_kv = _instance_span(check, Vllm.KV_TRANSFER, "vllm-d0")
     check.event_before(client_first_token.time_us, "client's first token", d_decode)
     assert client_first_token.time_us < d_kv.end_us, "first token should reach the client while KV is still moving"
-    assert "pd.true_ttft_ms" in check.one("pd.request").attributes
+    assert Pd.TRUE_TTFT_MS in check.one(Pd.REQUEST).attributes
 
 
 def test_ttft_gain_against_the_same_flow_without_first_token_streaming(eppkit_testbed_factory, record_property):
-    common = dict(time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS, kv_transfer_ms=KV_MS)
+    common = dict(latency=WITH_KV)
     ttft = {}
     for flow in ("pd", "ttft"):
         bed = eppkit_testbed_factory(Topology(flow=flow, **common))
@@ -170,7 +170,7 @@ def test_ttft_gain_against_the_same_flow_without_first_token_streaming(eppkit_te
             result = client.chat(_chat(f"measure {i}", seed=i))
             client.flush()
             trace = bed.jaeger.wait_for_trace(result.trace_id, DISAGG_SPANS)
-            samples.append(trace.one("pd.request").attributes["pd.true_ttft_ms"])
+            samples.append(trace.one(Pd.REQUEST).attributes[Pd.TRUE_TTFT_MS])
         ttft[flow] = sorted(samples)[1]
         bed.stop()
     gain = ttft["pd"] - ttft["ttft"]

@@ -16,27 +16,28 @@ arriving the same way.
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology
+from eppkit.observability.contract import Callout, Encoder, Epp, Pd, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
 PICKER_MODES = ("ext_proc", "sidecar", "lua-callout", "dynmod-callout")
 IMAGE = "data:image/png;base64,{}"
 
-# Where each mode's decision lands: (service, span, attribute prefix).
-DECISION = {
-    "ext_proc": ("epp", "epp.pick", "epp"),
-    "sidecar": ("epp", "epp.pick", "epp"),  # the frontend names the decoder; the EPP adds P and E
-    "lua-callout": ("callout", "callout.pick", "callout"),
-    "dynmod-callout": ("callout", "callout.pick", "callout"),
-}
+# Where each mode's decision lands: the span, and its attributes naming the prefiller (address,
+# name) and the encoders (names). In sidecar the frontend names the decoder; the EPP adds P and E.
+_EPP = (Epp.PICK, Epp.PREFILLER, Epp.PREFILLER_NAME, Epp.ENCODERS_NAMES)
+_CALLOUT = (Callout.PICK, Callout.PREFILLER, Callout.PREFILLER_NAME, Callout.ENCODERS_NAMES)
+DECISION = {"ext_proc": _EPP, "sidecar": _EPP, "lua-callout": _CALLOUT, "dynmod-callout": _CALLOUT}
 
 
 def topology(mode: str, flow: str) -> Topology:
-    return Topology(mode=mode, flow=flow, prefill=2, decode=1, encoders=2, time_to_first_token_ms=40,
-                    inter_token_latency_ms=5, kv_transfer_ms=10, encode_ms=20, options={"scorer": "round-robin"})
+    return Topology(mode=mode, flow=flow, prefill=2, decode=1, encoders=2, encode_latency=20,
+                    latency=MockLatency(time_to_first_token=40, inter_token_latency=5, kv_cache_transfer_latency=10),
+                    options={"scorer": "round-robin"})
 
 
 def chat(content) -> dict:
@@ -55,35 +56,34 @@ def send(bed, body, *, media_items=0, headers=None) -> TraceCheck:
     client.close()
     assert result.status == 200, (result.status, result.body, result.error)
     assert len(result.tokens) == 4
-    rules = expected_spans.expected(bed.topology.mode, bed.topology.flow, media_items)
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [(r.service, r.name) for r in rules if not r.prefix],
-                                      min_spans=sum(r.count for r in rules), timeout_s=20)
+    trace = bed.jaeger.wait_for_trace(
+        result.trace_id, expected_spans.expected(bed.topology.mode, bed.topology.flow, media_items), timeout_s=20)
     check = TraceCheck(trace)
+    check.follows_contract()
     assert result.headers.get("x-inference-pod") == "vllm-d0"
     return check
 
 
 def decision(check: TraceCheck, mode: str):
-    service, name, prefix = DECISION[mode]
-    span = check.one(name, service)
-    return span, prefix
+    return check.one(DECISION[mode][0])
 
 
 def served_prefiller(check: TraceCheck) -> str:
-    return check.one("llm_request", "vllm", vllm__role="prefill").attributes["vllm.instance"]
+    return check.one(Vllm.REQUEST, Service.VLLM, **{Vllm.ROLE: "prefill"}).attributes[Vllm.INSTANCE]
 
 
 def assert_prefill_follows_the_decision(check: TraceCheck, mode: str, expected: str | None = None) -> str:
-    span, prefix = decision(check, mode)
-    named = span.attributes.get(f"{prefix}.prefiller.name")
+    span = decision(check, mode)
+    _, prefiller, prefiller_name, _ = DECISION[mode]
+    named = span.attributes.get(prefiller_name)
     assert named, f"{span.label} names no prefiller: {span.attributes}"
     if expected is not None:
         assert named == expected, f"{span.label} named {named}, expected the forced {expected}"
     served = served_prefiller(check)
     assert served == named, f"the picker chose {named} but {served} prefilled (the sidecar used its fallback?)"
     # The sidecar's own record agrees: the address it called is the one the picker named.
-    assert check.one("pd.prefill", "pd-sidecar").attributes["pd.prefiller"] == span.attributes[f"{prefix}.prefiller"]
-    check.before(span, check.one("pd.prefill", "pd-sidecar"))
+    assert check.one(Pd.PREFILL, Service.PD_SIDECAR).attributes[Pd.PREFILLER] == span.attributes[prefiller]
+    check.before(span, check.one(Pd.PREFILL, Service.PD_SIDECAR))
     return named
 
 
@@ -105,17 +105,16 @@ def test_epd_encoders_and_prefiller_are_the_ones_the_picker_named(eppkit_testbed
     check = send(bed, chat(with_images(1)), media_items=1,
                  headers={"x-eppkit-force-prefiller": "vllm-p1", "x-eppkit-force-encoders": "encoder-1"})
     assert_prefill_follows_the_decision(check, mode, expected="vllm-p1")
-    span, prefix = decision(check, mode)
-    assert span.attributes.get(f"{prefix}.encoders.names") == "encoder-1"
-    assert [s.attributes["encoder.instance"] for s in check.all("encoder.encode", "encoder")] == ["encoder-1"]
+    encoders_names = DECISION[mode][3]
+    assert decision(check, mode).attributes.get(encoders_names) == "encoder-1"
+    assert [s.attributes[Encoder.INSTANCE] for s in check.all(Encoder.ENCODE, Service.ENCODER)] == ["encoder-1"]
     # Two images, unforced: one encoder per item, the ones the picker listed, then prefill.
     check = send(bed, chat(with_images(2)), media_items=2)
     assert_prefill_follows_the_decision(check, mode)
-    span, prefix = decision(check, mode)
-    named = span.attributes[f"{prefix}.encoders.names"].split(",")
-    used = sorted(s.attributes["encoder.instance"] for s in check.all("encoder.encode", "encoder"))
+    named = decision(check, mode).attributes[encoders_names].split(",")
+    used = sorted(s.attributes[Encoder.INSTANCE] for s in check.all(Encoder.ENCODE, Service.ENCODER))
     assert used == sorted(named) and len(named) == 2, (named, used)
-    p_llm = check.one("llm_request", "vllm", vllm__role="prefill")
-    (p_prefill,) = [s for s in p_llm.children if s.name == "vllm.prefill"]
-    for encode in check.all("encoder.encode", "encoder"):
+    p_llm = check.one(Vllm.REQUEST, Service.VLLM, **{Vllm.ROLE: "prefill"})
+    (p_prefill,) = [s for s in p_llm.children if s.name == Vllm.PREFILL]
+    for encode in check.all(Encoder.ENCODE, Service.ENCODER):
         check.before(encode, p_prefill)

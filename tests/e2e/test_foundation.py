@@ -2,8 +2,10 @@
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Client, Envoy, Service, Stream, Vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -17,7 +19,7 @@ PREFILL_TOLERANCE_MS = 25.0
 @pytest.fixture
 def direct_bed(eppkit_testbed_factory):
     return eppkit_testbed_factory(Topology(mode="direct", vllm=[VllmSpec("vllm-0")],
-                                    time_to_first_token_ms=TTFT_MS, inter_token_latency_ms=ITL_MS))
+                                    latency=MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=ITL_MS)))
 
 
 def test_streaming_request_through_envoy_is_traced_end_to_end(direct_bed):
@@ -33,14 +35,15 @@ def test_streaming_request_through_envoy_is_traced_end_to_end(direct_bed):
 
     trace = direct_bed.jaeger.wait_for_trace(
         result.trace_id,
-        [("client", "client.request"), ("envoy", "ingress"), ("vllm", "llm_request"),
-         ("vllm", "vllm.prefill"), ("vllm", "vllm.decode")],
+        [Client.REQUEST, Envoy.INGRESS, Vllm.REQUEST,
+         Vllm.PREFILL, Vllm.DECODE],
     )
     check = TraceCheck(trace)
-    root = check.one("client.request", "client")
-    ingress = check.one(service="envoy", name="ingress")
-    llm = check.one("llm_request", "vllm")
-    prefill, decode = check.one("vllm.prefill"), check.one("vllm.decode")
+    check.follows_contract()
+    root = check.one(Client.REQUEST, Service.CLIENT)
+    ingress = check.one(service=Service.ENVOY, name=Envoy.INGRESS)
+    llm = check.one(Vllm.REQUEST, Service.VLLM)
+    prefill, decode = check.one(Vllm.PREFILL), check.one(Vllm.DECODE)
 
     # parentage: client -> Envoy -> vLLM, one trace, one root
     check.single_root(root)
@@ -49,7 +52,7 @@ def test_streaming_request_through_envoy_is_traced_end_to_end(direct_bed):
     check.child_of(prefill, llm)
     check.child_of(decode, llm)
     # order: prefill ends before the first token and before decode starts
-    first_token = llm.event("first_token")
+    first_token = llm.event(Stream.FIRST_TOKEN)
     check.event_before(prefill.end_us, "vllm.prefill end", decode)
     assert prefill.end_us <= first_token.time_us, "first_token event came before prefill ended"
     assert first_token.time_us <= decode.start_us + 1000, "first token should be out before decode starts"

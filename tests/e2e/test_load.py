@@ -52,8 +52,9 @@ def test_bounded_load_loses_no_request_no_trace_and_no_memory(eppkit_testbed_fac
     # The pickers' own deadlines as long as Envoy's default wait for the EPP (10 s): on a saturated
     # 2-core machine the 1 s callout default made 0.3-5 % of callout requests fail closed (502),
     # which is a timeout setting, not a lost request (docs/reliability.md).
-    bed = eppkit_testbed_factory(topology(mode, ttft_ms=20, itl_ms=2, callout_timeout_ms=10000,
-                                   epp_args=["--frontend-timeout", "10"] if mode == "sidecar" else []))
+    deadlines = {"lua-callout": {"callout_timeout_ms": 10000}, "dynmod-callout": {"callout_timeout_ms": 10000},
+                 "sidecar": {"epp_args": ["--frontend-timeout", "10"]}}.get(mode, {})
+    bed = eppkit_testbed_factory(topology(mode, ttft_ms=20, itl_ms=2, **deadlines))
     result = run_load(bed, requests=n, concurrency=concurrency, max_duration_s=MAX_DISPATCH_S,
                       inject_every=INJECT_EVERY, warmup=2 * concurrency)
     summary = result.summary()

@@ -23,18 +23,20 @@ from dataclasses import dataclass
 import pytest
 import requests
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Callout, Client, Cluster, Dynmod, Envoy, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "mock-llm"
-PICKED_UPSTREAM = "router pool_picked egress"
-FALLBACK_UPSTREAM = "router pool egress"
+PICKED_UPSTREAM = Envoy.router(Cluster.picked())
+FALLBACK_UPSTREAM = Envoy.router(Cluster.POOL)
 
 
 @dataclass(frozen=True)
-class Callout:
+class CalloutMode:
     mode: str
     call_span: str
     # The dynamic module tags its span with eppkit.callout.{endpoint,outcome}; Envoy's httpCall
@@ -42,12 +44,12 @@ class Callout:
     tagged: bool
 
 
-CALLOUTS = [Callout("lua-callout", "async callout egress", tagged=False),
-            Callout("dynmod-callout", "dynmod callout", tagged=True)]
+CALLOUTS = [CalloutMode("lua-callout", Envoy.CALLOUT_CALL, tagged=False),
+            CalloutMode("dynmod-callout", Dynmod.CALLOUT, tagged=True)]
 
 
 @pytest.fixture(params=CALLOUTS, ids=lambda c: c.mode)
-def callout(request) -> Callout:
+def callout(request) -> CalloutMode:
     return request.param
 
 
@@ -55,9 +57,10 @@ def chat_body(**extra):
     return {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Which pod am I on?"}], **extra}
 
 
-def callout_topology(callout: Callout, **options) -> Topology:
+def callout_topology(callout: CalloutMode, **options) -> Topology:
+    options.setdefault("scorer", "round-robin")
     return Topology(mode=callout.mode, vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+                    latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
 
 @pytest.fixture
@@ -65,15 +68,15 @@ def bed(eppkit_testbed_factory, callout):
     return eppkit_testbed_factory(callout_topology(callout))
 
 
-def served_trace(bed, callout: Callout, result, *extra):
+def served_trace(bed, callout: CalloutMode, result, *extra):
     return bed.jaeger.wait_for_trace(result.trace_id, [
-        ("client", "client.request"), ("envoy", "ingress"), ("envoy", callout.call_span),
-        ("callout", "callout.pick"), ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request"), *extra])
+        Client.REQUEST, Envoy.INGRESS, callout.call_span,
+        Callout.PICK, PICKED_UPSTREAM, Vllm.REQUEST, *extra])
 
 
-def check_outcome(check: TraceCheck, callout: Callout, outcome: str) -> None:
+def check_outcome(check: TraceCheck, callout: CalloutMode, outcome: str) -> None:
     if callout.tagged:
-        check.attribute(check.one(callout.call_span, "envoy"), "eppkit.callout.outcome", outcome)
+        check.attribute(check.one(callout.call_span, Service.ENVOY), Dynmod.OUTCOME, outcome)
 
 
 def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed, callout):
@@ -88,14 +91,14 @@ def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed, callout):
 
     for result, pod in served:
         check = TraceCheck(served_trace(bed, callout, result))
-        pick = check.one("callout.pick", "callout")
-        picked = pick.attributes["callout.endpoint"]
+        pick = check.one(Callout.PICK, Service.CALLOUT)
+        picked = pick.attributes[Callout.ENDPOINT]
         assert names[picked] == pod, f"callout picked {picked} ({names.get(picked)}) but {pod} served"
         assert result.headers["x-eppkit-callout"] == f"picked {picked}"
-        check.attribute(check.one(PICKED_UPSTREAM, "envoy"), "upstream_address", picked)
+        check.attribute(check.one(PICKED_UPSTREAM, Service.ENVOY), Envoy.UPSTREAM_ADDRESS, picked)
         if callout.tagged:
-            check.attribute(check.one(callout.call_span, "envoy"), "eppkit.callout.endpoint", picked)
-        check.attribute(pick, "callout.scorer", "round-robin")
+            check.attribute(check.one(callout.call_span, Service.ENVOY), Dynmod.ENDPOINT, picked)
+        check.attribute(pick, Callout.SCORER, "round-robin")
     # round-robin over two backends: both served
     assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
 
@@ -106,28 +109,22 @@ def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(
     client.flush()
     assert result.status == 200, result.body
 
-    trace = served_trace(bed, callout, result, ("vllm", "vllm.prefill"), ("vllm", "vllm.decode"))
+    trace = served_trace(bed, callout, result, Vllm.PREFILL, Vllm.DECODE)
     check = TraceCheck(trace)
-    check.present_once([("client", "client.request"), ("envoy", "ingress"), ("envoy", callout.call_span),
-                        ("callout", "callout.pick"), ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request")])
-    root, ingress = check.one("client.request", "client"), check.one("ingress", "envoy")
-    call, pick = check.one(callout.call_span, "envoy"), check.one("callout.pick", "callout")
-    upstream, llm = check.one(PICKED_UPSTREAM, "envoy"), check.one("llm_request", "vllm")
-    check.single_root(root)
-    # The call's span is a child of the request's span, and the callout's span of it: the trace
-    # context crossed the callout (Envoy injects it for httpCall; the module sends its own).
-    check.child_of(ingress, root)
-    check.child_of(call, ingress)
+    check.present_once([Client.REQUEST, Envoy.INGRESS, callout.call_span,
+                        Callout.PICK, PICKED_UPSTREAM, Vllm.REQUEST])
+    path = check.request_path(callout.mode)
+    check.follows_contract()
+    call, pick, upstream = path.call, path.decision, path.upstream
+    assert upstream.name == PICKED_UPSTREAM and path.backend.name == Vllm.REQUEST
+    # The callout's span is a child of the call's: the trace context crossed the callout (Envoy
+    # injects it for httpCall; the module sends its own). The call ends before the upstream starts.
     check.child_of(pick, call)
-    check.child_of(upstream, ingress)
-    check.child_of(llm, upstream)
-    # order: the decision is made (and its call finished) before the upstream request starts
-    check.before(pick, upstream)
     check.before(call, upstream)
     check.within(pick, call)
     check_outcome(check, callout, "route")
     if callout.tagged:
-        check.attribute(call, "upstream_cluster", "callout")
+        check.attribute(call, Envoy.UPSTREAM_CLUSTER, "callout")
 
 
 @pytest.mark.parametrize(
@@ -151,13 +148,13 @@ def test_callout_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_ups
     assert "x-inference-pod" not in result.headers
     assert result.headers["x-eppkit-callout"] == f"rejected {status}"
 
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("client", "client.request"), ("envoy", "ingress"),
-                                                        ("envoy", callout.call_span), ("callout", "callout.pick")],
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Client.REQUEST, Envoy.INGRESS,
+                                                        callout.call_span, Callout.PICK],
                                       quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("llm_request", "vllm")
-    check.absent(PICKED_UPSTREAM, "envoy")
-    check.attribute(check.one("callout.pick"), "http.response.status_code", status)
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    check.absent(PICKED_UPSTREAM, Service.ENVOY)
+    check.attribute(check.one(Callout.PICK), Http.RESPONSE_STATUS_CODE, status)
     check_outcome(check, callout, "reject")
 
 
@@ -171,10 +168,10 @@ def test_callout_down_fails_closed_with_a_502_by_default(bed, callout):
     assert result.body["error"]["type"] == "BadGatewayError"
     assert "routing service could not pick" in result.body["error"]["message"]
     assert result.headers["x-eppkit-callout"] == "unavailable"
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", callout.call_span)],
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, callout.call_span],
                                       quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("llm_request", "vllm")
+    check.absent(Vllm.REQUEST, Service.VLLM)
     check_outcome(check, callout, "failure")
 
 
@@ -185,10 +182,10 @@ def test_a_callout_slower_than_its_timeout_counts_as_down(eppkit_testbed_factory
     client.flush()
     assert result.status == 502, result.body
     assert result.body["error"]["code"] == "callout_unavailable"
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("envoy", callout.call_span)],
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, callout.call_span],
                                       quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("llm_request", "vllm")
+    check.absent(Vllm.REQUEST, Service.VLLM)
     check.duration(check.one(callout.call_span), 100.0, 30.0)  # the call ends at the timeout, not the pick
     check_outcome(check, callout, "failure")
 
@@ -203,10 +200,10 @@ def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_test
     assert {r.headers["x-inference-pod"] for r in results} == {"vllm-0", "vllm-1"}  # round-robin pool
     assert results[0].headers["x-eppkit-callout"].startswith("fail-open: ")
 
-    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", "ingress"), ("envoy", callout.call_span),
-                                                            ("envoy", FALLBACK_UPSTREAM), ("vllm", "llm_request")])
+    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [Envoy.INGRESS, callout.call_span,
+                                                            FALLBACK_UPSTREAM, Vllm.REQUEST])
     check = TraceCheck(trace)
-    check.absent("callout.pick")
+    check.absent(Callout.PICK)
     check.before(check.one(callout.call_span), check.one(FALLBACK_UPSTREAM))
 
 

@@ -27,15 +27,19 @@ import time
 import pytest
 import requests
 
+from _reliability import wait_for_cluster_health
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
+from eppkit.polling import poll
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "mock-llm"
-EXT_PROC_CALL = "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress"
-PICKED_UPSTREAM = "router picked egress"
-FALLBACK_UPSTREAM = "router pool egress"
+EXT_PROC_CALL = Envoy.EXT_PROC_CALL
+PICKED_UPSTREAM = Envoy.router(Cluster.PICKED)
+FALLBACK_UPSTREAM = Envoy.router(Cluster.POOL)
 SYSTEM = ("You are a meticulous assistant for an inference gateway test kit. Answer briefly, "
           "name the pod you run on, and never invent facts you cannot check.")
 
@@ -47,7 +51,7 @@ def chat_body(content="Which pod am I on?", **extra):
 def ext_proc_topology(vllm=None, **options) -> Topology:
     options.setdefault("scorer", "round-robin")
     return Topology(mode="ext_proc", vllm=vllm or [VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+                    latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
 
 @pytest.fixture
@@ -57,26 +61,14 @@ def bed(eppkit_testbed_factory):
 
 def served_trace(bed, result, *extra, upstream=PICKED_UPSTREAM):
     return bed.jaeger.wait_for_trace(result.trace_id, [
-        ("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL),
-        ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"),
-        ("envoy", upstream), ("vllm", "llm_request"), *extra])
+        Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL,
+        Epp.PROCESS, Epp.PICK, Epp.INJECT,
+        upstream, Vllm.REQUEST, *extra])
 
 
 def rejected_trace(bed, result):
-    return bed.jaeger.wait_for_trace(result.trace_id, [("client", "client.request"), ("envoy", "ingress"),
-                                                       ("epp", "epp.process")], quiet_s=1.0)
-
-
-def wait_for_epp_health(bed, healthy: bool, timeout_s: float = 10.0) -> None:
-    """Until Envoy's active health check sees the EPP as (un)healthy."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = requests.get(bed.envoy_admin_url + "/clusters", timeout=5).text
-        flags = [line for line in text.splitlines() if line.startswith("epp::") and "::health_flags::" in line]
-        if flags and (("failed_active_hc" not in flags[0]) == healthy):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"Envoy did not see the EPP as {'healthy' if healthy else 'unhealthy'} in {timeout_s}s: {flags}")
+    return bed.jaeger.wait_for_trace(result.trace_id, [Client.REQUEST, Envoy.INGRESS,
+                                                       Epp.PROCESS], quiet_s=1.0)
 
 
 def test_the_endpoint_the_epp_picks_is_the_one_that_serves(bed):
@@ -91,13 +83,13 @@ def test_the_endpoint_the_epp_picks_is_the_one_that_serves(bed):
 
     for result, pod in served:
         check = TraceCheck(served_trace(bed, result))
-        pick = check.one("epp.pick", "epp")
-        picked = pick.attributes["epp.endpoint"]
+        pick = check.one(Epp.PICK, Service.EPP)
+        picked = pick.attributes[Epp.ENDPOINT]
         assert names[picked] == pod, f"EPP picked {picked} ({names.get(picked)}) but {pod} served"
-        check.attribute(pick, "epp.endpoint.name", pod)
-        check.attribute(pick, "epp.scorer", "round-robin")
-        assert pick.attributes["epp.reason"].startswith("round-robin turn")
-        check.attribute(check.one(PICKED_UPSTREAM, "envoy"), "upstream_address", picked)
+        check.attribute(pick, Epp.ENDPOINT_NAME, pod)
+        check.attribute(pick, Epp.SCORER, "round-robin")
+        assert pick.attributes[Epp.REASON].startswith("round-robin turn")
+        check.attribute(check.one(PICKED_UPSTREAM, Service.ENVOY), Envoy.UPSTREAM_ADDRESS, picked)
     assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
 
 
@@ -107,28 +99,24 @@ def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_sta
     client.flush()
     assert result.status == 200, result.body
 
-    check = TraceCheck(served_trace(bed, result, ("vllm", "vllm.prefill"), ("vllm", "vllm.decode")))
-    check.present_once([("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL),
-                        ("epp", "epp.process"), ("epp", "epp.pick"), ("epp", "epp.inject"),
-                        ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request")])
-    root, ingress, call = check.one("client.request"), check.one("ingress"), check.one(EXT_PROC_CALL)
-    process, pick, inject = check.one("epp.process"), check.one("epp.pick"), check.one("epp.inject")
-    upstream, llm = check.one(PICKED_UPSTREAM), check.one("llm_request")
-    check.single_root(root)
+    check = TraceCheck(served_trace(bed, result, Vllm.PREFILL, Vllm.DECODE))
+    check.present_once([Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL,
+                        Epp.PROCESS, Epp.PICK, Epp.INJECT,
+                        PICKED_UPSTREAM, Vllm.REQUEST])
+    path = check.request_path("ext_proc")
+    check.follows_contract()
+    process, pick, inject = check.one(Epp.PROCESS), path.decision, check.one(Epp.INJECT)
+    assert path.upstream.name == PICKED_UPSTREAM and path.backend.name == Vllm.REQUEST
     # Envoy opens a child span for the ext_proc gRPC stream and injects its context into the
     # stream's initial metadata; the EPP's span is a child of it.
-    check.child_of(ingress, root)
-    check.child_of(call, ingress)
-    check.child_of(process, call)
+    check.child_of(process, path.call)
     check.child_of(pick, process)
     check.child_of(inject, process)
-    check.child_of(upstream, ingress)
-    check.child_of(llm, upstream)
     # The decision is made and delivered before the request goes upstream.
     check.in_order([pick, inject])
-    check.before(process, upstream)
-    check.within(process, call)
-    check.within(llm, upstream, slack_ms=1.0)
+    check.before(process, path.upstream)
+    check.within(process, path.call)
+    check.within(path.backend, path.upstream, slack_ms=1.0)
 
 
 @pytest.mark.parametrize(
@@ -152,9 +140,9 @@ def test_epp_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstrea
     assert "x-inference-pod" not in result.headers
 
     check = TraceCheck(rejected_trace(bed, result))
-    check.absent("llm_request", "vllm")
-    check.absent(PICKED_UPSTREAM, "envoy")
-    check.attribute(check.one("epp.process"), "http.response.status_code", status)
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    check.absent(PICKED_UPSTREAM, Service.ENVOY)
+    check.attribute(check.one(Epp.PROCESS), Http.RESPONSE_STATUS_CODE, status)
 
 
 def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_factory):
@@ -171,13 +159,10 @@ def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_f
     for t in fillers:
         t.start()
         time.sleep(0.2)
-    deadline = time.monotonic() + 2.0
     client = bed.client()
-    while True:  # the EPP sees the queue at its next scrape
-        result = client.chat(chat_body())
-        if result.status == 429 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    # the EPP sees the queue at its next scrape
+    result = poll(lambda: client.chat(chat_body()), until=lambda r: r.status == 429, timeout_s=2.0, interval_s=0.1,
+                  describe="a request shed with 429")
     client.flush()
     for t in fillers:
         t.join()
@@ -185,8 +170,8 @@ def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_f
     assert result.body["error"]["type"] == "RateLimitError" and result.body["error"]["code"] == "shed"
     assert [r.status_code for r in slow] == [200, 200]
     check = TraceCheck(rejected_trace(bed, result))
-    check.absent("llm_request", "vllm")
-    assert "waiting queue" in check.one("epp.pick").attributes["epp.reason"]
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    assert "waiting queue" in check.one(Epp.PICK).attributes[Epp.REASON]
 
 
 def test_requests_without_a_body_are_picked_on_headers(bed):
@@ -198,7 +183,7 @@ def test_requests_without_a_body_are_picked_on_headers(bed):
 
 
 def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(ext_proc_topology(scorer="prefix-cache"))
+    bed = eppkit_testbed_factory(ext_proc_topology(scorer="prefix-cache-scorer"))
     client = bed.client()
     results = []
     for i in range(4):
@@ -209,7 +194,7 @@ def test_prefix_cache_scorer_keeps_a_shared_prompt_on_one_endpoint(eppkit_testbe
     assert [r.status for r in results] == [200] * 4
     assert len({r.headers["x-inference-pod"] for r in results}) == 1
     check = TraceCheck(served_trace(bed, results[-1]))
-    assert check.one("epp.pick").attributes["epp.reason"].startswith("prefix hit")
+    assert check.one(Epp.PICK).attributes[Epp.REASON].startswith("prefix hit")
     # The mock's own prefix cache agrees: the later requests found their prefix cached.
     assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
@@ -228,15 +213,15 @@ def test_body_routing_in_front_picks_within_the_requested_model(eppkit_testbed_f
 
 def test_epp_down_fails_closed_by_default(bed):
     bed.services["epp"].process.stop()
-    wait_for_epp_health(bed, healthy=False)
+    wait_for_cluster_health(bed, "epp", healthy=False)
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()
     assert result.status == 500, result.body  # Envoy's status_on_error default
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress")], quiet_s=1.0)
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS], quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("llm_request", "vllm")
-    check.absent("epp.process", "epp")
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    check.absent(Epp.PROCESS, Service.EPP)
 
 
 def test_epp_down_fails_closed_with_the_configured_status(eppkit_testbed_factory):
@@ -248,17 +233,17 @@ def test_epp_down_fails_closed_with_the_configured_status(eppkit_testbed_factory
 def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True))
     bed.services["epp"].process.stop()
-    wait_for_epp_health(bed, healthy=False)
+    wait_for_cluster_health(bed, "epp", healthy=False)
     client = bed.client()
     results = [client.chat(chat_body(stream=s)) for s in (False, True)]
     client.flush()
     assert [r.status for r in results] == [200, 200], [r.body for r in results]
     assert {r.headers["x-inference-pod"] for r in results} == {"vllm-0", "vllm-1"}  # round-robin pool
 
-    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [("envoy", "ingress"), ("envoy", FALLBACK_UPSTREAM),
-                                                            ("vllm", "llm_request")])
+    trace = bed.jaeger.wait_for_trace(results[0].trace_id, [Envoy.INGRESS, FALLBACK_UPSTREAM,
+                                                            Vllm.REQUEST])
     check = TraceCheck(trace)
-    check.absent("epp.process")
+    check.absent(Epp.PROCESS)
     check.absent(PICKED_UPSTREAM)
 
 
@@ -293,18 +278,16 @@ def test_epp_coming_back_is_used_again(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True))
     epp = bed.services["epp"].process
     epp.stop()
-    wait_for_epp_health(bed, healthy=False)
+    wait_for_cluster_health(bed, "epp", healthy=False)
     assert bed.client().chat(chat_body()).status == 200  # fail-open meanwhile
     epp.start()
-    wait_for_epp_health(bed, healthy=True)
+    wait_for_cluster_health(bed, "epp", healthy=True)
     # The admin view turns healthy a moment before every worker thread does: allow a few seconds
     # for the EPP to be used again, but it must be (a forced pick is only honoured by the EPP).
     # A pod outside the pool is refused (503) only by the EPP; fail-open would serve it (200).
     client = bed.client()
-    deadline = time.monotonic() + 5
-    while client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "no-such-pod"}).status != 503:
-        assert time.monotonic() < deadline, "the EPP was not used again within 5 s of being healthy"
-        time.sleep(0.2)
+    poll(lambda: client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "no-such-pod"}).status,
+         until=lambda status: status == 503, timeout_s=5, interval_s=0.2, describe="the EPP used again once healthy")
     result = client.chat(chat_body(), headers={"x-eppkit-force-endpoint": "vllm-1"})
     client.flush()
     assert (result.status, result.headers["x-inference-pod"]) == (200, "vllm-1")
@@ -334,4 +317,4 @@ def test_response_path_through_the_epp_is_passed_through_unchanged(eppkit_testbe
     assert result.body["usage"]["completion_tokens"] == 6 and result.text
     check = TraceCheck(served_trace(bed, result))
     # With the response path processed, Envoy keeps its ext_proc span open until the response ends.
-    assert check.one(EXT_PROC_CALL).end_us >= check.one("llm_request").end_us
+    assert check.one(EXT_PROC_CALL).end_us >= check.one(Vllm.REQUEST).end_us

@@ -8,7 +8,7 @@ Trace of one request:
       envoy:ingress
         envoy:async envoy.service.ext_proc.v3.ExternalProcessor.Process egress
           epp:epp.process
-            epp:epp.pick                  epp.scorer = frontend:kv, epp.worker_id
+            epp:epp.pick                  epp.scorer = frontend:kv-router-scorer, epp.worker_id
               frontend:frontend.route     frontend.worker_id, frontend.token_count
                 frontend:frontend.tokenize
             epp:epp.inject
@@ -18,14 +18,16 @@ Trace of one request:
 
 import pytest
 
+from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Frontend, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "mock-llm"
-EXT_PROC_CALL = "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress"
-PICKED_UPSTREAM = "router picked egress"
+EXT_PROC_CALL = Envoy.EXT_PROC_CALL
+PICKED_UPSTREAM = Envoy.router(Cluster.PICKED)
 SYSTEM = ("You are a meticulous assistant for an inference gateway test kit. Answer briefly, name the "
           "pod you run on, keep every answer under twenty words and never invent facts you cannot check.")
 
@@ -36,8 +38,9 @@ def chat_body(content="Which pod am I on?", *, system=None, **extra):
 
 
 def sidecar_topology(**options) -> Topology:
+    options.setdefault("scorer", "kv-router-scorer")  # the frontend as Dynamo's: a KV-aware router
     return Topology(mode="sidecar", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
-                    time_to_first_token_ms=30, inter_token_latency_ms=5, options=options)
+                    latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
 
 @pytest.fixture
@@ -47,10 +50,10 @@ def bed(eppkit_testbed_factory):
 
 def served_trace(bed, result, *extra):
     return bed.jaeger.wait_for_trace(result.trace_id, [
-        ("client", "client.request"), ("envoy", "ingress"), ("envoy", EXT_PROC_CALL),
-        ("epp", "epp.process"), ("epp", "epp.pick"), ("frontend", "frontend.route"),
-        ("frontend", "frontend.tokenize"), ("epp", "epp.inject"), ("envoy", PICKED_UPSTREAM),
-        ("vllm", "llm_request"), *extra])
+        Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL,
+        Epp.PROCESS, Epp.PICK, Frontend.ROUTE,
+        Frontend.TOKENIZE, Epp.INJECT, PICKED_UPSTREAM,
+        Vllm.REQUEST, *extra])
 
 
 def test_the_worker_the_frontend_picks_is_the_one_that_serves(bed):
@@ -63,15 +66,15 @@ def test_the_worker_the_frontend_picks_is_the_one_that_serves(bed):
     for result in results:
         pod = result.headers["x-inference-pod"]
         check = TraceCheck(served_trace(bed, result))
-        route, pick = check.one("frontend.route", "frontend"), check.one("epp.pick", "epp")
-        assert names[route.attributes["frontend.endpoint"]] == pod
-        check.attribute(route, "frontend.worker_id", pod)  # worker id = the mock's instance name
-        check.attribute(pick, "epp.worker_id", pod)
-        check.attribute(pick, "epp.endpoint.name", pod)
-        check.attribute(pick, "epp.scorer", "frontend:kv")
-        check.attribute(check.one(PICKED_UPSTREAM), "upstream_address", route.attributes["frontend.endpoint"])
+        route, pick = check.one(Frontend.ROUTE, Service.FRONTEND), check.one(Epp.PICK, Service.EPP)
+        assert names[route.attributes[Frontend.ENDPOINT]] == pod
+        check.attribute(route, Frontend.WORKER_ID, pod)  # worker id = the mock's instance name
+        check.attribute(pick, Epp.WORKER_ID, pod)
+        check.attribute(pick, Epp.ENDPOINT_NAME, pod)
+        check.attribute(pick, Epp.SCORER, "frontend:kv-router-scorer")
+        check.attribute(check.one(PICKED_UPSTREAM), Envoy.UPSTREAM_ADDRESS, route.attributes[Frontend.ENDPOINT])
         # The frontend's token count is the mock's prompt token count: one tokenizer.
-        assert route.attributes["frontend.token_count"] == result.body["usage"]["prompt_tokens"]
+        assert route.attributes[Frontend.TOKEN_COUNT] == result.body["usage"]["prompt_tokens"]
 
 
 def test_trace_is_complete_and_the_frontend_decides_before_the_upstream_request_starts(bed):
@@ -81,25 +84,22 @@ def test_trace_is_complete_and_the_frontend_decides_before_the_upstream_request_
     assert result.status == 200, result.body
 
     check = TraceCheck(served_trace(bed, result))
-    check.present_once([("envoy", EXT_PROC_CALL), ("epp", "epp.process"), ("epp", "epp.pick"),
-                        ("frontend", "frontend.route"), ("frontend", "frontend.tokenize"),
-                        ("epp", "epp.inject"), ("envoy", PICKED_UPSTREAM), ("vllm", "llm_request")])
-    root, ingress, call = check.one("client.request"), check.one("ingress"), check.one(EXT_PROC_CALL)
-    process, pick, inject = check.one("epp.process"), check.one("epp.pick"), check.one("epp.inject")
-    route, tokenize = check.one("frontend.route"), check.one("frontend.tokenize")
-    upstream = check.one(PICKED_UPSTREAM)
-    check.single_root(root)
-    check.child_of(call, ingress)
-    check.child_of(process, call)
+    check.present_once([EXT_PROC_CALL, Epp.PROCESS, Epp.PICK,
+                        Frontend.ROUTE, Frontend.TOKENIZE,
+                        Epp.INJECT, PICKED_UPSTREAM, Vllm.REQUEST])
+    path = check.request_path("sidecar")
+    check.follows_contract()
+    process, pick, inject = check.one(Epp.PROCESS), check.one(Epp.PICK), check.one(Epp.INJECT)
+    route, tokenize, upstream = path.decision, check.one(Frontend.TOKENIZE), path.upstream
+    assert upstream.name == PICKED_UPSTREAM
+    check.child_of(process, path.call)
     check.child_of(pick, process)
     check.child_of(route, pick)  # the EPP propagated the context over the HTTP hop
     check.child_of(tokenize, route)
     check.child_of(inject, process)
-    check.child_of(upstream, ingress)
     check.within(tokenize, route)
     check.within(route, pick)
     check.in_order([pick, inject])
-    check.before(route, upstream)
     check.before(process, upstream)
 
 
@@ -109,8 +109,8 @@ def test_shared_prompts_stay_on_the_worker_that_holds_their_blocks(bed):
     client.flush()
     assert [r.status for r in results] == [200] * 4
     assert len({r.headers["x-inference-pod"] for r in results}) == 1, [r.headers["x-inference-pod"] for r in results]
-    route = TraceCheck(served_trace(bed, results[-1])).one("frontend.route")
-    assert route.attributes["frontend.overlap_blocks"] > 0
+    route = TraceCheck(served_trace(bed, results[-1])).one(Frontend.ROUTE)
+    assert route.attributes[Frontend.OVERLAP_BLOCKS] > 0
     # The mock's own cache agrees with the router's guess.
     assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
@@ -122,10 +122,10 @@ def test_frontend_down_is_a_503_and_nothing_goes_upstream(bed):
     client.flush()
     assert result.status == 503, result.body
     assert result.body["error"]["code"] == "frontend_unreachable"
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [("envoy", "ingress"), ("epp", "epp.pick")], quiet_s=1.0)
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, Epp.PICK], quiet_s=1.0)
     check = TraceCheck(trace)
-    check.absent("llm_request", "vllm")
-    check.attribute(check.one("epp.process"), "http.response.status_code", 503)
+    check.absent(Vllm.REQUEST, Service.VLLM)
+    check.attribute(check.one(Epp.PROCESS), Http.RESPONSE_STATUS_CODE, 503)
 
 
 def test_frontend_refusal_reaches_the_client(bed):

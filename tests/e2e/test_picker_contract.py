@@ -10,15 +10,16 @@ import pytest
 from eppkit.observability.assertions import TraceCheck
 
 from _reliability import PICKER_MODES, TRAITS, chat_body, topology
+from eppkit.observability.contract import Callout, Envoy, Epp, Frontend, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 
 FORCE = "x-eppkit-force-endpoint"
 # The picker's decision span and the attribute that says how it chose.
-PICK = {"ext_proc": ("epp", "epp.pick", "epp.scorer"),
-        "sidecar": ("epp", "epp.pick", "epp.scorer"),
-        "lua-callout": ("callout", "callout.pick", "callout.reason"),
-        "dynmod-callout": ("callout", "callout.pick", "callout.reason")}
+PICK = {"ext_proc": (Epp.PICK, Epp.SCORER),
+        "sidecar": (Epp.PICK, Epp.SCORER),
+        "lua-callout": (Callout.PICK, Callout.SCORER),
+        "dynmod-callout": (Callout.PICK, Callout.SCORER)}
 
 
 @pytest.fixture(params=PICKER_MODES)
@@ -37,13 +38,13 @@ def test_force_header_sends_the_request_to_the_named_endpoint(bed, mode):
     client.flush()
     assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 3
 
-    service, pick_span, how = PICK[mode]
+    pick_span, how = PICK[mode]
     trace = bed.jaeger.wait_for_trace(results[-1].trace_id, [
-        ("envoy", "ingress"), (service, pick_span), ("envoy", TRAITS[mode].upstream), ("vllm", "llm_request")])
+        Envoy.INGRESS, pick_span, TRAITS[mode].upstream, Vllm.REQUEST])
     check = TraceCheck(trace)
-    check.attribute(check.one(pick_span, service), how, "forced")
-    check.before(check.one(pick_span, service), check.one(TRAITS[mode].upstream, "envoy"))
-    check.absent("frontend.route")  # a forced pick asks no one (the sidecar's frontend included)
+    check.attribute(check.one(pick_span), how, "forced")
+    check.before(check.one(pick_span), check.one(TRAITS[mode].upstream, Service.ENVOY))
+    check.absent(Frontend.ROUTE)  # a forced pick asks no one (the sidecar's frontend included)
 
 
 def test_a_client_cannot_choose_the_destination_itself(bed):

@@ -5,7 +5,7 @@ import urllib.request
 
 import pytest
 
-from eppkit.services.vllm.testing import MockProcess
+from eppkit.process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
@@ -18,8 +18,8 @@ def post(url, body):
 
 def test_encoder_then_prefill_sees_a_cache_hit(tmp_path):
     image = {"type": "image_url", "image_url": {"url": "http://127.0.0.1/cat.png"}}
-    with MockProcess("eppkit.services.encoder", ["--instance", "e0", "--encode-latency", "5", "--ec-cache-dir", str(tmp_path)]) as enc, \
-         MockProcess("eppkit.services.vllm", ["--role", "prefill", "--time-to-first-token", "5", "--ec-cache-dir", str(tmp_path)]) as p:
+    with ServiceProcess("eppkit.services.encoder", ["--instance", "e0", "--encode-latency", "5", "--ec-cache-dir", str(tmp_path)]) as enc, \
+         ServiceProcess("eppkit.services.vllm", ["--role", "prefill", "--time-to-first-token", "5", "--ec-cache-dir", str(tmp_path)]) as p:
         headers, body = post(f"{enc.url}/v1/chat/completions",
                              {"model": "mock-llm", "messages": [{"role": "user", "content": [image]}], "max_tokens": 1})
         assert headers["x-inference-pod"] == "e0"

@@ -7,14 +7,14 @@ import urllib.request
 import openai
 import pytest
 
-from eppkit.services.vllm.testing import MockProcess
+from eppkit.process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def vllm():
-    with MockProcess("eppkit.services.vllm", ["--instance", "it-0", "--time-to-first-token", "50", "--inter-token-latency", "5",
+    with ServiceProcess("eppkit.services.vllm", ["--instance", "it-0", "--time-to-first-token", "50", "--inter-token-latency", "5",
                                        "--served-model-name", "mock-llm", "--served-model-name", "alt"]) as proc:
         yield proc
 
@@ -70,8 +70,8 @@ def test_metrics_endpoint(vllm):
 
 
 def test_pd_handshake_across_two_processes():
-    with MockProcess("eppkit.services.vllm", ["--role", "prefill", "--instance", "p", "--time-to-first-token", "30"]) as p, \
-         MockProcess("eppkit.services.vllm", ["--role", "decode", "--instance", "d", "--kv-cache-transfer-latency", "10", "--inter-token-latency", "2"]) as d:
+    with ServiceProcess("eppkit.services.vllm", ["--role", "prefill", "--instance", "p", "--time-to-first-token", "30"]) as p, \
+         ServiceProcess("eppkit.services.vllm", ["--role", "decode", "--instance", "d", "--kv-cache-transfer-latency", "10", "--inter-token-latency", "2"]) as d:
         pc = openai.OpenAI(base_url=f"{p.url}/v1", api_key="x", max_retries=0)
         dc = openai.OpenAI(base_url=f"{d.url}/v1", api_key="x", max_retries=0)
         msgs = [{"role": "user", "content": "tell me"}]
@@ -96,14 +96,14 @@ def test_sigint_ends_open_streams_promptly():
     """A testbed's SIGINT must not wait for open (or stalled) streams: exit 0 at once."""
     import time
 
-    proc = MockProcess("eppkit.services.vllm", ["--time-to-first-token", "10", "--inter-token-latency", "100"]).start()
+    proc = ServiceProcess("eppkit.services.vllm", ["--time-to-first-token", "10", "--inter-token-latency", "100"]).start()
     try:
         client = openai.OpenAI(base_url=f"{proc.url}/v1", api_key="x", max_retries=0, timeout=10)
         stream = client.chat.completions.create(model="mock-llm", messages=[{"role": "user", "content": "x"}], max_tokens=1000, stream=True)
         next(iter(stream))
         started = time.monotonic()
-        proc.stop(timeout=10)
+        proc.stop(grace_s=10)
         assert time.monotonic() - started < 3
-        assert proc.proc.returncode == 0
+        assert proc.returncode() == 0
     finally:
         proc.stop()

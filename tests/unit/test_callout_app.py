@@ -5,13 +5,13 @@ import asyncio
 import pytest
 from opentelemetry.trace import SpanKind
 
-from eppkit.services.callout.app import Picker, PickLatency, make_app
-from eppkit.services.callout.scorers import make_scorer, parse_endpoints
+from eppkit.services.callout.app import PickLatency, make_app
+from eppkit.services.picker.settings import PickerSettings, create_picker
 from eppkit.services.vllm.testing import SpanRecorder, in_process
 
 pytestmark = pytest.mark.unit
 
-POOL = "127.0.0.1:8001=vllm-0@m-a,127.0.0.1:8002=vllm-1@m-a,127.0.0.1:8003=vllm-2@m-b"
+POOL = "vllm-0=127.0.0.1:8001@m-a,vllm-1=127.0.0.1:8002@m-a,vllm-2=127.0.0.1:8003@m-b"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 CHAT = {"model": "m-a", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -19,7 +19,7 @@ CHAT = {"model": "m-a", "messages": [{"role": "user", "content": "hi"}]}
 def pick_all(requests, *, pool=POOL, scorer="round-robin", latency=PickLatency()):
     """POST each (body, headers) to /pick in order; returns (status, headers, json) per request and the spans."""
     rec = SpanRecorder("callout")
-    app = make_app(Picker(parse_endpoints(pool), make_scorer(scorer)), latency=latency, tracer=rec.tracer)
+    app = make_app(create_picker(PickerSettings(scorer=scorer), pool), latency=latency, tracer=rec.tracer)
 
     async def go():
         out = []
@@ -36,7 +36,7 @@ def pick_all(requests, *, pool=POOL, scorer="round-robin", latency=PickLatency()
 def test_pick_answers_endpoint_in_body_and_header_as_the_contract_says():
     [(status, headers, body)], _ = pick_all([(CHAT, None)])
     assert status == 200
-    assert body == {"endpoint": "127.0.0.1:8001", "scorer": "round-robin", "reason": "round-robin"}
+    assert body == {"endpoint": "127.0.0.1:8001", "scorer": "round-robin", "reason": "round-robin turn 0 -> 1 of 2"}
     assert headers["x-gateway-destination-endpoint"] == "127.0.0.1:8001"
 
 
@@ -58,43 +58,32 @@ def test_model_header_narrows_the_pool_to_that_models_endpoints():
         "127.0.0.1:8003", "127.0.0.1:8003", "127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8001"]
 
 
-def test_without_model_header_every_endpoint_is_a_candidate():
-    results, _ = pick_all([(CHAT, None)] * 3)
+def test_a_pool_without_models_serves_every_model():
+    results, _ = pick_all([(CHAT, None)] * 3, pool="vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002,vllm-2=127.0.0.1:8003")
     assert [body["endpoint"] for _, _, body in results] == ["127.0.0.1:8001", "127.0.0.1:8002", "127.0.0.1:8003"]
 
 
-@pytest.mark.parametrize(
-    "force, model, expected",
-    [
-        ("vllm-2", None, "127.0.0.1:8003"),  # by instance name
-        ("127.0.0.1:8002", None, "127.0.0.1:8002"),  # by address
-        ("127.0.0.1:9, vllm-1", None, "127.0.0.1:8002"),  # a list: the first one in the pool
-        ("vllm-2, vllm-0", "m-a", "127.0.0.1:8001"),  # a list: the first one serving the model
-    ],
-)
-def test_force_header_picks_exactly_the_named_endpoint(force, model, expected):
-    headers = {"x-eppkit-force-endpoint": force, **({"x-gateway-model-name": model} if model else {})}
-    [(status, _, body)], rec = pick_all([(CHAT, headers)])
-    assert (status, body["endpoint"], body["reason"]) == (200, expected, "forced")
-    assert rec.one("callout.pick").attributes["callout.reason"] == "forced"
+def test_a_forced_pick_says_so_in_the_answer_and_the_span():
+    [(status, _, body)], rec = pick_all([(CHAT, {"x-eppkit-force-endpoint": "vllm-1"})])
+    assert (status, body["endpoint"], body["scorer"]) == (200, "127.0.0.1:8002", "forced")
+    assert rec.one("callout.pick").attributes["callout.scorer"] == "forced"
 
 
 @pytest.mark.parametrize(
-    "pool, headers, code",
+    "pool, headers, status, code",
     [
-        ("", {}, "no_endpoint"),  # empty pool
-        (POOL, {"x-gateway-model-name": "m-z"}, "no_endpoint"),  # no endpoint serves the model
-        (POOL, {"x-eppkit-force-endpoint": "127.0.0.1:1"}, "no_endpoint"),  # forced endpoint unknown
-        (POOL, {"x-eppkit-force-endpoint": "vllm-2", "x-gateway-model-name": "m-a"}, "no_endpoint"),  # other model's
+        ("", {}, 503, "no_endpoint"),  # empty pool
+        (POOL, {"x-gateway-model-name": "m-z"}, 404, "model_not_found"),  # no endpoint serves the model
+        (POOL, {"x-eppkit-force-endpoint": "127.0.0.1:1"}, 503, "no_endpoint"),  # forced endpoint unknown
     ],
 )
-def test_no_endpoint_is_a_503_openai_error(pool, headers, code):
-    [(status, _, body)], rec = pick_all([(CHAT, headers)], pool=pool)
-    assert status == 503
-    assert body["error"]["type"] == "ServiceUnavailableError" and body["error"]["code"] == code
+def test_refusals_are_openai_errors(pool, headers, status, code):
+    [(got, _, body)], rec = pick_all([(CHAT, headers)], pool=pool)
+    assert got == status
+    assert body["error"]["code"] == code and body["error"]["type"] in ("ServiceUnavailableError", "NotFoundError")
     span = rec.one("callout.pick")
     assert "callout.endpoint" not in span.attributes
-    assert span.attributes["http.response.status_code"] == 503
+    assert span.attributes["http.response.status_code"] == status
 
 
 def test_shed_header_is_a_429_openai_error_even_with_a_forced_endpoint():
@@ -114,10 +103,10 @@ def test_body_that_is_not_a_json_object_is_a_400(body):
 def test_prefix_cache_scorer_is_selectable_and_named_in_the_answer():
     shared = {"model": "m-a", "prompt": "The same long system prompt, repeated. " * 8}
     results, _ = pick_all([(shared, None), ({"model": "m-a", "prompt": "other"}, None), (shared, None)],
-                          scorer="prefix-cache")
+                          scorer="prefix-cache-scorer")
     first, _, third = (body for _, _, body in results)
-    assert first["scorer"] == "prefix-cache"
-    assert third["endpoint"] == first["endpoint"] and third["reason"].startswith("prefix-hit")
+    assert first["scorer"] == "prefix-cache-scorer"
+    assert third["endpoint"] == first["endpoint"] and third["reason"].startswith("prefix hit")
 
 
 def test_pick_latency_is_spent_inside_the_span():
@@ -133,11 +122,11 @@ def test_pick_latency_rejects_negative_values_and_jitter_over_30_percent(base, j
 
 
 def test_health_reports_pool_size_and_scorer():
-    app = make_app(Picker(parse_endpoints(POOL), make_scorer("prefix-cache")))
+    app = make_app(create_picker(PickerSettings(scorer="prefix-cache-scorer"), POOL))
 
     async def go():
         async with in_process(app) as client:
             resp = await client.get("/health")
             return resp.status, await resp.json()
 
-    assert asyncio.run(go()) == (200, {"status": "ok", "endpoints": 3, "scorer": "prefix-cache"})
+    assert asyncio.run(go()) == (200, {"status": "ok", "endpoints": 3, "scorer": "prefix-cache-scorer"})

@@ -3,9 +3,10 @@
 import pytest
 
 from eppkit import envoy_config
-from eppkit.body_routing import lua_literal
-from eppkit.modes import lua_callout
-from eppkit.topology import Endpoint, PortAllocator, Topology
+from eppkit.body_routing import body_routing_vars
+from eppkit.modes.lua_callout import lua_literal
+from eppkit.modes import plan as plan_mode
+from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
 
 pytestmark = pytest.mark.unit
 
@@ -16,8 +17,12 @@ BACKENDS = [
 ]
 
 
-def render(options: dict) -> tuple[str, lua_callout.ModePlan]:
-    plan = lua_callout.plan(Topology(mode="lua-callout", options=options), PortAllocator(), BACKENDS)
+def lua_plan(options: dict) -> ModePlan:
+    return plan_mode(Topology(mode="lua-callout", options=options), PortAllocator(), BACKENDS)
+
+
+def render(options: dict) -> tuple[str, ModePlan]:
+    plan = lua_plan(options)
     base = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "backends": BACKENDS}
     return envoy_config.render("lua-callout", {**base, **plan.envoy_vars}), plan
 
@@ -39,18 +44,17 @@ def test_lua_literal_writes_lua_51_expressions(value, expected):
 
 
 def test_plan_starts_the_callout_with_the_pool_and_scorer():
-    plan = lua_callout.plan(Topology(mode="lua-callout", options={"scorer": "prefix-cache", "pick_latency_ms": 5}),
-                            PortAllocator(), BACKENDS)
+    plan = lua_plan({"scorer": "prefix-cache-scorer", "pick_latency_ms": 5})
     [spec] = plan.services
     assert (spec.name, spec.module, spec.health_path) == ("callout", "eppkit.services.callout", "/health")
-    assert spec.args == ["--endpoints", "127.0.0.1:8001=vllm-0,127.0.0.1:8002=vllm-1,127.0.0.1:8003=vllm-2",
-                         "--scorer", "prefix-cache", "--pick-latency", "5"]
+    assert spec.args == ["--endpoints", "vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002,vllm-2=127.0.0.1:8003",
+                         "--scorer", "prefix-cache-scorer", "--metrics-interval", "0.2", "--shed-queue-threshold", "0",
+                         "--max-fallbacks", "2", "--pick-latency", "5"]
     assert plan.envoy_vars["callout_port"] == spec.port
 
 
 def test_plan_passes_options_to_the_lua_filter_as_a_config_table():
-    plan = lua_callout.plan(Topology(mode="lua-callout", options={"failure_mode_allow": True, "callout_timeout_ms": 250}),
-                            PortAllocator(), BACKENDS)
+    plan = lua_plan({"failure_mode_allow": True, "callout_timeout_ms": 250})
     source = plan.envoy_vars["lua_callout_source"]
     first_line, rest = source.split("\n", 1)
     assert first_line == 'EPPKIT_CALLOUT = {["cluster"] = "callout", ["timeout_ms"] = 250, ["failure_mode_allow"] = true}'
@@ -74,14 +78,15 @@ def test_body_routing_builds_one_pool_per_model_and_tells_the_callout_each_model
         ("m-a", "pool_m-a", ["vllm-0", "vllm-2"]),
         ("org/m b", "pool_org_m_b", ["vllm-1"]),
     ]
-    assert "127.0.0.1:8002=vllm-1@org/m b" in plan.services[0].args[1]
-    # the router comes first, then the callout, then Envoy's router
-    assert text.index("eppkit.body_router") < text.index("eppkit.lua_callout") < text.index("envoy.filters.http.router")
-    assert 'EPPKIT_BODY_ROUTER = {[\\"models\\"] = {\\"m-a\\", \\"org/m b\\"}}' in text
-    assert '{name: x-gateway-model-name, string_match: {exact: "org/m b"}}' in text
+    assert "vllm-1=127.0.0.1:8002@org/m b" in plan.services[0].args[1]
+    # the body router (read the model, reject bad ones, name it) comes first, then the callout, then Envoy's router
+    assert (text.index("envoy.filters.http.json_to_metadata") < text.index("eppkit.body_router.reject")
+            < text.index("eppkit.lua_callout") < text.index("envoy.filters.http.router"))
+    assert 'value: {"string_match": {"exact": "org/m b"}}' in text  # the pool's routes and the served list
     assert "route: {cluster: pool_org_m_b_picked, timeout: 0s}" in text
-    assert "status: 404" in text and "model_not_found" in text
+    assert "status_code: 404" in text and "served models: m-a, org/m b" in text
 
 
-def test_body_routing_vars_are_empty_of_router_when_off():
-    assert lua_callout.body_routing_vars(Topology(), BACKENDS[:1])["body_router_source"] == ""
+def test_without_body_routing_one_pool_holds_every_backend():
+    assert body_routing_vars(False, BACKENDS) == {"body_routing": False, "pools": [
+        {"model": None, "cluster": "pool", "endpoints": BACKENDS}]}

@@ -10,6 +10,7 @@ import pytest
 from eppkit.observability import report as rp
 from eppkit.observability.client import ClientResult
 from eppkit import compare
+from eppkit.observability.contract import Epp
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +31,7 @@ class FakeJaegerClient:
         return self.raw
 
     def trace_url(self, trace_id):
-        return f"{FakeJaegerProcess.api_url}/api/traces/{trace_id}"
+        return f"{FakeJaegerProcess.api_url}/api/v3/traces/{trace_id}"
 
 
 class FakeClient:
@@ -55,7 +56,7 @@ class FakeBed:
     def __init__(self, run_dir, trace_file=None, start_error=None):
         self.run_dir = run_dir
         self.start_error = start_error
-        self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text())["data"][0] if trace_file else None)
+        self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text()) if trace_file else None)
         self.stopped = False
 
     def start(self):
@@ -114,7 +115,7 @@ def test_a_mode_run_reads_steps_and_completeness_from_the_traces_and_saves_the_r
     ext = report["scenarios"]["chat"]["modes"]["ext_proc"]
     trace = rp.load_trace(DATA / "chat-ext_proc.json")
     assert ext["completeness"]["ratio"] == 1.0
-    assert ext["steps"]["decision"]["p50"] == trace.one("epp.pick").duration_ms
+    assert ext["steps"]["decision"]["p50"] == trace.one(Epp.PICK).duration_ms
     assert ext["overhead_vs_direct"]["gateway"]["p50"] > 0
     rep = ext["representative"]
     assert (out / rep["file"]).is_file() and rep["jaeger_url"].endswith(rep["trace_id"])
@@ -202,3 +203,28 @@ def test_exit_code_is_1_on_a_regression_against_the_baseline(tmp_path, monkeypat
 def test_options_refuse_unbounded_runs(kw):
     with pytest.raises(ValueError):
         options(**kw).validate()
+
+
+def test_every_picker_mode_runs_the_same_scorer_and_the_report_says_which(tmp_path):
+    seen = {}
+
+    def create(topology, runtime="local", jaeger=None):
+        seen[topology.mode] = dict(topology.options)
+        return FakeBed(tmp_path / f"run-{topology.mode}", trace_file="chat-ext_proc.json")
+
+    report = compare.run(options(modes=("direct", "ext_proc", "lua-callout"), scorer="prefix-cache-scorer",
+                                 scorer_parameters={"hashBlockSize": 16}),
+                         tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
+    assert seen == {"direct": {},  # no picker, no scorer option
+                    "ext_proc": {"scorer": "prefix-cache-scorer", "scorer_parameters": {"hashBlockSize": 16}},
+                    "lua-callout": {"scorer": "prefix-cache-scorer", "scorer_parameters": {"hashBlockSize": 16}}}
+    modes = report["scenarios"]["chat"]["modes"]
+    assert {m: r["scorer"] for m, r in modes.items()} == {"direct": None, "ext_proc": "prefix-cache-scorer",
+                                                         "lua-callout": "prefix-cache-scorer"}
+    assert report["config"]["scorer"] == "prefix-cache-scorer"
+    assert report["mode_colors"]["ext_proc"] == "#1f77b4"
+
+
+def test_compare_refuses_an_unknown_scorer_before_starting_anything():
+    with pytest.raises(ValueError, match="choose one of"):
+        options(scorer="least-queue").validate()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from eppkit import dynmod_build, envoy_config
-from eppkit.modes import dynmod_callout
+from eppkit.modes import plan as plan_mode
 from eppkit.topology import Endpoint, PortAllocator, Topology
 
 pytestmark = pytest.mark.unit
@@ -137,7 +137,7 @@ def no_build(monkeypatch):
 
 
 def render(options: dict):
-    plan = dynmod_callout.plan(Topology(mode="dynmod-callout", options=options), PortAllocator(), BACKENDS)
+    plan = plan_mode(Topology(mode="dynmod-callout", options=options), PortAllocator(), BACKENDS)
     base = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "backends": BACKENDS}
     return yaml.safe_load(envoy_config.render("dynmod-callout", {**base, **plan.envoy_vars})), plan
 
@@ -149,11 +149,11 @@ def module_filter(config: dict) -> dict:
 
 
 def test_plan_starts_the_callout_and_hands_envoy_the_module_by_absolute_path(no_build):
-    config, plan = render({"scorer": "prefix-cache", "pick_latency_ms": 5})
+    config, plan = render({"scorer": "prefix-cache-scorer", "pick_latency_ms": 5})
     [spec] = plan.services
     assert (spec.name, spec.module) == ("callout", "eppkit.services.callout")
-    assert spec.args == ["--endpoints", "127.0.0.1:8001=vllm-0,127.0.0.1:8002=vllm-1",
-                         "--scorer", "prefix-cache", "--pick-latency", "5"]
+    assert spec.args[:4] == ["--endpoints", "vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002", "--scorer", "prefix-cache-scorer"]
+    assert spec.args[-2:] == ["--pick-latency", "5"]
     typed = module_filter(config)
     assert typed["dynamic_module_config"] == {"module": {"local": {"filename": "/cache/dynmod/x/libeppkit_callout.so"}},
                                               "do_not_close": True}
@@ -185,4 +185,4 @@ def test_with_body_routing_each_model_has_its_picked_and_round_robin_cluster(no_
     config, plan = render({"body_routing": True})
     names = [c["name"] for c in config["static_resources"]["clusters"]]
     assert {"pool_m-a", "pool_m-a_picked", "pool_m-b", "pool_m-b_picked"} <= set(names)
-    assert plan.services[0].args[1] == "127.0.0.1:8001=vllm-0@m-a,127.0.0.1:8002=vllm-1@m-b"
+    assert plan.services[0].args[1] == "vllm-0=127.0.0.1:8001@m-a,vllm-1=127.0.0.1:8002@m-b"

@@ -9,6 +9,7 @@ from eppkit.services.encoder.ec_cache import EncoderCache
 from eppkit.services.encoder.media import item_hash, media_items
 from eppkit.services.encoder.server import MockEncoder
 from eppkit.services.vllm.testing import SpanRecorder, in_process, make_mock
+from eppkit.observability.contract import Encoder, Media, Mock, Vllm
 
 pytestmark = pytest.mark.unit
 
@@ -52,9 +53,9 @@ def test_encoder_spans_one_per_item_and_fills_the_cache(tmp_path):
     resp, body = run(go())
     assert resp.status == 200 and resp.headers["x-inference-pod"] == "e0"
     assert body["usage"]["completion_tokens"] == 1 and body["choices"][0]["finish_reason"] == "length"
-    spans = sorted(rec.by_name("encoder.encode"), key=lambda s: s.start_time)
-    assert [s.attributes["mm.type"] for s in spans] == ["image", "audio"]
-    assert [s.attributes["mm.hash"] for s in spans] == body["mm_hashes"]
+    spans = sorted(rec.by_name(Encoder.ENCODE), key=lambda s: s.start_time)
+    assert [s.attributes[Media.TYPE] for s in spans] == ["image", "audio"]
+    assert [s.attributes[Media.HASH] for s in spans] == body["mm_hashes"]
     for s in spans:
         assert format(s.parent.span_id, "016x") == "c7ad6b7169203331"
         assert (s.end_time - s.start_time) / 1e6 == pytest.approx(40, abs=30)
@@ -74,8 +75,8 @@ def test_an_injected_failure_leaves_a_failed_span_per_item():
             return r.status
 
     assert run(go()) == 500
-    (span,) = rec.by_name("encoder.encode")
-    assert span.status.status_code.name == "ERROR" and span.attributes["mock.failure"] == "500"
+    (span,) = rec.by_name(Encoder.ENCODE)
+    assert span.status.status_code.name == "ERROR" and span.attributes[Mock.FAILURE] == "500"
     assert format(span.parent.span_id, "016x") == "c7ad6b7169203331"
 
 
@@ -87,8 +88,8 @@ def test_encode_time_grows_with_item_size():
             await c.post("/v1/chat/completions", json=mm_body(IMG))  # ~4 KiB -> 10 + 80 ms
 
     run(go())
-    (span,) = rec.by_name("encoder.encode")
-    assert span.attributes["encoder.configured_ms"] == pytest.approx(10 + 20 * len(IMG["image_url"]["url"]) / 1024)
+    (span,) = rec.by_name(Encoder.ENCODE)
+    assert span.attributes[Encoder.CONFIGURED_MS] == pytest.approx(10 + 20 * len(IMG["image_url"]["url"]) / 1024)
 
 
 def test_encoder_streaming_and_headers_override():
@@ -101,7 +102,7 @@ def test_encoder_streaming_and_headers_override():
 
     text = run(go())
     assert text.rstrip().endswith("data: [DONE]")
-    (span,) = rec.by_name("encoder.encode")
+    (span,) = rec.by_name(Encoder.ENCODE)
     assert (span.end_time - span.start_time) / 1e6 < 100
 
 
@@ -140,9 +141,9 @@ def test_prefill_reports_encoder_cache_hits_and_misses(tmp_path):
             return r.status
 
     assert run(go()) == 200
-    prefill = p_spans.one("vllm.prefill")
-    assert prefill.attributes["vllm.ec_cache_hits"] == 1
-    assert prefill.attributes["vllm.ec_cache_misses"] == 1
+    prefill = p_spans.one(Vllm.PREFILL)
+    assert prefill.attributes[Vllm.EC_CACHE_HITS] == 1
+    assert prefill.attributes[Vllm.EC_CACHE_MISSES] == 1
     assert (prefill.end_time - prefill.start_time) / 1e6 == pytest.approx(10 + 50, abs=30)
 
 

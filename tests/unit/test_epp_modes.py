@@ -24,20 +24,26 @@ def arg(args, flag):
 
 
 def test_ext_proc_plan_starts_the_epp_on_grpc_with_the_named_pool():
-    p, _ = render("ext_proc", scorer="prefix-cache", shed_queue_threshold=3)
+    p, _ = render("ext_proc", scorer="prefix-cache-scorer", shed_queue_threshold=3)
     (epp,) = p.services
     assert (epp.name, epp.module, epp.health_path) == ("epp", "eppkit.services.epp", None)
     assert arg(epp.args, "--endpoints") == "vllm-0=127.0.0.1:18001,vllm-1=127.0.0.1:18002"
-    assert arg(epp.args, "--scorer") == "prefix-cache"
+    assert arg(epp.args, "--scorer") == "prefix-cache-scorer"
     assert arg(epp.args, "--shed-queue-threshold") == "3"
     assert p.envoy_vars["epp_port"] == epp.port
 
 
 def test_sidecar_plan_starts_the_frontend_first_and_points_the_epp_at_it():
-    p, _ = render("sidecar")
+    p, _ = render("sidecar", scorer="kv-router-scorer", shed_queue_threshold=2,
+                  scorer_parameters={"blockSize": 8})
     frontend, epp = p.services
     assert (frontend.module, frontend.health_path) == ("eppkit.services.frontend", "/health")
     assert arg(epp.args, "--frontend-url") == f"http://127.0.0.1:{frontend.port}"
+    # Both get every picker setting through the same flags (the EPP scores the prefillers with them).
+    for service in (frontend, epp):
+        assert arg(service.args, "--scorer") == "kv-router-scorer"
+        assert arg(service.args, "--shed-queue-threshold") == "2"
+        assert arg(service.args, "--scorer-parameters") == '{"blockSize":8}'
     assert epp.health_path is None
     assert p.envoy_vars["epp_port"] == epp.port != frontend.port
 
@@ -74,7 +80,7 @@ def test_template_speaks_the_epp_protocol():
 def test_body_routing_puts_the_model_router_before_the_epp_and_a_pool_per_model():
     p, text = render("ext_proc", body_routing=True)
     assert arg(p.services[0].args, "--endpoints") == "vllm-0=127.0.0.1:18001@mock-llm,vllm-1=127.0.0.1:18002@other"
-    assert text.index("eppkit.body_router") < text.index("envoy.filters.http.ext_proc")
+    assert text.index("eppkit.body_router.reject") < text.index("envoy.filters.http.ext_proc")  # bad models never reach the EPP
     assert "- name: pool_mock-llm" in text and "- name: pool_other" in text
     routes = text[text.index("routes:"):text.index("clusters:")]
-    assert routes.index("- name: picked") < routes.index("x-gateway-model-name")  # a decision beats the per-model default
+    assert routes.index("- name: picked") < routes.index("eppkit.body")  # a decision beats the per-model default

@@ -8,9 +8,10 @@ import pytest
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability import otel
-from eppkit.services.epp.picker import LocalPicker
-from eppkit.services.epp.pool import Pool, parse_endpoints
-from eppkit.services.epp.scorers import RoundRobin
+from eppkit.services.picker.core import Picker
+from eppkit.services.picker.endpoints import parse_endpoints
+from eppkit.services.picker.pool import Pool
+from eppkit.services.picker.scorers.round_robin import RoundRobin
 from eppkit.services.epp.stream import Phase, StreamProcessor
 from eppkit.services.vllm.multipart import MultipartReader, boundary_of
 from test_epp_stream import TRACEPARENT, Spans, body_msg, feed, headers_msg
@@ -25,7 +26,7 @@ def chat_body(stream: bool) -> bytes:
 
 def make(spans, trigger="first-token"):
     pool = Pool(parse_endpoints("vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002"))
-    return StreamProcessor(LocalPicker(pool, RoundRobin()), spans.tracer, otel.extract({"traceparent": TRACEPARENT}),
+    return StreamProcessor(Picker(pool, RoundRobin()), spans.tracer, otel.extract({"traceparent": TRACEPARENT}),
                            multipart=True, multipart_trigger=trigger)
 
 

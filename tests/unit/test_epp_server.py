@@ -13,9 +13,11 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.services.epp import server
-from eppkit.services.epp.picker import LocalPicker
-from eppkit.services.epp.pool import MetricsScraper, Pool, parse_endpoints
-from eppkit.services.epp.scorers import RoundRobin
+from eppkit.services.picker.core import Picker
+from eppkit.services.picker.endpoints import parse_endpoints
+from eppkit.services.picker.pool import Pool
+from eppkit.services.picker.scraper import MetricsScraper
+from eppkit.services.picker.scorers.round_robin import RoundRobin
 
 pytestmark = pytest.mark.unit
 
@@ -39,7 +41,7 @@ def test_one_stream_over_grpc_carries_the_decision_and_the_trace_context():
     body = json.dumps({"model": "m", "prompt": "hi"}).encode()
 
     async def go():
-        running = await server.start("127.0.0.1", 0, LocalPicker(pool, RoundRobin()), MetricsScraper(pool, interval_s=0), tracer)
+        running = await server.start("127.0.0.1", 0, Picker(pool, RoundRobin()), [MetricsScraper(pool, interval_s=0)], tracer)
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
                 stub = pb_grpc.ExternalProcessorStub(channel)

@@ -11,9 +11,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability import otel
-from eppkit.services.epp.picker import LocalPicker, PickError
-from eppkit.services.epp.pool import Pool, parse_endpoints
-from eppkit.services.epp.scorers import RoundRobin
+from eppkit.services.picker.core import Picker
+from eppkit.services.picker.decision import PickError
+from eppkit.services.picker.endpoints import parse_endpoints
+from eppkit.services.picker.pool import Pool
+from eppkit.services.picker.scorers.round_robin import RoundRobin
 from eppkit.services.epp.stream import Phase, StreamProcessor
 
 pytestmark = pytest.mark.unit
@@ -54,7 +56,7 @@ def body_msg(data: bytes, end_of_stream: bool):
 
 def make_stream(spans, picker=None, endpoints="vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002"):
     pool = Pool(parse_endpoints(endpoints))
-    picker = picker or LocalPicker(pool, RoundRobin())
+    picker = picker or Picker(pool, RoundRobin())
     return StreamProcessor(picker, spans.tracer, otel.extract({"traceparent": TRACEPARENT}))
 
 
@@ -171,28 +173,15 @@ def test_no_decision_becomes_an_openai_style_immediate_response(endpoints, extra
     assert process.attributes["http.response.status_code"] == status
 
 
-def test_all_endpoints_over_the_waiting_threshold_are_shed_with_429():
-    spans = Spans()
-    pool = Pool(parse_endpoints("a=127.0.0.1:1,b=127.0.0.1:2"))
-    for ep in pool.endpoints:
-        pool.record_scrape(ep, {"vllm:num_requests_waiting": 2, "vllm:num_requests_running": 4})
-    stream = StreamProcessor(LocalPicker(pool, RoundRobin(), shed_threshold=2), spans.tracer)
-    out = feed(stream, headers_msg(), body_msg(BODY, True))
-    assert out[1][0].immediate_response.status.code == 429
-    assert "waiting queue" in json.loads(out[1][0].immediate_response.body)["error"]["message"]
-    # One endpoint under the threshold: no shedding.
-    pool.record_scrape(pool.endpoints[1], {"vllm:num_requests_waiting": 1})
-    stream = StreamProcessor(LocalPicker(pool, RoundRobin(), shed_threshold=2), spans.tracer)
-    out = feed(stream, headers_msg(), body_msg(BODY, True))
-    assert out[1][0].WhichOneof("response") == "request_headers"
-
-
 def test_a_crashing_picker_still_answers_envoy():
     class Broken:
         scorer_name = "broken"
 
         async def pick(self, request):
             raise RuntimeError("boom")
+
+        async def start(self):
+            pass
 
         async def close(self):
             pass
@@ -201,11 +190,6 @@ def test_a_crashing_picker_still_answers_envoy():
     stream = make_stream(spans, picker=Broken())
     out = feed(stream, headers_msg(), body_msg(BODY, True))
     assert out[1][0].immediate_response.status.code == 500
-
-
-def test_pick_error_carries_status_and_code():
-    err = PickError(429, "full", code="shed", scorer="least-queue")
-    assert (err.status, err.code, err.scorer, str(err)) == (429, "shed", "least-queue", "full")
 
 
 def test_stream_closed_before_end_of_body_ends_the_span_as_error():

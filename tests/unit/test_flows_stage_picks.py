@@ -1,25 +1,21 @@
-"""Prefiller and encoder picks (pd / epd / ttft flows) in the EPP and in the callout service."""
+"""Prefiller and encoder picks (pd / epd / ttft flows) on the wire: the EPP's headers and the callout's answer.
+
+The picks themselves are the picker core's (tests/unit/test_picker_core.py)."""
 
 import asyncio
 import json
 
 import pytest
 
-from eppkit.services.callout.app import Picker as CalloutPicker
 from eppkit.services.callout.app import make_app
-from eppkit.services.callout.scorers import make_scorer as callout_scorer
-from eppkit.services.callout.scorers import parse_endpoints as callout_endpoints
-from eppkit.services.epp.picker import LocalPicker
-from eppkit.services.epp.pool import Pool, parse_endpoints
-from eppkit.services.epp.request import parse_request
-from eppkit.services.epp.scorers import RoundRobin
-from eppkit.services.epp.stages import StagePicker
 from eppkit.services.epp.stream import StreamProcessor
+from eppkit.services.picker.settings import PickerSettings, create_picker
 from eppkit.services.vllm.testing import SpanRecorder, in_process
 from test_epp_stream import Spans, body_msg, feed, headers_msg
 
 pytestmark = pytest.mark.unit
 
+RR = PickerSettings(scorer="round-robin")
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}}
 
 
@@ -32,8 +28,7 @@ def chat(images: int = 0) -> dict:
 
 def epp_stream(spans, prefill="vllm-p0=127.0.0.1:9001,vllm-p1=127.0.0.1:9002",
                encoders="encoder-0=127.0.0.1:7001,encoder-1=127.0.0.1:7002"):
-    stages = StagePicker(Pool(parse_endpoints(prefill)), Pool(parse_endpoints(encoders)), RoundRobin())
-    picker = LocalPicker(Pool(parse_endpoints("vllm-d0=127.0.0.1:8001")), RoundRobin(), stages=stages)
+    picker = create_picker(RR, "vllm-d0=127.0.0.1:8001", prefill=prefill, encoders=encoders)
     return StreamProcessor(picker, spans.tracer)
 
 
@@ -79,15 +74,6 @@ def test_epp_forcing_an_unknown_prefiller_is_a_503():
     assert "x-eppkit-force-prefiller" in json.loads(imm.body)["error"]["message"]
 
 
-def test_epp_prefill_picks_and_encoder_lists_rotate():
-    stages = StagePicker(Pool(parse_endpoints("p0=127.0.0.1:1,p1=127.0.0.1:2")),
-                         Pool(parse_endpoints("e0=127.0.0.1:3,e1=127.0.0.1:4,e2=127.0.0.1:5")), RoundRobin())
-    req = parse_request({}, json.dumps(chat(images=2)).encode())
-    picks = [stages.pick(req) for _ in range(3)]
-    assert [p.prefiller.name for p in picks] == ["p0", "p1", "p0"]
-    assert [[e.name for e in p.encoders] for p in picks] == [["e0", "e1"], ["e1", "e2"], ["e2", "e0"]]
-
-
 def test_epp_without_stage_pools_touches_no_stage_header():
     spans = Spans()
     stream = epp_stream(spans, prefill="", encoders="")
@@ -99,11 +85,10 @@ def test_epp_without_stage_pools_touches_no_stage_header():
 
 # --- callout -----------------------------------------------------------------------------------
 
-def callout_picks(requests, *, prefill="127.0.0.1:9001=vllm-p0,127.0.0.1:9002=vllm-p1",
-                  encoders="127.0.0.1:7001=encoder-0,127.0.0.1:7002=encoder-1"):
+def callout_picks(requests, *, prefill="vllm-p0=127.0.0.1:9001,vllm-p1=127.0.0.1:9002",
+                  encoders="encoder-0=127.0.0.1:7001,encoder-1=127.0.0.1:7002"):
     rec = SpanRecorder("callout")
-    picker = CalloutPicker(callout_endpoints("127.0.0.1:8001=vllm-d0"), callout_scorer("round-robin"),
-                           prefill=callout_endpoints(prefill), encoders=callout_endpoints(encoders))
+    picker = create_picker(RR, "vllm-d0=127.0.0.1:8001", prefill=prefill, encoders=encoders)
     app = make_app(picker, tracer=rec.tracer)
 
     async def go():

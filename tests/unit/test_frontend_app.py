@@ -13,12 +13,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability import otel
-from eppkit.services.epp.picker import FrontendPicker, PickError
-from eppkit.services.epp.pool import Pool, parse_endpoints
-from eppkit.services.epp.request import parse_request
+from eppkit.services.epp.sidecar import FrontendPicker
 from eppkit.services.epp.stream import StreamProcessor
 from eppkit.services.frontend.app import build_app
-from eppkit.services.frontend.router import KvRouter
+from eppkit.services.picker.decision import PickError
+from eppkit.services.picker.request import parse_request
+from eppkit.services.picker.settings import PickerSettings, create_picker
 
 pytestmark = pytest.mark.unit
 
@@ -33,10 +33,13 @@ def tracer_and_exporter():
     return provider.get_tracer("test"), exporter
 
 
-def frontend(endpoints="vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002"):
-    pool = Pool(parse_endpoints(endpoints))
+KV = PickerSettings(scorer="kv-router-scorer")
+POOL = "vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002"
+
+
+def frontend(endpoints=POOL, settings=KV):
     tracer, exporter = tracer_and_exporter()
-    return build_app(pool, KvRouter(pool), tracer), exporter
+    return build_app(create_picker(settings, endpoints), tracer), exporter
 
 
 async def call(app, path, *, data, headers):
@@ -54,7 +57,9 @@ def test_routing_query_answers_worker_endpoint_and_token_count_with_spans():
     assert status == 200
     assert answer["worker_id"] in ("vllm-0", "vllm-1")
     assert answer["endpoint"] == {"vllm-0": "127.0.0.1:8001", "vllm-1": "127.0.0.1:8002"}[answer["worker_id"]]
-    assert answer["token_count"] > 0 and answer["router"] == "kv"
+    assert answer["token_count"] > 0 and answer["scorer"] == "kv-router-scorer"
+    assert answer["fallbacks"] == [a for a in ("127.0.0.1:8001", "127.0.0.1:8002") if a != answer["endpoint"]]
+    assert answer["total_blocks"] >= answer["overlap_blocks"] == 0
     spans = {s.name: s for s in exporter.get_finished_spans()}
     route, tok = spans["frontend.route"], spans["frontend.tokenize"]
     assert format(route.parent.span_id, "016x") == "b7ad6b7169203331"
@@ -92,8 +97,7 @@ def test_epp_sidecar_picker_relays_the_frontend_decision_in_one_trace():
 
     async def go():
         async with TestServer(app, host="127.0.0.1") as srv:
-            pool = Pool(parse_endpoints("vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002"))
-            picker = FrontendPicker(pool, str(srv.make_url("")))
+            picker = FrontendPicker(create_picker(KV, POOL), str(srv.make_url("")))
             try:
                 stream = StreamProcessor(picker, epp_tracer, otel.extract({"traceparent": TRACEPARENT}))
                 await stream.handle(headers_msg())
@@ -111,15 +115,13 @@ def test_epp_sidecar_picker_relays_the_frontend_decision_in_one_trace():
     assert route.parent.span_id == pick.context.span_id  # traceparent crossed the HTTP hop
     assert route.context.trace_id == pick.context.trace_id
     assert pick.attributes["epp.worker_id"] == mutation["x-gateway-worker-id"]
-    assert pick.attributes["epp.scorer"] == "frontend:kv"
+    assert pick.attributes["epp.scorer"] == "frontend:kv-router-scorer"
     assert pick.attributes["frontend.token_count"] > 0
 
 
 def test_sidecar_picker_without_a_frontend_is_a_503():
-    pool = Pool(parse_endpoints("a=127.0.0.1:1"))
-
     async def go():
-        picker = FrontendPicker(pool, "http://127.0.0.1:9", timeout_s=1)  # discard port: nothing listens
+        picker = FrontendPicker(create_picker(KV, "a=127.0.0.1:1"), "http://127.0.0.1:9", timeout_s=1)  # nothing listens
         try:
             await picker.pick(parse_request({":path": "/v1/completions"}, b'{"prompt": "x"}'))
         finally:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from eppkit.observability import report as rp
+from eppkit.observability.contract import Epp
 
 pytestmark = pytest.mark.unit
 
@@ -161,4 +162,4 @@ def test_write_makes_json_markdown_charts_and_a_waterfall_from_the_saved_trace(t
     md = paths["markdown"].read_text()
     assert "![latency](latency-chat.png)" in md
     assert f"[saved trace JSON]({trace_file})" in md and "[waterfall](waterfall-chat-ext_proc.png)" in md
-    assert rp.load_trace(tmp_path / trace_file).one("epp.pick").service == "epp"
+    assert rp.load_trace(tmp_path / trace_file).one(Epp.PICK).service == "epp"

@@ -1,7 +1,7 @@
 """Traces to step durations, the expected-span table, and percentiles.
 
-Real traces under tests/unit/data/traces/ were saved by `eppkit compare` (Envoy 1.40, each
-mode's own span names); the synthetic ones pin the arithmetic.
+Real traces under tests/unit/data/traces/ are OTLP JSON read from Jaeger's /api/v3 after one request
+through a real testbed (Envoy 1.40, each mode's own span names); the synthetic ones pin the arithmetic.
 """
 
 import statistics
@@ -9,10 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from eppkit.observability import contract
 from eppkit.observability import expected_spans as ex
 from eppkit.observability import steps as st
+from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.report import load_trace
 from eppkit.observability.trace_model import Span, SpanEvent, Trace
+from eppkit.observability.contract import (Callout, Client, Cluster, Dynmod, Encoder, Envoy, Epp, Frontend, Pd,
+                                           Service, Stream, Vllm)
 
 pytestmark = pytest.mark.unit
 
@@ -21,17 +25,17 @@ T0 = 1_700_000_000_000_000  # µs
 
 
 class TraceBuilder:
-    """Spans by (service, name, start ms, duration ms, parent key); times relative to T0."""
+    """Spans by (name, start ms, duration ms, parent key), each of the service the contract names; times from T0."""
 
     __test__ = False
 
     def __init__(self):
         self.spans: dict[str, Span] = {}
 
-    def add(self, key, service, name, start_ms, dur_ms, parent=None, events=()):
+    def add(self, key, name, start_ms, dur_ms, parent=None, events=()):
         self.spans[key] = Span(
-            span_id=key, trace_id="t1", name=name, service=service, start_us=T0 + int(start_ms * 1000),
-            duration_us=int(dur_ms * 1000), parent_id=parent,
+            span_id=key, trace_id="t1", name=name, service=contract.service_of(name),
+            start_us=T0 + int(start_ms * 1000), duration_us=int(dur_ms * 1000), parent_id=parent,
             events=[SpanEvent(ev, T0 + int(at_ms * 1000)) for ev, at_ms in events])
         return self
 
@@ -42,19 +46,19 @@ class TraceBuilder:
 def aggregated(mode="direct", picker=None, decision=None, first_token_ms=None):
     """client 0-300; ingress 2-298; [picker call 3-13 > decision 5-6]; upstream from 15 (or 3)."""
     b = TraceBuilder()
-    events = [("first_token", first_token_ms)] if first_token_ms is not None else []
-    b.add("root", "client", "client.request", 0, 300, events=events)
-    b.add("in", "envoy", "ingress", 2, 296, "root")
+    events = [(Stream.FIRST_TOKEN, first_token_ms)] if first_token_ms is not None else []
+    b.add("root", Client.REQUEST, 0, 300, events=events)
+    b.add("in", Envoy.INGRESS, 2, 296, "root")
     up_start = 3
     if picker:
-        b.add("call", "envoy", picker, 3, 10, "in")
-        b.add("dec", decision[0], decision[1], 5, 1.5, "call")
+        b.add("call", picker, 3, 10, "in")
+        b.add("dec", decision, 5, 1.5, "call")
         up_start = 15
-    b.add("up", "envoy", "router pool egress", up_start, 280, "in")
-    b.add("llm", "vllm", "llm_request", up_start + 1, 275, "up")
-    b.add("q", "vllm", "vllm.queue", up_start + 1, 0.5, "llm")
-    b.add("p", "vllm", "vllm.prefill", up_start + 2, 100, "llm")
-    b.add("d", "vllm", "vllm.decode", up_start + 102, 150, "llm")
+    b.add("up", Envoy.router(Cluster.POOL), up_start, 280, "in")
+    b.add("llm", Vllm.REQUEST, up_start + 1, 275, "up")
+    b.add("q", Vllm.QUEUE, up_start + 1, 0.5, "llm")
+    b.add("p", Vllm.PREFILL, up_start + 2, 100, "llm")
+    b.add("d", Vllm.DECODE, up_start + 102, 150, "llm")
     return b
 
 
@@ -67,10 +71,10 @@ def test_direct_trace_has_gateway_and_vllm_steps_but_no_decision():
 
 @pytest.mark.parametrize("mode, picker, decision", [
     # mode            Envoy's span of the picker call                                       deciding span
-    ("ext_proc", "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress", ("epp", "epp.pick")),
-    ("sidecar", "async envoy.service.ext_proc.v3.ExternalProcessor.Process egress", ("frontend", "frontend.route")),
-    ("lua-callout", "async callout egress", ("callout", "callout.pick")),
-    ("dynmod-callout", "dynmod callout", ("callout", "callout.pick")),
+    ("ext_proc", Envoy.EXT_PROC_CALL, Epp.PICK),
+    ("sidecar", Envoy.EXT_PROC_CALL, Frontend.ROUTE),
+    ("lua-callout", Envoy.CALLOUT_CALL, Callout.PICK),
+    ("dynmod-callout", Dynmod.CALLOUT, Callout.PICK),
 ])
 def test_picker_modes_read_decision_and_roundtrip_from_their_own_spans(mode, picker, decision):
     steps = st.step_durations(aggregated(mode, picker, decision).build(), mode)
@@ -80,7 +84,7 @@ def test_picker_modes_read_decision_and_roundtrip_from_their_own_spans(mode, pic
 
 
 def test_decision_span_of_another_mode_is_not_counted():
-    trace = aggregated("ext_proc", "async callout egress", ("callout", "callout.pick")).build()
+    trace = aggregated("ext_proc", Envoy.CALLOUT_CALL, Callout.PICK).build()
     steps = st.step_durations(trace, "ext_proc")
     assert "decision" not in steps and "roundtrip" not in steps
 
@@ -92,14 +96,14 @@ def test_ttft_is_the_client_first_token_event_after_the_root_start():
 
 def test_pd_sums_queues_and_keeps_kv_transfer():
     b = TraceBuilder()
-    b.add("root", "client", "client.request", 0, 400).add("in", "envoy", "ingress", 1, 398, "root")
-    b.add("up", "envoy", "router pool egress", 2, 396, "in")
-    b.add("pd", "pd-sidecar", "pd.request", 3, 394, "up")
-    b.add("pp", "pd-sidecar", "pd.prefill", 4, 110, "pd").add("pl", "vllm", "llm_request", 5, 105, "pp")
-    b.add("pq", "vllm", "vllm.queue", 5, 2, "pl").add("pf", "vllm", "vllm.prefill", 7, 100, "pl")
-    b.add("pdd", "pd-sidecar", "pd.decode", 115, 280, "pd").add("dl", "vllm", "llm_request", 116, 278, "pdd")
-    b.add("dq", "vllm", "vllm.queue", 116, 3, "dl").add("kv", "vllm", "vllm.kv_transfer", 119, 20, "dl")
-    b.add("dd", "vllm", "vllm.decode", 139, 250, "dl")
+    b.add("root", Client.REQUEST, 0, 400).add("in", Envoy.INGRESS, 1, 398, "root")
+    b.add("up", Envoy.router(Cluster.POOL), 2, 396, "in")
+    b.add("pd", Pd.REQUEST, 3, 394, "up")
+    b.add("pp", Pd.PREFILL, 4, 110, "pd").add("pl", Vllm.REQUEST, 5, 105, "pp")
+    b.add("pq", Vllm.QUEUE, 5, 2, "pl").add("pf", Vllm.PREFILL, 7, 100, "pl")
+    b.add("pdd", Pd.DECODE, 115, 280, "pd").add("dl", Vllm.REQUEST, 116, 278, "pdd")
+    b.add("dq", Vllm.QUEUE, 116, 3, "dl").add("kv", Vllm.KV_TRANSFER, 119, 20, "dl")
+    b.add("dd", Vllm.DECODE, 139, 250, "dl")
     steps = st.step_durations(b.build(), "direct")
     assert steps["queue"] == 5.0
     assert steps["prefill"] == 100.0
@@ -110,12 +114,12 @@ def test_pd_sums_queues_and_keeps_kv_transfer():
 
 def test_encode_is_the_span_of_parallel_encoder_calls_not_their_sum():
     b = aggregated()
-    b.add("e1", "encoder", "encoder.encode", 20, 30, "root").add("e2", "encoder", "encoder.encode", 25, 30, "root")
+    b.add("e1", Encoder.ENCODE, 20, 30, "root").add("e2", Encoder.ENCODE, 25, 30, "root")
     assert st.step_durations(b.build(), "direct")["encode"] == 35.0
 
 
 def test_breakdown_parts_add_up_to_e2e_and_are_never_negative():
-    steps = st.step_durations(aggregated("ext_proc", ex.EXT_PROC_CALL.name, ("epp", "epp.pick")).build(), "ext_proc")
+    steps = st.step_durations(aggregated("ext_proc", ex.EXT_PROC_CALL.name, Epp.PICK).build(), "ext_proc")
     parts = st.breakdown(steps)
     assert list(parts) == list(st.BREAKDOWN)
     assert sum(parts.values()) == pytest.approx(steps["e2e"])
@@ -123,24 +127,26 @@ def test_breakdown_parts_add_up_to_e2e_and_are_never_negative():
     assert all(v >= 0 for v in st.breakdown({"e2e": 1.0, "prefill": 5.0, "gateway": 0.1, "roundtrip": 0.5}).values())
 
 
-# -- real traces (saved from `eppkit compare` runs) ----------------------------------------------------
+# -- real traces (read back from real testbeds) ----------------------------------------------------
 
 @pytest.mark.parametrize("file, mode, flow, media, decision_span", [
-    ("chat-ext_proc", "ext_proc", "aggregated", 0, "epp:epp.pick"),
-    ("chat-lua-callout", "lua-callout", "aggregated", 0, "callout:callout.pick"),
+    ("chat-ext_proc", "ext_proc", "aggregated", 0, Epp.PICK),
+    ("chat-lua-callout", "lua-callout", "aggregated", 0, Callout.PICK),
     ("stream-direct", "direct", "aggregated", 0, None),
-    ("multimodal-sidecar", "sidecar", "epd", 3, "frontend:frontend.route"),
-    ("pd-dynmod-callout", "dynmod-callout", "pd", 0, "callout:callout.pick"),
+    ("multimodal-sidecar", "sidecar", "epd", 3, Frontend.ROUTE),
+    ("pd-dynmod-callout", "dynmod-callout", "pd", 0, Callout.PICK),
 ])
 def test_real_traces_are_complete_and_their_steps_match_their_spans(file, mode, flow, media, decision_span):
     trace = load_trace(DATA / f"{file}.json")
     assert ex.missing(trace, ex.expected(mode, flow, media)) == []
+    path = TraceCheck(trace).request_path(mode)
+    assert path.backend.name == (Vllm.REQUEST if flow == "aggregated" else Pd.REQUEST)
+    assert (path.decision.name if path.decision else None) == decision_span
     steps = st.step_durations(trace, mode)
-    root = trace.one("client.request", "client")
+    root = trace.one(Client.REQUEST, Service.CLIENT)
     assert steps["e2e"] == root.duration_ms
     if decision_span:
-        service, name = decision_span.split(":")
-        assert steps["decision"] == trace.one(name, service).duration_ms
+        assert steps["decision"] == trace.one(decision_span).duration_ms
         # (the ext_proc stream may close just after the upstream starts: roundtrip vs gateway is open)
         assert 0 < steps["decision"] < steps["roundtrip"] < steps["e2e"]
         assert 0 < steps["gateway"] < steps["e2e"]
@@ -148,15 +154,15 @@ def test_real_traces_are_complete_and_their_steps_match_their_spans(file, mode, 
         assert sum(before_upstream[p] for p in ("decision", "picker call", "envoy")) == pytest.approx(steps["gateway"])
     else:
         assert "decision" not in steps and "roundtrip" not in steps
-    assert steps["prefill"] == sum(s.duration_ms for s in trace.find_all("vllm.prefill", "vllm"))
+    assert steps["prefill"] == sum(s.duration_ms for s in trace.find_all(Vllm.PREFILL, Service.VLLM))
     if file == "stream-direct":
         assert 0 < steps["ttft"] < steps["e2e"]
 
 
 def test_a_missing_span_is_named_and_a_short_count_says_how_many():
     trace = load_trace(DATA / "pd-dynmod-callout.json")
-    trace.spans = [s for s in trace.spans if s.name != "callout.pick"]
-    queue = [s for s in trace.spans if s.name == "vllm.queue"]
+    trace.spans = [s for s in trace.spans if s.name != Callout.PICK]
+    queue = [s for s in trace.spans if s.name == Vllm.QUEUE]
     trace.spans.remove(queue[0])
     assert ex.missing(trace, ex.expected("dynmod-callout", "pd")) == ["callout:callout.pick", "vllm:vllm.queue (1 of 2)"]
     assert ex.missing(None, [ex.ROOT]) == ["client:client.request"]
@@ -169,10 +175,10 @@ def test_epd_expects_one_encode_per_media_item():
 
 
 def test_expected_span_table_knows_every_testbed_mode_and_refuses_unknown_flows():
-    from eppkit.envoy_config import MODES
+    from eppkit import modes
 
-    assert ex.MODES == MODES
-    for mode in MODES:
+    assert ex.MODES == modes.names()
+    for mode in modes.names():
         assert ex.expected(mode, "aggregated")[0] == ex.ROOT
     with pytest.raises(ValueError, match="multipart"):
         ex.expected("direct", "multipart")

@@ -9,6 +9,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from eppkit.observability.client import TracedClient
+from eppkit.observability.contract import Stream
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +47,7 @@ def test_ttft_equals_the_first_token_event_offset_in_the_root_span(server):
     client.close()
 
     (root,) = exporter.get_finished_spans()
-    (event,) = [e for e in root.events if e.name == "first_token"]
+    (event,) = [e for e in root.events if e.name == Stream.FIRST_TOKEN]
     assert result.tokens == ["a", "b"]
     assert result.ttft_ms >= 50
     # exact to the nanosecond's rounding, however long the client took between its steps

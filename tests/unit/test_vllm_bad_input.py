@@ -6,6 +6,7 @@ import json
 import pytest
 
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock
+from eppkit.observability.contract import Http, Vllm
 
 pytestmark = pytest.mark.unit
 
@@ -75,8 +76,8 @@ def test_bad_input_gets_openai_error(path, body, headers, status, text):
     assert payload["error"]["type"] and payload["error"]["code"] is not None
     assert resp.headers["x-inference-pod"] == "vllm-0"
     assert after == 200
-    errors = [s for s in rec.by_name("llm_request") if s.status.status_code.name == "ERROR"]
-    assert len(errors) == 1 and errors[0].attributes["http.response.status_code"] == status
+    errors = [s for s in rec.by_name(Vllm.REQUEST) if s.status.status_code.name == "ERROR"]
+    assert len(errors) == 1 and errors[0].attributes[Http.RESPONSE_STATUS_CODE] == status
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])

@@ -7,6 +7,7 @@ import pytest
 
 from eppkit.services.vllm.failures import FailureInjector
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock
+from eppkit.observability.contract import Mock, Stream, Vllm
 
 pytestmark = pytest.mark.unit
 
@@ -79,9 +80,9 @@ def test_immediate_failures_answer_openai_errors(header, status, text):
     assert resp.headers["x-inference-pod"] == "vllm-0"
     assert text in body["error"]["message"]
     assert set(body["error"]) >= {"message", "type", "param", "code"}
-    root = rec.one("llm_request")
+    root = rec.one(Vllm.REQUEST)
     assert root.status.status_code.name == "ERROR"
-    assert root.attributes["mock.failure"] == header
+    assert root.attributes[Mock.FAILURE] == header
     assert f'eppkit_mock_injected_failures_total{{engine="0",model_name="mock-llm",type="{header}"}} 1.0' in metrics
 
 
@@ -125,8 +126,8 @@ def test_disconnect_mid_stream_after_n_tokens():
     (events, done, error, _), health = run(go())
     assert events == 3 and not done and error is not None
     assert health == 200  # the server lives on
-    root = rec.one("llm_request")
-    assert "injected_disconnect" in [e.name for e in root.events]
+    root = rec.one(Vllm.REQUEST)
+    assert Vllm.INJECTED_DISCONNECT in [e.name for e in root.events]
     assert root.status.status_code.name == "ERROR"
 
 
@@ -140,7 +141,7 @@ def test_stall_hangs_then_drops_the_connection():
     events, done, error, seconds = run(go())
     assert events == 1 and not done and error is not None
     assert 0.29 < seconds < 2.0
-    assert [e.name for e in rec.one("llm_request").events][:3] == ["failure_injected", "first_token", "stall_started"]
+    assert [e.name for e in rec.one(Vllm.REQUEST).events][:3] == [Mock.FAILURE_INJECTED, Stream.FIRST_TOKEN, Vllm.STALL_STARTED]
 
 
 def test_stall_before_any_token_times_out_a_non_streaming_client():
@@ -177,9 +178,9 @@ def test_client_cancellation_is_counted_and_marked_on_the_span(phase_ms, ttft, s
     assert 'eppkit_mock_client_cancellations_total{engine="0",model_name="mock-llm"} 1.0' in metrics
     assert 'vllm:request_success_total{engine="0",finished_reason="abort",model_name="mock-llm"} 1.0' in metrics
     assert running == 0  # the slot was given back
-    root = rec.one("llm_request")
-    assert root.attributes["vllm.cancelled"] is True
-    assert "client_cancelled" in [e.name for e in root.events]
+    root = rec.one(Vllm.REQUEST)
+    assert root.attributes[Vllm.CANCELLED] is True
+    assert Vllm.CLIENT_CANCELLED in [e.name for e in root.events]
     assert root.status.description == "client disconnected"
     # noticed promptly, not at the end of a 1 s prefill / 2 s decode
     assert (root.end_time - root.start_time) / 1e6 < phase_ms + 200

@@ -6,6 +6,7 @@ import pytest
 
 from eppkit.services.vllm import handshake
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
+from eppkit.observability.contract import GenAi, Vllm
 
 pytestmark = pytest.mark.unit
 
@@ -46,15 +47,15 @@ def test_prefill_then_decode_handshake():
     assert dbody["usage"]["completion_tokens"] == 5 and dbody["kv_transfer_params"] is None
 
     # prefill side: prefill only, no decode span
-    assert p_spans.names().count("vllm.prefill") == 1 and not p_spans.by_name("vllm.decode")
-    assert p_spans.one("llm_request").attributes["vllm.kv_transfer"] == "do_remote_decode"
+    assert p_spans.names().count(Vllm.PREFILL) == 1 and not p_spans.by_name(Vllm.DECODE)
+    assert p_spans.one(Vllm.REQUEST).attributes[Vllm.KV_TRANSFER_PARAMS] == "do_remote_decode"
     # decode side: KV transfer instead of prefill, then decode
-    assert not d_spans.by_name("vllm.prefill")
-    kv = d_spans.one("vllm.kv_transfer")
+    assert not d_spans.by_name(Vllm.PREFILL)
+    kv = d_spans.one(Vllm.KV_TRANSFER)
     assert dur_ms(kv) == pytest.approx(40, abs=30)
-    assert kv.attributes["vllm.kv_transfer.remote_engine_id"] == handshake.engine_id("p0")
-    assert kv.end_time <= d_spans.one("vllm.decode").start_time
-    assert d_spans.one("llm_request").attributes["gen_ai.latency.time_to_first_token"] < 0.2  # not 999 ms
+    assert kv.attributes[Vllm.KV_REMOTE_ENGINE_ID] == handshake.engine_id("p0")
+    assert kv.end_time <= d_spans.one(Vllm.DECODE).start_time
+    assert d_spans.one(Vllm.REQUEST).attributes[GenAi.LATENCY_TIME_TO_FIRST_TOKEN] < 0.2  # not 999 ms
 
 
 def test_prefill_handshake_in_a_stream_puts_params_in_the_final_chunk():
@@ -84,7 +85,7 @@ def test_kv_transfer_per_token_scales_with_prompt():
             return r.status
 
     assert run(go()) == 200
-    assert dur_ms(spans.one("vllm.kv_transfer")) == pytest.approx(100, abs=30)
+    assert dur_ms(spans.one(Vllm.KV_TRANSFER)) == pytest.approx(100, abs=30)
 
 
 @pytest.mark.parametrize(

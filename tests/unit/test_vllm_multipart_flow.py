@@ -7,6 +7,7 @@ import pytest
 
 from eppkit.services.vllm import multipart as mp
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
+from eppkit.observability.contract import Vllm
 
 pytestmark = pytest.mark.unit
 
@@ -76,11 +77,11 @@ def test_two_phase_flow_streams_first_token_before_metadata_then_decodes():
     tokens = [e for e in events[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
     assert len(tokens) == 3  # the other 3 of 4, after the metadata
 
-    prefill, wait, decode = rec.one("vllm.prefill"), rec.one("vllm.await_metadata"), rec.one("vllm.decode")
+    prefill, wait, decode = rec.one(Vllm.PREFILL), rec.one(Vllm.AWAIT_METADATA), rec.one(Vllm.DECODE)
     assert prefill.end_time <= wait.start_time and wait.end_time <= decode.start_time
     assert (wait.end_time - wait.start_time) / 1e6 > 240
-    assert rec.one("llm_request").attributes["vllm.multipart"] is True
-    assert "prefill_endpoint" in wait.attributes["vllm.multipart.metadata"]
+    assert rec.one(Vllm.REQUEST).attributes[Vllm.MULTIPART] is True
+    assert "prefill_endpoint" in wait.attributes[Vllm.MULTIPART_METADATA]
 
 
 def test_multipart_non_streaming_returns_json_with_the_metadata():
@@ -116,10 +117,10 @@ def test_late_metadata_ends_in_a_clear_error_after_the_timeout():
     assert events[-1] == "[DONE]"
     err = events[-2]["error"]
     assert "did not arrive within 150 ms" in err["message"] and err["code"] == "metadata_timeout"
-    wait = rec.one("vllm.await_metadata")
+    wait = rec.one(Vllm.AWAIT_METADATA)
     assert wait.status.status_code.name == "ERROR"
     assert 140 < (wait.end_time - wait.start_time) / 1e6 < 400
-    assert not rec.by_name("vllm.decode")
+    assert not rec.by_name(Vllm.DECODE)
 
 
 @pytest.mark.parametrize(

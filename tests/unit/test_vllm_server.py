@@ -7,6 +7,7 @@ import time
 import pytest
 
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
+from eppkit.observability.contract import GenAi, Stream, Vllm
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +56,7 @@ def test_request_id_is_honoured_and_echoed():
     rid, body = run(go())
     assert rid == "req-42"
     assert body["id"] == "chatcmpl-req-42"
-    assert rec.one("llm_request").attributes["gen_ai.request.id"] == "req-42"
+    assert rec.one(Vllm.REQUEST).attributes[GenAi.REQUEST_ID] == "req-42"
 
 
 def test_streaming_chat_sends_tokens_usage_and_done_with_real_step_times():
@@ -80,27 +81,27 @@ def test_streaming_chat_sends_tokens_usage_and_done_with_real_step_times():
     assert events[-3]["choices"][0]["finish_reason"] == "length"
     assert events[-2]["usage"]["completion_tokens"] == 6 and events[-2]["choices"] == []
 
-    root = rec.one("llm_request")
+    root = rec.one(Vllm.REQUEST)
     assert root.kind.name == "SERVER"
     assert format(root.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
     assert format(root.parent.span_id, "016x") == "b7ad6b7169203331"
     assert root.resource is not None
-    queue, prefill, decode = rec.one("vllm.queue"), rec.one("vllm.prefill"), rec.one("vllm.decode")
+    queue, prefill, decode = rec.one(Vllm.QUEUE), rec.one(Vllm.PREFILL), rec.one(Vllm.DECODE)
     for child in (queue, prefill, decode):
         assert child.parent.span_id == root.context.span_id
         assert root.start_time <= child.start_time and child.end_time <= root.end_time
     assert queue.end_time <= prefill.start_time and prefill.end_time <= decode.start_time
     assert ms(prefill) == pytest.approx(150, abs=TOL_MS) and ms(prefill) >= 149
     assert ms(decode) == pytest.approx(5 * 20, abs=TOL_MS)
-    (event,) = [e for e in root.events if e.name == "first_token"]
+    (event,) = [e for e in root.events if e.name == Stream.FIRST_TOKEN]
     assert prefill.end_time <= event.timestamp <= decode.start_time + 5e6
     a = root.attributes
-    assert (a["vllm.role"], a["vllm.instance"]) == ("both", "v0")
-    assert a["gen_ai.usage.prompt_tokens"] == 4  # "user", ":", "hello", "there" and a["gen_ai.usage.completion_tokens"] == 6
-    assert a["gen_ai.latency.time_to_first_token"] == pytest.approx(0.15, abs=TOL_MS / 1000)
-    assert a["gen_ai.latency.e2e"] >= a["gen_ai.latency.time_to_first_token"]
-    assert a["gen_ai.response.model"] == "mock-llm"
-    assert a["gen_ai.request.max_tokens"] == 6
+    assert (a[Vllm.ROLE], a[Vllm.INSTANCE]) == ("both", "v0")
+    assert a[GenAi.USAGE_PROMPT_TOKENS] == 4  # "user", ":", "hello", "there" and a["gen_ai.usage.completion_tokens"] == 6
+    assert a[GenAi.LATENCY_TIME_TO_FIRST_TOKEN] == pytest.approx(0.15, abs=TOL_MS / 1000)
+    assert a[GenAi.LATENCY_E2E] >= a[GenAi.LATENCY_TIME_TO_FIRST_TOKEN]
+    assert a[GenAi.RESPONSE_MODEL] == "mock-llm"
+    assert a[GenAi.REQUEST_MAX_TOKENS] == 6
 
 
 def test_stream_tokens_are_never_early():
@@ -144,7 +145,7 @@ def test_stream_span_ends_when_the_last_bytes_leave_not_after_cleanup():
             return await r.text()
 
     assert sse_events(run(go()))[-1] == "[DONE]"
-    assert rec.one("llm_request").end_time < cleanup_started[0]
+    assert rec.one(Vllm.REQUEST).end_time < cleanup_started[0]
 
 
 def test_stream_tokens_are_due_on_absolute_deadlines_however_late_each_write_runs():
@@ -208,7 +209,7 @@ def test_non_streaming_completion_and_usage():
     assert body["choices"][0]["finish_reason"] == "stop"
     assert len(body["choices"][0]["text"].split()) == 4
     assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8, "prompt_tokens_details": {"cached_tokens": 0}}
-    assert [e.name for e in rec.one("llm_request").events] == ["first_token"]
+    assert [e.name for e in rec.one(Vllm.REQUEST).events] == [Stream.FIRST_TOKEN]
 
 
 def test_request_seed_gives_same_tokens_on_two_instances():
@@ -250,11 +251,11 @@ def test_max_num_seqs_queues_and_queue_span_covers_the_wait():
     assert (s1, s2) == (200, 200)
     assert 'vllm:num_requests_running{engine="0",model_name="mock-llm"} 1.0' in metrics
     assert 'vllm:num_requests_waiting{engine="0",model_name="mock-llm"} 1.0' in metrics
-    queues = sorted(rec.by_name("vllm.queue"), key=lambda s: s.start_time)
+    queues = sorted(rec.by_name(Vllm.QUEUE), key=lambda s: s.start_time)
     assert ms(queues[0]) < 10
     # The second request waits for the only slot: its queue ends when the first one's prefill does
     # (~150 ms after it arrived; the bound is loose because a loaded machine stretches the sleeps).
-    prefills = sorted(rec.by_name("vllm.prefill"), key=lambda s: s.start_time)
+    prefills = sorted(rec.by_name(Vllm.PREFILL), key=lambda s: s.start_time)
     assert queues[1].end_time >= prefills[0].end_time
     assert 100 < ms(queues[1]) < 200 + TOL_MS
 
@@ -288,9 +289,9 @@ def test_prefix_cache_makes_repeat_prompts_cheaper_under_per_token_prefill():
             return body
 
     body = run(go())
-    first, second = sorted(rec.by_name("vllm.prefill"), key=lambda s: s.start_time)
-    assert first.attributes["vllm.prefix_cached_tokens"] == 0
-    assert second.attributes["vllm.prefix_cached_tokens"] == 64
+    first, second = sorted(rec.by_name(Vllm.PREFILL), key=lambda s: s.start_time)
+    assert first.attributes[Vllm.PREFIX_CACHED_TOKENS] == 0
+    assert second.attributes[Vllm.PREFIX_CACHED_TOKENS] == 64
     assert body["usage"]["prompt_tokens_details"]["cached_tokens"] == 64
     assert ms(first) == pytest.approx(10 + 2 * 64, abs=TOL_MS)
     assert ms(second) == pytest.approx(10, abs=TOL_MS)
@@ -331,8 +332,8 @@ def test_x_mock_latency_headers_override_flags():
             return r.status
 
     assert run(go()) == 200
-    assert ms(rec.one("vllm.prefill")) == pytest.approx(30, abs=TOL_MS)
-    assert ms(rec.one("vllm.decode")) == pytest.approx(20, abs=TOL_MS)
+    assert ms(rec.one(Vllm.PREFILL)) == pytest.approx(30, abs=TOL_MS)
+    assert ms(rec.one(Vllm.DECODE)) == pytest.approx(20, abs=TOL_MS)
 
 
 def _raw_exchange(port: int, request: bytes) -> bytes:

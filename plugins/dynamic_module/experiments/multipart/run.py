@@ -1,4 +1,4 @@
-"""Issue 5 experiment: can the Go dynamic module run the two-phase multipart flow?
+"""The two-phase multipart experiment: can the Go dynamic module run the two-phase multipart flow?
 
 Run from the repo root:  python plugins/dynamic_module/experiments/multipart/run.py
 
@@ -23,9 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import signal
 import string
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +34,9 @@ from aiohttp import ClientSession, ClientTimeout, web
 REPO = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO))
 
-from eppkit import dynmod_build  # noqa: E402
+from eppkit import dynmod_build, envoy_process  # noqa: E402
+from eppkit.launchers import ProcessLauncher  # noqa: E402
+from eppkit.process import ServiceProcess  # noqa: E402
 from eppkit.topology import PortAllocator  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -156,19 +156,9 @@ async def main() -> int:
     use_vllm = "--vllm" in sys.argv[1:]
     vllm = None
     if use_vllm:
-        vllm_dir = Path(tempfile.mkdtemp(prefix="eppkit-multipart-vllm-"))
-        vllm_log = (vllm_dir / "vllm.log").open("w")
-        vllm = subprocess.Popen([sys.executable, "-m", "eppkit.services.vllm", "--port", str(backend_port),
-                                 "--instance", "vllm-0", "--time-to-first-token", str(PREFILL_S * 1000),
-                                 "--inter-token-latency", "5"], cwd=REPO, stdout=vllm_log, stderr=subprocess.STDOUT)
-        for _ in range(100):
-            try:
-                async with ClientSession() as s, s.get(f"http://127.0.0.1:{backend_port}/health") as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            await asyncio.sleep(0.1)
+        vllm = ServiceProcess("eppkit.services.vllm", ["--instance", "vllm-0", "--time-to-first-token",
+                                                       str(PREFILL_S * 1000), "--inter-token-latency", "5"],
+                              port=backend_port).start()
         runner = None
     else:
         runner = web.AppRunner(web.Application())
@@ -188,19 +178,12 @@ async def main() -> int:
         )
         workdir = Path(tempfile.mkdtemp(prefix="eppkit-multipart-"))
         (workdir / "envoy.yaml").write_text(config)
-        log = (workdir / "envoy.log").open("w")
-        envoy = subprocess.Popen(
-            [shutil.which("envoy"), "-c", str(workdir / "envoy.yaml"), "--concurrency", "1",
-             "--use-dynamic-base-id", "--log-level", "info"],
-            stdout=log, stderr=subprocess.STDOUT,
-        )
+        # Info level: the module logs its events ("eppkit_multipart_probe: ...") there.
+        envoy = envoy_process.Envoy(workdir / "envoy.yaml", workdir / "envoy.log", admin_port,
+                                    ProcessLauncher(envoy_process.find()), concurrency=1, log_level="info")
+        # The in-process backend must keep serving while Envoy starts: wait in a thread.
+        await asyncio.to_thread(envoy.start)
         try:
-            for _ in range(100):
-                if "starting main dispatch loop" in (workdir / "envoy.log").read_text():
-                    break
-                if envoy.poll() is not None:
-                    raise RuntimeError(f"envoy exited: {(workdir / 'envoy.log').read_text()[-3000:]}")
-                await asyncio.sleep(0.1)
             picked = {"x-gateway-destination-endpoint": f"127.0.0.1:{backend_port}"}
             if use_vllm:
                 # first_data needs a streamed first token: a non-streaming backend writes only
@@ -216,14 +199,7 @@ async def main() -> int:
                 if not any(k.startswith("control") for k in results):
                     results["control (plain router)"] = await send(control_port, body, n1)
         finally:
-            # SIGINT first so Envoy drains and exits on its own; kill only if it hangs.
-            envoy.send_signal(signal.SIGINT)
-            try:
-                envoy.wait(5)
-            except subprocess.TimeoutExpired:
-                envoy.kill()
-                envoy.wait()
-            log.close()
+            envoy.stop()  # SIGINT first so Envoy drains and exits on its own; killed only if it hangs
         events = [ln.split("eppkit_multipart_probe: ", 1)[1] for ln in (workdir / "envoy.log").read_text().splitlines()
                   if "eppkit_multipart_probe: part1" in ln]
         results[name]["module_events"] = events[-1] if events else None
@@ -231,14 +207,7 @@ async def main() -> int:
     if runner is not None:
         await runner.cleanup()
     if vllm is not None:
-        vllm.send_signal(signal.SIGINT)
-        try:
-            vllm.wait(5)
-        except subprocess.TimeoutExpired:
-            vllm.kill()
-            vllm.wait()
-        vllm_log.close()
-        shutil.rmtree(vllm_dir, ignore_errors=True)
+        vllm.stop()
     print(json.dumps(results, indent=2))
     if use_vllm:
         ok = all(r["status"] == 200 and isinstance(r["multipart_metadata"], dict)

@@ -1,5 +1,5 @@
-// Package multipart is the eppkit_multipart_probe HTTP filter: the experiment of issue 5
-// (docs/dynmod-multipart.md). It answers one question with running code: can a Go dynamic
+// Package multipart is the eppkit_multipart_probe HTTP filter: the two-phase multipart
+// experiment (docs/dynmod-multipart.md). It answers one question with running code: can a Go dynamic
 // module at this SDK version run the two-phase multipart flow?
 //
 //  1. buffer the client's body to its end;

@@ -1,4 +1,4 @@
-"""The frontend's preprocessing: a deterministic mock tokenizer.
+"""The pickers' mock tokenizer (the sidecar frontend's preprocessing step; the kv-router scorer's input).
 
 It uses the mock vLLM's own notion of tokens (``services.vllm.tokens``: words and punctuation
 marks, chat messages flattened the same way), so the token count the frontend reports equals

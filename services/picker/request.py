@@ -1,10 +1,13 @@
-"""The request as the picker sees it: headers, path, raw body and the parsed OpenAI JSON."""
+"""The request as a picker sees it: headers, path, raw body, the parsed OpenAI JSON and its prompt."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from eppkit.services.picker import headers as h
+from eppkit.services.picker.tokenizer import Tokenized, tokenize
 
 
 class BadRequest(ValueError):
@@ -20,6 +23,7 @@ class LlmRequest:
     prompt: str = ""  # the text a prefix cache would see, in order
     stream: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    tokenized: Tokenized | None = None  # set by whoever tokenizes first (the frontend, in its own span)
 
     @property
     def path(self) -> str:
@@ -28,6 +32,17 @@ class LlmRequest:
     @property
     def method(self) -> str:
         return self.headers.get(":method", "GET")
+
+    @property
+    def requested_model(self) -> str | None:
+        """The model the gateway routed on (``x-gateway-model-name``), else the body's."""
+        return self.headers.get(h.MODEL) or self.model
+
+    def tokens(self) -> Tokenized:
+        """The prompt's tokens (tokenized once, on first use)."""
+        if self.tokenized is None:
+            self.tokenized = tokenize(self.json_body or {})
+        return self.tokenized
 
 
 def prompt_text(body: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""The EPP's pool: parsing --endpoints, reading vLLM /metrics, health and load bookkeeping."""
+"""The picker core's pool: the one endpoint syntax, reading vLLM /metrics, health and load bookkeeping."""
 
 import asyncio
 import contextlib
@@ -8,7 +8,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from eppkit.services.epp.pool import Pool, parse_endpoints, parse_metrics
+from eppkit.services.picker.endpoints import format_endpoints, parse_endpoints
+from eppkit.services.picker.pool import Pool
+from eppkit.services.picker.scraper import MetricsScraper, parse_metrics
 
 pytestmark = pytest.mark.unit
 
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.unit
         ("a=127.0.0.1:1@m1, b=127.0.0.1:2@m1|m2", [("a", "127.0.0.1:1", ("m1",)), ("b", "127.0.0.1:2", ("m1", "m2"))]),
         ("", []),  # empty pool is allowed: every request then gets 503
         ("a=127.0.0.1:1,,", [("a", "127.0.0.1:1", ())]),  # stray commas ignored
+        ("b=[::1]:2@org/model-7b", [("b", "[::1]:2", ("org/model-7b",))]),  # IPv6 in brackets; slashes in models
     ],
 )
 def test_parse_endpoints_accepts_names_addresses_and_models(spec, expected):
@@ -29,10 +32,19 @@ def test_parse_endpoints_accepts_names_addresses_and_models(spec, expected):
     assert got == expected
 
 
-@pytest.mark.parametrize("spec", ["vllm-0", "a=host", "a=:80", "a=h:port", "a=127.0.0.1:1,b=127.0.0.1:1"])
+@pytest.mark.parametrize("spec", ["vllm-0", "a=host", "a=:80", "a=h:port", "a=127.0.0.1:0", "a=127.0.0.1:70000",
+                                  "a=127.0.0.1:1,b=127.0.0.1:1"])
 def test_parse_endpoints_rejects_bad_items_and_duplicates(spec):
     with pytest.raises(ValueError):
         parse_endpoints(spec)
+
+
+def test_format_endpoints_writes_what_parse_endpoints_reads():
+    pool = parse_endpoints("a=127.0.0.1:1@m1|m2,b=[::1]:2")
+    assert format_endpoints(pool) == "a=127.0.0.1:1,b=[::1]:2"
+    again = parse_endpoints(format_endpoints(pool, models=True))
+    assert [(ep.name, ep.address, ep.models) for ep in again] == [("a", "127.0.0.1:1", ("m1", "m2")),
+                                                                   ("b", "[::1]:2", ())]
 
 
 def test_parse_metrics_sums_label_sets_and_skips_comments():
@@ -97,9 +109,7 @@ def test_endpoint_without_models_serves_every_model():
 
 
 async def _scrape_once(pool: Pool, timeout_s: float) -> None:
-    """One scrape of every endpoint, as the EPP's loop does it, without the loop."""
-    from eppkit.services.epp.pool import MetricsScraper
-
+    """One scrape of every endpoint, as the scraper's loop does it, without the loop."""
     scraper = MetricsScraper(pool, interval_s=0, timeout_s=timeout_s)
     scraper._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s))
     try:

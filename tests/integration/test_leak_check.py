@@ -21,6 +21,9 @@ import textwrap
 import pytest
 from pathlib import Path
 
+from eppkit import procfs
+from eppkit.pytest_plugin import SESSION_TAG
+
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
 
 
@@ -36,17 +39,11 @@ def run_session(tmp_path, body: str, *extra_args: str) -> tuple[int, str]:
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
          "--rootdir", str(tmp_path), *extra_args, str(test_file)],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-        env={**os.environ, "EPPKIT_RUNS": str(tmp_path / "runs")},
+        # its own session tag: inheriting this session's would make this session's processes (a shared
+        # Jaeger of earlier tests) the inner session's leaks
+        env={**{k: v for k, v in os.environ.items() if k != SESSION_TAG}, "EPPKIT_RUNS": str(tmp_path / "runs")},
     )
     return proc.returncode, proc.stdout + proc.stderr
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_clean_session_reports_no_leak(tmp_path):
@@ -73,7 +70,7 @@ def test_a_managed_process_left_running_fails_the_session_and_is_stopped(tmp_pat
     pid = int(pid_file.read_text())
     assert code == 1, out
     assert f"LEAK: eppkit processes still running at session end: sleeper(pid {pid})" in out, out
-    assert not alive(pid), "the leaked process must be stopped by the check"
+    assert not procfs.alive(pid), "the leaked process must be stopped by the check"
 
 
 def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path):
@@ -90,7 +87,7 @@ def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path):
     pid = int(pid_file.read_text())
     assert code == 1, out
     assert "LEAK: processes of this session still running at its end" in out and f"pid {pid}:" in out, out
-    assert not alive(pid), "the orphan must be killed by the check"
+    assert not procfs.alive(pid), "the orphan must be killed by the check"
 
 
 def test_a_container_left_running_fails_the_session_and_is_removed(tmp_path):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 # Run in a fresh interpreter: the breakage is simulated by blocking the exporter's import, which
 # must happen before anything in this process imported it.

@@ -1,0 +1,126 @@
+"""The picker without a transport: force, shed, narrow, score, add the stages.
+
+:class:`Picker` turns an :class:`LlmRequest` into a :class:`Decision` (or raises
+:class:`PickError`), in this order:
+
+1. shed hook: ``x-eppkit-shed: 1`` is a 429 (test steering, as a saturated pool would answer);
+2. force hook: ``x-eppkit-force-endpoint`` names the endpoint (and fallbacks): the first named one in
+   the pool that serves the requested model, health aside;
+3. candidates: the healthy endpoints serving the requested model (404 for a model nobody serves,
+   503 when none is up);
+4. shed hook: every candidate's waiting queue at ``shed_queue_threshold`` or over is a 429;
+5. the scorer picks; the rest of its order (up to ``max_fallbacks``) become the fallbacks;
+6. stages (pd / epd / ttft): the prefiller and encoders (:mod:`eppkit.services.picker.stages`).
+
+The transports (ext_proc in services/epp, HTTP ``/pick`` in services/callout, the routing query in
+services/frontend) only read the request off the wire and write the decision back.
+"""
+
+from __future__ import annotations
+
+from eppkit.services.picker import headers as h
+from eppkit.services.picker.decision import Decision, PickError
+from eppkit.services.picker.endpoints import PoolEndpoint
+from eppkit.services.picker.pool import Pool
+from eppkit.services.picker.request import LlmRequest
+from eppkit.services.picker.scorers import Scorer
+from eppkit.services.picker.stages import StagePicker, forced
+
+FORCED = "forced"  # the scorer name a forced decision reports
+
+
+def forced_decision(pool: Pool, request: LlmRequest) -> Decision | None:
+    """Honour ``x-eppkit-force-endpoint``; None when the header is absent."""
+    value = request.headers.get(h.FORCE_ENDPOINT)
+    if value is None:
+        return None
+    found = forced(pool, h.FORCE_ENDPOINT, value, every=False, scorer=FORCED)
+    model = request.requested_model
+    found = [ep for ep in found if ep.serves(model)]
+    if not found:
+        raise PickError(503, f"no endpoint available: {h.FORCE_ENDPOINT}={value!r} names no endpoint serving the "
+                             f"model {model!r}", code="no_endpoint", scorer=FORCED, param=h.FORCE_ENDPOINT)
+    pool.note_pick(found[0])
+    return Decision(endpoint=found[0], address=found[0].address, scorer=FORCED,
+                    reason=f"{h.FORCE_ENDPOINT}: {value}", fallbacks=[ep.address for ep in found[1:]])
+
+
+def shed_by_header(request: LlmRequest, scorer: str) -> None:
+    if h.is_true(request.headers.get(h.SHED)):
+        raise PickError(429, f"request shed by the routing service ({h.SHED})", code="shed", scorer=scorer)
+
+
+def candidates(pool: Pool, request: LlmRequest, scorer: str) -> list[PoolEndpoint]:
+    """Healthy endpoints serving the request's model; 404 for a model nobody serves, 503 for none up."""
+    model = request.requested_model
+    endpoints = pool.endpoints
+    if model and any(ep.models for ep in endpoints):
+        endpoints = [ep for ep in endpoints if ep.serves(model)]
+        if not endpoints:
+            served = sorted({m for ep in pool.endpoints for m in ep.models})
+            raise PickError(404, f"the model {model!r} is not served by this pool; served models: {', '.join(served)}",
+                            code="model_not_found", scorer=scorer, param="model")
+    healthy = [ep for ep in endpoints if ep.healthy]
+    if not healthy:
+        raise PickError(503, f"no endpoint available: {pool.describe_down()}", code="no_endpoint", scorer=scorer)
+    return healthy
+
+
+class Picker:
+    """Scores the healthy endpoints in-process with one scorer from the registry."""
+
+    def __init__(self, pool: Pool, scorer: Scorer, *, shed_queue_threshold: float = 0, max_fallbacks: int = 2,
+                 stages: StagePicker | None = None):
+        self.pool = pool
+        self.scorer = scorer
+        self.shed_queue_threshold = shed_queue_threshold
+        self.max_fallbacks = max_fallbacks
+        self.stages = stages
+
+    @property
+    def scorer_name(self) -> str:
+        return self.scorer.type
+
+    async def pick(self, request: LlmRequest) -> Decision:
+        return self.with_stages(self.pick_decoder(request), request)
+
+    def pick_decoder(self, request: LlmRequest) -> Decision:
+        shed_by_header(request, self.scorer_name)
+        decision = forced_decision(self.pool, request)
+        if decision is not None:
+            return decision
+        pool_candidates = candidates(self.pool, request, self.scorer_name)
+        self._shed_when_full(pool_candidates)
+        pick = self.scorer.pick(request, pool_candidates)
+        self.pool.note_pick(pick.endpoint)
+        return Decision(endpoint=pick.endpoint, address=pick.endpoint.address, scorer=self.scorer_name,
+                        reason=pick.reason, fallbacks=[ep.address for ep in pick.fallbacks[: self.max_fallbacks]],
+                        details=pick.details)
+
+    def _shed_when_full(self, pool_candidates: list[PoolEndpoint]) -> None:
+        threshold = self.shed_queue_threshold
+        if threshold > 0 and all((ep.waiting or 0) >= threshold for ep in pool_candidates):
+            raise PickError(429, f"request shed: every endpoint's waiting queue is at or over {threshold:g} ("
+                                 + "; ".join(f"{ep.name}: {ep.describe_load()}" for ep in pool_candidates) + ")",
+                            code="shed", scorer=self.scorer_name)
+
+    def with_stages(self, decision: Decision, request: LlmRequest) -> Decision:
+        """Add the prefiller and encoders to a decoder decision (disaggregated flows only)."""
+        if self.stages is None or not self.stages.active:
+            return decision
+        try:
+            decision.stages = self.stages.pick(request)
+        except PickError as exc:
+            exc.scorer = exc.scorer or decision.scorer
+            raise
+        return decision
+
+    def pools(self) -> list[Pool]:
+        """Every pool this picker reads (the decoders', then the stage pools): what to scrape."""
+        return [self.pool, *(self.stages.pools() if self.stages is not None else [])]
+
+    async def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass

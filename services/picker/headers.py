@@ -1,0 +1,36 @@
+"""Every HTTP header a picker reads or writes, named once.
+
+The transports (services/epp, services/callout, services/frontend), the Envoy templates' variables
+and the kit's tests import these names; nothing spells them again.
+"""
+
+from __future__ import annotations
+
+# The decision, as the Gateway API Inference Extension's EPP protocol names it: one host:port,
+# which Envoy's ORIGINAL_DST cluster reads.
+DESTINATION = "x-gateway-destination-endpoint"
+# Sidecar mode: the frontend's worker id, passed on next to the destination.
+WORKER_ID = "x-gateway-worker-id"
+# Set by the body-based router in front (if any); else the body's "model" is used.
+MODEL = "x-gateway-model-name"
+# Disaggregated flows, as llm-d passes them to its routing sidecar (services/pd_sidecar).
+PREFILLER = "x-prefiller-host-port"
+ENCODERS = "x-encoder-hosts-ports"
+# Sidecar mode: the EPP's routing query to the frontend.
+ROUTING_REQUEST = "x-routing-request"
+
+# Test steering, in the spirit of the GAIE conformance suite's endpoint-selection header: a
+# comma-separated list of endpoint names or addresses; the first one in the pool wins, the rest
+# become fallbacks. A name outside the pool is a 503.
+FORCE_ENDPOINT = "x-eppkit-force-endpoint"
+FORCE_PREFILLER = "x-eppkit-force-prefiller"
+FORCE_ENCODERS = "x-eppkit-force-encoders"
+# Test steering: shed this request (429), as a saturated pool would.
+SHED = "x-eppkit-shed"
+
+TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
+
+
+def is_true(value: str | None) -> bool:
+    """A steering header's value read as a flag (``1``, ``true``, ``yes``, ``on``)."""
+    return value is not None and value.strip().lower() in TRUE_VALUES

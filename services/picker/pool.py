@@ -1,0 +1,67 @@
+"""The endpoints a picker chooses from, their health and load, and lookups by name or address.
+
+Load comes from each endpoint's Prometheus ``/metrics`` (:mod:`eppkit.services.picker.scraper`).
+Between two scrapes the picker counts its own picks per endpoint, so a burst does not all land
+on the endpoint that looked idle at the last scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from eppkit.services.picker.endpoints import PoolEndpoint
+
+log = logging.getLogger("picker.pool")
+
+WAITING_METRIC = "vllm:num_requests_waiting"
+RUNNING_METRIC = "vllm:num_requests_running"
+
+
+class Pool:
+    def __init__(self, endpoints: list[PoolEndpoint]):
+        self.endpoints = endpoints
+
+    def __len__(self) -> int:
+        return len(self.endpoints)
+
+    def healthy(self) -> list[PoolEndpoint]:
+        return [ep for ep in self.endpoints if ep.healthy]
+
+    def find(self, key: str) -> PoolEndpoint | None:
+        """An endpoint by name (``vllm-1``) or by address (``127.0.0.1:8001``)."""
+        key = key.strip()
+        for ep in self.endpoints:
+            if key in (ep.name, ep.address):
+                return ep
+        return None
+
+    def describe_down(self) -> str:
+        """Why nothing can serve: ``the pool is empty`` or each endpoint with its last error."""
+        if not self.endpoints:
+            return "the pool is empty"
+        return "all endpoints are down: " + "; ".join(f"{ep.name} ({ep.last_error or 'down'})" for ep in self.endpoints)
+
+    def names(self) -> str:
+        return ", ".join(ep.name for ep in self.endpoints) or "empty pool"
+
+    def note_pick(self, ep: PoolEndpoint) -> None:
+        ep.picked_since_scrape += 1
+
+    def record_scrape(self, ep: PoolEndpoint, metrics: dict[str, float] | None, error: str | None = None) -> None:
+        """Apply one scrape result: metrics (or None when the endpoint has no /metrics) or an error."""
+        if error is not None:
+            if ep.healthy:
+                log.warning("endpoint %s (%s) marked down: %s", ep.name, ep.address, error)
+            ep.healthy = False
+            ep.last_error = error
+            return
+        if not ep.healthy:
+            log.info("endpoint %s (%s) is back", ep.name, ep.address)
+        ep.healthy = True
+        ep.last_error = None
+        ep.last_scrape = time.monotonic()
+        ep.picked_since_scrape = 0
+        if metrics is not None:
+            ep.waiting = metrics.get(WAITING_METRIC, ep.waiting)
+            ep.running = metrics.get(RUNNING_METRIC, ep.running)

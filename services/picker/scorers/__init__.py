@@ -1,0 +1,128 @@
+"""Scorers, registered by type name, in the manner of the Gateway API Inference Extension's plugins.
+
+A scorer sees the request and the candidate endpoints (healthy, serving the requested model,
+never empty, in pool order) and answers a :class:`Pick`: one endpoint, the fallbacks in order,
+and a reason in words (the ``epp.reason`` / ``callout.reason`` span attribute).
+
+Each scorer type lives in its own module in this package and registers itself under its type
+name, with the dataclass of its parameters when it takes any::
+
+    TYPE = "prefix-cache-scorer"
+
+    @dataclass(frozen=True)
+    class Parameters:
+        hashBlockSize: int = 64
+
+    @register(TYPE, Parameters)
+    class PrefixCacheScorer:
+        type = TYPE
+        def __init__(self, name: str, parameters: Parameters): ...
+        def pick(self, request, candidates) -> Pick: ...
+
+As with GAIE's ``plugins.Register(type, factory)``, the factory is built from an instance name and
+raw parameters (a JSON object, checked against the dataclass); configuration names the type
+(``--scorer prefix-cache-scorer --scorer-parameters '{"hashBlockSize": 32}'``) and code never
+switches on it. Every module of this package is imported when the package is, so a new scorer
+is one new file (plus its tests).
+
+Unlike GAIE, one scorer both scores and picks (there are no weighted score sums and no separate
+picker plugin): the kit compares integrations, so one clear decision rule per run is enough.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Callable, Protocol, TypeVar
+
+from eppkit.services.picker.endpoints import PoolEndpoint
+from eppkit.services.picker.request import LlmRequest
+
+
+@dataclass
+class Pick:
+    endpoint: PoolEndpoint
+    reason: str
+    fallbacks: list[PoolEndpoint] = field(default_factory=list)
+    # Extra figures of the decision a transport may pass on (the frontend's overlap_blocks, ...).
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Scorer(Protocol):
+    type: str  # the registered type name, e.g. "queue-scorer"
+    name: str  # this instance's name (the type unless configured otherwise)
+
+    def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick: ...
+
+
+Factory = Callable[[str, dict], Scorer]
+_REGISTRY: dict[str, Factory] = {}
+S = TypeVar("S")
+
+
+def register(type_name: str, parameters: type | None = None) -> Callable[[type[S]], type[S]]:
+    """Class decorator: register the scorer class under ``type_name``.
+
+    The factory reads the raw parameters into ``parameters`` (a dataclass) and calls
+    ``cls(name, parameters)``; a class without parameters is called ``cls(name)`` and refuses any.
+    """
+
+    def add(cls: type[S]) -> type[S]:
+        def factory(name: str, raw: dict) -> Scorer:
+            if parameters is None:
+                if raw:
+                    raise ValueError(f"scorer {type_name} takes no parameters, got {', '.join(sorted(raw))}")
+                return cls(name)
+            return cls(name, read_parameters(parameters, raw, type_name))
+
+        if type_name in _REGISTRY:
+            raise ValueError(f"scorer type {type_name!r} registered twice")
+        _REGISTRY[type_name] = factory
+        return cls
+
+    return add
+
+
+def types() -> tuple[str, ...]:
+    """Every registered scorer type, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def create(type_name: str, parameters: dict | None = None, *, name: str | None = None) -> Scorer:
+    """A new scorer of ``type_name``; ValueError naming the known types or the bad parameter."""
+    factory = _REGISTRY.get(type_name)
+    if factory is None:
+        raise ValueError(f"unknown scorer {type_name!r}; choose one of {', '.join(types())}")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise ValueError(f"scorer {type_name} parameters must be a JSON object, got {parameters!r}")
+    return factory(name or type_name, dict(parameters or {}))
+
+
+P = TypeVar("P")
+
+
+def read_parameters(cls: type[P], raw: dict, type_name: str) -> P:
+    """``raw`` (a JSON object) as the dataclass ``cls``: an unknown key or a wrong type is a ValueError."""
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ValueError(f"scorer {type_name}: unknown parameter(s) {', '.join(unknown)}; "
+                         f"valid: {', '.join(known) or 'none'}")
+    values = {}
+    for key, value in raw.items():
+        default = known[key].default if known[key].default is not MISSING else None
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"scorer {type_name}: parameter {key} must be a number, got {value!r}")
+            value = type(default)(value)
+        values[key] = value
+    return cls(**values)
+
+
+def _load_all() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        importlib.import_module(f"{__name__}.{module.name}")
+
+
+_load_all()

@@ -1,0 +1,41 @@
+"""``queue-scorer``: the endpoint with the shortest queue, from the scraped vLLM metrics.
+
+GAIE's queue-scorer ranks by the waiting queue; this one also counts running requests (a
+waiting request weighs twice a running one) and the picks sent since the last scrape, so a
+burst between two scrapes spreads instead of piling onto the endpoint that looked idle.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from eppkit.services.picker.endpoints import PoolEndpoint
+from eppkit.services.picker.request import LlmRequest
+from eppkit.services.picker.scorers import Pick, register
+
+TYPE = "queue-scorer"
+
+
+def load_key(ep: PoolEndpoint) -> tuple[float, float]:
+    """Sort key for 'least loaded': a waiting request costs more than a running one."""
+    waiting = (ep.waiting or 0.0) + ep.picked_since_scrape
+    return (2.0 * waiting + (ep.running or 0.0), waiting)
+
+
+@register(TYPE)
+class QueueScorer:
+    type = TYPE
+
+    def __init__(self, name: str = TYPE) -> None:
+        self.name = name
+        self._tiebreak = itertools.count()
+
+    def order(self, candidates: list[PoolEndpoint]) -> list[PoolEndpoint]:
+        """Candidates, least loaded first; equal loads in a rotating order so ties spread."""
+        i = next(self._tiebreak) % len(candidates)
+        return sorted(candidates[i:] + candidates[:i], key=load_key)
+
+    def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick:
+        order = self.order(candidates)
+        return Pick(order[0], f"least queue: {order[0].describe_load()}", order[1:])
+

@@ -1,0 +1,31 @@
+"""``round-robin``: each pick takes the next candidate in turn.
+
+Turns are counted per candidate set (per model pool), so picks for one model do not skip
+endpoints of another.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from eppkit.services.picker.endpoints import PoolEndpoint
+from eppkit.services.picker.request import LlmRequest
+from eppkit.services.picker.scorers import Pick, register
+
+TYPE = "round-robin"
+
+
+@register(TYPE)
+class RoundRobin:
+    type = TYPE
+
+    def __init__(self, name: str = TYPE) -> None:
+        self.name = name
+        self._turns: dict[tuple[str, ...], itertools.count] = {}
+
+    def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick:
+        turn = next(self._turns.setdefault(tuple(ep.address for ep in candidates), itertools.count()))
+        i = turn % len(candidates)
+        order = candidates[i:] + candidates[:i]
+        return Pick(order[0], f"round-robin turn {turn} -> {i + 1} of {len(candidates)}", order[1:])
+

@@ -1,0 +1,104 @@
+"""Keeps a pool's load and health fresh: every endpoint's ``/metrics``, on an interval.
+
+A refused or reset connection marks an endpoint down; an answer brings it back. Load is
+``vllm:num_requests_waiting`` and ``vllm:num_requests_running`` (summed over labels).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass, field
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from eppkit.services.picker.endpoints import PoolEndpoint
+from eppkit.services.picker.pool import Pool
+
+log = logging.getLogger("picker.scraper")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sum every sample of each metric in Prometheus text format (labels are summed over; NaN skipped).
+
+    A malformed exposition raises ValueError, as Prometheus fails such a scrape whole.
+    """
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not math.isnan(sample.value):
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+@dataclass
+class MetricsScraper:
+    """Scrapes every endpoint's ``/metrics`` every ``interval_s``; 0 turns scraping (and health) off."""
+
+    pool: Pool
+    interval_s: float = 0.5
+    timeout_s: float = 1.0
+    _task: asyncio.Task | None = field(default=None, init=False)
+    _session: aiohttp.ClientSession | None = field(default=None, init=False)
+
+    async def start(self) -> None:
+        if self.interval_s <= 0 or not self.pool.endpoints:
+            return
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        await self.scrape_once()
+        self._task = asyncio.create_task(self._loop(), name="picker-metrics-scraper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.scrape_once()
+            except Exception:  # never let one bad scrape end the loop
+                log.exception("metrics scrape failed")
+
+    async def scrape_once(self) -> None:
+        await asyncio.gather(*(self._scrape(ep) for ep in self.pool.endpoints))
+
+    async def _scrape(self, ep: PoolEndpoint) -> None:
+        assert self._session is not None
+        url = f"http://{ep.address}/metrics"
+        try:
+            async with self._session.get(url) as resp:
+                if resp.status == 404:
+                    self.pool.record_scrape(ep, None)  # up, but no load figures
+                    return
+                if resp.status != 200:
+                    self.pool.record_scrape(ep, None, error=f"GET /metrics answered {resp.status}")
+                    return
+                text = await resp.text()
+        except asyncio.TimeoutError:
+            # Slow is not down: a busy endpoint, or our own loop busy with a large body, answers
+            # late. Marking it down here turned one 70 MB request into 503s for everybody after it.
+            # Keep its health and its last load figures; a refused or reset connection marks it down.
+            ep.last_error = f"GET {url}: no answer within {self.timeout_s:g} s (health unchanged)"
+            log.info("endpoint %s (%s): metrics scrape timed out; health unchanged", ep.name, ep.address)
+            return
+        except (aiohttp.ClientError, OSError) as exc:
+            self.pool.record_scrape(ep, None, error=f"GET {url}: {exc.__class__.__name__}: {exc}")
+            return
+        try:
+            figures = parse_metrics(text)
+        except ValueError as exc:  # answering, so up; but its figures cannot be trusted: keep the last ones
+            ep.last_error = f"GET {url}: malformed metrics ({exc}); health unchanged"
+            log.warning("endpoint %s (%s): malformed /metrics: %s", ep.name, ep.address, exc)
+            return
+        self.pool.record_scrape(ep, figures)

@@ -1,0 +1,135 @@
+"""The pickers' settings and their defaults, in one place: every transport's command line and the
+testbed's mode options are built from :class:`PickerSettings`.
+
+- :func:`add_arguments` puts the pool and settings flags on a transport's parser;
+- :func:`build` turns the parsed flags into a :class:`~eppkit.services.picker.core.Picker` and
+  the scrapers of its pools;
+- :func:`service_args` is the reverse, for the testbed: the flags that start a transport with
+  given settings and pools (every picker mode builds its services' flags through it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable
+
+from eppkit.services.picker import scorers
+from eppkit.services.picker.core import Picker
+from eppkit.services.picker.endpoints import Named, format_endpoints, parse_endpoints
+from eppkit.services.picker.pool import Pool
+from eppkit.services.picker.scraper import MetricsScraper
+from eppkit.services.picker.stages import StagePicker
+
+
+@dataclass
+class PickerSettings:
+    # The scorer type (services/picker/scorers) and its raw parameters, as GAIE configures a plugin.
+    scorer: str = "queue-scorer"
+    scorer_parameters: dict[str, Any] = field(default_factory=dict)
+    # Seconds between /metrics scrapes of every endpoint; 0 turns scraping (and health) off.
+    metrics_interval: float = 0.2
+    # Answer 429 when every healthy endpoint's waiting queue is at least this; 0 never sheds.
+    shed_queue_threshold: float = 0
+    # Fallback endpoints a decision lists after the primary.
+    max_fallbacks: int = 2
+
+    def validate(self) -> "PickerSettings":
+        if self.metrics_interval < 0 or self.shed_queue_threshold < 0 or self.max_fallbacks < 0:
+            raise ValueError("metrics_interval, shed_queue_threshold and max_fallbacks cannot be negative")
+        scorers.create(self.scorer, self.scorer_parameters)  # an unknown type or parameter fails here
+        return self
+
+
+DEFAULTS = PickerSettings()
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> None:
+    """The pool flags and :class:`PickerSettings` flags (``stages``: also the prefill / encoder pools)."""
+    g = parser.add_argument_group("pool and scoring")
+    g.add_argument("--endpoints", default="",
+                   help="the pool: comma-separated [name=]host:port[@model[|model]] (no model: serves every "
+                        "model). Empty: every request gets 503.")
+    if stages:
+        g.add_argument("--prefill-endpoints", default="",
+                       help="disaggregated flows: prefillers ([name=]host:port,...); each decision also names one "
+                            "(x-prefiller-host-port), chosen by a scorer of --scorer's type")
+        g.add_argument("--encoder-endpoints", default="",
+                       help="disaggregated flows: encoders ([name=]host:port,...); a request with media also gets "
+                            "x-encoder-hosts-ports (one encoder per item at most, rotating)")
+    g.add_argument("--scorer", choices=scorers.types(), default=DEFAULTS.scorer, help="scorer type (default: %(default)s)")
+    g.add_argument("--scorer-parameters", type=_json_object, default={}, metavar="JSON",
+                   help="the scorer's parameters as a JSON object, e.g. '{\"hashBlockSize\": 32}' (default: none)")
+    g.add_argument("--metrics-interval", type=float, default=DEFAULTS.metrics_interval,
+                   help="seconds between /metrics scrapes of every endpoint; 0 turns scraping (and health) off "
+                        "(default: %(default)s)")
+    g.add_argument("--shed-queue-threshold", type=float, default=DEFAULTS.shed_queue_threshold,
+                   help="answer 429 when every healthy endpoint's waiting queue (vllm:num_requests_waiting at the "
+                        "last scrape) is at least this; 0 never sheds (default: %(default)s)")
+    g.add_argument("--max-fallbacks", type=int, default=DEFAULTS.max_fallbacks,
+                   help="fallback endpoints a decision lists after the primary (default: %(default)s)")
+
+
+def settings_from_args(args: argparse.Namespace) -> PickerSettings:
+    return PickerSettings(**{f.name: getattr(args, f.name) for f in fields(PickerSettings)}).validate()
+
+
+def create_picker(settings: PickerSettings = DEFAULTS, endpoints: str = "", *, prefill: str = "",
+                  encoders: str = "") -> Picker:
+    """The picker for ``settings`` over pools written as :func:`parse_endpoints` reads them."""
+    settings.validate()
+    stage_picker = None
+    if prefill or encoders:
+        stage_picker = StagePicker(Pool(parse_endpoints(prefill)), Pool(parse_endpoints(encoders)),
+                                   scorers.create(settings.scorer, settings.scorer_parameters))
+    return Picker(Pool(parse_endpoints(endpoints)), scorers.create(settings.scorer, settings.scorer_parameters),
+                  shed_queue_threshold=settings.shed_queue_threshold, max_fallbacks=settings.max_fallbacks,
+                  stages=stage_picker)
+
+
+def build(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:
+    """The picker the flags describe and one scraper per pool; ValueError names a bad flag value."""
+    settings = settings_from_args(args)
+    picker = create_picker(settings, args.endpoints, prefill=getattr(args, "prefill_endpoints", ""),
+                           encoders=getattr(args, "encoder_endpoints", ""))
+    return picker, [MetricsScraper(p, interval_s=settings.metrics_interval) for p in picker.pools()]
+
+
+def build_or_exit(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:
+    """:func:`build` for a transport's ``main``: a bad flag value is printed and exits with status 2."""
+    try:
+        return build(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def service_args(settings: PickerSettings, endpoints: Iterable[Named], *, models: bool = False,
+                 prefill: Iterable[Named] = (), encoders: Iterable[Named] = ()) -> list[str]:
+    """The flags that start a transport with ``settings`` over these pools (what :func:`build` reads).
+
+    ``settings`` may be any object with :class:`PickerSettings`' attributes (a mode's options).
+    """
+    args = ["--endpoints", format_endpoints(endpoints, models=models)]
+    prefill, encoders = list(prefill), list(encoders)
+    if prefill:
+        args += ["--prefill-endpoints", format_endpoints(prefill)]
+    if encoders:
+        args += ["--encoder-endpoints", format_endpoints(encoders)]
+    args += ["--scorer", settings.scorer, "--metrics-interval", f"{settings.metrics_interval:g}",
+             "--shed-queue-threshold", f"{settings.shed_queue_threshold:g}", "--max-fallbacks", str(settings.max_fallbacks)]
+    if settings.scorer_parameters:
+        args += ["--scorer-parameters", json.dumps(settings.scorer_parameters, separators=(",", ":"))]
+    return args

@@ -1,0 +1,100 @@
+"""Typed mode options: each mode declares a dataclass; ``Topology.options`` (a dict) is read into it.
+
+An unknown option is an error naming the valid ones, and a value of the wrong type is an error
+naming the option, before anything starts. ``eppkit up`` / ``eppkit run`` set options with
+``--set key=value`` (repeatable): the value is read as JSON when it parses (``--set
+failure_mode_allow=true``, ``--set scorer_parameters='{"hashBlockSize": 32}'``), else taken as a
+string (``--set scorer=round-robin``).
+
+The picker modes' options include the picker core's settings
+(:class:`eppkit.services.picker.settings.PickerSettings`): their defaults are the services' defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+from eppkit.services.picker.settings import PickerSettings
+
+
+@dataclass
+class CommonOptions:
+    """Options every mode takes."""
+
+    # False: Envoy renders no tracer and the services export nothing (a benchmark prices tracing itself).
+    tracing: bool = True
+    # The body-based model router in front: one pool per backend model, the picker picks within it.
+    body_routing: bool = False
+
+
+@dataclass
+class PickerOptions(CommonOptions, PickerSettings):
+    """Options of every mode with a picker: the common ones and the picker core's settings."""
+
+    # Envoy's answer when the picker cannot be reached: route round-robin over the pool (True) or fail (False).
+    failure_mode_allow: bool = False
+
+
+O = TypeVar("O")
+
+
+def _accepts(annotation: Any, value: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(arg, value) for arg in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if annotation is Any:
+        return True
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    base = origin or annotation
+    return isinstance(value, base)
+
+
+def read_options(cls: type[O], raw: dict[str, Any], mode: str) -> O:
+    """``raw`` as ``cls``: ValueError naming an unknown option (with the valid ones) or a wrongly typed value."""
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in fields(cls)]
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ValueError(f"mode {mode}: unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
+    for key, value in raw.items():
+        if not _accepts(hints[key], value):
+            kind = getattr(hints[key], "__name__", str(hints[key]))
+            raise ValueError(f"mode {mode}: option {key} must be {kind}, got {value!r}")
+    values = {k: (float(v) if hints[k] is float else v) for k, v in raw.items()}
+    return cls(**values)
+
+
+def describe(cls: type) -> list[tuple[str, str, Any]]:
+    """(name, type, default) of every option of ``cls``, for help texts and docs."""
+    hints = typing.get_type_hints(cls)
+    defaults = asdict(cls())
+    return [(f.name, getattr(hints[f.name], "__name__", str(hints[f.name])), defaults[f.name]) for f in fields(cls)]
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """``["key=value", ...]`` (``--set``) as a dict; the value as JSON when it parses, else the string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: expected key=value")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        out[key.strip()] = value
+    return out
+
+
+__all__ = ["CommonOptions", "PickerOptions", "read_options", "describe", "parse_set", "field"]
