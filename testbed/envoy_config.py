@@ -4,13 +4,24 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import jinja2
 
 from eppkit.paths import ENVOY_TEMPLATES
 
 MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
+
+# Envoy's bounds on a slow or short client, in seconds: the headers must be complete within
+# request_headers_timeout_s of their first byte, the whole request within request_timeout_s (the
+# HCM's request_headers_timeout / request_timeout; 0 turns one off). Past either, Envoy answers 408.
+# Template variables with these defaults; topology options of the same names override them.
+CLIENT_TIMEOUTS = {"request_headers_timeout_s": 10.0, "request_timeout_s": 60.0}
+
+
+def client_timeouts(options: Mapping[str, Any]) -> dict[str, float]:
+    """The client timeouts for a topology's ``options``: each option if set, else its default."""
+    return {name: float(options.get(name, default)) for name, default in CLIENT_TIMEOUTS.items()}
 
 
 def template_name(mode: str) -> str:
@@ -25,7 +36,7 @@ def render(mode: str, variables: dict[str, Any]) -> str:
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode}
+    defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode, **CLIENT_TIMEOUTS}
     return env.get_template(template_name(mode)).render({**defaults, **variables})
 
 

@@ -182,6 +182,7 @@ class LocalTestbed:
             "backends": self.backends,
             "flow": self.topology.flow,
             "tracing": self.topology.tracing,
+            **envoy_config.client_timeouts(self.topology.options),
             **plan.envoy_vars,
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
