@@ -12,9 +12,17 @@ from eppkit.paths import ENVOY_TEMPLATES
 from eppkit.services.picker import headers
 
 
+def client_timeouts(options: Any) -> dict[str, float]:
+    """Template variables of Envoy's bounds on a slow client, from a mode's typed options
+    (CommonOptions.request_headers_timeout_s / request_timeout_s, where their defaults live)."""
+    return {"request_headers_timeout_s": float(options.request_headers_timeout_s),
+            "request_timeout_s": float(options.request_timeout_s)}
+
+
 def render(mode: str, variables: dict[str, Any]) -> str:
     """The bootstrap of ``mode`` (its registry entry names the template) with ``variables``."""
     from eppkit import modes
+    from eppkit.modes.options import CommonOptions
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(ENVOY_TEMPLATES)),
@@ -23,7 +31,8 @@ def render(mode: str, variables: dict[str, Any]) -> str:
     )
     # The picker core's header names (eppkit.services.picker.headers), named once, for every template and macro.
     env.globals["headers"] = headers
-    defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode}
+    defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode,
+                **client_timeouts(CommonOptions())}
     return env.get_template(modes.get(mode).template).render({**defaults, **variables})
 
 

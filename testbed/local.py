@@ -117,12 +117,18 @@ class LocalTestbed:
         lines = [f"  Envoy        {self.envoy_url}   (admin {self.envoy_admin_url})",
                  f"  Jaeger API   {self.jaeger_api_url}/api/v3/traces/<trace id>",
                  f"  OTLP gRPC    {self.otlp_endpoint}"]
-        names = {ep.name for ep in self.backends}
+        # In pd / epd / ttft Envoy routes to each decoder's pd-sidecar under the decoder's name:
+        # the decoder's line gives its own address, the sidecar's line the one Envoy routes to.
+        routed = {ep.name: ep for ep in self.backends}
+        fronted = {ep.address: ep.name for ep in self.backends}
         for ep in self.backends:
-            lines.append(f"  {ep.name:<12} http://{ep.address}  role={ep.role} model={ep.model}")
+            own = self.services[ep.name].url if ep.name in self.services else f"http://{ep.address}"
+            lines.append(f"  {ep.name:<12} {own}  role={ep.role} model={ep.model}")
         for name, svc in self.services.items():
-            if name not in names:
-                lines.append(f"  {name:<12} {svc.url}")
+            if name in routed:
+                continue
+            front = fronted.get(svc.url.removeprefix("http://"))
+            lines.append(f"  {name:<12} {svc.url}" + (f"  (Envoy routes here; in front of {front})" if front else ""))
         lines.append(f"  logs         {self.run_dir}")
         return "\n".join(lines)
 
@@ -179,6 +185,7 @@ class LocalTestbed:
             "backends": self.backends,
             "flow": self.topology.flow,
             "tracing": self.topology.tracing,
+            **envoy_config.client_timeouts(modes.options_for(self.topology)),
             **plan.envoy_vars,
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")

@@ -8,12 +8,17 @@ gets the same name.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 MEDIA_TYPES = ("image_url", "audio_url", "input_audio")
+# Items that carry a URL ({"url": ...} or the URL itself), which vLLM fetches or decodes.
+URL_MEDIA_TYPES = ("image_url", "audio_url")
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,49 @@ def media_items(body: dict[str, Any]) -> list[MediaItem]:
                 )
             )
     return items
+
+
+class MediaError(ValueError):
+    """A media item no server could load; ``param`` is its place in the request."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def check_media(body: dict[str, Any]) -> None:
+    """MediaError for the first URL item that is not an http(s) URL or a base64 data URL.
+
+    vLLM refuses such an item (400) before anything runs; the message names the item as the
+    sidecar's encoder errors do ("media item N (type)") and where it is in the request.
+    """
+    for index, item in enumerate(media_items(body)):
+        if item.type not in URL_MEDIA_TYPES:
+            continue
+        payload = body["messages"][item.message_index]["content"][item.content_index].get(item.type)
+        problem = _url_problem(payload)
+        if problem:
+            param = f"messages[{item.message_index}].content[{item.content_index}].{item.type}"
+            raise MediaError(f"media item {index} ({item.type}) at {param}: {problem}", param)
+
+
+def _url_problem(payload: Any) -> str | None:
+    url = payload.get("url") if isinstance(payload, dict) else payload
+    if not isinstance(url, str):
+        return f"the URL must be a string, got {type(url).__name__ if url is not None else 'none'}"
+    if url.startswith("data:"):
+        meta, comma, data = url[5:].partition(",")
+        if not comma or not meta.endswith(";base64"):
+            return "the data URL must be data:<media type>;base64,<data>"
+        try:
+            decoded = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            return "the data URL is not valid base64"
+        return None if decoded else "the data URL holds no data"
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return None
+    return "not an http(s) URL or a data URL"
 
 
 def item_hash(kind: str, payload: Any) -> str:

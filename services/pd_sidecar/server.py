@@ -4,6 +4,9 @@ Placed as llm-d places its routing sidecar: Envoy routes the request to the side
 chosen decoder; the picker passes the prefiller as ``x-prefiller-host-port`` and the
 encoders as ``x-encoder-hosts-ports`` (comma separated). Without those headers the
 sidecar falls back to its own ``--prefill-endpoints`` / ``--encoder-endpoints`` (round robin).
+The headers may only name endpoints of those lists (llm-d's routing sidecar keeps an allowlist
+for the same reason): anything else, a path or a query after a listed ``host:port`` included, is a
+400 naming the header and nothing is called.
 
 Spans (service ``pd-sidecar``): ``pd.request`` > ``pd.encode`` (one per media item),
 ``pd.prefill``, ``pd.decode``; ``pd.true_ttft_ms`` is the time from the request's arrival
@@ -26,13 +29,13 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import otel
 from eppkit.observability.contract import GenAi, Http, Media, Pd
-from eppkit.services.encoder.media import media_kind
+from eppkit.services.encoder.media import MediaError, check_media, media_kind
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
 from eppkit.services.pd_sidecar import requests as derive
+from eppkit.services.picker import headers
 from eppkit.services.vllm.api import parse_json
 
-HEADER_PREFILLER = "x-prefiller-host-port"
-HEADER_ENCODERS = "x-encoder-hosts-ports"
+HEADER_PREFILLER, HEADER_ENCODERS = headers.PREFILLER, headers.ENCODERS  # set by the picker (llm-d's names)
 HEADER_REQUEST_ID = "x-request-id"
 # Test steering: x-mock-<target>-<knob> on the client's request reaches that target as x-mock-<knob>.
 MOCK_TARGETS = ("encoder", "prefill", "decode")
@@ -138,14 +141,20 @@ class PdSidecar:
         seed = derive.request_seed(body)
         span.set_attribute(Pd.SEED, seed)
 
-        encoders = _split(request.headers.get(HEADER_ENCODERS)) or self.c.encoder_endpoints
+        # Everything is checked before anything is called.
+        try:
+            check_media(body)
+        except MediaError as exc:
+            raise OpenAIError(400, str(exc), param=exc.param) from None
+        encoders = _listed(request, HEADER_ENCODERS, self.c.encoder_endpoints, "encoders") or self.c.encoder_endpoints
+        prefiller = None
+        if not self.c.disable_prefill:
+            chosen = _listed(request, HEADER_PREFILLER, self.c.prefill_endpoints, "prefillers", single=True)
+            prefiller = chosen[0] if chosen else self._prefill_rr.next()
         await self._encode_all(request, body, request_id, encoders, path)
 
         kv_params = None
-        prefiller = None
         first_token: str | None = None
-        if not self.c.disable_prefill:
-            prefiller = request.headers.get(HEADER_PREFILLER) or self._prefill_rr.next()
         if prefiller:
             kv_params, first_token, prefill_answer = await self._prefill(request, body, seed, request_id, prefiller, path)
             span.set_attribute(Pd.PREFILLER, prefiller)
@@ -266,12 +275,19 @@ class PdSidecar:
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 pspan.set_status(Status(StatusCode.ERROR, str(exc)))
                 raise OpenAIError(502, f"prefiller {prefiller} unreachable: {exc}") from None
-            answer = json.loads(text)
-            params = answer.get("kv_transfer_params")
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = None
+            params = answer.get("kv_transfer_params") if isinstance(answer, dict) else None
             if not params:
-                raise OpenAIError(502, f"prefiller {prefiller} returned no kv_transfer_params")
-            choice = (answer.get("choices") or [{}])[0]
-            first = (choice.get("message") or {}).get("content") if "message" in choice else choice.get("text")
+                what = "no kv_transfer_params" if isinstance(answer, dict) else f"a body that is not a JSON object: {text[:200]!r}"
+                pspan.set_status(Status(StatusCode.ERROR, f"prefill answered {what}"))
+                raise OpenAIError(502, f"prefill on {prefiller} answered HTTP 200 with {what}")
+            choices = answer.get("choices")
+            choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+            message = choice.get("message")
+            first = message.get("content") if isinstance(message, dict) else choice.get("text")
             return params, first, answer
 
 
@@ -290,6 +306,20 @@ def _mock_headers(request: web.Request, target: str) -> dict[str, str]:
 
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
+
+
+def _listed(request: web.Request, header: str, configured: list[str], what: str, *, single: bool = False) -> list[str]:
+    """The endpoints ``header`` names ([] without it), each one of ``configured``; else a 400 naming the header."""
+    value = request.headers.get(header, "")
+    chosen = _split(value)
+    if not value.strip():
+        return []
+    if (single and len(chosen) != 1) or any(ep not in configured for ep in chosen):
+        expected = "one of" if single else "a comma-separated list of"
+        raise OpenAIError(400, f"{header} must be {expected} this sidecar's {what} "
+                               f"({', '.join(configured) or 'none configured'}), got {value[:200]!r}",
+                          param=header, code="invalid_header")
+    return chosen
 
 
 def _copy_headers(upstream: aiohttp.ClientResponse) -> dict[str, str]:

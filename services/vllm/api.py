@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from eppkit.services.encoder.media import MediaItem, media_items
+from eppkit.services.encoder.media import MediaError, MediaItem, check_media, media_items
 from eppkit.services.openai_errors import OpenAIError
 from eppkit.services.vllm import handshake, tokens
 
@@ -71,6 +71,10 @@ def parse_request(kind: str, body: dict[str, Any], served_models: list[str], max
 
     if kind == CHAT:
         _check_messages(body)
+        try:
+            check_media(body)
+        except MediaError as exc:
+            raise OpenAIError(400, str(exc), param=exc.param) from None
     else:
         _check_prompt(body)
 

@@ -34,6 +34,10 @@ class MultipartError(ValueError):
     """The body is not the multipart/mixed the flow expects; the message says why."""
 
 
+class MultipartTooLarge(MultipartError):
+    """The body, or a part by its declared Content-Length, is over the reader's limit (a 413, not a 400)."""
+
+
 class ChunkSource(Protocol):
     async def readany(self) -> bytes: ...
 
@@ -92,7 +96,7 @@ class MultipartReader:
             return False
         self._total += len(chunk)
         if self._total > self._max_bytes:
-            raise MultipartError(f"multipart body larger than {self._max_bytes} bytes")
+            raise MultipartTooLarge(f"multipart body larger than {self._max_bytes} bytes")
         self._buf += chunk
         return True
 
@@ -185,8 +189,10 @@ class MultipartReader:
                 n = int(length)
             except ValueError:
                 raise MultipartError(f"part Content-Length is not a number: {length!r}") from None
-            if n < 0 or n > self._max_bytes:
+            if n < 0:
                 raise MultipartError(f"part Content-Length out of range: {n}")
+            if n > self._max_bytes:
+                raise MultipartTooLarge(f"a part of {n} bytes (its Content-Length) exceeds the limit of {self._max_bytes} bytes")
             await self._need(n, "inside a part (shorter than its Content-Length)")
             body = bytes(self._buf[:n])
             del self._buf[:n]

@@ -460,7 +460,7 @@ class MockVllm:
             reader = multipart.MultipartReader(request.content, boundary, max_bytes=self.c.max_body_bytes)
             part = await reader.next_part()
         except multipart.MultipartError as exc:
-            status = 413 if "larger than" in str(exc) else 400
+            status = 413 if isinstance(exc, multipart.MultipartTooLarge) else 400
             raise OpenAIError(status, f"multipart: {exc}") from None
         if part is None:
             raise OpenAIError(400, "multipart: the body closed before any part")

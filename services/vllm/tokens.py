@@ -34,12 +34,17 @@ def prompt_tokens(text: str) -> list[str]:
 
 
 def prompt_text_of(body: dict[str, Any]) -> str:
-    """The text the model would see: chat messages flattened, or the completion prompt."""
+    """The text the model would see: chat messages flattened, or the completion prompt.
+
+    Any JSON is taken (what is not a message or a text is left out): the frontend tokenizes
+    bodies before any worker has validated them.
+    """
     if "messages" in body:
+        messages = body["messages"] if isinstance(body["messages"], list) else []
         parts = []
-        for message in body["messages"]:
-            content = message.get("content")
-            parts.append(f"{message.get('role', '')}: {_content_text(content)}")
+        for message in messages:
+            if isinstance(message, dict):
+                parts.append(f"{message.get('role', '')}: {_content_text(message.get('content'))}")
         return "\n".join(parts)
     prompt = body.get("prompt", "")
     if isinstance(prompt, list):
@@ -53,7 +58,7 @@ def _content_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(item.get("text", "") for item in content if isinstance(item, dict) and item.get("type") == "text")
+        return " ".join(str(item.get("text") or "") for item in content if isinstance(item, dict) and item.get("type") == "text")
     return str(content)
 
 

@@ -29,6 +29,11 @@ class CommonOptions:
     tracing: bool = True
     # The body-based model router in front: one pool per backend model, the picker picks within it.
     body_routing: bool = False
+    # Envoy's bounds on a slow or short client, in seconds (HCM request_headers_timeout / request_timeout;
+    # 0 turns one off): the headers complete within the first of their first byte, the whole upload
+    # within the second. Past either, Envoy answers 408. A slow backend is not bounded by these.
+    request_headers_timeout_s: float = 10.0
+    request_timeout_s: float = 60.0
 
 
 @dataclass

@@ -18,6 +18,10 @@ MSG = [{"role": "user", "content": "hi"}]
 def run(coro):
     return asyncio.run(coro)
 
+
+def parts_body(parts: list) -> dict:
+    return {"model": "mock-llm", "messages": [{"role": "user", "content": parts}]}
+
 CASES = [
     # (id, path, raw body or JSON-able, extra headers, status, text in message)
     ("invalid-json", CHAT, b'{"model": ', {}, 400, "Invalid JSON"),
@@ -35,6 +39,10 @@ CASES = [
     ("content-number", CHAT, {"model": "mock-llm", "messages": [{"role": "user", "content": 5}]}, {}, 400, "'messages[0].content'"),
     ("content-part-no-type", CHAT, {"model": "mock-llm", "messages": [{"role": "user", "content": [{"text": "x"}]}]}, {}, 400, "with a 'type'"),
     ("text-part-no-text", CHAT, {"model": "mock-llm", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, {}, 400, ".text' must be a string"),
+    ("image-url-bad-base64", CHAT, parts_body([{"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}]), {}, 400, "media item 0 (image_url) at messages[0].content[0].image_url: the data URL is not valid base64"),
+    ("image-url-number", CHAT, parts_body([{"type": "text", "text": "x"}, {"type": "image_url", "image_url": 12345}]), {}, 400, "media item 0 (image_url) at messages[0].content[1]"),
+    ("image-url-not-a-url", CHAT, parts_body([{"type": "image_url", "image_url": {"url": "cat.png"}}]), {}, 400, "not an http(s) URL or a data URL"),
+    ("audio-url-url-number", CHAT, parts_body([{"type": "audio_url", "audio_url": {"url": 7}}]), {}, 400, "media item 0 (audio_url)"),
     ("max-tokens-string", CHAT, chat_body(max_tokens="5"), {}, 400, "'max_tokens' must be an integer"),
     ("max-tokens-bool", CHAT, chat_body(max_tokens=True), {}, 400, "'max_tokens' must be an integer"),
     ("max-tokens-zero", CHAT, chat_body(max_tokens=0), {}, 400, "at least 1"),

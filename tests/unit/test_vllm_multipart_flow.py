@@ -143,3 +143,31 @@ def test_missing_metadata_ends_in_a_clear_error(tail, message):
     events = run(go())
     assert message in events[-2]["error"]["message"]
     assert events[-2]["error"]["code"] == "metadata_missing"
+
+
+def _post_part_head(declared, **config):
+    """A multipart body whose payload part declares ``declared`` bytes; (status, JSON answer)."""
+    mock, _ = make_mock(time_to_first_token=10, **config)
+    head = (f"--{B}\r\nContent-Disposition: form-data; name=\"{mp.PAYLOAD_PART}\"\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n").encode()
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post("/v1/chat/completions", data=head + b"{}", headers=HEADERS)
+            return r.status, await r.json()
+
+    return run(go())
+
+
+@pytest.mark.parametrize("declared", [5000, 10**12], ids=["over-limit", "absurd"])
+def test_a_part_declaring_more_than_the_body_limit_is_the_documented_413(declared):
+    # The EPP writes the client's JSON as part 1 with its Content-Length: a body over the mock's
+    # --max-body-bytes shows up as a part too large, before any of it has to be read.
+    status, body = _post_part_head(declared, max_body_bytes=1000)
+    assert status == 413, body
+    assert "1000" in body["error"]["message"], body
+
+
+def test_a_negative_part_length_is_still_a_400():
+    status, body = _post_part_head(-1)
+    assert status == 400 and "Content-Length" in body["error"]["message"], body
