@@ -14,8 +14,7 @@ from eppkit import envoy_config
 from eppkit import modes
 from eppkit.modes import plan
 from eppkit.modes.options import CommonOptions
-from eppkit.services.callout import app as callout_app
-from eppkit.services.epp import protocol as epp_protocol
+from eppkit.services.picker import headers
 from eppkit.services.pd_sidecar import server as pd_sidecar
 from eppkit.topology import Endpoint, PortAllocator, Topology
 
@@ -49,10 +48,9 @@ def stripped(config: dict, header: str) -> bool:
 
 
 INTERNAL = sorted({
-    epp_protocol.DESTINATION_HEADER, epp_protocol.WORKER_ID_HEADER, epp_protocol.PREFILLER_HEADER,
-    epp_protocol.ENCODERS_HEADER, callout_app.PREFILLER_HEADER, callout_app.ENCODERS_HEADER,
-    pd_sidecar.HEADER_PREFILLER, pd_sidecar.HEADER_ENCODERS,
-    "x-gateway-destination-endpoint-served", "x-gateway-model-name", "x-envoy-original-dst-host", "x-routing-request",
+    headers.DESTINATION, headers.WORKER_ID, headers.MODEL, headers.PREFILLER, headers.ENCODERS,
+    headers.ROUTING_REQUEST, pd_sidecar.HEADER_PREFILLER, pd_sidecar.HEADER_ENCODERS,
+    "x-gateway-destination-endpoint-served", "x-envoy-original-dst-host",
 })
 
 
