@@ -12,6 +12,13 @@ import pytest
 from pathlib import Path
 import requests
 
+import _chromium
+from eppkit import zipkin
+from eppkit.observability import expected_spans, report as rp
+from eppkit.observability.client import TracedClient
+from eppkit.observability.jaeger_client import JaegerClient
+from eppkit.pytest_plugin import require
+
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
 
 
@@ -76,7 +83,12 @@ def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path
     assert "HTTP 200 from vllm-" in proc.stdout
     for span in ("client:client.request", "envoy:ingress", "vllm:llm_request", "vllm:vllm.prefill", "vllm:vllm.decode"):
         assert span in proc.stdout, proc.stdout
-    assert list(tmp_path.glob("*/trace-*.json")), "the trace was not saved in the run folder"
+    saved = list(tmp_path.glob("*/trace-*.json"))
+    assert saved, "the trace was not saved in the run folder"
+    page = saved[0].with_suffix(".html")
+    assert f"its waterfall, to open in a browser: {page}" in proc.stdout
+    trace = rp.load_trace(saved[0])
+    assert sorted(re.findall(r'data-span-id="([0-9a-f]+)"', page.read_text())) == sorted(s.span_id for s in trace.spans)
 
 
 # Every mode and every flow through the command a person types, each at least once.
@@ -122,6 +134,79 @@ def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit
         else:
             survivors = sorted(_kit_children(proc.pid, eppkit_runtime))
         assert survivors == [], f"left running after Ctrl-C: {survivors}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _read_until_ready(proc, timeout_s: float = 120) -> dict[str, str]:
+    """`eppkit up`'s URLs (Envoy, Jaeger API, OTLP, Trace UI) from its output, up to "Ctrl-C to stop"."""
+    found, lines = {}, []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        for key, pattern in (("envoy", r"Envoy\s+(http://\S+)"), ("jaeger", r"Jaeger API\s+(http://[^/\s]+)"),
+                             ("otlp", r"OTLP gRPC\s+(\S+)"), ("ui", r"Trace UI\s+(http://\S+)")):
+            m = re.search(pattern, line)
+            if m:
+                found[key] = m.group(1)
+        if "Ctrl-C to stop" in line:
+            return found
+    raise AssertionError("eppkit up did not come up:\n" + "".join(lines))
+
+
+def test_up_ui_shows_each_request_in_zipkin_within_5s_and_ctrl_c_stops_zipkin_too(eppkit_jaeger, eppkit_runtime,
+                                                                                    tmp_path):
+    java, why = zipkin.find_java()
+    require(java is not None, why)
+    require(zipkin.find_jar() is not None, "Zipkin's server jar is not cached. Run `eppkit bootstrap --ui`.")
+    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
+    mode, flow = "ext_proc", "aggregated"
+    proc = subprocess.Popen(EPPKIT + ["up", "--ui", "--runtime", eppkit_runtime, "--mode", mode, "--ttft-ms", "20"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO_ROOT)
+    try:
+        urls = _read_until_ready(proc)
+        assert urls["ui"].endswith("/zipkin/"), urls
+        zipkin_url = urls["ui"][: -len("/zipkin/")]
+        java_pids = [pid for pid in _children(proc.pid) if "java" in Path(f"/proc/{pid}/cmdline").read_bytes().decode()]
+        assert len(java_pids) == 1, "Zipkin's server runs as a child of eppkit up"
+
+        client = TracedClient(urls["envoy"], urls["otlp"], mode=mode, flow=flow)
+        try:
+            for _ in range(2):  # the second request shows that traces keep coming
+                result = client.chat({"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+                answered = time.monotonic()
+                assert result.status == 200, result.body
+                client.flush()
+                jaeger = JaegerClient(urls["jaeger"]).wait_for_trace(result.trace_id, expected_spans.expected(mode, flow))
+                want = {s.span_id for s in jaeger.spans}
+                shown: set = set()
+                while time.monotonic() - answered < 5.0 and not want <= shown:
+                    resp = requests.get(f"{zipkin_url}/zipkin/api/v2/trace/{result.trace_id}", timeout=5)
+                    shown = {s["id"] for s in resp.json()} if resp.status_code == 200 else set()
+                    time.sleep(0.1)
+                took = time.monotonic() - answered
+                assert want <= shown, f"Zipkin lacks {sorted(want - shown)} {took:.1f}s after the response"
+                print(f"trace {result.trace_id} whole in Zipkin {took:.2f}s after the response")
+        finally:
+            client.close()
+        _chromium.screenshot(f"{zipkin_url}/zipkin/traces/{result.trace_id}", tmp_path / "zipkin.png")
+
+        children = _kit_children(proc.pid, eppkit_runtime)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) in (0, 130)
+        time.sleep(0.2)
+        assert not _alive(java_pids[0]), "Zipkin's server outlived Ctrl-C"
+        if eppkit_runtime == "local":
+            survivors = [pid for pid in children if _alive(pid)]
+        else:
+            survivors = sorted(_kit_children(proc.pid, eppkit_runtime))
+        assert survivors == [], f"left running after Ctrl-C: {survivors}"
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{zipkin_url}/health", timeout=2)
     finally:
         if proc.poll() is None:
             proc.kill()
