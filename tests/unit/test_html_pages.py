@@ -22,7 +22,7 @@ SAVED = sorted(DATA.glob("*.json"))
 
 
 class Page(HTMLParser):
-    """The spans, event markers and every URL a page refers to."""
+    """The spans (in page order), event markers, every URL a page refers to, and the <html> element's attributes."""
 
     def __init__(self, text: str):
         super().__init__()
@@ -30,11 +30,14 @@ class Page(HTMLParser):
         self.events = 0
         self.urls: list[str] = []
         self.tags: set[str] = set()
+        self.root: dict = {}
         self.feed(text)
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         self.tags.add(tag)
+        if tag == "html":
+            self.root = attrs
         if tag == "details" and "span" in (attrs.get("class") or "").split():
             self.spans.append(attrs)
         if tag == "path" and attrs.get("class") == "event":
