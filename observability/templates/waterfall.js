@@ -29,7 +29,8 @@
     });
     span.classList.add("selected");
     if (!span.open) span.querySelector("summary").click();  // the same path as a reader's click
-    span.scrollIntoView({ block: "center" });
+    var box = span.getBoundingClientRect();
+    if (box.top < 0 || box.bottom > window.innerHeight) span.scrollIntoView({ block: "center" });
   }
 
   document.addEventListener("click", function (event) {
