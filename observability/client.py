@@ -67,6 +67,7 @@ class TracedClient:
                 BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, insecure=True), schedule_delay_millis=100)
             )
         self._tracer = self._provider.get_tracer("eppkit.client")
+        self.trace_ids: list[str] = []  # of every request sent, oldest first (a failed test's traces)
         self._session = requests.Session()
         if pool_size > 10:  # requests keeps 10 keep-alive connections per host by default
             self._session.mount("http://", requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=pool_size))
@@ -91,6 +92,7 @@ class TracedClient:
         with self._tracer.start_as_current_span(Client.REQUEST, kind=SpanKind.CLIENT, attributes=attributes,
                                                 start_time=started_ns) as span:
             trace_id = format(span.get_span_context().trace_id, "032x")
+            self.trace_ids.append(trace_id)
             out_headers = {"content-type": content_type, **(headers or {})}
             propagate.inject(out_headers)
             result = ClientResult(trace_id=trace_id, status=0, headers={}, started_s=started_s)

@@ -8,6 +8,7 @@ Layout of a report folder::
 
     report.json                      every number, and every request (schema ``eppkit.compare/1``)
     summary.md                       tables, charts, links to the representative traces
+    report.html                      all of it on one self-contained page, each trace an interactive waterfall
     latency-<scenario>.png/.svg      per-mode distributions (e2e, gateway, TTFT when streamed)
     steps-<scenario>.png/.svg        per-step stacked bars (mean ms per request)
     waterfall-<scenario>-<mode>.png/.svg   the representative trace of each mode
@@ -224,6 +225,20 @@ def summary_rows(block: dict) -> list[list[str]]:
     return rows
 
 
+def step_table(block: dict) -> tuple[list[str], list[list[str]]]:
+    """The modes that ran, and one row per step any of them has: step, then "p50 / p90 / p99" per mode."""
+    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok"]
+    rows = []
+    for step in st.STEP_NAMES:
+        cells = []
+        for m in modes:
+            s = block["modes"][m]["steps"].get(step)
+            cells.append("–" if not s else f"{_f(s['p50'], 2)} / {_f(s['p90'], 2)} / {_f(s['p99'], 2)}")
+        if any(c != "–" for c in cells):
+            rows.append([step] + cells)
+    return modes, rows
+
+
 def _one_line(text: str | None, width: int = 60) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= width else line[: width - 1] + "…"
@@ -287,16 +302,10 @@ def render_markdown(report: dict) -> str:
         for row in summary_rows(block):
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
         lines += ["", "Per step, p50 / p90 / p99:", ""]
-        modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok"]
+        modes, rows = step_table(block)
         lines.append("| step | " + " | ".join(modes) + " |")
         lines.append("|---|" + "|".join("--:" for _ in modes) + "|")
-        for step in st.STEP_NAMES:
-            cells = []
-            for m in modes:
-                s = block["modes"][m]["steps"].get(step)
-                cells.append("–" if not s else f"{_f(s['p50'], 2)} / {_f(s['p90'], 2)} / {_f(s['p99'], 2)}")
-            if any(c != "–" for c in cells):
-                lines.append(f"| {step} | " + " | ".join(cells) + " |")
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
         incomplete = {m: block["modes"][m]["completeness"]["missing"] for m in modes
                       if block["modes"][m]["completeness"]["missing"]}
         if incomplete:
@@ -451,7 +460,7 @@ def _short(name: str, width: int = 44) -> str:
 # -- the folder -------------------------------------------------------------------------------------
 
 def write(report: dict, out_dir: str | Path, *, charts: bool = True) -> dict[str, Path]:
-    """Write report.json, charts and summary.md into ``out_dir``; returns the main paths.
+    """Write report.json, charts, summary.md and report.html into ``out_dir``; returns the main paths.
 
     Waterfalls are drawn from the representative traces already saved under ``traces/``.
     Chart paths and waterfall links are recorded in the report (relative to ``out_dir``).
@@ -483,7 +492,9 @@ def write(report: dict, out_dir: str | Path, *, charts: bool = True) -> dict[str
     json_path.write_text(json.dumps(report, indent=1, sort_keys=False, default=_json_default) + "\n")
     md_path = out / "summary.md"
     md_path.write_text(render_markdown(report))
-    return {"json": json_path, "markdown": md_path, "dir": out}
+    from eppkit.observability import html  # it draws on this module
+
+    return {"json": json_path, "markdown": md_path, "html": html.write_report(report, out), "dir": out}
 
 
 def _json_default(value: Any):

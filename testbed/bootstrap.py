@@ -11,7 +11,8 @@ def progress(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
 
 
-def main() -> int:
+def main(ui: bool = False) -> int:
+    """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -29,5 +30,11 @@ def main() -> int:
     if dynmod_build is not None:
         so = dynmod_build.build(progress=progress)
         progress(f"dynamic module: {so}")
+    if ui:
+        from eppkit import zipkin
+
+        zipkin.fetch(progress)
+        java, version = zipkin.find_java()
+        progress(f"java: {version}" if java else f"java: NOT USABLE: {version}")
     progress(f"done in {time.monotonic() - started:.1f}s")
     return 0

@@ -48,9 +48,14 @@ def _topology(args) -> Topology:
 
 
 def cmd_up(args) -> int:
-    with create(_topology(args), runtime=args.runtime) as bed:
+    from eppkit import live_ui
+
+    # The UI's JVM starts first and gets ready while the testbed starts.
+    with live_ui.optional(args.ui) as ui, create(_topology(args), runtime=args.runtime) as bed:
         print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime}")
         print(bed.describe())
+        if ui is not None:
+            print(f"  Trace UI     {ui.attach(bed.jaeger_api_url)}   (every trace, about a second after it ends)")
         print("Try:\n  curl -s {}/v1/chat/completions -H 'content-type: application/json' "
               "-d '{{\"model\":\"mock-llm\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'".format(bed.envoy_url))
         print("Ctrl-C to stop.", flush=True)
@@ -67,7 +72,7 @@ def cmd_up(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from eppkit.observability import expected_spans, waterfall
+    from eppkit.observability import expected_spans, html, waterfall
     from eppkit.observability.jaeger_client import TraceIncomplete
 
     content: object = args.prompt
@@ -97,6 +102,9 @@ def cmd_run(args) -> int:
         saved = bed.run_dir / f"trace-{result.trace_id}.json"
         saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
         print(f"\ntrace {result.trace_id} saved as Jaeger JSON: {saved}")
+        page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace]),
+                                     title=f"eppkit run: {args.mode}, {args.flow}, {args.runtime}")
+        print(f"its waterfall, to open in a browser: {page}")
         client.close()
         return 0 if result.status == 200 else 1
 
@@ -105,9 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eppkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check every prerequisite")
-    sub.add_parser("bootstrap", help="build what PyPI does not ship (Jaeger, dynamic module); cached")
+    boot = sub.add_parser("bootstrap", help="build what PyPI does not ship (Jaeger, dynamic module); cached")
+    boot.add_argument("--ui", action="store_true", help="also fetch Zipkin's server, the live trace UI of `up --ui`")
     up = sub.add_parser("up", help="start a testbed and keep it running until Ctrl-C")
     _topology_args(up)
+    up.add_argument("--ui", action="store_true", help="also start a trace UI (Zipkin's, fed from the testbed's Jaeger)")
     run = sub.add_parser("run", help="start a testbed, send one traced request, print its waterfall")
     _topology_args(run)
     run.add_argument("--prompt", default="Explain disaggregated prefill and decode in one sentence.")
@@ -147,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit import bootstrap
 
-        return bootstrap.main()
+        return bootstrap.main(ui=args.ui)
     if compare is None:
         print(f"eppkit: cannot import the testbed ({compare_error}).\n"
               "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "

@@ -451,7 +451,7 @@ def main(args: argparse.Namespace) -> int:
     paths = rp.write(report, out_dir, charts=options.charts)
     print()
     print(rp.format_table(report))
-    print(f"report: {paths['markdown']}\nnumbers: {paths['json']}\nwall time {report['wall_s']:.0f} s")
+    print(f"report: {paths['markdown']}\npage: {paths['html']}\nnumbers: {paths['json']}\nwall time {report['wall_s']:.0f} s")
     failed = failed_modes(report)
     if failed:
         print(f"mode(s) failed to run: {', '.join(failed)} (see {paths['markdown']})", file=sys.stderr)

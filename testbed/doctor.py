@@ -87,6 +87,26 @@ def _dynamic_module() -> Check:
     return Check("dynamic module", True, "", str(path))
 
 
+def _java() -> Check:
+    from eppkit import zipkin
+
+    java, version = zipkin.find_java()
+    if java is None:
+        return Check("java", False, required=False, how_to_get=f"for the live trace UI (up --ui): {version}")
+    return Check("java", True, version, str(java), required=False)
+
+
+def _zipkin() -> Check:
+    from eppkit import zipkin
+
+    jar = zipkin.find_jar()
+    if jar is None:
+        how = f"for the live trace UI (up --ui): eppkit bootstrap --ui (fetches {zipkin.ARTIFACT} with Maven"
+        how += ")" if shutil.which("mvn") else "; install Maven first: apt-get install maven)"
+        return Check("zipkin", False, required=False, how_to_get=how)
+    return Check("zipkin", True, zipkin.ZIPKIN_VERSION, str(jar), required=False)
+
+
 def _docker() -> Check:
     from eppkit import containers, images
 
@@ -138,6 +158,8 @@ CHECKS: list[Callable[[], Check]] = [
     _module("opentelemetry-sdk", "opentelemetry.sdk.trace", "opentelemetry-sdk"),
     _module("aiohttp", "aiohttp", "aiohttp"),
     _dynamic_module,
+    _java,
+    _zipkin,
     _docker,
     *[_image(c) for c in ("envoy", "jaeger", "python-base", "services-deps", "services")],
 ]

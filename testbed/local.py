@@ -93,6 +93,10 @@ class LocalTestbed:
         self._clients.append(client)
         return client
 
+    def trace_ids(self) -> list[str]:
+        """The trace ids of every request this testbed's clients have sent, oldest first."""
+        return [trace_id for client in self._clients for trace_id in client.trace_ids]
+
     def wait_for_trace(self, result_or_id, expected=None, *, timeout_s: float = 15.0, **kwargs):
         """The trace of one request (a ClientResult or a trace id) once it holds every ``expected`` span.
 

@@ -11,20 +11,24 @@ Installed with eppkit and loaded by pytest on its own (entry point ``pytest11``)
 | ``eppkit_topology`` | function | the topology ``eppkit_testbed`` starts: ``@pytest.mark.eppkit_topology(mode=...)`` or override it |
 | ``eppkit_testbed`` | function | a started testbed of ``eppkit_topology`` |
 | ``eppkit_client`` | function | a traced client of ``eppkit_testbed`` (each request is the root span of its trace) |
+| ``eppkit_ui`` | session | with ``--eppkit-ui``, the live trace UI (``.url``, ``.trace_url(trace_id)``); else None |
 
 Options: ``--eppkit-runtime local|docker|all|a,b`` (or the ini key ``eppkit_runtime``; default local),
 ``--eppkit-keep-on-failure`` (stop at the first failing test and leave its testbed running until
-Ctrl-C), ``--eppkit-runs DIR`` (run folders; default ``./runs``).
+Ctrl-C), ``--eppkit-runs DIR`` (run folders; default ``./runs``), ``--eppkit-ui`` (a live trace UI,
+Zipkin's, fed from the session's Jaegers; its URL is printed when it is up).
 
 A missing prerequisite (Envoy, Jaeger, Docker) skips the test with a hint saying how to get it;
 with ``CI=true`` it fails instead, because a skipped e2e test proves nothing (:func:`require`).
-A failing test's report carries the last log lines of every component of its testbeds. At the
+A failing test's report carries the last log lines of every component of its testbeds, and the
+path of an HTML page of its requests' traces, written next to those logs. At the
 end of the session, any process or container the kit started and nobody stopped fails the run.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -44,6 +48,9 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 SESSION_TAG = "EPPKIT_TEST_SESSION"
 RUNTIME_CHOICES = ("local", "docker")
 _BEDS = pytest.StashKey[list]()
+_TRACE_MARKS = pytest.StashKey[dict]()  # id(testbed) -> how many requests it had served before the test
+_UI = pytest.StashKey[Any]()
+MAX_FAILED_TRACES = 10  # the last requests of a failed test drawn on its page
 
 
 # -- prerequisites -------------------------------------------------------------------------------
@@ -69,6 +76,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(prints its URLs and run folder); not in CI")
     group.addoption("--eppkit-runs", default=None,
                     help="folder for the testbeds' run folders (configs, logs); default $EPPKIT_RUNS or ./runs")
+    group.addoption("--eppkit-ui", action="store_true",
+                    help="also start a live trace UI (Zipkin's, fed from the session's Jaegers; needs Java 17+ and "
+                         "`eppkit bootstrap --ui`) and print its URL; failed tests link their traces in it")
     parser.addini("eppkit_runtime", "default for --eppkit-runtime", default="local")
 
 
@@ -130,7 +140,42 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             except Exception as exc:  # a testbed that never got far enough to have logs
                 tails = f"(no logs: {exc})"
             report.sections.append((f"eppkit testbed logs ({bed.run_dir})", tails))
+        pages = _failed_test_traces(item)
+        if pages:
+            report.sections.append(("eppkit traces (HTML, open in a browser)", pages))
     return report
+
+
+def _failed_test_traces(item: pytest.Item) -> str:
+    """Write the last requests' traces of a failed test as one page next to each testbed's logs; say where."""
+    from eppkit.observability import html
+
+    ui = item.config.stash.get(_UI, None)
+    lines = []
+    for bed in item.stash.get(_BEDS, []):
+        try:
+            sent = bed.trace_ids()[item.stash.get(_TRACE_MARKS, {}).get(id(bed), 0):]
+            if not sent:
+                continue
+            try:  # flushes the clients' spans and waits for the last request's to settle
+                bed.wait_for_trace(sent[-1], (), timeout_s=3)
+            except AssertionError:
+                pass
+            traces = [t for t in map(bed.jaeger.get_trace, sent[-MAX_FAILED_TRACES:]) if t is not None]
+            live = (lambda t: [("live UI", ui.trace_url(t.trace_id, bed.jaeger_api_url))]) if ui else None
+            name = re.sub(r"[^\w.-]+", "_", item.name)[:120]
+            page = html.write_trace_page(
+                bed.run_dir / f"failed-{name}.html",
+                html.trace_views(traces, live), title=f"{item.nodeid} failed",
+                intro=f"The traces of its last {min(len(sent), MAX_FAILED_TRACES)} of {len(sent)} request(s) to this "
+                      f"testbed ({bed.topology.mode}, {bed.topology.flow}, {bed.runtime}); Jaeger held "
+                      f"{len(traces)}. Logs: {bed.run_dir}")
+        except Exception as exc:  # the report must not fail because a trace could not be read
+            lines.append(f"(no trace page for {bed.run_dir}: {type(exc).__name__}: {exc})")
+            continue
+        lines.append(str(page))
+        lines += [f"  live: {ui.trace_url(t.trace_id, bed.jaeger_api_url)}" for t in traces] if ui else []
+    return "\n".join(lines)
 
 
 def _failed(item: pytest.Item) -> bool:
@@ -172,7 +217,33 @@ def eppkit_runtime(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str):
+def eppkit_ui(request: pytest.FixtureRequest):
+    """With --eppkit-ui: the live trace UI every session Jaeger feeds (a LiveUI); else None."""
+    if not request.config.getoption("--eppkit-ui"):
+        yield None
+        return
+    from eppkit import live_ui, zipkin
+    from eppkit.local import new_run_dir
+
+    java, why = zipkin.find_java()
+    require(java is not None, why)
+    require(zipkin.find_jar() is not None, "Zipkin's server is not cached. Run `eppkit bootstrap --ui` (needs Maven).")
+    with live_ui.LiveUI(new_run_dir("trace-ui")) as ui:  # its JVM starts while Jaeger does
+        request.config.stash[_UI] = ui
+        yield ui
+
+
+def _show_ui(request: pytest.FixtureRequest, ui, jaeger, runtime: str) -> None:
+    if ui is None:
+        return
+    url = ui.attach(jaeger.api_url)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\neppkit: the {runtime} Jaeger's traces, live: {url}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui):
     """One Jaeger per runtime for the whole session; each test finds its traces by trace id."""
     from eppkit import envoy_process, jaeger as jaeger_mod
     from eppkit.local import new_run_dir
@@ -189,10 +260,12 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str):
         except images.ImageError as exc:
             require(False, f"docker images unavailable: {exc}")
         with create_jaeger("docker", new_run_dir("jaeger-session-docker"), image=image_set.jaeger) as container:
+            _show_ui(request, eppkit_ui, container, eppkit_runtime)
             yield container
         return
     require(jaeger_mod.find() is not None, "Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
     with create_jaeger("local", new_run_dir("jaeger-session")) as proc:
+        _show_ui(request, eppkit_ui, proc, eppkit_runtime)
         yield proc
 
 
@@ -253,6 +326,8 @@ class _SharedBeds:
             beds = item.stash.setdefault(_BEDS, [])
             if bed not in beds:
                 beds.append(bed)
+                # Earlier tests' requests are not this test's: its trace page starts after them.
+                item.stash.setdefault(_TRACE_MARKS, {})[id(bed)] = len(bed.trace_ids())
             return bed
 
         return make

@@ -6,12 +6,18 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import requests
 
+import _chromium
 from _cli import EPPKIT, REPO_ROOT, start_up
-from eppkit import procfs
+from eppkit import procfs, zipkin
+from eppkit.observability import expected_spans, report as rp
+from eppkit.observability.client import TracedClient
+from eppkit.observability.jaeger_client import JaegerClient
+from eppkit.pytest_plugin import require
 
 pytestmark = pytest.mark.e2e
 
@@ -48,7 +54,12 @@ def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path
     assert "HTTP 200 from vllm-" in proc.stdout
     for span in ("client:client.request", "envoy:ingress", "vllm:llm_request", "vllm:vllm.prefill", "vllm:vllm.decode"):
         assert span in proc.stdout, proc.stdout
-    assert list(tmp_path.glob("*/trace-*.json")), "the trace was not saved in the run folder"
+    saved = list(tmp_path.glob("*/trace-*.json"))
+    assert saved, "the trace was not saved in the run folder"
+    page = saved[0].with_suffix(".html")
+    assert f"its waterfall, to open in a browser: {page}" in proc.stdout
+    trace = rp.load_trace(saved[0])
+    assert sorted(re.findall(r'data-span-id="([0-9a-f]+)"', page.read_text())) == sorted(s.span_id for s in trace.spans)
 
 
 # Every mode and every flow through the command a person types, each at least once.
@@ -82,6 +93,72 @@ def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit
         else:
             survivors = sorted(_kit_children(proc.pid, eppkit_runtime))
         assert survivors == [], f"left running after Ctrl-C: {survivors}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def _urls(lines: list[str]) -> dict[str, str]:
+    """`eppkit up`'s URLs (Envoy, Jaeger API, OTLP, Trace UI) from what it printed."""
+    found = {}
+    for line in lines:
+        for key, pattern in (("envoy", r"Envoy\s+(http://\S+)"), ("jaeger", r"Jaeger API\s+(http://[^/\s]+)"),
+                             ("otlp", r"OTLP gRPC\s+(\S+)"), ("ui", r"Trace UI\s+(http://\S+)")):
+            m = re.search(pattern, line)
+            if m:
+                found[key] = m.group(1)
+    return found
+
+
+def test_up_ui_shows_each_request_in_zipkin_within_5s_and_ctrl_c_stops_zipkin_too(eppkit_jaeger, eppkit_runtime,
+                                                                                    tmp_path):
+    java, why = zipkin.find_java()
+    require(java is not None, why)
+    require(zipkin.find_jar() is not None, "Zipkin's server jar is not cached. Run `eppkit bootstrap --ui`.")
+    mode, flow = "ext_proc", "aggregated"
+    proc, _, lines = start_up(["--ui", "--runtime", eppkit_runtime, "--mode", mode, "--time-to-first-token", "20"],
+                              tmp_path, timeout_s=120)
+    try:
+        assert any("Ctrl-C to stop" in line for line in lines), "".join(lines)
+        urls = _urls(lines)
+        assert urls["ui"].endswith("/zipkin/"), urls
+        zipkin_url = urls["ui"][: -len("/zipkin/")]
+        java_pids = [pid for pid in procfs.children(proc.pid) if "java" in Path(f"/proc/{pid}/cmdline").read_bytes().decode()]
+        assert len(java_pids) == 1, "Zipkin's server runs as a child of eppkit up"
+
+        client = TracedClient(urls["envoy"], urls["otlp"], mode=mode, flow=flow)
+        try:
+            for _ in range(2):  # the second request shows that traces keep coming
+                result = client.chat({"model": "mock-llm", "max_tokens": 3, "messages": [{"role": "user", "content": "hi"}]})
+                answered = time.monotonic()
+                assert result.status == 200, result.body
+                client.flush()
+                jaeger = JaegerClient(urls["jaeger"]).wait_for_trace(result.trace_id, expected_spans.expected(mode, flow))
+                want = {s.span_id for s in jaeger.spans}
+                shown: set = set()
+                while time.monotonic() - answered < 5.0 and not want <= shown:
+                    resp = requests.get(f"{zipkin_url}/zipkin/api/v2/trace/{result.trace_id}", timeout=5)
+                    shown = {s["id"] for s in resp.json()} if resp.status_code == 200 else set()
+                    time.sleep(0.1)
+                took = time.monotonic() - answered
+                assert want <= shown, f"Zipkin lacks {sorted(want - shown)} {took:.1f}s after the response"
+                print(f"trace {result.trace_id} whole in Zipkin {took:.2f}s after the response")
+        finally:
+            client.close()
+        _chromium.screenshot(f"{zipkin_url}/zipkin/traces/{result.trace_id}", tmp_path / "zipkin.png")
+
+        children = _kit_children(proc.pid, eppkit_runtime)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) in (0, 130)
+        time.sleep(0.2)
+        assert not procfs.alive(java_pids[0]), "Zipkin's server outlived Ctrl-C"
+        if eppkit_runtime == "local":
+            survivors = [pid for pid in children if procfs.alive(pid)]
+        else:
+            survivors = sorted(_kit_children(proc.pid, eppkit_runtime))
+        assert survivors == [], f"left running after Ctrl-C: {survivors}"
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{zipkin_url}/health", timeout=2)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,11 +1,14 @@
 """`eppkit compare` end to end: a small seeded workload through every mode, then the report's numbers
 checked against the spans in Jaeger, read independently of the code that computed them."""
 
+import re
 import statistics
 
 import pytest
 
 from eppkit.services.vllm.config import MockLatency
+import _chromium
+
 from eppkit.observability import report as rp
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit import compare
@@ -75,6 +78,15 @@ def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_j
     summary = (out / "summary.md").read_text()
     assert all(f"| {mode} | ok |" in summary for mode in MODES)
     assert (out / "latency-chat.png").is_file() and (out / "steps-chat.svg").is_file()
+
+    # report.html in a browser: each mode's representative trace is a waterfall holding every one of its spans
+    page = (out / "report.html").as_uri()
+    dom = _chromium.dump_dom(page)
+    assert 'data-ready="true"' in dom, "the page's script ran"
+    drawn = sorted(re.findall(r'<details class="span[^"]*" data-span-id="([0-9a-f]+)"', dom))
+    saved = [rp.load_trace(out / r["representative"]["file"]) for r in modes.values()]
+    assert drawn == sorted(s.span_id for t in saved for s in t.spans)
+    _chromium.screenshot(page, out / "report.png")
 
 
 def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, eppkit_runtime):

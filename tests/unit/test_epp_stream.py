@@ -12,7 +12,6 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability import otel
 from eppkit.services.picker.core import Picker
-from eppkit.services.picker.decision import PickError
 from eppkit.services.picker.endpoints import parse_endpoints
 from eppkit.services.picker.pool import Pool
 from eppkit.services.picker.scorers.round_robin import RoundRobin

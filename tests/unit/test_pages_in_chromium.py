@@ -1,0 +1,44 @@
+"""The HTML pages in a real browser (headless Chromium): the script runs, every span is in the waterfall,
+a ``#span=`` link opens that span's details. Chromium is a process, so these are integration tests."""
+
+from pathlib import Path
+
+import pytest
+
+import _chromium
+from eppkit.observability import html, report as rp
+from test_html_pages import Page, _report_folder
+
+pytestmark = pytest.mark.integration
+
+SAVED = sorted((Path(__file__).parent / "data" / "traces").glob("*.json"))
+
+
+def dom(url: str) -> tuple[Page, dict[str, dict]]:
+    """The page as Chromium left it once its script ran, and its spans by id."""
+    page = Page(_chromium.dump_dom(url))
+    return page, {attrs["data-span-id"]: attrs for attrs in page.spans}
+
+
+def test_every_span_of_every_trace_is_in_the_rendered_waterfall_and_a_link_opens_one(tmp_path):
+    traces = [rp.load_trace(p) for p in SAVED]
+    page = html.write_trace_page(tmp_path / "traces.html", html.trace_views(traces), title="saved traces")
+    target = traces[0].one("epp.pick", "epp")
+    rendered, spans = dom(f"{page.as_uri()}#span={target.span_id}")
+    assert rendered.root.get("data-ready") == "true", "the page's script ran"
+    assert set(spans) == {s.span_id for t in traces for s in t.spans}
+    opened = [i for i, a in spans.items() if "open" in a]
+    assert opened == [target.span_id], "the link opened that span, and only it"
+    assert "selected" in spans[target.span_id]["class"]
+    _chromium.screenshot(f"{page.as_uri()}#span={target.span_id}", tmp_path / "traces.png")
+
+
+def test_the_report_page_renders_its_waterfall_and_charts(tmp_path):
+    report = _report_folder(tmp_path)
+    path = rp.write(report, tmp_path)["html"]
+    rendered, spans = dom(path.as_uri())
+    assert rendered.root.get("data-ready") == "true"
+    trace = rp.load_trace(tmp_path / "traces/chat-ext_proc-x.json")
+    assert set(spans) == {s.span_id for s in trace.spans}
+    assert len([u for u in rendered.urls if u.startswith("data:image/svg+xml;base64,")]) == 2
+    _chromium.screenshot(path.as_uri(), tmp_path / "report.png")
