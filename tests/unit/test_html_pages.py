@@ -5,46 +5,18 @@ layout) is checked in headless Chromium by tests/integration/test_pages_in_chrom
 """
 
 import copy
-import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from eppkit.observability import html, report as rp
 from eppkit.observability.trace_model import Span, SpanEvent, Trace
-from test_report import mode_result, report_with, sample
+from _report_samples import Page, report_folder
 
 pytestmark = pytest.mark.unit
 
 DATA = Path(__file__).parent / "data" / "traces"
 SAVED = sorted(DATA.glob("*.json"))
-
-
-class Page(HTMLParser):
-    """The spans (in page order), event markers, every URL a page refers to, and the <html> element's attributes."""
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.spans: list[dict] = []  # the attributes of each <details class="span">
-        self.events = 0
-        self.urls: list[str] = []
-        self.tags: set[str] = set()
-        self.root: dict = {}
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.tags.add(tag)
-        if tag == "html":
-            self.root = attrs
-        if tag == "details" and "span" in (attrs.get("class") or "").split():
-            self.spans.append(attrs)
-        if tag == "path" and attrs.get("class") == "event":
-            self.events += 1
-        for key in ("src", "href"):
-            if attrs.get(key):
-                self.urls.append(attrs[key])
 
 
 def roles(page: Page) -> dict[str, set[str]]:
@@ -128,22 +100,8 @@ def test_a_service_keeps_its_colour_everywhere():
     assert html.service_color("my-service") == html.service_color("my-service")
 
 
-def _report_folder(tmp_path):
-    modes = {"direct": mode_result([sample(i, 250 + i) for i in range(5)]),
-             "ext_proc": mode_result([sample(i, 255 + i, gateway=4.0, decision=0.2, roundtrip=3.0) for i in range(5)]),
-             "sidecar": {"status": "failed", "error": "RuntimeError: <boom>", "log_file": "logs/chat-sidecar.log"}}
-    report = report_with(modes)
-    (tmp_path / "traces").mkdir()
-    shutil.copy(DATA / "chat-ext_proc.json", tmp_path / "traces/chat-ext_proc-x.json")
-    modes["ext_proc"]["representative"] = {"trace_id": "x", "e2e_ms": 244.1, "file": "traces/chat-ext_proc-x.json"}
-    report["baseline"] = {"file": "old.json", "threshold": 0.25, "floor_ms": 2.0, "regressions": [
-        {"scenario": "chat", "mode": "ext_proc", "metric": "e2e.p50_ms", "baseline": 200, "current": 260,
-         "change": 0.3, "rule": "> +25%"}]}
-    return report
-
-
 def test_the_report_page_holds_the_tables_the_charts_and_each_representative_waterfall(tmp_path):
-    report = _report_folder(tmp_path)
+    report = report_folder(tmp_path)
     paths = rp.write(copy.deepcopy(report), tmp_path)
     text = paths["html"].read_text()
     assert paths["html"] == tmp_path / "report.html"
@@ -162,6 +120,6 @@ def test_the_report_page_holds_the_tables_the_charts_and_each_representative_wat
 
 
 def test_the_report_page_without_charts(tmp_path):
-    report = _report_folder(tmp_path)
+    report = report_folder(tmp_path)
     page = Page(rp.write(report, tmp_path, charts=False)["html"].read_text())
     assert not [u for u in page.urls if u.startswith("data:")]

@@ -9,29 +9,11 @@ import pytest
 
 from eppkit.observability import report as rp
 from eppkit.observability.contract import Epp
+from _report_samples import mode_result, report_with, sample
 
 pytestmark = pytest.mark.unit
 
 DATA = Path(__file__).parent / "data" / "traces"
-
-
-def sample(i, e2e, *, gateway=0.2, decision=None, roundtrip=None, error=None, complete=True, missing=(), tokens=10):
-    steps = {"e2e": e2e, "gateway": gateway, "queue": 0.1, "prefill": 100.0, "decode": e2e - 110}
-    if decision is not None:
-        steps.update(decision=decision, roundtrip=roundtrip)
-    return {"index": i, "trace_id": f"{i:032x}", "ok": error is None, "error": error, "tokens": tokens,
-            "steps": steps if error is None else {}, "complete": complete if error is None else None,
-            "missing": list(missing)}
-
-
-def mode_result(samples, wall_s=2.0):
-    return {"status": "ok", **rp.summarize_mode(samples, planned=len(samples), wall_s=wall_s), "samples": samples}
-
-
-def report_with(modes: dict, scenario="chat") -> dict:
-    rp.add_overheads(modes)
-    return {"schema": rp.SCHEMA, "created": "now", "config": {"modes": list(modes)}, "host": {"cpus": 2},
-            "scenarios": {scenario: {"description": "short chat", "workload": {"requests": 4}, "modes": modes}}}
 
 
 def test_summarize_counts_errors_by_kind_and_takes_latency_from_successes_only():

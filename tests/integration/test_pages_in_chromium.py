@@ -1,17 +1,16 @@
 """The HTML pages in a real browser (headless Chromium): the script runs, every span is in the waterfall,
 a ``#span=`` link opens that span's details. Chromium is a process, so these are integration tests."""
 
-from pathlib import Path
 
 import pytest
 
 import _chromium
 from eppkit.observability import html, report as rp
-from test_html_pages import Page, _report_folder
+from _report_samples import DATA, Page, report_folder
 
 pytestmark = pytest.mark.integration
 
-SAVED = sorted((Path(__file__).parent / "data" / "traces").glob("*.json"))
+SAVED = sorted(DATA.glob("*.json"))
 
 
 def dom(url: str) -> tuple[Page, dict[str, dict]]:
@@ -34,7 +33,7 @@ def test_every_span_of_every_trace_is_in_the_rendered_waterfall_and_a_link_opens
 
 
 def test_the_report_page_renders_its_waterfall_and_charts(tmp_path):
-    report = _report_folder(tmp_path)
+    report = report_folder(tmp_path)
     path = rp.write(report, tmp_path)["html"]
     rendered, spans = dom(path.as_uri())
     assert rendered.root.get("data-ready") == "true"
