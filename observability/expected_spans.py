@@ -14,10 +14,16 @@ Checked against real traces (Envoy 1.40, every mode x aggregated / pd / epd):
                                 > pd.prefill > vllm:llm_request > vllm.queue, vllm.prefill
                                 > pd.decode  > vllm:llm_request > vllm.queue, vllm.kv_transfer, vllm.decode
 
-``expected(mode, flow, media_items)`` gives the rules; ``missing(trace, rules)`` names what a
+``expected(mode, flow, media_items, backend_spans)`` gives the rules; ``missing(trace, rules)`` names what a
 trace lacks (the one completeness check: Jaeger waits, compare and `eppkit run` use it). A rule
 asks for *at least* ``count`` spans: a P/D trace has two ``vllm.queue``. Span names and the
 services that emit them come from the trace contract (observability/contract.py).
+
+``backend_spans`` says what the inference servers emit (:data:`BACKEND_SPANS`): ``full`` (the kit's
+mock: ``llm_request`` and its ``vllm.*`` children), ``llm_request`` (a vLLM with tracing on: its one
+server span per request, service name ``vllm``) or ``none`` (llm-d-inference-sim, or a server that
+does not trace). Every span of the kit's own parts (client, Envoy, pickers, pd-sidecar, encoders)
+is expected whatever the backend.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from eppkit.observability.trace_model import Span, Trace
 
 MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
+# What a backend puts into a trace: nothing, vLLM's one server span per request, or the mock's every step.
+NONE, LLM_REQUEST, FULL = "none", "llm_request", "full"
+BACKEND_SPANS = (NONE, LLM_REQUEST, FULL)
 
 
 @dataclass(frozen=True)
@@ -105,28 +114,34 @@ _MODE_SPANS: dict[str, tuple[SpanRule, ...]] = {
 }
 
 _AGGREGATED = rules((Vllm.REQUEST, Vllm.QUEUE, Vllm.PREFILL, Vllm.DECODE))
-_DISAGGREGATED = rules((Pd.REQUEST, Pd.PREFILL, Pd.DECODE)) + (
-    _r(Vllm.REQUEST, count=2), _r(Vllm.QUEUE, count=2)) + rules((Vllm.PREFILL, Vllm.KV_TRANSFER, Vllm.DECODE))
+_SIDECAR = rules((Pd.REQUEST, Pd.PREFILL, Pd.DECODE))
+# The backend's spans, per what it emits: one request (aggregated) and a P/D pair (prefill + decode).
+_BACKEND_ONE = {NONE: (), LLM_REQUEST: (_r(Vllm.REQUEST),), FULL: _AGGREGATED}
+_BACKEND_PD = {NONE: (), LLM_REQUEST: (_r(Vllm.REQUEST, count=2),),
+               FULL: (_r(Vllm.REQUEST, count=2), _r(Vllm.QUEUE, count=2)) + rules((Vllm.PREFILL, Vllm.KV_TRANSFER,
+                                                                                  Vllm.DECODE))}
 
 
-def expected(mode: str, flow: str, media_items: int = 0) -> tuple[SpanRule, ...]:
+def expected(mode: str, flow: str, media_items: int = 0, backend_spans: str = FULL) -> tuple[SpanRule, ...]:
     """The spans a complete trace of one successful request holds in ``mode`` x ``flow``.
 
     ``media_items``: images etc. in the request (epd flow: one ``pd.encode`` and one
-    ``encoder.encode`` each).
+    ``encoder.encode`` each). ``backend_spans``: what the backend emits (:data:`BACKEND_SPANS`).
     """
     if mode not in _MODE_SPANS:
         raise ValueError(f"no expected-span table for mode {mode!r}; known: {', '.join(MODES)}")
+    if backend_spans not in BACKEND_SPANS:
+        raise ValueError(f"backend_spans {backend_spans!r}: choose one of {', '.join(BACKEND_SPANS)}")
     if flow == "aggregated":
-        flow_spans = _AGGREGATED
+        flow_spans = _BACKEND_ONE[backend_spans]
     elif flow == "multipart":
         if mode != "ext_proc":
             raise ValueError("the multipart flow runs in the ext_proc mode only")
-        flow_spans = _AGGREGATED + (_r(Vllm.AWAIT_METADATA),)
+        flow_spans = _BACKEND_ONE[backend_spans] + ((_r(Vllm.AWAIT_METADATA),) if backend_spans == FULL else ())
     elif flow in ("pd", "ttft"):
-        flow_spans = _DISAGGREGATED
+        flow_spans = _SIDECAR + _BACKEND_PD[backend_spans]
     elif flow == "epd":
-        flow_spans = _DISAGGREGATED
+        flow_spans = _SIDECAR + _BACKEND_PD[backend_spans]
         if media_items:
             flow_spans += (_r(Pd.ENCODE, count=media_items), _r(Encoder.ENCODE, count=media_items))
     else:

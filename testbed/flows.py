@@ -17,6 +17,9 @@ fallback (direct mode).
 ``multipart`` needs mode ``ext_proc``: only the EPP can send part 1, hold the request open
 and inject part 2 once it has seen the response headers (docs/flows.md). :func:`check`
 says so before anything starts.
+
+The vLLMs are the topology's backend (eppkit.backends): the kit's mocks, llm-d-inference-sim
+started in their places, or servers you run given by URL (the kit then starts only the pd-sidecars).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eppkit import backends
 from eppkit.topology import Endpoint, PortAllocator, ServiceSpec, Topology
 
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
@@ -45,6 +49,7 @@ def check(topology: Topology) -> None:
     if why is not None and topology.flow not in mode.special_flows:
         able = [m.name for m in modes.all_modes() if topology.flow in m.special_flows]
         raise ValueError(f"--flow {topology.flow} needs --mode {' or '.join(able)} (got --mode {topology.mode}): {why}")
+    topology.backend.validate(topology.flow)
 
 
 @dataclass
@@ -60,17 +65,38 @@ def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list
             "--seed", str(topology.seed), *extra]
 
 
+def _instance(topology: Topology, ports: PortAllocator, name: str, role: str, model: str,
+              extra: list[str]) -> tuple[ServiceSpec, Endpoint]:
+    """One vLLM the kit starts: its mock, or the llm-d-inference-sim preset in its place."""
+    if topology.backend.kind == backends.SIM:
+        from eppkit import inference_sim
+
+        # It binds every interface: its port must be free there too, not only on loopback.
+        port = ports.port(all_interfaces=True)
+        argv = inference_sim.command(inference_sim.require_binary(), port=port, model=model, seed=topology.seed,
+                                     latency=topology.latency, extra=extra)
+        spec = ServiceSpec(name, inference_sim.NAME, port, health_path=inference_sim.READY_PATH,
+                           env=inference_sim.env(name), command=argv)
+    else:
+        port = ports.port()
+        spec = ServiceSpec(name, "eppkit.services.vllm", port, _vllm_args(topology, name, role, model, extra))
+    return spec, Endpoint(name, "127.0.0.1", port, role, model)
+
+
 def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
     check(topology)
     out = FlowPlan()
+    urls = topology.backend.kind == backends.URLS
     if topology.flow in ("aggregated", "multipart"):
+        if urls:
+            out.routable = topology.backend.endpoints("both")
+            return out
         # The mock vLLM switches to its two-phase reading on a multipart/mixed content type,
         # so the multipart flow starts the same vLLMs as the aggregated one.
         for spec in topology.vllm:
-            port = ports.port()
-            out.services.append(ServiceSpec(spec.name, "eppkit.services.vllm", port,
-                                            _vllm_args(topology, spec.name, spec.role, spec.model, spec.extra_args)))
-            out.routable.append(Endpoint(spec.name, "127.0.0.1", port, spec.role, spec.model))
+            service, endpoint = _instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args)
+            out.services.append(service)
+            out.routable.append(endpoint)
         return out
 
     model = topology.vllm[0].model if topology.vllm else "mock-llm"
@@ -88,19 +114,27 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
             out.encoders.append(Endpoint(name, "127.0.0.1", port, "encode", model))
 
     disable_prefill = topology.flow == "epd" and topology.prefill == 0
-    for i in range(0 if disable_prefill else max(1, topology.prefill)):
-        name, port = f"vllm-p{i}", ports.port()
-        out.services.append(ServiceSpec(name, "eppkit.services.vllm", port,
-                                        _vllm_args(topology, name, "prefill", model, [*ec_args, *extra])))
-        out.prefill.append(Endpoint(name, "127.0.0.1", port, "prefill", model))
+    if urls:
+        out.prefill = topology.backend.endpoints("prefill")
+        if topology.flow == "ttft":  # prefill's first token, then decode's rest: one text only if seed decides it
+            backends.check_seed([*out.prefill, *topology.backend.endpoints("decode")])
+    for i in range(0 if disable_prefill or urls else max(1, topology.prefill)):
+        service, endpoint = _instance(topology, ports, f"vllm-p{i}", "prefill", model, [*ec_args, *extra])
+        out.services.append(service)
+        out.prefill.append(endpoint)
 
-    for i in range(max(1, topology.decode)):
-        name, port = f"vllm-d{i}", ports.port()
-        role = "both" if disable_prefill else "decode"
-        out.services.append(ServiceSpec(name, "eppkit.services.vllm", port,
-                                        _vllm_args(topology, name, role, model, [*ec_args, *extra])))
+    role = "both" if disable_prefill else "decode"
+    if urls:
+        decoders = topology.backend.endpoints("decode")
+    else:
+        decoders = []
+        for i in range(max(1, topology.decode)):
+            service, endpoint = _instance(topology, ports, f"vllm-d{i}", role, model, [*ec_args, *extra])
+            out.services.append(service)
+            decoders.append(endpoint)
+    for i, decoder in enumerate(decoders):
         sidecar_port = ports.port()
-        args = ["--decode", f"http://127.0.0.1:{port}", "--instance", f"pd-sidecar-{i}", "--decode-instance", name]
+        args = ["--decode", f"http://{decoder.address}", "--instance", f"pd-sidecar-{i}", "--decode-instance", decoder.name]
         if out.prefill:
             args += ["--prefill-endpoints", ",".join(e.address for e in out.prefill)]
         else:
@@ -110,5 +144,5 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
         if topology.flow == "ttft":
             args += ["--stream-first-token"]
         out.services.append(ServiceSpec(f"pd-sidecar-{i}", "eppkit.services.pd_sidecar", sidecar_port, args))
-        out.routable.append(Endpoint(name, "127.0.0.1", sidecar_port, role, model))
+        out.routable.append(Endpoint(decoder.name, "127.0.0.1", sidecar_port, role, decoder.model or model))
     return out

@@ -7,6 +7,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from eppkit.backends import Backend
 from eppkit.services.encoder.config import EncoderConfig
 from eppkit.services.vllm.config import MockLatency
 
@@ -48,6 +49,8 @@ class ServiceSpec:
     args: list[str] = field(default_factory=list)
     health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
     env: dict[str, str] = field(default_factory=dict)
+    # A program that is not a kit service (a backend binary): its whole argv, ``module`` unused.
+    command: list[str] | None = None
 
 
 @dataclass
@@ -75,6 +78,12 @@ class Topology:
     # The mode's options, read into its typed options (eppkit.modes: e.g. {"failure_mode_allow": True});
     # an unknown one is an error naming the valid ones.
     options: dict[str, Any] = field(default_factory=dict)
+    # What serves inference (eppkit.backends): the kit's mock (default), "llm-d-inference-sim" (a
+    # preset the kit starts in the mocks' places), or Backend(urls=...) for servers you run.
+    backend: Backend | str = field(default_factory=Backend)
+
+    def __post_init__(self) -> None:
+        self.backend = Backend.of(self.backend)
 
     @property
     def tracing(self) -> bool:
@@ -111,14 +120,16 @@ class PortAllocator:
         low, _ = _ephemeral_range()
         self._range = (max(1024, low - 12000), max(2048, low - 1)) if low > 3072 else (20000, 30000)
 
-    def port(self) -> int:
+    def port(self, *, all_interfaces: bool = False) -> int:
+        """A free loopback port; ``all_interfaces``: free on 0.0.0.0 too (for a server that cannot be
+        told to bind loopback only, such as llm-d-inference-sim)."""
         for _ in range(200):
             port = self._rng.randint(*self._range)
             if port in self._given:
                 continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
-                    s.bind(("127.0.0.1", port))
+                    s.bind(("0.0.0.0" if all_interfaces else "127.0.0.1", port))
                 except OSError:
                     continue
             self._given.add(port)
