@@ -246,7 +246,7 @@ def _one_line(text: str | None, width: int = 60) -> str:
 
 def format_table(report: dict) -> str:
     """The console table: one block per scenario, one row per mode (times in ms)."""
-    out = []
+    out = [f"backend: {backend_text(report)}", ""] if report.get("backend") else []
     for scenario, block in report.get("scenarios", {}).items():
         wl = block.get("workload", {})
         out.append(f"scenario {scenario}: {wl.get('requests')} requests per mode, concurrency {wl.get('concurrency')}, "
@@ -271,9 +271,22 @@ def _regression_text(r: dict) -> str:
     return f"{r['scenario']}/{r['mode']} {r['metric']}: {r['baseline']} -> {r['current']}{change} [{r['rule']}]"
 
 
+def backend_text(report: dict) -> str:
+    """Who served the requests; for an external backend, which steps its traces cannot show."""
+    backend = report.get("backend") or {}
+    text = backend.get("label", "the kit's mock vLLM")
+    if backend.get("spans") == "none":
+        text += " (emits no spans: queue, prefill, kv and decode are not measured; its time is in 'other')"
+    elif backend.get("spans") == "llm_request":
+        text += " (one llm_request span per request: queue, prefill, kv and decode are not measured)"
+    return text
+
+
 def render_markdown(report: dict) -> str:
     cfg = report.get("config", {})
     lines = [f"# eppkit compare — {report.get('created', '')}", ""]
+    if report.get("backend"):
+        lines += [f"**Backend:** {backend_text(report)}.", ""]
     lines.append(
         f"Modes {', '.join(cfg.get('modes', []))} on the `{cfg.get('runtime')}` runtime; "
         f"{cfg.get('requests')} requests per mode and scenario ({cfg.get('warmup')} warm-up requests not counted), "

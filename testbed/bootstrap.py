@@ -11,8 +11,9 @@ def progress(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
 
 
-def main(ui: bool = False) -> int:
-    """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``)."""
+def main(ui: bool = False, backends: list[str] | tuple[str, ...] = ()) -> int:
+    """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``);
+    ``backends``: also build these backend presets (``llm-d-inference-sim``)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -36,5 +37,9 @@ def main(ui: bool = False) -> int:
         zipkin.fetch(progress)
         java, version = zipkin.find_java()
         progress(f"java: {version}" if java else f"java: NOT USABLE: {version}")
+    if backends:
+        from eppkit import inference_sim
+
+        progress(f"{inference_sim.NAME}: {inference_sim.build(progress)}")
     progress(f"done in {time.monotonic() - started:.1f}s")
     return 0

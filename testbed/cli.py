@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from eppkit import RUNTIMES, create, modes
+from eppkit import RUNTIMES, backends, create, modes
 from eppkit.flows import FLOWS
 from eppkit.flows import check as check_flow
 from eppkit.modes.options import parse_set
@@ -27,12 +27,14 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
                    help="a mode option (repeatable), the value read as JSON when it parses: --set scorer=round-robin "
                         "--set failure_mode_allow=true. An unknown option is an error naming the valid ones.")
-    p.add_argument("--backends", type=int, default=2, help="mock vLLM instances in the pool (default: %(default)s)")
+    p.add_argument("--backends", type=int, default=2,
+                   help="vLLM instances the kit starts in the pool (its mocks or --backend's) (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed for the mocks (default: %(default)s)")
     p.add_argument("--prefill", type=int, default=1, help="prefill instances in pd/epd/ttft; 0 in epd = E+PD (default: %(default)s)")
     p.add_argument("--decode", type=int, default=1, help="decode instances (each behind a pd-sidecar) (default: %(default)s)")
     p.add_argument("--encoders", type=int, default=2, help="encoders in the epd flow (default: %(default)s)")
-    g = p.add_argument_group("mock latency (every mock vLLM's knobs, milliseconds)")
+    backends.add_arguments(p)
+    g = p.add_argument_group("mock latency (every mock vLLM's knobs, milliseconds; llm-d-inference-sim gets them too)")
     add_latency_args(g)
     g.add_argument("--encode-latency", type=float, default=ENCODER_DEFAULTS.encode_latency, metavar="MS",
                    help="encode time per media item, epd flow (default: %(default)s)")
@@ -44,6 +46,7 @@ def _topology(args) -> Topology:
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
         latency=latency_from_args(args), encode_latency=args.encode_latency, seed=args.seed,
         prefill=args.prefill, decode=args.decode, encoders=args.encoders, options=parse_set(args.options),
+        backend=backends.from_args(args),
     )
 
 
@@ -52,12 +55,13 @@ def cmd_up(args) -> int:
 
     # The UI's JVM starts first and gets ready while the testbed starts.
     with live_ui.optional(args.ui) as ui, create(_topology(args), runtime=args.runtime) as bed:
-        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime}")
+        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime} backend={bed.topology.backend.label}")
         print(bed.describe())
         if ui is not None:
             print(f"  Trace UI     {ui.attach(bed.jaeger_api_url)}   (every trace, about a second after it ends)")
         print("Try:\n  curl -s {}/v1/chat/completions -H 'content-type: application/json' "
-              "-d '{{\"model\":\"mock-llm\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'".format(bed.envoy_url))
+              "-d '{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'".format(
+                  bed.envoy_url, bed.backends[0].model))
         print("Ctrl-C to stop.", flush=True)
         try:
             while True:
@@ -80,18 +84,21 @@ def cmd_run(args) -> int:
         content = [{"type": "text", "text": args.prompt}] + [
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{'QUJD' * (16 + i)}"}}
             for i in range(args.images)]
-    body = {"model": "mock-llm", "messages": [{"role": "user", "content": content}],
-            "max_tokens": args.max_tokens, "stream": not args.no_stream}
     t0 = time.monotonic()
     with create(_topology(args), runtime=args.runtime) as bed:
-        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, logs {bed.run_dir})")
+        backend = bed.topology.backend
+        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, "
+              f"backend: {backend.label}, logs {bed.run_dir})")
+        body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": content}],
+                "max_tokens": args.max_tokens, "stream": not args.no_stream}
         client = bed.client()
         result = client.chat(body)
         client.flush()
         print(f"HTTP {result.status} from {result.headers.get('x-inference-pod', '?')}: {result.text!r}")
         if result.ttft_ms is not None:
             print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")
-        expected = expected_spans.expected(args.mode, args.flow, media_items=args.images)
+        # Every span the kit's own parts emit, and the backend's as far as it traces (--backend-spans).
+        expected = expected_spans.expected(args.mode, args.flow, media_items=args.images, backend_spans=backend.emits)
         try:
             trace = bed.jaeger.wait_for_trace(result.trace_id, expected, timeout_s=15)
         except TraceIncomplete as exc:
@@ -115,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="check every prerequisite")
     boot = sub.add_parser("bootstrap", help="build what PyPI does not ship (Jaeger, dynamic module); cached")
     boot.add_argument("--ui", action="store_true", help="also fetch Zipkin's server, the live trace UI of `up --ui`")
+    boot.add_argument("--backend", choices=[backends.SIM], action="append", default=[],
+                      help="also build this backend preset (llm-d-inference-sim: once, from the Go module proxy)")
     up = sub.add_parser("up", help="start a testbed and keep it running until Ctrl-C")
     _topology_args(up)
     up.add_argument("--ui", action="store_true", help="also start a trace UI (Zipkin's, fed from the testbed's Jaeger)")
@@ -157,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit import bootstrap
 
-        return bootstrap.main(ui=args.ui)
+        return bootstrap.main(ui=args.ui, backends=args.backend)
     if compare is None:
         print(f"eppkit: cannot import the testbed ({compare_error}).\n"
               "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +31,8 @@ import requests
 from eppkit.observability import expected_spans, report as rp, steps as st
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
-from eppkit import RUNTIMES, create as create_testbed, create_jaeger, modes
+from eppkit import RUNTIMES, backends, create as create_testbed, create_jaeger, modes
+from eppkit.backends import Backend
 from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
 from eppkit.paths import reports_dir
@@ -63,6 +64,8 @@ class CompareOptions:
     runtime: str = "local"
     backends: int = 2  # aggregated: vLLMs; pd / epd: decoders (one prefill, two encoders)
     latency: MockLatency = field(default_factory=MockLatency)  # every mock vLLM's knobs
+    # What serves inference (eppkit.backends): the kit's mock, llm-d-inference-sim, or your servers.
+    backend: Backend = field(default_factory=Backend)
     encode_latency: float = ENCODER_DEFAULTS.encode_latency
     # The same scorer in every picker mode, so differences between modes are the integrations'.
     scorer: str = PICKER_DEFAULTS.scorer
@@ -90,6 +93,8 @@ class CompareOptions:
             raise ValueError(f"--max-duration must be in (0, {MAX_DURATION_S:g}] seconds")
         if self.rate < 0 or self.warmup < 0 or self.backends < 1:
             raise ValueError("--rate and --warmup cannot be negative; --backends must be at least 1")
+        for name in self.scenarios:
+            self.backend.validate(SCENARIOS[name].flow)
         return self
 
 
@@ -109,7 +114,7 @@ def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topo
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)],
         prefill=1, decode=options.backends, encoders=2,
         latency=options.latency, encode_latency=options.encode_latency, seed=options.seed,
-        options=mode_options(options, mode),
+        options=mode_options(options, mode), backend=options.backend,
     )
 
 
@@ -231,6 +236,8 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
 
     client = None
     try:
+        model = bed.backends[0].model  # servers given by URL may serve another model than the mock's
+        measured, warm = with_model(measured, model), with_model(warm, model)
         client = bed.client(pool_size=max(10, options.concurrency))
         t_start = time.monotonic()
         progress.update(f"{label} {mode:<15} warming up ({len(warm)} requests) ...")
@@ -249,7 +256,8 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         samples = [{**s.to_json(), "ok": s.ok} for s in work.samples]
 
         def rules(sample):
-            return expected_spans.expected(mode, scenario.flow, media.get(sample["index"], 0))
+            return expected_spans.expected(mode, scenario.flow, media.get(sample["index"], 0),
+                                           backend_spans=options.backend.emits)
 
         def on_poll(have, want):
             progress.update(f"{label} {mode:<15} reading traces {have}/{want} ...")
@@ -288,6 +296,11 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         if client is not None:
             client.close()
         bed.stop()
+
+
+def with_model(planned: list, model: str) -> list:
+    """The planned requests with ``model`` in their bodies (the workload names the mock's)."""
+    return [replace(r, body={**r.body, "model": model}) if r.body.get("model") != model else r for r in planned]
 
 
 def _failed(result: dict, exc: BaseException, bed, out_dir: Path, scenario: str, mode: str,
@@ -331,6 +344,9 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "host": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "config": {**asdict(options), "modes": list(options.modes), "scenarios": list(options.scenarios)},
+        # Who served: an external backend's own steps (queue, prefill, decode) are not in its traces.
+        "backend": {"label": options.backend.label, "external": options.backend.external,
+                    "spans": options.backend.emits},
         "steps": [asdict(s) for s in st.STEPS],
         "mode_colors": {m: modes.get(m).color for m in options.modes},
         "scenarios": {},
@@ -402,8 +418,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-stream", dest="stream", action="store_false", help="stream none")
     g.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=d.request_timeout_s,
                    help="seconds per request (default: %(default)s)")
-    g = p.add_argument_group("mock backends")
-    g.add_argument("--backends", type=int, default=d.backends, help="vLLMs (aggregated) or decoders (P/D) (default: %(default)s)")
+    backends.add_arguments(p)
+    g = p.add_argument_group("mock backends (llm-d-inference-sim gets the same latency knobs)")
+    g.add_argument("--backends", type=int, default=d.backends, help="vLLMs (aggregated) or decoders (P/D) the kit "
+                                                                   "starts (default: %(default)s)")
     add_latency_args(g, d.latency)
     g.add_argument("--encode-latency", type=float, default=d.encode_latency, metavar="MS",
                    help="encode per media item (default: %(default)s)")
@@ -426,6 +444,7 @@ def main(args: argparse.Namespace) -> int:
         modes=args.modes, scenarios=args.scenarios, requests=args.requests, concurrency=args.concurrency,
         rate=args.rate, max_duration_s=args.max_duration_s, warmup=args.warmup, seed=args.seed,
         runtime=args.runtime, backends=args.backends, latency=latency_from_args(args), encode_latency=args.encode_latency,
+        backend=backends.from_args(args),
         scorer=args.scorer, scorer_parameters=args.scorer_parameters,
         stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
     )
@@ -438,7 +457,8 @@ def main(args: argparse.Namespace) -> int:
     out_dir = args.out or default_out_dir()
     progress = ProgressLine()
     progress.message(f"eppkit compare: {len(options.modes)} mode(s) x {len(options.scenarios)} scenario(s), "
-                     f"{options.requests} requests each, concurrency {options.concurrency}; report in {out_dir}")
+                     f"{options.requests} requests each, concurrency {options.concurrency}, backend: "
+                     f"{options.backend.label}; report in {out_dir}")
     try:
         report = run(options, out_dir, progress=progress)
     except (OSError, RuntimeError) as exc:  # modes report their own failures; this is Jaeger or the disk

@@ -106,13 +106,20 @@ class DockerTestbed(LocalTestbed):
         return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
-        argv = service_argv(spec.module, spec.port, spec.args, python="python")
-        proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
-                                extra_labels=self._labels()).with_env(**env, **spec.env)
+        if spec.command:  # a backend binary (statically linked): the services image runs it from the host
+            proc = ManagedContainer(spec.name, self._images().services, spec.command[1:], self.run_dir / f"{spec.name}.log",
+                                    entrypoint=spec.command[:1], extra_labels=self._labels())
+            proc.with_env(**env, **spec.env).with_mount(spec.command[0], "ro")
+            args = spec.command[1:]
+        else:
+            argv = service_argv(spec.module, spec.port, spec.args, python="python")
+            proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
+                                    extra_labels=self._labels()).with_env(**env, **spec.env)
+            args = spec.args
         # The run folder is shared read-write (services may write caches there), and so is any
         # absolute path among the arguments (e.g. an encoder cache shared by E and P).
         proc.with_mount(self.run_dir, "rw")
-        for arg in map(str, spec.args):
+        for arg in map(str, args):
             value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
             path = mount_for_arg(value)
             if path is not None:

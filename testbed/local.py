@@ -109,7 +109,8 @@ class LocalTestbed:
         for client in self._clients:
             client.flush()
         if expected is None:
-            expected = expected_spans.expected(self.topology.mode, self.topology.flow)
+            expected = expected_spans.expected(self.topology.mode, self.topology.flow,
+                                               backend_spans=self.topology.backend.emits)
         return self.jaeger.wait_for_trace(trace_id, expected, timeout_s=timeout_s, **kwargs)
 
     def healthy(self) -> bool:
@@ -206,7 +207,9 @@ class LocalTestbed:
             started.append((spec, url, proc))
         for spec, url, proc in started:
             strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
-            proc.wait_ready(strategy, hint=f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+            hint = (f"run it by hand: {' '.join(spec.command)}" if spec.command else
+                    f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+            proc.wait_ready(strategy, hint=hint)
 
     # -- how each component runs: a process on this host ----------------------------------
     def _run_jaeger(self):
@@ -214,7 +217,8 @@ class LocalTestbed:
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         """Start the service's process; :meth:`_start_services` waits for it."""
-        proc = ManagedProcess(spec.name, service_argv(spec.module, spec.port, spec.args), self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
+        argv = spec.command or service_argv(spec.module, spec.port, spec.args)
+        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
         return proc.with_cwd(self.run_dir).start()
 
     def _run_envoy(self, envoy_env: dict[str, str]):

@@ -12,11 +12,19 @@ Installed with eppkit and loaded by pytest on its own (entry point ``pytest11``)
 | ``eppkit_testbed`` | function | a started testbed of ``eppkit_topology`` |
 | ``eppkit_client`` | function | a traced client of ``eppkit_testbed`` (each request is the root span of its trace) |
 | ``eppkit_ui`` | session | with ``--eppkit-ui``, the live trace UI (``.url``, ``.trace_url(trace_id)``); else None |
+| ``eppkit_backend`` | session | the session's backend (:class:`eppkit.backends.Backend`), from the ``--eppkit-backend*`` options |
 
 Options: ``--eppkit-runtime local|docker|all|a,b`` (or the ini key ``eppkit_runtime``; default local),
 ``--eppkit-keep-on-failure`` (stop at the first failing test and leave its testbed running until
 Ctrl-C), ``--eppkit-runs DIR`` (run folders; default ``./runs``), ``--eppkit-ui`` (a live trace UI,
 Zipkin's, fed from the session's Jaegers; its URL is printed when it is up).
+
+Backends: ``--eppkit-backend llm-d-inference-sim`` (or ``--eppkit-backend-url [name=]http://host:port[@model]``,
+repeatable; ``--eppkit-prefill-url`` / ``--eppkit-decode-url`` for pd and ttft; ``--eppkit-backend-spans``)
+puts that backend into every topology that does not name its own. A test that needs the kit's mock
+(``x-mock-*`` steering headers, the mock's spans, its fault injection) is marked
+``@pytest.mark.eppkit_needs_mock("why")`` and skipped, with that reason, against any other backend:
+a skip by design, allowed in CI, not a missing prerequisite.
 
 A missing prerequisite (Envoy, Jaeger, Docker) skips the test with a hint saying how to get it;
 with ``CI=true`` it fails instead, because a skipped e2e test proves nothing (:func:`require`).
@@ -79,6 +87,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--eppkit-ui", action="store_true",
                     help="also start a live trace UI (Zipkin's, fed from the session's Jaegers; needs Java 17+ and "
                          "`eppkit bootstrap --ui`) and print its URL; failed tests link their traces in it")
+    group.addoption("--eppkit-backend", default="mock",
+                    help="backend preset of every topology that names none: mock (the kit's traced mock vLLM) or "
+                         "llm-d-inference-sim (`eppkit bootstrap --backend llm-d-inference-sim` builds it)")
+    group.addoption("--eppkit-backend-url", action="append", default=[], metavar="[NAME=]URL[@MODEL]",
+                    help="a server you run instead of the mocks (repeatable)")
+    group.addoption("--eppkit-prefill-url", action="append", default=[], metavar="[NAME=]URL[@MODEL]",
+                    help="pd / ttft: a prefill server you run (repeatable)")
+    group.addoption("--eppkit-decode-url", action="append", default=[], metavar="[NAME=]URL[@MODEL]",
+                    help="pd / ttft: a decode server you run (repeatable)")
+    group.addoption("--eppkit-backend-spans", default=None,
+                    help="which spans the backend emits: none, llm_request or full (default: full for the mock, none otherwise)")
     parser.addini("eppkit_runtime", "default for --eppkit-runtime", default="local")
 
 
@@ -90,6 +109,8 @@ def pytest_configure(config: pytest.Config) -> None:
             "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).")
     config.addinivalue_line("markers", "e2e: drives the real Envoy and the real Jaeger")
     config.addinivalue_line("markers", "eppkit_topology(**fields): the Topology the eppkit_testbed fixture starts")
+    config.addinivalue_line("markers", "eppkit_needs_mock(reason): needs the kit's mock vLLM (x-mock-* headers, its spans "
+                                       "or faults); skipped with the reason against another --eppkit-backend")
     os.environ.setdefault(SESSION_TAG, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
     runs = config.getoption("--eppkit-runs")
     if runs:
@@ -97,6 +118,47 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--eppkit-keep-on-failure") and IN_CI:
         raise pytest.UsageError("--eppkit-keep-on-failure waits for Ctrl-C; it makes no sense with CI=true")
     selected_runtimes(config)  # a bad --eppkit-runtime is a usage error before anything starts
+    try:  # so is a bad backend
+        session_backend(config).validate("aggregated" if not config.getoption("--eppkit-prefill-url") else "pd")
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(f"--eppkit-backend*: {exc}") from None
+
+
+def session_backend(config: pytest.Config):
+    """The backend the ``--eppkit-backend*`` options name (the kit's mock by default)."""
+    from eppkit.backends import Backend
+
+    return Backend(preset=config.getoption("--eppkit-backend"), urls=tuple(config.getoption("--eppkit-backend-url")),
+                   prefill_urls=tuple(config.getoption("--eppkit-prefill-url")),
+                   decode_urls=tuple(config.getoption("--eppkit-decode-url")),
+                   spans=config.getoption("--eppkit-backend-spans"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("eppkit_needs_mock")
+    if marker is None:
+        return
+    backend = session_backend(item.config)
+    if backend.external:  # by design, not a missing prerequisite: the test checks the mock itself
+        why = marker.args[0] if marker.args else marker.kwargs.get("reason", "it checks the mock's own behaviour")
+        pytest.skip(f"needs the kit's mock vLLM ({why}); this session's backend is {backend.label}")
+
+
+def with_backend(topology: "Topology", config: pytest.Config) -> "Topology":
+    """``topology`` with the session's backend unless it names its own; a missing simulator binary is a
+    missing prerequisite (:func:`require`)."""
+    from dataclasses import replace
+
+    from eppkit.backends import SIM, Backend
+
+    if topology.backend == Backend():
+        topology = replace(topology, backend=session_backend(config))
+    if topology.backend.kind == SIM:
+        from eppkit import inference_sim
+
+        require(inference_sim.find() is not None,
+                f"{SIM} is not built. Run `eppkit bootstrap --backend {SIM}` (needs Go; minutes, once).")
+    return topology
 
 
 def selected_runtimes(config: pytest.Config) -> list[str]:
@@ -276,7 +338,7 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest
     beds: list = []
 
     def make(topology: Topology | None = None, **kwargs: Any):
-        bed = create(topology or Topology(), runtime=runtime, jaeger=jaeger, **kwargs)
+        bed = create(with_backend(topology or Topology(), request.config), runtime=runtime, jaeger=jaeger, **kwargs)
         beds.append(bed)
         item = owner or request.node
         item.stash.setdefault(_BEDS, []).append(bed)
@@ -310,7 +372,7 @@ class _SharedBeds:
         from eppkit.runtimes import create
         from eppkit.topology import Topology
 
-        topology = topology or Topology()
+        topology = with_backend(topology or Topology(), self._request.config)
         key = repr((topology, sorted(kwargs.items())))
         bed = self._beds.get(key)
         if bed is None or not bed.healthy():
@@ -354,6 +416,12 @@ def eppkit_shared_testbed_factory(request: pytest.FixtureRequest, _eppkit_shared
     is replaced, but the tests after it would pay for the restart).
     """
     return _eppkit_shared_beds.for_item(request.node)
+
+
+@pytest.fixture(scope="session")
+def eppkit_backend(request: pytest.FixtureRequest):
+    """The session's backend (eppkit.backends.Backend): what a topology that names none gets."""
+    return session_backend(request.config)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from eppkit.observability import report as rp
 from eppkit.observability.client import ClientResult
 from eppkit import compare
 from eppkit.observability.contract import Epp
+from eppkit.topology import Endpoint
 
 pytestmark = pytest.mark.unit
 
@@ -57,6 +58,7 @@ class FakeBed:
         self.run_dir = run_dir
         self.start_error = start_error
         self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text()) if trace_file else None)
+        self.backends = [Endpoint("vllm-0", "127.0.0.1", 9)]
         self.stopped = False
 
     def start(self):
