@@ -2,15 +2,20 @@
 dynmod-callout) through a real Envoy: the test header that forces an endpoint wins (as in
 the Gateway API Inference Extension conformance tests), the picker says in its span that
 the pick was forced, and a client cannot choose the destination by sending the header
-the picker sets.
+the picker sets. Each runs against the kit's mock vLLM and against llm-d-inference-sim (a backend
+that emits no spans and knows no x-mock-* header): the contract is the pickers', whoever serves.
 """
+
+from dataclasses import replace
 
 import pytest
 
 from eppkit.observability.assertions import TraceCheck
 
 from _reliability import PICKER_MODES, TRAITS, chat_body, topology
+from eppkit.backends import MOCK, SIM
 from eppkit.observability.contract import Callout, Envoy, Epp, Frontend, Service, Vllm
+from eppkit.observability.expected_spans import NONE
 
 pytestmark = pytest.mark.e2e
 
@@ -27,9 +32,14 @@ def mode(request) -> str:
     return request.param
 
 
+@pytest.fixture(params=(MOCK, SIM))
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def bed(eppkit_testbed_factory, mode):
-    return eppkit_testbed_factory(topology(mode))
+def bed(eppkit_testbed_factory, mode, backend):
+    return eppkit_testbed_factory(replace(topology(mode), backend=backend))
 
 
 def test_force_header_sends_the_request_to_the_named_endpoint(bed, mode):
@@ -39,8 +49,9 @@ def test_force_header_sends_the_request_to_the_named_endpoint(bed, mode):
     assert [(r.status, r.headers.get("x-inference-pod")) for r in results] == [(200, "vllm-1")] * 3
 
     pick_span, how = PICK[mode]
+    served = [] if bed.topology.backend.emits == NONE else [Vllm.REQUEST]  # the simulator traces nothing
     trace = bed.jaeger.wait_for_trace(results[-1].trace_id, [
-        Envoy.INGRESS, pick_span, TRAITS[mode].upstream, Vllm.REQUEST])
+        Envoy.INGRESS, pick_span, TRAITS[mode].upstream, *served])
     check = TraceCheck(trace)
     check.attribute(check.one(pick_span), how, "forced")
     check.before(check.one(pick_span), check.one(TRAITS[mode].upstream, Service.ENVOY))
