@@ -19,8 +19,12 @@ RUNNING_METRIC = "vllm:num_requests_running"
 
 
 class Pool:
-    def __init__(self, endpoints: list[PoolEndpoint]):
+    def __init__(self, endpoints: list[PoolEndpoint], *, waiting_metric: str = WAITING_METRIC,
+                 running_metric: str = RUNNING_METRIC):
         self.endpoints = endpoints
+        self.waiting_metric = waiting_metric
+        self.running_metric = running_metric
+        self._unloaded: set[str] = set()  # endpoints already warned about: their /metrics lacks the load
 
     def __len__(self) -> int:
         return len(self.endpoints)
@@ -63,5 +67,21 @@ class Pool:
         ep.last_scrape = time.monotonic()
         ep.picked_since_scrape = 0
         if metrics is not None:
-            ep.waiting = metrics.get(WAITING_METRIC, ep.waiting)
-            ep.running = metrics.get(RUNNING_METRIC, ep.running)
+            ep.waiting = metrics.get(self.waiting_metric, ep.waiting)
+            ep.running = metrics.get(self.running_metric, ep.running)
+            self._check_load_names(ep, metrics)
+
+    def _check_load_names(self, ep: PoolEndpoint, metrics: dict[str, float]) -> None:
+        """Warn once per endpoint whose /metrics lacks the load metrics: a scorer then sees it idle."""
+        lacking = [n for n in (self.waiting_metric, self.running_metric) if n not in metrics]
+        if not lacking:
+            self._unloaded.discard(ep.name)
+            return
+        if ep.name in self._unloaded:
+            return
+        self._unloaded.add(ep.name)
+        listed = ", ".join(sorted(metrics)[:8]) or "nothing"
+        log.warning("endpoint %s (%s): its /metrics has no %s, so its load counts as 0 to the scorers; it lists %s%s. "
+                    "Name the right metrics with --waiting-metric / --running-metric (mode options "
+                    "waiting_metric / running_metric).", ep.name, ep.address, " or ".join(lacking), listed,
+                    ", ..." if len(metrics) > 8 else "")

@@ -1,7 +1,8 @@
 """Keeps a pool's load and health fresh: every endpoint's ``/metrics``, on an interval.
 
 A refused or reset connection marks an endpoint down; an answer brings it back. Load is
-``vllm:num_requests_waiting`` and ``vllm:num_requests_running`` (summed over labels).
+``vllm:num_requests_waiting`` and ``vllm:num_requests_running`` (summed over labels), or the
+names the pool is given (``--waiting-metric`` / ``--running-metric``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class MetricsScraper:
         try:
             async with self._session.get(url) as resp:
                 if resp.status == 404:
-                    self.pool.record_scrape(ep, None)  # up, but no load figures
+                    self.pool.record_scrape(ep, {})  # up, but no load figures (the pool warns once)
                     return
                 if resp.status != 200:
                     self.pool.record_scrape(ep, None, error=f"GET /metrics answered {resp.status}")

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from eppkit.services.picker import scorers
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.endpoints import Named, format_endpoints, parse_endpoints
-from eppkit.services.picker.pool import Pool
+from eppkit.services.picker.pool import RUNNING_METRIC, WAITING_METRIC, Pool
 from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.picker.stages import StagePicker
 
@@ -35,10 +35,16 @@ class PickerSettings:
     shed_queue_threshold: float = 0
     # Fallback endpoints a decision lists after the primary.
     max_fallbacks: int = 2
+    # The load the scorers read from each endpoint's /metrics (vLLM's names; another server may name them
+    # otherwise): requests waiting in its queue, and requests running.
+    waiting_metric: str = WAITING_METRIC
+    running_metric: str = RUNNING_METRIC
 
     def validate(self) -> "PickerSettings":
         if self.metrics_interval < 0 or self.shed_queue_threshold < 0 or self.max_fallbacks < 0:
             raise ValueError("metrics_interval, shed_queue_threshold and max_fallbacks cannot be negative")
+        if not self.waiting_metric.strip() or not self.running_metric.strip():
+            raise ValueError("waiting_metric and running_metric name Prometheus metrics; they cannot be empty")
         scorers.create(self.scorer, self.scorer_parameters)  # an unknown type or parameter fails here
         return self
 
@@ -80,6 +86,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> No
                         "last scrape) is at least this; 0 never sheds (default: %(default)s)")
     g.add_argument("--max-fallbacks", type=int, default=DEFAULTS.max_fallbacks,
                    help="fallback endpoints a decision lists after the primary (default: %(default)s)")
+    g.add_argument("--waiting-metric", default=DEFAULTS.waiting_metric,
+                   help="the /metrics gauge of requests waiting in an endpoint's queue (default: %(default)s)")
+    g.add_argument("--running-metric", default=DEFAULTS.running_metric,
+                   help="the /metrics gauge of requests an endpoint is running (default: %(default)s)")
 
 
 def settings_from_args(args: argparse.Namespace) -> PickerSettings:
@@ -90,11 +100,15 @@ def create_picker(settings: PickerSettings = DEFAULTS, endpoints: str = "", *, p
                   encoders: str = "") -> Picker:
     """The picker for ``settings`` over pools written as :func:`parse_endpoints` reads them."""
     settings.validate()
+
+    def pool(text: str) -> Pool:
+        return Pool(parse_endpoints(text), waiting_metric=settings.waiting_metric,
+                    running_metric=settings.running_metric)
+
     stage_picker = None
     if prefill or encoders:
-        stage_picker = StagePicker(Pool(parse_endpoints(prefill)), Pool(parse_endpoints(encoders)),
-                                   scorers.create(settings.scorer, settings.scorer_parameters))
-    return Picker(Pool(parse_endpoints(endpoints)), scorers.create(settings.scorer, settings.scorer_parameters),
+        stage_picker = StagePicker(pool(prefill), pool(encoders), scorers.create(settings.scorer, settings.scorer_parameters))
+    return Picker(pool(endpoints), scorers.create(settings.scorer, settings.scorer_parameters),
                   shed_queue_threshold=settings.shed_queue_threshold, max_fallbacks=settings.max_fallbacks,
                   stages=stage_picker)
 
@@ -130,6 +144,10 @@ def service_args(settings: PickerSettings, endpoints: Iterable[Named], *, models
         args += ["--encoder-endpoints", format_endpoints(encoders)]
     args += ["--scorer", settings.scorer, "--metrics-interval", f"{settings.metrics_interval:g}",
              "--shed-queue-threshold", f"{settings.shed_queue_threshold:g}", "--max-fallbacks", str(settings.max_fallbacks)]
+    for flag, name, default in (("--waiting-metric", settings.waiting_metric, DEFAULTS.waiting_metric),
+                                ("--running-metric", settings.running_metric, DEFAULTS.running_metric)):
+        if name != default:  # vLLM's names are the services' defaults
+            args += [flag, name]
     if settings.scorer_parameters:
         args += ["--scorer-parameters", json.dumps(settings.scorer_parameters, separators=(",", ":"))]
     return args
