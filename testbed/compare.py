@@ -30,7 +30,7 @@ import requests
 from eppkit.observability import expected_spans, report as rp, steps as st
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
-from eppkit import RUNTIMES, create as create_testbed, create_jaeger
+from eppkit import RUNTIMES, create as create_testbed, create_jaeger, user_filters
 from eppkit.envoy_config import MODES
 from eppkit.jaeger import JaegerProcess
 from eppkit.local import new_run_dir
@@ -64,6 +64,9 @@ class CompareOptions:
     request_timeout_s: float = 30.0
     trace_timeout_s: float = 20.0  # per mode: how long to wait for traces to be complete
     charts: bool = True
+    # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
+    filters: tuple = ()
+    envoy_version: str | None = None
 
     def validate(self) -> "CompareOptions":
         bad = [m for m in self.modes if m not in MODES]
@@ -92,6 +95,7 @@ def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topo
         prefill=1, decode=options.backends, encoders=2,
         time_to_first_token_ms=options.ttft_ms, inter_token_latency_ms=options.itl_ms,
         kv_transfer_ms=options.kv_ms, encode_ms=options.encode_ms, seed=options.seed,
+        filters=list(options.filters), envoy_version=options.envoy_version,
     )
 
 
@@ -392,6 +396,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                                  "as a fraction (default: %(default)s)")
     g.add_argument("--threshold-ms", type=float, default=2.0, help="and at least this many ms (default: %(default)s)")
     g.add_argument("--no-charts", dest="charts", action="store_false", help="skip the PNG/SVG charts")
+    user_filters.add_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -400,6 +405,7 @@ def main(args: argparse.Namespace) -> int:
         rate=args.rate, max_duration_s=args.max_duration_s, warmup=args.warmup, seed=args.seed,
         runtime=args.runtime, backends=args.backends, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, kv_ms=args.kv_ms,
         encode_ms=args.encode_ms, stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
+        filters=tuple(args.filters), envoy_version=args.envoy_version,
     )
     try:
         options.validate()

