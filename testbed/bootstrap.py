@@ -32,7 +32,10 @@ def main(envoy_versions: list[str] = ()) -> int:
         so = dynmod_build.build(progress=progress)
         progress(f"dynamic module: {so}")
     try:
+        installed = _versions.installed_with_eppkit()
         for version in _versions.install_list(list(envoy_versions)):
+            if installed is not None and installed.version == version:
+                continue  # the Envoy installed with eppkit is that version: nothing to cache
             _versions.install(version, progress)
     except _versions.EnvoyVersionError as exc:
         progress(str(exc))

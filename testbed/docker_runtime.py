@@ -175,7 +175,7 @@ class DockerTestbed(LocalTestbed):
     def _run_envoy(self, envoy_env: dict[str, str]):
         assert self.envoy_binary is not None
         # The host's Envoy is the image's Envoy (same version): validate here, quickly.
-        envoy_config.validate(self.envoy_binary, self.envoy_config_path)
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
         # Whatever the config or the environment names on this host (a dynamic module's .so,
         # a Lua file, its search path) is shared read-only at the same path.
         text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())

@@ -60,7 +60,7 @@ def envoy_messages(output: str) -> str:
     return "\n".join(lines)
 
 
-def validate(envoy: EnvoyBinary | str | Path, config_path: Path) -> None:
+def validate(envoy: EnvoyBinary | str | Path, config_path: Path, what: str | None = None) -> None:
     """Run ``envoy --mode validate``; raise with Envoy's own message when it refuses the config.
 
     Given an :class:`EnvoyBinary` (whose version is known), a feature that version lacks is
@@ -68,7 +68,7 @@ def validate(envoy: EnvoyBinary | str | Path, config_path: Path) -> None:
     (:class:`eppkit.envoy_versions.EnvoyFeatureMissing`).
     """
     if isinstance(envoy, EnvoyBinary):
-        check_features(yaml.safe_load(Path(config_path).read_text()), envoy, what=f"the rendered config {config_path}")
+        check_features(yaml.safe_load(Path(config_path).read_text()), envoy, what=what or f"the rendered config {config_path}")
         binary = str(envoy.path)
     else:
         binary = str(envoy)

@@ -218,7 +218,7 @@ class LocalTestbed:
     def _run_envoy(self, envoy_env: dict[str, str]):
         """Envoy for the rendered config, validated first; the caller starts it."""
         assert self.envoy_binary is not None
-        envoy_config.validate(self.envoy_binary, self.envoy_config_path)
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
         return envoy_process.EnvoyProcess(self.envoy_binary.path, self.envoy_config_path, self.run_dir / "envoy.log",
                                           self.admin_port, env=envoy_env)
 
