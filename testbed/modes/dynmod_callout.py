@@ -5,7 +5,7 @@ lua-callout does, with Envoy's async HTTP client from Go: buffer the body, POST 
 callout's /pick, set x-gateway-destination-endpoint (ORIGINAL_DST), or pass the callout's
 400/429/503 to the client, or fail closed (502) / open (pool). See docs/modes-dynmod.md.
 
-The module is built on first use (``testbed.dynmod_build``: about 30-60 s cold, then cached;
+The module is built on first use (``eppkit.dynmod_build``: about 30-60 s cold, then cached;
 ``eppkit bootstrap`` builds it ahead). Envoy loads it by absolute path, so it needs no
 environment variable.
 
