@@ -38,6 +38,7 @@ def chat(model, **extra):
     return {"model": model, "max_tokens": 2, "messages": [{"role": "user", "content": "hello"}], **extra}
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_each_model_is_served_by_its_own_pool(bed):
     client = bed.client()
     results = [(model, client.chat(chat(model))) for model in ("m-a", "m-b", "m-a", "m-b", "m-a")]
@@ -101,6 +102,7 @@ REJECTED_BODIES = [
 ]
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_wrong_or_missing_model_is_a_clear_4xx_and_nothing_is_picked(bed):
     client = bed.client()
     results = [(raw, status, code, client.chat({}, raw_body=raw.encode())) for raw, status, code in REJECTED_BODIES]

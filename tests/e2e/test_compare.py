@@ -38,6 +38,7 @@ def _ms(spans):
     return [s.duration_us / 1000 for s in spans]
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_jaeger, eppkit_runtime):
     report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=MODES, scenarios=("chat",))
     modes = report["scenarios"]["chat"]["modes"]

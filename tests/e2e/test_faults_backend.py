@@ -99,6 +99,7 @@ def test_backend_killed_mid_stream_ends_the_stream_and_the_gateway_keeps_serving
     assert {r.headers["x-inference-pod"] for r in results} == {"vllm-0", "vllm-1"}, "the restarted backend serves again"
 
 
+@pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers; reads the mock's vllm spans")
 @pytest.mark.parametrize("mode", MODES)
 def test_backend_dropping_the_connection_mid_stream_ends_every_span_with_an_error(eppkit_testbed_factory, spans, mode):
     traits = TRAITS[mode]
@@ -118,6 +119,7 @@ def test_backend_dropping_the_connection_mid_stream_ends_every_span_with_an_erro
     assert bed.client().chat(chat_body()).status == 200
 
 
+@pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers; reads the mock's vllm spans")
 @pytest.mark.parametrize("mode", MODES)
 def test_prefill_failure_is_a_502_naming_the_prefiller_and_nothing_is_decoded(eppkit_testbed_factory, mode):
     bed = eppkit_testbed_factory(topology(mode, flow="pd", vllm=("vllm-0",)))
@@ -138,6 +140,7 @@ def test_prefill_failure_is_a_502_naming_the_prefiller_and_nothing_is_decoded(ep
     assert client.chat(chat_body(stream=True)).status == 200
 
 
+@pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers; reads the mock's vllm spans")
 @pytest.mark.parametrize("mode", PICKER_MODES)
 def test_encoder_failure_is_a_502_naming_the_media_item(eppkit_testbed_factory, mode):
     bed = eppkit_testbed_factory(topology(mode, flow="epd", vllm=("vllm-0",)))
@@ -182,6 +185,7 @@ def test_no_endpoint_left_is_a_503(eppkit_testbed_factory, mode):
     assert_kit_healthy(bed, except_=("vllm-0", "vllm-1"))
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans; starts the mock with its own flags")
 @pytest.mark.parametrize("mode", MODES)
 def test_a_saturated_backend_answers_429_through_the_gateway(eppkit_testbed_factory, mode):
     # One backend, one running slot, one waiting place: the third request at once is refused.

@@ -50,6 +50,7 @@ def _check_cancelled_trace(bed, trace_id: str, mode: str, flow: str, *, decoded:
     return check
 
 
+@pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers; reads the mock's vllm spans")
 @pytest.mark.parametrize("mode", MODES)
 def test_client_gone_during_prefill_and_during_decode_cancels_upstream(eppkit_testbed_factory, mode):
     bed = eppkit_testbed_factory(topology(mode))
@@ -79,6 +80,7 @@ def test_client_gone_during_prefill_and_during_decode_cancels_upstream(eppkit_te
     assert bed.client().chat(chat_body()).status == 200
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_client_gone_mid_stream_is_cancelled_through_the_pd_sidecar(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(topology("direct", flow="pd", vllm=("vllm-0",)))
     spans = SpanSource(bed.otlp_endpoint, "direct", "pd")

@@ -51,6 +51,7 @@ def _crash(bed, case: Case) -> None:
         wait_for_cluster_health(bed, "epp", healthy=False)
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_restart(eppkit_testbed_factory, case):
     traits = TRAITS[case.mode]
@@ -83,6 +84,7 @@ def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_re
     check.absent(traits.fallback_upstream)  # picked again, not the fail-open route
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_picker_crash_with_failure_mode_allow_routes_to_the_default_pool(eppkit_testbed_factory, case):
     traits = TRAITS[case.mode]

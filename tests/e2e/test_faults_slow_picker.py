@@ -29,6 +29,7 @@ PAUSE_S = 1.5  # how long a slow EPP takes: five message timeouts
 KEEPALIVE_MS = 500  # a hung EPP is found after interval + timeout = 1 s
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("mode", ["ext_proc", "sidecar"])
 def test_an_epp_slower_than_the_message_timeout_is_waited_for(eppkit_testbed_factory, mode):
     traits = TRAITS[mode]
@@ -52,6 +53,7 @@ def test_an_epp_slower_than_the_message_timeout_is_waited_for(eppkit_testbed_fac
     check.before(check.one(Epp.PROCESS), check.one(traits.upstream), slack_ms=1.0)
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("failure_mode_allow", [False, True], ids=["closed", "open"])
 @pytest.mark.parametrize("mode", ["ext_proc", "sidecar"])
 def test_a_hung_epp_fails_closed_once_keepalive_finds_it(eppkit_testbed_factory, mode, failure_mode_allow):
@@ -78,6 +80,7 @@ def test_a_hung_epp_fails_closed_once_keepalive_finds_it(eppkit_testbed_factory,
     assert again.status == 200, again.body
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_a_hung_frontend_is_a_503_after_the_epps_frontend_timeout(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(topology("sidecar", epp_args=["--frontend-timeout", "1"]))
     client = bed.client()
@@ -107,6 +110,7 @@ CALLOUT_CASES = [
 ]
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("mode, failure_mode_allow, status", CALLOUT_CASES,
                          ids=[f"{m}-{'open' if f else 'closed'}" for m, f, _ in CALLOUT_CASES])
 def test_a_callout_slower_than_its_timeout_fails_closed_or_open(eppkit_testbed_factory, mode, failure_mode_allow, status):

@@ -158,6 +158,7 @@ def run_one(bed, body, prefill_ms: float, *, headers=None):
     return result, check
 
 
+@pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers")
 def test_multipart_twelve_steps_in_order_with_100_and_300_ms_prefill(eppkit_testbed_factory):
     """100 ms from the mock's flag, 300 ms from the per-request x-mock-ttft-ms header; streamed."""
     bed = eppkit_testbed_factory(multipart_topology(100.0))

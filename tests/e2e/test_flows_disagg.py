@@ -52,6 +52,7 @@ def _instance_span(check, name, instance):
     return steps[0]
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(Topology(flow="pd", latency=WITH_KV))
     client = bed.client()
@@ -79,6 +80,7 @@ def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppk
     assert p_llm.attributes.get(GenAi.USAGE_COMPLETION_TOKENS) == 1
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_epd_encoders_run_first_in_parallel_round_robin_and_prefill_hits_their_cache(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(Topology(flow="epd", encoders=2, latency=LATENCY, encode_latency=ENCODE_MS))
     client = bed.client()
@@ -116,6 +118,7 @@ def test_epd_text_only_request_skips_encoders(eppkit_testbed_factory):
     check.absent(Pd.ENCODE)
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_e_plus_pd_when_prefill_is_disabled(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(Topology(flow="epd", prefill=0, encoders=1, latency=LATENCY, encode_latency=ENCODE_MS))
     client = bed.client()
@@ -131,6 +134,7 @@ def test_e_plus_pd_when_prefill_is_disabled(eppkit_testbed_factory):
     assert pd_prefill.attributes.get(Vllm.EC_CACHE_HITS) == 2
 
 
+@pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers")
 def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(Topology(flow="epd", encoders=1, latency=LATENCY))
     client = bed.client()
@@ -140,6 +144,7 @@ def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
     assert "media item 0" in message and "image_url" in message, message
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstreamed_text(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(Topology(flow="ttft", latency=WITH_KV))
     client = bed.client()

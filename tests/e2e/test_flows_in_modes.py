@@ -98,6 +98,7 @@ def test_pd_prefill_runs_on_the_prefiller_the_picker_named(eppkit_testbed_factor
     assert_prefill_follows_the_decision(check, mode)
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("mode", PICKER_MODES)
 def test_epd_encoders_and_prefiller_are_the_ones_the_picker_named(eppkit_testbed_factory, mode):
     bed = eppkit_testbed_factory(topology(mode, "epd"))

@@ -145,6 +145,7 @@ def _check(resp: requests.Response) -> None:
         assert_openai_error(resp.status_code, resp.json(), resp.status_code)
 
 
+@pytest.mark.eppkit_needs_mock("starts the mock with its own flags")
 @pytest.mark.parametrize("path", PATHS, ids=["chat", "completions"])
 @pytest.mark.parametrize("mode", MODES)
 def test_fuzzed_requests_get_client_errors_as_json_and_break_nothing(eppkit_shared_testbed_factory, mode, path,

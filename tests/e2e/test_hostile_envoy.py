@@ -96,6 +96,7 @@ def test_slow_and_short_clients_get_a_408_and_good_requests_are_unaffected(eppki
     assert_kit_healthy(bed)
 
 
+@pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers")
 @pytest.mark.parametrize("mode, flow", TARGETS, ids=IDS)
 def test_a_prefill_longer_than_the_request_timeout_is_served(eppkit_shared_testbed_factory, mode, flow):
     bed = bed_for(eppkit_shared_testbed_factory, mode, flow)

@@ -103,6 +103,7 @@ def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed, callout):
     assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(bed, callout):
     client = bed.client()
     result = client.chat(chat_body(stream=True))
@@ -127,6 +128,7 @@ def test_trace_is_complete_and_the_pick_ends_before_the_upstream_request_starts(
         check.attribute(call, Envoy.UPSTREAM_CLUSTER, "callout")
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize(
     "headers, raw_body, status, error_type, code",
     [
@@ -158,6 +160,7 @@ def test_callout_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_ups
     check_outcome(check, callout, "reject")
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_callout_down_fails_closed_with_a_502_by_default(bed, callout):
     bed.services["callout"].process.stop()
     client = bed.client()
@@ -175,6 +178,7 @@ def test_callout_down_fails_closed_with_a_502_by_default(bed, callout):
     check_outcome(check, callout, "failure")
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_a_callout_slower_than_its_timeout_counts_as_down(eppkit_testbed_factory, callout):
     bed = eppkit_testbed_factory(callout_topology(callout, callout_timeout_ms=100, pick_latency_ms=400))
     client = bed.client()
@@ -190,6 +194,7 @@ def test_a_callout_slower_than_its_timeout_counts_as_down(eppkit_testbed_factory
     check_outcome(check, callout, "failure")
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_callout_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_testbed_factory, callout):
     bed = eppkit_testbed_factory(callout_topology(callout, failure_mode_allow=True))
     bed.services["callout"].process.stop()

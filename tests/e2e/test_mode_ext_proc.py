@@ -93,6 +93,7 @@ def test_the_endpoint_the_epp_picks_is_the_one_that_serves(bed):
     assert {pod for _, pod in served} == {"vllm-0", "vllm-1"}
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_starts(bed):
     client = bed.client()
     result = client.chat(chat_body(stream=True))
@@ -119,6 +120,7 @@ def test_trace_is_complete_and_the_decision_ends_before_the_upstream_request_sta
     check.within(path.backend, path.upstream, slack_ms=1.0)
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize(
     "headers, raw_body, status, error_type, code",
     [
@@ -145,6 +147,7 @@ def test_epp_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstrea
     check.attribute(check.one(Epp.PROCESS), Http.RESPONSE_STATUS_CODE, status)
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_factory):
     # One backend that runs one request at a time; the second waits; the EPP sees waiting=1.
     bed = eppkit_testbed_factory(ext_proc_topology(
@@ -211,6 +214,7 @@ def test_body_routing_in_front_picks_within_the_requested_model(eppkit_testbed_f
     assert unknown.status == 404 and unknown.body["error"]["code"] == "model_not_found"
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_epp_down_fails_closed_by_default(bed):
     bed.services["epp"].process.stop()
     wait_for_cluster_health(bed, "epp", healthy=False)
@@ -230,6 +234,7 @@ def test_epp_down_fails_closed_with_the_configured_status(eppkit_testbed_factory
     assert result.status == 503
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_epp_down_fails_open_to_the_pool_when_failure_mode_allow(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(ext_proc_topology(failure_mode_allow=True))
     bed.services["epp"].process.stop()
@@ -307,6 +312,7 @@ def test_large_bodies_are_buffered_and_passed_through_unchanged(bed):
     assert result.headers["x-inference-pod"] in {"vllm-0", "vllm-1"}
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_response_path_through_the_epp_is_passed_through_unchanged(eppkit_testbed_factory):
     # epp_process_response keeps the gRPC stream open for the response (the multipart flow needs it).
     bed = eppkit_testbed_factory(ext_proc_topology(epp_process_response=True))

@@ -77,6 +77,7 @@ def test_the_worker_the_frontend_picks_is_the_one_that_serves(bed):
         assert route.attributes[Frontend.TOKEN_COUNT] == result.body["usage"]["prompt_tokens"]
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_trace_is_complete_and_the_frontend_decides_before_the_upstream_request_starts(bed):
     client = bed.client()
     result = client.chat(chat_body())
@@ -115,6 +116,7 @@ def test_shared_prompts_stay_on_the_worker_that_holds_their_blocks(bed):
     assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
+@pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_frontend_down_is_a_503_and_nothing_goes_upstream(bed):
     bed.services["frontend"].process.stop()
     client = bed.client()
