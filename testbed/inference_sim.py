@@ -112,7 +112,9 @@ def command(binary: Path | str, *, port: int, model: str, seed: int, latency: Mo
             "--max-waiting-queue-length", str(_CAPACITY.max_waiting_queue_length),
             "--max-model-len", str(_CAPACITY.max_model_len),
             "--block-size", str(_CAPACITY.block_size), "--kv-cache-size", str(_CAPACITY.kv_cache_size),
-            "--dataset-path", str(dataset()), "--dataset-in-memory", *map(str, extra)]
+            # Read from the file, not --dataset-in-memory: its in-memory copy lives on one SQLite connection, and
+            # concurrent requests open more, which see no table; the simulator then crashes (measured: 503s under load).
+            "--dataset-path", str(dataset()), *map(str, extra)]
 
 
 def env(name: str) -> dict[str, str]:
