@@ -13,7 +13,7 @@ import requests
 
 import _chromium
 from _cli import EPPKIT, REPO_ROOT, start_up
-from eppkit import procfs, zipkin
+from eppkit import inference_sim, modes, procfs, zipkin
 from eppkit.observability import expected_spans, report as rp
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
@@ -60,6 +60,31 @@ def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path
     assert f"its waterfall, to open in a browser: {page}" in proc.stdout
     trace = rp.load_trace(saved[0])
     assert sorted(re.findall(r'data-span-id="([0-9a-f]+)"', page.read_text())) == sorted(s.span_id for s in trace.spans)
+
+
+# The simulator in the mocks' places, through the command a person types: every picker mode, and pd.
+SIM_CASES = [(m.name, "aggregated") for m in modes.all_modes() if m.pickers] + [("sidecar", "pd")]
+
+
+@pytest.mark.parametrize("mode, flow", SIM_CASES, ids=[f"{m}-{f}" for m, f in SIM_CASES])
+def test_run_with_the_simulator_waits_for_every_span_of_the_kits_own_parts(eppkit_jaeger, eppkit_runtime, tmp_path,
+                                                                           mode, flow):
+    require(inference_sim.find() is not None,
+            f"{inference_sim.NAME} is not built. Run `eppkit bootstrap --backend {inference_sim.NAME}`.")
+    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
+    proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--backend", inference_sim.NAME, "--mode", mode,
+                                    "--flow", flow, "--max-tokens", "5"],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"backend: external: {inference_sim.NAME}" in proc.stdout
+    assert re.search(r"HTTP 200 from vllm-(d)?\d: 't0 t1 t2 t3 t4 '", proc.stdout), proc.stdout
+    trace = rp.load_trace(next(tmp_path.glob("*/trace-*.json")))
+    # The check `eppkit run` made is the one expected_spans gives; here each kit span is named from the mode.
+    kit = {(s.service, s.name) for s in trace.spans}
+    assert set(modes.get(mode).spans) <= kit, proc.stdout
+    if flow == "pd":
+        assert {("pd-sidecar", "pd.request"), ("pd-sidecar", "pd.prefill"), ("pd-sidecar", "pd.decode")} <= kit
+    assert not [s for s in trace.spans if s.service == "vllm"]  # the simulator traces nothing
 
 
 # Every mode and every flow through the command a person types, each at least once.

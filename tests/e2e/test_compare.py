@@ -11,7 +11,9 @@ import _chromium
 
 from eppkit.observability import report as rp
 from eppkit.observability.jaeger_client import JaegerClient
-from eppkit import compare
+from eppkit import compare, inference_sim
+from eppkit.backends import SIM, Backend
+from eppkit.pytest_plugin import require
 from eppkit.modes import names
 from eppkit.observability.contract import Callout, Client, Epp, Eppkit, Frontend, Service, Stream, Vllm
 
@@ -88,6 +90,22 @@ def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_j
     saved = [rp.load_trace(out / r["representative"]["file"]) for r in modes.values()]
     assert drawn == sorted(s.span_id for t in saved for s in t.spans)
     _chromium.screenshot(page, out / "report.png")
+
+
+def test_compare_with_the_simulator_is_complete_and_labelled_external(tmp_path, eppkit_jaeger, eppkit_runtime):
+    require(inference_sim.find() is not None,
+            f"{inference_sim.NAME} is not built. Run `eppkit bootstrap --backend {inference_sim.NAME}`.")
+    report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=MODES, scenarios=("stream",),
+                       backend=Backend(preset=SIM))
+    assert report["backend"] == {"label": Backend(preset=SIM).label, "external": True, "spans": "none"}
+    assert "external: llm-d-inference-sim" in (out / "summary.md").read_text()
+    for mode, result in report["scenarios"]["stream"]["modes"].items():
+        assert result["status"] == "ok", (mode, result.get("error"), out)
+        assert result["requests"]["ok"] == REQUESTS and result["completeness"]["ratio"] == 1.0, (mode, result)
+        steps = result["steps"]
+        assert {"gateway", "ttft", "e2e"} <= set(steps), (mode, steps)
+        assert ("decision" in steps and "roundtrip" in steps) == (mode != "direct"), (mode, steps)
+        assert not {"queue", "prefill", "kv", "decode"} & set(steps), "the simulator traces none of its steps"
 
 
 def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, eppkit_runtime):
