@@ -26,6 +26,7 @@ _EXPORTS = {
     "Endpoint": "eppkit.topology",
     "ServiceSpec": "eppkit.topology",
     "ModePlan": "eppkit.topology",
+    "MockLatency": "eppkit.services.vllm.config",
     "RUNTIMES": "eppkit.runtimes",
     "create": "eppkit.runtimes",
     "create_jaeger": "eppkit.runtimes",
