@@ -284,13 +284,17 @@ def _regression_text(r: dict) -> str:
 
 def render_markdown(report: dict) -> str:
     cfg = report.get("config", {})
+    latency = cfg.get("latency") or {}  # the mocks' MockLatency, as a dict
     lines = [f"# eppkit compare — {report.get('created', '')}", ""]
     lines.append(
         f"Modes {', '.join(cfg.get('modes', []))} on the `{cfg.get('runtime')}` runtime; "
         f"{cfg.get('requests')} requests per mode and scenario ({cfg.get('warmup')} warm-up requests not counted), "
         f"concurrency {cfg.get('concurrency')}, {'rate ' + str(cfg.get('rate')) + '/s' if cfg.get('rate') else 'no rate limit'}, "
-        f"seed {cfg.get('seed')}. Mock vLLM: TTFT {cfg.get('ttft_ms')} ms, ITL {cfg.get('itl_ms')} ms, "
-        f"KV transfer {cfg.get('kv_ms')} ms, encode {cfg.get('encode_ms')} ms per item, {cfg.get('backends')} backends. "
+        f"seed {cfg.get('seed')}. Scorer of every picker mode: `{cfg.get('scorer')}`"
+        f"{' ' + json.dumps(cfg['scorer_parameters']) if cfg.get('scorer_parameters') else ''}. "
+        f"Mock vLLM: TTFT {latency.get('time_to_first_token')} ms, ITL {latency.get('inter_token_latency')} ms, "
+        f"KV transfer {latency.get('kv_cache_transfer_latency')} ms, encode {cfg.get('encode_latency')} ms per item, "
+        f"{cfg.get('backends')} backends. "
         f"Machine: {report.get('host', {}).get('cpus')} CPUs, {report.get('host', {}).get('platform', '')}. "
         f"Wall time {report.get('wall_s', 0):.0f} s.")
     lines += ["", "All times in ms, from the Jaeger traces (e2e and TTFT: the client's root span). "
