@@ -116,7 +116,7 @@ def cmd_run(args) -> int:
         print(waterfall.render(trace))
         saved = bed.run_dir / f"trace-{result.trace_id}.json"
         saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
-        print(f"\ntrace {result.trace_id} saved as Jaeger JSON: {saved}")
+        print(f"\ntrace {result.trace_id} saved as OTLP JSON (Jaeger /api/v3): {saved}")
         page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace]),
                                      title=f"eppkit run: {args.mode}, {args.flow}, {args.runtime}")
         print(f"its waterfall, to open in a browser: {page}")

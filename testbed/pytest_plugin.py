@@ -117,7 +117,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "eppkit_topology(**fields): the Topology the eppkit_testbed fixture starts")
     config.addinivalue_line("markers", "eppkit_needs_mock(reason): needs the kit's mock vLLM (x-mock-* headers, its spans "
                                        "or faults); skipped with the reason against another --eppkit-backend")
-    os.environ.setdefault(SESSION_TAG, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    # Its own tag even inside another session's test (a test that runs pytest): the outer session's
+    # processes are not this one's leaks, and what this one leaves (the docker watchdog outlives it
+    # by design) is its own check's business.
+    os.environ[SESSION_TAG] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
     runs = config.getoption("--eppkit-runs")
     if runs:
         os.environ["EPPKIT_RUNS"] = str(Path(runs).resolve())

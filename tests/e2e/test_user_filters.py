@@ -16,6 +16,7 @@ import pytest
 from eppkit import dynmod_build, envoy_versions
 from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
+from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import Topology, VllmSpec
 from eppkit.user_filters import DynamicModule, HttpFilter, LuaFilter, UserFilterError
 
@@ -81,7 +82,8 @@ def test_user_lua_filters_before_and_after_the_picker_in_every_mode(eppkit_testb
 ])
 def test_user_lua_filters_in_every_flow(eppkit_testbed_factory, mode, flow, media_items):
     bed = eppkit_testbed_factory(Topology(mode=mode, flow=flow, prefill=1, decode=1, encoders=1,
-                                          time_to_first_token_ms=40, inter_token_latency_ms=5, encode_ms=10,
+                                          latency=MockLatency(time_to_first_token=40, inter_token_latency=5),
+                                          encode_latency=10,
                                           filters=around_the_picker()))
     content = [{"type": "text", "text": "What is in the picture?"}, IMAGE] if media_items else "Hello"
     result, check = send(bed, chat(content), media_items=media_items)

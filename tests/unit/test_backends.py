@@ -94,7 +94,7 @@ def test_backend_flags_read_into_a_backend():
 
 
 @pytest.mark.parametrize("flow", ["aggregated", "pd", "ttft", "epd"])
-@pytest.mark.parametrize("mode", ex.MODES)
+@pytest.mark.parametrize("mode", ex.mode_names())
 def test_expected_spans_follow_what_the_backend_emits(mode, flow):
     names = {spans: {(r.name, r.service): r.count for r in ex.expected(mode, flow, 1, backend_spans=spans)}
              for spans in ex.BACKEND_SPANS}

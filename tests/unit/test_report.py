@@ -124,6 +124,16 @@ def test_table_and_markdown_show_every_mode_including_a_failed_one():
     assert "**1 regression(s)**" in md
 
 
+def test_markdown_names_the_scorer_and_the_mocks_latency_from_the_config():
+    _, now = _two_runs()
+    now["config"] = {**now.get("config", {}), "scorer": "prefix-cache-scorer", "scorer_parameters": {"hashBlockSize": 8},
+                     "latency": {"time_to_first_token": 40.0, "inter_token_latency": 5.0,
+                                 "kv_cache_transfer_latency": 20.0}, "encode_latency": 50.0}
+    first = rp.render_markdown(now).splitlines()[2]
+    assert 'Scorer of every picker mode: `prefix-cache-scorer` {"hashBlockSize": 8}' in first
+    assert "TTFT 40.0 ms, ITL 5.0 ms, KV transfer 20.0 ms, encode 50.0 ms per item" in first
+
+
 def test_write_makes_json_markdown_charts_and_a_waterfall_from_the_saved_trace(tmp_path):
     modes = {"direct": mode_result([sample(i, 250 + i) for i in range(5)]),
              "ext_proc": mode_result([sample(i, 255 + i, gateway=4.0, decision=0.2, roundtrip=3.0) for i in range(5)])}
