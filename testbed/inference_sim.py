@@ -51,11 +51,14 @@ def build(progress: Callable[[str], None] = print) -> Path:
     return gotools.build(TOOL, progress)
 
 
+MISSING = (f"{NAME} {TOOL.version} is not built. Run `eppkit bootstrap --backend {NAME}` "
+           f"(builds it once from the Go module proxy; needs Go), or set {TOOL.env_var}.")
+
+
 def require_binary() -> Path:
     found = find()
     if found is None:
-        raise FileNotFoundError(f"{NAME} {TOOL.version} is not built. Run `eppkit bootstrap --backend {NAME}` "
-                                f"(builds it once from the Go module proxy; needs Go), or set {TOOL.env_var}.")
+        raise FileNotFoundError(MISSING)
     return found
 
 

@@ -167,11 +167,15 @@ def with_backend(topology: "Topology", config: pytest.Config) -> "Topology":
             pytest.skip(f"this session's backend ({backend.label}) cannot serve this test's topology: {exc}")
         topology = dataclasses.replace(topology, backend=backend)
     if topology.backend.kind == SIM:
-        from eppkit import inference_sim
-
-        require(inference_sim.find() is not None,
-                f"{SIM} is not built. Run `eppkit bootstrap --backend {SIM}` (needs Go; minutes, once).")
+        require_simulator()
     return topology
+
+
+def require_simulator() -> None:
+    """llm-d-inference-sim is built (:func:`require`: a skip on a laptop, a failure in CI)."""
+    from eppkit import inference_sim
+
+    require(inference_sim.find() is not None, inference_sim.MISSING)
 
 
 def envoy_version(config: pytest.Config) -> str | None:

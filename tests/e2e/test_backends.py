@@ -13,7 +13,7 @@ from eppkit.backends import Backend
 from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Epp, Pd, Service
 from eppkit.process import ManagedProcess
-from eppkit.pytest_plugin import require
+from eppkit.pytest_plugin import require_simulator
 from eppkit.readiness import HttpReady
 from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import PortAllocator, Topology
@@ -27,8 +27,8 @@ LATENCY = MockLatency(time_to_first_token=20, inter_token_latency=2)
 @pytest.fixture
 def start_sim(tmp_path, eppkit_runtime):
     """Start one simulator as "your server": ``start_sim(name, fixed_text=True)`` -> its URL spec."""
+    require_simulator()
     binary = inference_sim.find()
-    require(binary is not None, f"{inference_sim.NAME} is not built. Run `eppkit bootstrap --backend {inference_sim.NAME}`.")
     started: list[ManagedProcess] = []
     ports = PortAllocator()
 

@@ -17,7 +17,7 @@ from eppkit import inference_sim, modes, procfs, zipkin
 from eppkit.observability import expected_spans, report as rp
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
-from eppkit.pytest_plugin import require
+from eppkit.pytest_plugin import require, require_simulator
 
 pytestmark = pytest.mark.e2e
 
@@ -69,8 +69,7 @@ SIM_CASES = [(m.name, "aggregated") for m in modes.all_modes() if m.pickers] + [
 @pytest.mark.parametrize("mode, flow", SIM_CASES, ids=[f"{m}-{f}" for m, f in SIM_CASES])
 def test_run_with_the_simulator_waits_for_every_span_of_the_kits_own_parts(eppkit_jaeger, eppkit_runtime, tmp_path,
                                                                            mode, flow):
-    require(inference_sim.find() is not None,
-            f"{inference_sim.NAME} is not built. Run `eppkit bootstrap --backend {inference_sim.NAME}`.")
+    require_simulator()
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
     proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--backend", inference_sim.NAME, "--mode", mode,
                                     "--flow", flow, "--max-tokens", "5"],

@@ -13,7 +13,7 @@ from eppkit.observability import report as rp
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit import compare, inference_sim
 from eppkit.backends import SIM, Backend
-from eppkit.pytest_plugin import require
+from eppkit.pytest_plugin import require_simulator
 from eppkit.modes import names
 from eppkit.observability.contract import Callout, Client, Epp, Eppkit, Frontend, Service, Stream, Vllm
 
@@ -93,8 +93,7 @@ def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_j
 
 
 def test_compare_with_the_simulator_is_complete_and_labelled_external(tmp_path, eppkit_jaeger, eppkit_runtime):
-    require(inference_sim.find() is not None,
-            f"{inference_sim.NAME} is not built. Run `eppkit bootstrap --backend {inference_sim.NAME}`.")
+    require_simulator()
     report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=MODES, scenarios=("stream",),
                        backend=Backend(preset=SIM))
     assert report["backend"] == {"label": Backend(preset=SIM).label, "external": True, "spans": "none"}
