@@ -1,5 +1,7 @@
 """Topology option ``tracing``: off renders Envoy without a tracer and gives services no exporter (rendered, not run)."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -44,7 +46,10 @@ def test_services_get_no_exporter_and_no_sdk_when_tracing_is_off():
         "EPPKIT_OTLP_ENDPOINT": "", "OTEL_SDK_DISABLED": "true"}
 
 
-def test_envoy_variants_drop_only_the_access_log_and_move_only_the_ports():
+def test_envoy_variants_drop_only_the_access_log_and_move_only_the_ports(monkeypatch):
+    # bench/ is a folder of the checkout, not part of the installed kit: import it from there
+    # (`pytest` puts no checkout folder on sys.path; `python -m pytest` would add the cwd).
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     from bench.envoy_variants import on_ports, without_access_log
 
     text = envoy_config.render("direct", {**BASE_VARS, **plan(Topology(), PortAllocator(), BACKENDS).envoy_vars})
