@@ -30,10 +30,6 @@
 --   EPPKIT_CALLOUT = { cluster = "callout", authority = "callout", timeout_ms = 1000,
 --                      failure_mode_allow = false }
 
-local DESTINATION_HEADER = "x-gateway-destination-endpoint"
-local LB_METADATA = "envoy.lb"
--- GAIE's conformance test header: forwarded to the callout like the kit's x-eppkit-* ones.
-local TEST_SELECTION_HEADER = "test-epp-endpoint-selection"
 -- Chosen by the callout with the decoder (pd / epd / ttft flows); only the callout names them.
 local STAGE_HEADERS = { "x-prefiller-host-port", "x-encoder-hosts-ports" }
 local MODEL_HEADER = "x-gateway-model-name"
@@ -41,6 +37,15 @@ local STATUS_HEADER = "x-eppkit-callout"
 local METADATA_NAMESPACE = "eppkit.callout"
 
 local config = EPPKIT_CALLOUT or {}
+-- The GAIE EPP protocol's names (testbed/modes/lua_callout.py passes the picker core's).
+local DESTINATION_HEADER = config.destination_header or "x-gateway-destination-endpoint"
+local LB_METADATA = config.lb_metadata or "envoy.lb"
+-- More client headers forwarded to the callout like the kit's x-eppkit-* ones (GAIE's
+-- test-epp-endpoint-selection).
+local FORWARD_HEADERS = {}
+for _, name in ipairs(config.forward_headers or {}) do
+  FORWARD_HEADERS[name:lower()] = true
+end
 local CLUSTER = config.cluster or "callout"
 local AUTHORITY = config.authority or CLUSTER
 local TIMEOUT_MS = config.timeout_ms or 1000
@@ -111,7 +116,7 @@ local function pick_request_headers(headers)
   -- The contract's optional inputs, the request id for logs, and the test steering headers
   -- (the kit's x-eppkit-*, GAIE's endpoint selection). traceparent is Envoy's job.
   for key, value in pairs(headers) do
-    if key == MODEL_HEADER or key == "x-request-id" or key == TEST_SELECTION_HEADER or key:sub(1, 9) == "x-eppkit-" then
+    if key == MODEL_HEADER or key == "x-request-id" or FORWARD_HEADERS[key] or key:sub(1, 9) == "x-eppkit-" then
       out[key] = value
     end
   end
@@ -163,8 +168,7 @@ function envoy_on_request(handle)
       metadata:set(METADATA_NAMESPACE, "status", "picked " .. primary)
       return
     end
-    local endpoint = endpoints
-    respond_callout_unavailable(handle, "answer without a usable endpoint: " .. tostring(endpoint))
+    respond_callout_unavailable(handle, "answer without a usable endpoint: " .. tostring(endpoints))
     return
   end
 

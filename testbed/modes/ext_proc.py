@@ -27,7 +27,7 @@ from typing import Any
 
 from eppkit.body_routing import body_routing_vars
 from eppkit.modes import Mode, register
-from eppkit.modes._pickers import picker_service
+from eppkit.modes._pickers import picked_vars, picker_service
 from eppkit.modes.options import PickerOptions
 from eppkit.observability.contract import Cluster, Envoy, Epp, Service
 from eppkit.services.epp import MULTIPART_TRIGGERS
@@ -74,7 +74,7 @@ def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_
         "epp_message_timeout_ms": options.epp_message_timeout_ms,
         "epp_process_response": options.epp_process_response or multipart,
         "epp_multipart": multipart,
-        "picked_cleanup_interval_s": 5,
+        **picked_vars(options),
         "epp_health_check_interval_ms": options.epp_health_check_interval_ms,
         "epp_keepalive_ms": options.epp_keepalive_ms,
     }
