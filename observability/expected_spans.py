@@ -29,7 +29,7 @@ from eppkit.observability import contract
 from eppkit.observability.contract import Callout, Client, Dynmod, Encoder, Envoy, Epp, Frontend, Pd, Vllm
 from eppkit.observability.trace_model import Span, Trace
 
-MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
+MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout", "external-epp")
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
 
 
@@ -102,6 +102,8 @@ _MODE_SPANS: dict[str, tuple[SpanRule, ...]] = {
     "sidecar": _EPP + (_r(Frontend.ROUTE), _r(Frontend.TOKENIZE)),
     "lua-callout": (PICKER_CALL["lua-callout"], _r(Callout.PICK)),
     "dynmod-callout": (PICKER_CALL["dynmod-callout"], _r(Callout.PICK)),
+    # An EPP of your own: Envoy's call to it is all the kit knows (the EPP's spans, if any, are its own).
+    "external-epp": (EXT_PROC_CALL,),
 }
 
 _AGGREGATED = rules((Vllm.REQUEST, Vllm.QUEUE, Vllm.PREFILL, Vllm.DECODE))

@@ -11,6 +11,7 @@ import time
 from eppkit import RUNTIMES, create, modes
 from eppkit.flows import FLOWS
 from eppkit.flows import check as check_flow
+from eppkit.modes import external_epp
 from eppkit.modes.options import parse_set
 from eppkit.services.vllm.config import add_latency_args, latency_from_args
 from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
@@ -21,7 +22,8 @@ def _raise_interrupt(signum, frame):  # SIGTERM gets the same clean teardown as 
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=modes.names(), default="direct", help="EPP integration mode (default: %(default)s)")
+    p.add_argument("--mode", choices=modes.names(), default=None,
+                   help="EPP integration mode (default: direct; external-epp with --epp-command / --epp-address)")
     p.add_argument("--flow", choices=FLOWS, default="aggregated", help="request flow (default: %(default)s)")
     p.add_argument("--runtime", choices=RUNTIMES, default="local", help="where components run (default: %(default)s)")
     p.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
@@ -36,14 +38,20 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     add_latency_args(g)
     g.add_argument("--encode-latency", type=float, default=ENCODER_DEFAULTS.encode_latency, metavar="MS",
                    help="encode time per media item, epd flow (default: %(default)s)")
+    external_epp.add_arguments(p)
 
 
 def _topology(args) -> Topology:
+    options = parse_set(args.options)
+    epp = external_epp.options_from_args(args)
+    mode = args.mode or (external_epp.MODE.name if epp else "direct")
+    if epp and mode != external_epp.MODE.name:
+        raise ValueError(f"--epp-command / --epp-address need --mode {external_epp.MODE.name} (got --mode {mode})")
     return Topology(
-        mode=args.mode, flow=args.flow,
+        mode=mode, flow=args.flow,
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
         latency=latency_from_args(args), encode_latency=args.encode_latency, seed=args.seed,
-        prefill=args.prefill, decode=args.decode, encoders=args.encoders, options=parse_set(args.options),
+        prefill=args.prefill, decode=args.decode, encoders=args.encoders, options={**options, **epp},
     )
 
 
@@ -52,7 +60,7 @@ def cmd_up(args) -> int:
 
     # The UI's JVM starts first and gets ready while the testbed starts.
     with live_ui.optional(args.ui) as ui, create(_topology(args), runtime=args.runtime) as bed:
-        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime}")
+        print(f"eppkit up: mode={bed.topology.mode} flow={args.flow} runtime={args.runtime}")
         print(bed.describe())
         if ui is not None:
             print(f"  Trace UI     {ui.attach(bed.jaeger_api_url)}   (every trace, about a second after it ends)")
@@ -84,14 +92,14 @@ def cmd_run(args) -> int:
             "max_tokens": args.max_tokens, "stream": not args.no_stream}
     t0 = time.monotonic()
     with create(_topology(args), runtime=args.runtime) as bed:
-        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, logs {bed.run_dir})")
+        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={bed.topology.mode}, runtime={args.runtime}, logs {bed.run_dir})")
         client = bed.client()
         result = client.chat(body)
         client.flush()
         print(f"HTTP {result.status} from {result.headers.get('x-inference-pod', '?')}: {result.text!r}")
         if result.ttft_ms is not None:
             print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")
-        expected = expected_spans.expected(args.mode, args.flow, media_items=args.images)
+        expected = expected_spans.expected(bed.topology.mode, args.flow, media_items=args.images)
         try:
             trace = bed.jaeger.wait_for_trace(result.trace_id, expected, timeout_s=15)
         except TraceIncomplete as exc:
@@ -103,7 +111,7 @@ def cmd_run(args) -> int:
         saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
         print(f"\ntrace {result.trace_id} saved as Jaeger JSON: {saved}")
         page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace]),
-                                     title=f"eppkit run: {args.mode}, {args.flow}, {args.runtime}")
+                                     title=f"eppkit run: {bed.topology.mode}, {args.flow}, {args.runtime}")
         print(f"its waterfall, to open in a browser: {page}")
         client.close()
         return 0 if result.status == 200 else 1

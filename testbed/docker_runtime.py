@@ -106,13 +106,13 @@ class DockerTestbed(LocalTestbed):
         return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
-        argv = service_argv(spec.module, spec.port, spec.args, python="python")
+        argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
         proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
                                 extra_labels=self._labels()).with_env(**env, **spec.env)
         # The run folder is shared read-write (services may write caches there), and so is any
         # absolute path among the arguments (e.g. an encoder cache shared by E and P).
         proc.with_mount(self.run_dir, "rw")
-        for arg in map(str, spec.args):
+        for arg in map(str, spec.argv or spec.args):
             value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
             path = mount_for_arg(value)
             if path is not None:

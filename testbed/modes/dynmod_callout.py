@@ -59,7 +59,7 @@ def plan(topology, options: DynmodOptions, ports, backends, pools=None) -> ModeP
             "dynmod_path": str(lib),
             "dynmod_callout_config": filter_config(options, backends),
             **body_routing_vars(options.body_routing, backends),
-            **picked_vars(options),
+            **picked_vars(options.max_fallbacks),
         },
     )
 

@@ -59,7 +59,7 @@ def plan(topology, options: CalloutOptions, ports, backends, pools=None) -> Mode
             "callout_port": callout.port,
             "lua_callout_source": lua_source("callout.lua", "EPPKIT_CALLOUT", config),
             **body_routing_vars(options.body_routing, backends),
-            **picked_vars(options),
+            **picked_vars(options.max_fallbacks),
         },
     )
 

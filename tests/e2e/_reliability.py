@@ -19,6 +19,7 @@ import json
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -42,8 +43,13 @@ from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, plan_requests
 
 MODEL = "mock-llm"
-MODES = modes.names()  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
-PICKER_MODES = tuple(m.name for m in modes.all_modes() if m.pickers)
+MODES = modes.kit_names()  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
+PICKER_MODES = tuple(m.name for m in modes.all_modes() if m.pickers and not m.external)  # the kit's pickers
+# Every mode with a picker, EPPs of your own included (topology() gives each what it needs to start).
+EPP_PROTOCOL_MODES = tuple(m.name for m in modes.all_modes() if m.pickers)
+# external-epp in the tests: the kit's own EPP, started as a command like any EPP of your own.
+KIT_EPP_COMMAND = (f"{sys.executable} -m eppkit.services.epp --host 127.0.0.1 --port {{grpc_port}} "
+                   "--endpoints {named_endpoints} --metrics-interval 0.2")
 # What each integration mode is made of (who picks, Envoy's span names, health awareness): the mode
 # registry's entries (eppkit.modes.Mode: pickers, picker, picker_span, picker_call, upstream,
 # fallback_upstream, health_aware), so a test can be one table over the modes instead of five copies.
@@ -61,6 +67,8 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
         options.setdefault("metrics_interval", 0.2)
     if mode == "ext_proc":
         options.setdefault("scorer", "round-robin")
+    if mode == "external-epp":
+        options.setdefault("epp_command", KIT_EPP_COMMAND)
     return Topology(mode=mode, flow=flow, vllm=[VllmSpec(name, extra_args=list(vllm_args)) for name in vllm],
                     latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=itl_ms), options=options)
 

@@ -12,7 +12,7 @@ idea, not their code) and run against every picker mode through a real Envoy:
 
 import pytest
 
-from _reliability import PICKER_MODES, TRAITS, chat_body, envoy_stat, kill, topology, wait_for_cluster_health
+from _reliability import EPP_PROTOCOL_MODES, TRAITS, chat_body, envoy_stat, kill, topology, wait_for_cluster_health
 from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Cluster, Envoy, Service
 from eppkit.services.picker import headers
@@ -23,7 +23,7 @@ VLLM = ("vllm-0", "vllm-1", "vllm-2")
 POD = "x-inference-pod"
 
 
-@pytest.fixture(params=PICKER_MODES)
+@pytest.fixture(params=EPP_PROTOCOL_MODES)
 def mode(request) -> str:
     return request.param
 

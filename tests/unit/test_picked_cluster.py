@@ -28,6 +28,8 @@ def no_build(monkeypatch):
 
 
 def render(mode: str, **options) -> dict:
+    if modes.get(mode).external:
+        options.setdefault("epp_address", "127.0.0.1:9002")
     plan = modes.plan(Topology(mode=mode, options=options), PortAllocator(), BACKENDS)
     return yaml.safe_load(envoy_config.render(mode, {**BASE_VARS, **plan.envoy_vars}))
 
@@ -42,7 +44,7 @@ def routes(config: dict) -> list[dict]:
 
 
 def test_every_picker_mode_is_covered():
-    assert set(PICKER_MODES) >= {"ext_proc", "sidecar", "lua-callout", "dynmod-callout"}
+    assert set(PICKER_MODES) >= {"ext_proc", "sidecar", "lua-callout", "dynmod-callout", "external-epp"}
     assert "direct" not in PICKER_MODES
 
 
@@ -90,8 +92,10 @@ def test_with_body_routing_a_pick_counts_only_for_its_models_pool(mode):
     assert [m[0]["value"]["string_match"]["exact"] for m in models] == ["mock-llm", "m-b"]
 
 
-@pytest.mark.parametrize("mode", ["ext_proc", "sidecar"])
+@pytest.mark.parametrize("mode", ["ext_proc", "sidecar", "external-epp"])
 def test_the_epp_sees_the_lb_namespace_both_ways(mode):
-    text = envoy_config.render(mode, {**BASE_VARS, **modes.plan(Topology(mode=mode), PortAllocator(), BACKENDS).envoy_vars})
+    text = envoy_config.render(mode, {**BASE_VARS, **modes.plan(
+        Topology(mode=mode, options={"epp_address": "127.0.0.1:9"} if mode == "external-epp" else {}),
+        PortAllocator(), BACKENDS).envoy_vars})
     assert f"receiving_namespaces: {{untyped: [{headers.LB_METADATA}]}}" in text
     assert f"forwarding_namespaces: {{untyped: [{headers.LB_METADATA}]}}" in text
