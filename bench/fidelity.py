@@ -36,15 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench.mock_capacity import StreamProtocol, connect_all, percentile, timer_floor
+from bench.mock_capacity import ITL_MS, TTFT_MS, StreamProtocol, connect_all, level_plan, percentile, steady_window, timer_floor
 from bench.system import cpu_seconds, loadavg, memory_kib
 from eppkit.services.runner import run_loop
 from eppkit.process import ManagedProcess
 from eppkit.readiness import HttpReady
 from eppkit.topology import PortAllocator
 
-ITL_MS = 20.0
-TTFT_MS = 100.0
 PASS_P99_MS = 5.0
 PACE_PCT = 95.0
 
@@ -92,15 +90,10 @@ def request_bytes(port: int, max_tokens: int, i: int) -> bytes:
 
 
 async def level(port: int, pid: int, n: int, steady_s: float, timeout_s: float) -> dict:
-    spread_s = max(0.5, n / 250.0)
-    tokens = int(math.ceil((spread_s + TTFT_MS / 1000.0 + 0.3 + steady_s) / (ITL_MS / 1000.0)))
+    spread_s, tokens = level_plan(n, steady_s)
     protos = await connect_all(port, n)
     rng = random.Random(n)
-    gc.collect()
-    gc.disable()  # no collector pauses in the client while it timestamps tokens
-    t0 = time.monotonic()
-    window_start = t0 + spread_s + TTFT_MS / 1000.0 + 0.3
-    window_end = window_start + steady_s
+    t0, window_start, window_end = steady_window(spread_s, steady_s)
 
     async def fire(i: int, proto: StreamProtocol) -> None:
         await asyncio.sleep(rng.uniform(0, spread_s))

@@ -120,6 +120,24 @@ def request_bytes(port: int, max_tokens: int, i: int) -> bytes:
     return head + body
 
 
+def level_plan(n: int, steady_s: float, margin_s: float = 0.0) -> tuple[float, int]:
+    """(arrival spread, tokens per stream) for N streams: arrivals over max(0.5 s, N/250 s), each
+    stream long enough to outlast the spread, its first token and the steady window (+ margin)."""
+    spread_s = max(0.5, n / 250.0)
+    return spread_s, int(math.ceil((spread_s + TTFT_MS / 1000.0 + 0.3 + steady_s + margin_s) / (ITL_MS / 1000.0)))
+
+
+def steady_window(spread_s: float, steady_s: float) -> tuple[float, float, float]:
+    """(t0, window start, window end) of a level starting now: the window opens once every stream
+    has arrived and had its first token. The client's collector is off from here (no collector
+    pauses while it timestamps tokens); the level turns it back on."""
+    gc.collect()
+    gc.disable()
+    t0 = time.monotonic()
+    window_start = t0 + spread_s + TTFT_MS / 1000.0 + 0.3
+    return t0, window_start, window_start + steady_s
+
+
 async def connect_all(port: int, n: int) -> list[StreamProtocol]:
     loop = asyncio.get_running_loop()
     protos: list[StreamProtocol] = []
@@ -174,15 +192,10 @@ async def stream_level(port: int, pid: int, n: int, steady_s: float, timeout: fl
     the streams already running (each arrival costs the mock about a millisecond of CPU);
     the ramp-up is reported separately (``rampup_*``) but not judged.
     """
-    spread_s = max(0.5, n / 250.0)
-    tokens = int(math.ceil((spread_s + TTFT_MS / 1000.0 + 0.3 + steady_s + SCRAPE_MARGIN_S) / (ITL_MS / 1000.0)))
+    spread_s, tokens = level_plan(n, steady_s, SCRAPE_MARGIN_S)
     protos = await connect_all(port, n)
     rng = random.Random(n)
-    gc.collect()
-    gc.disable()  # no collector pauses in the client while it timestamps tokens
-    t0 = time.monotonic()
-    window_start = t0 + spread_s + TTFT_MS / 1000.0 + 0.3
-    window_end = window_start + steady_s
+    t0, window_start, window_end = steady_window(spread_s, steady_s)
 
     async def fire(i, proto):
         await asyncio.sleep(rng.uniform(0, spread_s))

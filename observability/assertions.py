@@ -80,8 +80,8 @@ class TraceCheck:
             self.fail(f"expected one backend span under {upstream.label}, found {[s.label for s in upstream.children]}")
         backend = upstream.children[0]
         call = decision = None
-        if mode in ex.PICKER_CALL:
-            call, decision = self.one_of(ex.PICKER_CALL[mode]), self.one_of(ex.DECISION[mode])
+        if mode in ex.picker_modes():
+            call, decision = self.one_of(ex.picker_call(mode)), self.one_of(ex.decision(mode))
             self.child_of(call, ingress)
             self.descendant_of(decision, call)
             self.before(decision, upstream)

@@ -29,7 +29,6 @@ from eppkit.observability import contract
 from eppkit.observability.contract import Callout, Client, Dynmod, Encoder, Envoy, Epp, Frontend, Pd, Vllm
 from eppkit.observability.trace_model import Span, Trace
 
-MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout", "external-epp")
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
 
 
@@ -71,40 +70,50 @@ def rules(specs: Iterable["SpanRule | tuple[str, str] | str"]) -> tuple[SpanRule
 
 _r = SpanRule.of
 
-# Envoy's span of the call to the picker: the ext_proc gRPC stream or the callout HTTP call.
-PICKER_CALL: dict[str, SpanRule] = {
-    "ext_proc": _r(Envoy.EXT_PROC_CALL),
-    "sidecar": _r(Envoy.EXT_PROC_CALL),
-    "lua-callout": _r(Envoy.CALLOUT_CALL),
-    "dynmod-callout": _r(Dynmod.CALLOUT),
-}
-EXT_PROC_CALL = PICKER_CALL["ext_proc"]
-
-# The span of the component that makes the decision. In sidecar the EPP asks the frontend,
-# so the decision is the frontend's (epp.pick there also holds the HTTP call to it).
-DECISION: dict[str, SpanRule] = {
-    "ext_proc": _r(Epp.PICK),
-    "sidecar": _r(Frontend.ROUTE),
-    "lua-callout": _r(Callout.PICK),
-    "dynmod-callout": _r(Callout.PICK),
-}
-
 ROOT = _r(Client.REQUEST)
 INGRESS = _r(Envoy.INGRESS)
 UPSTREAM = SpanRule(contract.Service.ENVOY, Envoy.ROUTER_PREFIX, prefix=True)  # "router <cluster> egress"
+EXT_PROC_CALL = _r(Envoy.EXT_PROC_CALL)
 
 _COMMON = (ROOT, INGRESS, UPSTREAM)
 
-_EPP = (EXT_PROC_CALL, _r(Epp.PROCESS), _r(Epp.PICK), _r(Epp.INJECT))
-_MODE_SPANS: dict[str, tuple[SpanRule, ...]] = {
-    "direct": (),
-    "ext_proc": _EPP,
-    "sidecar": _EPP + (_r(Frontend.ROUTE), _r(Frontend.TOKENIZE)),
-    "lua-callout": (PICKER_CALL["lua-callout"], _r(Callout.PICK)),
-    "dynmod-callout": (PICKER_CALL["dynmod-callout"], _r(Callout.PICK)),
-    # An EPP of your own: Envoy's call to it is all the kit knows (the EPP's spans, if any, are its own).
-    "external-epp": (EXT_PROC_CALL,),
-}
+
+# What a mode adds to a trace is the mode's own business: its registry entry (eppkit.modes.Mode:
+# picker_call, decision, spans) says it once, and these read it. Imported late: the registry
+# imports the testbed, which imports this module.
+def _mode(name: str):
+    from eppkit import modes
+
+    return modes.get(name)
+
+
+def mode_names() -> tuple[str, ...]:
+    from eppkit import modes
+
+    return modes.names()
+
+
+def picker_call(mode: str) -> SpanRule | None:
+    """Envoy's span of the call to the picker (the ext_proc stream, the callout); None in ``direct``."""
+    name = _mode(mode).picker_call
+    return _r(name) if name else None
+
+
+def decision(mode: str) -> SpanRule | None:
+    """The span of the component that makes the decision (in sidecar the frontend's: the EPP's
+    epp.pick there also holds the HTTP call to it); None in ``direct``."""
+    found = _mode(mode).decision
+    return _r(found) if found else None
+
+
+def picker_modes() -> tuple[str, ...]:
+    """The modes in which a picker decides (they have a picker call and a decision)."""
+    return tuple(m for m in mode_names() if _mode(m).picker_call and _mode(m).decision)
+
+
+def mode_spans(mode: str) -> tuple[SpanRule, ...]:
+    return rules(_mode(mode).spans)
+
 
 _AGGREGATED = rules((Vllm.REQUEST, Vllm.QUEUE, Vllm.PREFILL, Vllm.DECODE))
 _DISAGGREGATED = rules((Pd.REQUEST, Pd.PREFILL, Pd.DECODE)) + (
@@ -117,8 +126,7 @@ def expected(mode: str, flow: str, media_items: int = 0) -> tuple[SpanRule, ...]
     ``media_items``: images etc. in the request (epd flow: one ``pd.encode`` and one
     ``encoder.encode`` each).
     """
-    if mode not in _MODE_SPANS:
-        raise ValueError(f"no expected-span table for mode {mode!r}; known: {', '.join(MODES)}")
+    spans_of_mode = mode_spans(mode)  # an unknown mode: ValueError naming the known ones
     if flow == "aggregated":
         flow_spans = _AGGREGATED
     elif flow == "multipart":
@@ -133,7 +141,7 @@ def expected(mode: str, flow: str, media_items: int = 0) -> tuple[SpanRule, ...]
             flow_spans += (_r(Pd.ENCODE, count=media_items), _r(Encoder.ENCODE, count=media_items))
     else:
         raise ValueError(f"no expected-span table for flow {flow!r}; known: {', '.join(FLOWS)}")
-    return _COMMON + _MODE_SPANS[mode] + flow_spans
+    return _COMMON + spans_of_mode + flow_spans
 
 
 def missing(trace: Trace | None, wanted: Iterable[SpanRule | tuple[str, str] | str], *, min_spans: int = 0) -> list[str]:

@@ -67,10 +67,12 @@ def _roles(mode: str | None) -> tuple[tuple[str, str, tuple], ...]:
     In a known mode only that mode's decision counts (in sidecar the EPP's epp.pick only relays
     the frontend's decision); otherwise any mode's.
     """
-    def of(table: dict) -> tuple:
-        return (table[mode],) if mode in table else (() if mode else tuple(table.values()))
+    pickers = ex.picker_modes()
 
-    return (("picker-call", "picker call", of(ex.PICKER_CALL)), ("decision", "decision", of(ex.DECISION)),
+    def of(rule_of) -> tuple:
+        return (rule_of(mode),) if mode in pickers else (() if mode else tuple({rule_of(m) for m in pickers}))
+
+    return (("picker-call", "picker call", of(ex.picker_call)), ("decision", "decision", of(ex.decision)),
             ("upstream", "upstream", (ex.UPSTREAM,)))
 
 

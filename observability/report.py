@@ -32,8 +32,19 @@ OVERHEAD_STEPS = ("e2e", "ttft", "gateway")
 # (step, percentile) pairs gated against a baseline: higher is worse.
 LATENCY_GATES = (("e2e", "p50"), ("e2e", "p90"), ("ttft", "p50"), ("ttft", "p90"), ("gateway", "p50"),
                  ("gateway", "p90"), ("roundtrip", "p50"), ("decision", "p50"))
-MODE_COLORS = {"direct": "#7f7f7f", "ext_proc": "#1f77b4", "sidecar": "#9467bd", "lua-callout": "#2ca02c",
-               "dynmod-callout": "#ff7f0e"}
+
+
+def mode_color(mode: str, default: str) -> str:
+    """A mode's chart colour: its registry entry's (eppkit.modes.Mode.color); ``default`` for a mode
+    the registry does not know (a report from another eppkit version)."""
+    from eppkit import modes  # late: the registry imports the testbed, which imports this module
+
+    try:
+        return modes.get(mode).color
+    except ValueError:
+        return default
+
+
 PART_COLORS = {"decision": "#d62728", "picker call": "#ff9896", "envoy": "#ffbb78", "encode": "#8c564b",
                "queue": "#c7c7c7", "prefill": "#1f77b4", "kv": "#17becf", "decode": "#aec7e8", "other": "#e7e7e7"}
 SERVICE_COLORS = {Service.CLIENT: "#7f7f7f", Service.ENVOY: "#ff7f0e", Service.EPP: "#d62728",
@@ -378,14 +389,14 @@ def latency_chart(block: dict, stem: Path, title: str) -> list[Path]:
         bp = ax.boxplot([d for _, d in shown], patch_artist=True, widths=0.55, showfliers=False)
         ax.set_xticks(range(1, len(shown) + 1), [f"{m}\np50 {st.percentile(d, 50):.1f}" for m, d in shown], fontsize=8)
         for patch, (m, _) in zip(bp["boxes"], shown):
-            patch.set_facecolor(MODE_COLORS.get(m, "#cccccc"))
+            patch.set_facecolor(mode_color(m, "#cccccc"))
             patch.set_alpha(0.45)
         for median in bp["medians"]:
             median.set_color("black")
         for i, (m, d) in enumerate(shown, start=1):
             # deterministic horizontal spread so points do not sit on one line
             xs = [i + ((k * 0.618) % 1 - 0.5) * 0.3 for k in range(len(d))]
-            ax.scatter(xs, d, s=8, color=MODE_COLORS.get(m, "#555555"), alpha=0.7, zorder=3, linewidths=0)
+            ax.scatter(xs, d, s=8, color=mode_color(m, "#555555"), alpha=0.7, zorder=3, linewidths=0)
         ax.set_title(label, fontsize=10)
         ax.set_ylabel("ms")
         ax.grid(axis="y", alpha=0.3)

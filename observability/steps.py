@@ -81,9 +81,9 @@ def step_durations(trace: Trace, mode: str) -> dict[str, float]:
         first = next((ev for ev in root.events if ev.name == Stream.FIRST_TOKEN), None)
         if first is not None:
             out["ttft"] = _ms(first.time_us - root.start_us)
-    if mode in ex.DECISION:
-        out["decision"] = _sum_ms(ex.DECISION[mode].find(trace))
-        out["roundtrip"] = _sum_ms(ex.PICKER_CALL[mode].find(trace))
+    if mode in ex.picker_modes():
+        out["decision"] = _sum_ms(ex.decision(mode).find(trace))
+        out["roundtrip"] = _sum_ms(ex.picker_call(mode).find(trace))
     ingress = ex.INGRESS.find(trace)
     upstream = ex.UPSTREAM.find(trace)
     if ingress and upstream:

@@ -6,9 +6,7 @@ The public API (what docs/api.md documents and the examples use):
 
     with create(Topology(mode="ext_proc")) as bed:
         result = bed.client().chat({"model": "mock-llm", "messages": [...]})
-        trace = bed.wait_for_trace(result)
-        check = TraceCheck(trace)
-        check.before(check.decision(), check.upstream())
+        path = TraceCheck(bed.wait_for_trace(result)).request_path("ext_proc")  # decision before upstream
 
 In pytest, the plugin (``eppkit.pytest_plugin``, registered as ``pytest11``) gives fixtures for
 all of this. Names are loaded on first use, so ``python -m eppkit.services.vllm`` (and the
@@ -28,9 +26,14 @@ _EXPORTS = {
     "Endpoint": "eppkit.topology",
     "ServiceSpec": "eppkit.topology",
     "ModePlan": "eppkit.topology",
+    "MockLatency": "eppkit.services.vllm.config",
     "RUNTIMES": "eppkit.runtimes",
     "create": "eppkit.runtimes",
     "create_jaeger": "eppkit.runtimes",
+    "LuaFilter": "eppkit.user_filters",
+    "DynamicModule": "eppkit.user_filters",
+    "HttpFilter": "eppkit.user_filters",
+    "UserFilterError": "eppkit.user_filters",
     "TraceCheck": "eppkit.observability.assertions",
     "TraceAssertionError": "eppkit.observability.assertions",
     "Trace": "eppkit.observability.trace_model",

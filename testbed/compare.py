@@ -31,7 +31,7 @@ import requests
 from eppkit.observability import expected_spans, report as rp, steps as st
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
-from eppkit import RUNTIMES, create as create_testbed, create_jaeger, modes
+from eppkit import RUNTIMES, create as create_testbed, create_jaeger, modes, user_filters
 from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
 from eppkit.paths import reports_dir
@@ -74,6 +74,9 @@ class CompareOptions:
     # More options of one mode (e.g. external-epp's epp_command from --epp-command), by mode name.
     mode_sets: dict = field(default_factory=dict)
     charts: bool = True
+    # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
+    filters: tuple = ()
+    envoy_version: str | None = None
 
     def validate(self) -> "CompareOptions":
         bad = [m for m in self.modes if m not in modes.names()]
@@ -114,6 +117,7 @@ def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topo
         prefill=1, decode=options.backends, encoders=2,
         latency=options.latency, encode_latency=options.encode_latency, seed=options.seed,
         options=mode_options(options, mode),
+        filters=list(options.filters), envoy_version=options.envoy_version,
     )
 
 
@@ -425,6 +429,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                                  "as a fraction (default: %(default)s)")
     g.add_argument("--threshold-ms", type=float, default=2.0, help="and at least this many ms (default: %(default)s)")
     g.add_argument("--no-charts", dest="charts", action="store_false", help="skip the PNG/SVG charts")
+    user_filters.add_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -435,6 +440,7 @@ def main(args: argparse.Namespace) -> int:
         scorer=args.scorer, scorer_parameters=args.scorer_parameters,
         stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
         mode_sets={external_epp.MODE.name: external_epp.options_from_args(args)},
+        filters=tuple(args.filters), envoy_version=args.envoy_version,
     )
     try:
         options.validate()

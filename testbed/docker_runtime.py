@@ -121,18 +121,24 @@ class DockerTestbed(LocalTestbed):
         return proc
 
     def _run_envoy(self, envoy_env: dict[str, str]):
-        binary = envoy_process.find()
-        if binary is not None:  # the host's Envoy is the image's Envoy (same 1.40.0): validate here, quickly
-            envoy_config.validate(str(binary), self.envoy_config_path)
+        assert self.envoy_binary is not None
+        # The host's Envoy is the image's Envoy (same version): validate here, quickly.
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
         # Whatever the config or the environment names on this host (a dynamic module's .so,
         # a Lua file, its search path) is shared read-only at the same path.
         text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
         mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
-        launcher = ContainerLauncher(self._images().envoy, entrypoint=ENVOY_ENTRYPOINT, labels=self._labels())
+        launcher = ContainerLauncher(self._envoy_image(), entrypoint=ENVOY_ENTRYPOINT, labels=self._labels())
         # At info level the container's log holds Envoy's "starting main dispatch loop", read as a second sign.
         return envoy_process.Envoy(self.envoy_config_path, self.run_dir / "envoy.log", self.admin_port, launcher,
                                    env=envoy_env, log_level="info", mounts=mounts,
                                    ready=LogLineReady("starting main dispatch loop"))
+
+    def _envoy_image(self) -> str:
+        """The image set's Envoy, or with Topology.envoy_version another version's image (images.envoy_image)."""
+        if self.topology.envoy_version is None or self.envoy_binary.path == images.envoy_binary():
+            return self._images().envoy
+        return images.envoy_image(self.envoy_binary, progress)
 
     def _images(self) -> images.ImageSet:
         if self.image_set is None:

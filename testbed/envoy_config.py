@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
+import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import yaml
 
+from eppkit.envoy_versions import EnvoyBinary, check_features
 from eppkit.paths import ENVOY_TEMPLATES
 from eppkit.services.picker import headers
 
@@ -42,7 +46,9 @@ def render(mode: str, variables: dict[str, Any]) -> str:
     env.globals["headers"] = headers
     env.tests["ip_address"] = _is_ip
     defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode,
-                **client_timeouts(CommonOptions())}
+                **client_timeouts(CommonOptions()),
+                # A user's own filters around the mode's (eppkit.user_filters.template_vars).
+                "user_filters_before": [], "user_filters_after": []}
     return env.get_template(modes.get(mode).template).render({**defaults, **variables})
 
 
@@ -52,13 +58,39 @@ def write(mode: str, variables: dict[str, Any], path: Path) -> Path:
 
 
 class EnvoyConfigInvalid(RuntimeError):
-    pass
+    def __init__(self, message: str, envoy_says: str = ""):
+        super().__init__(message)
+        self.envoy_says = envoy_says  # Envoy's own lines about why (see envoy_messages)
 
 
-def validate(envoy_binary: str, config_path: Path) -> None:
-    """Run ``envoy --mode validate``; raise with Envoy's own message when it refuses the config."""
+_LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:.]+\]\[\d+\]")
+
+
+def envoy_messages(output: str) -> str:
+    """Envoy's lines that say why it refused a config: critical and error lines, and the warnings of
+    dynamic modules (a module's own refusal comes as one), without the timestamp and thread id.
+    Runs of spaces are collapsed: Envoy's protobuf errors put random extra spaces into their text."""
+    lines = []
+    for line in output.splitlines():
+        if "][critical][" in line or "][error][" in line or "][warning][dynamic_modules]" in line:
+            lines.append(re.sub(r" {2,}", " ", _LOG_PREFIX.sub("", line)).strip())
+    return "\n".join(lines)
+
+
+def validate(envoy: EnvoyBinary | str | Path, config_path: Path, what: str | None = None) -> None:
+    """Run ``envoy --mode validate``; raise with Envoy's own message when it refuses the config.
+
+    Given an :class:`EnvoyBinary` (whose version is known), a feature that version lacks is
+    refused first with the feature's name and the first version that has it
+    (:class:`eppkit.envoy_versions.EnvoyFeatureMissing`).
+    """
+    if isinstance(envoy, EnvoyBinary):
+        check_features(yaml.safe_load(Path(config_path).read_text()), envoy, what=what or f"the rendered config {config_path}")
+        binary = str(envoy.path)
+    else:
+        binary = str(envoy)
     proc = subprocess.run(
-        [envoy_binary, "--mode", "validate", "-c", str(config_path), "--log-level", "error"],
+        [binary, "--mode", "validate", "-c", str(config_path), "--log-level", "warning"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -68,4 +100,32 @@ def validate(envoy_binary: str, config_path: Path) -> None:
         # Envoy puts the reason on the "error initializing configuration" line, then dumps the config.
         reason = next((line for line in output.splitlines() if "error initializing configuration" in line
                        or "Unable to parse" in line), output[-1500:])
-        raise EnvoyConfigInvalid(f"envoy rejected {config_path}: {reason[:3000]}")
+        raise EnvoyConfigInvalid(f"envoy rejected {config_path}: {reason[:3000]}", envoy_messages(output) or reason)
+
+
+def check_filters(entries: list[dict], envoy: EnvoyBinary, config_path: Path, what: str = "these filters") -> None:
+    """Validate HTTP filter entries alone, in a bootstrap of one listener with them and the router.
+
+    ``envoy --mode validate`` builds every filter's config: it compiles Lua and loads a dynamic
+    module (dlopen, its ABI check, its filter config constructor), so this catches what would
+    otherwise only fail the real start. Nothing binds; it takes about 0.2 s.
+    """
+    check_features(entries, envoy, what=what)
+    router = {"name": "envoy.filters.http.router",
+              "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+    bootstrap = {"static_resources": {"listeners": [{
+        "name": "filter_check",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 1}},
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": "filter_check",
+                "http_filters": [*entries, router],
+                "route_config": {"virtual_hosts": [{"name": "any", "domains": ["*"], "routes": [
+                    {"match": {"prefix": "/"}, "direct_response": {"status": 200}}]}]},
+            },
+        }]}],
+    }]}}
+    Path(config_path).write_text(json.dumps(bootstrap, indent=1, ensure_ascii=False) + "\n")
+    validate(envoy.path, config_path)

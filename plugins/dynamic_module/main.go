@@ -1,12 +1,12 @@
 // Command libeppkit_callout is an Envoy dynamic module (go build -buildmode=c-shared).
 //
-// It registers the HTTP filters of the kit's dynmod-callout mode; Envoy picks one by the
+// It registers the HTTP filter of the kit's dynmod-callout mode, which Envoy picks by the
 // filter_name of its DynamicModuleFilter config:
 //
-//	eppkit_callout         ask the routing service which endpoint serves the request
-//	                       (internal/callout, docs/modes-dynmod.md)
-//	eppkit_multipart_probe the two-phase multipart experiment
-//	                       (internal/multipart, docs/dynmod-multipart.md)
+//	eppkit_callout  ask the routing service which endpoint serves the request
+//	                (internal/callout, docs/modes-dynmod.md)
+//
+// The multipart experiment's filter is a module of its own (experiments/multipart/module).
 package main
 
 import (
@@ -16,13 +16,11 @@ import (
 
 	"github.com/eppkit/eppkit/plugins/dynamic_module/internal/callout"
 	"github.com/eppkit/eppkit/plugins/dynamic_module/internal/envoytrace"
-	"github.com/eppkit/eppkit/plugins/dynamic_module/internal/multipart"
 )
 
 func init() {
 	sdk.RegisterHttpFilterConfigFactories(map[string]shared.HttpFilterConfigFactory{
-		callout.FilterName:   callout.ConfigFactory{StartSpan: envoySpan},
-		multipart.FilterName: multipart.ConfigFactory{},
+		callout.FilterName: callout.ConfigFactory{StartSpan: envoySpan},
 	})
 }
 

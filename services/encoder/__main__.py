@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from eppkit.observability import otel
 from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.encoder.config import ConfigError, add_args, from_args
@@ -20,16 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        config = from_args(args)
-    except ConfigError as exc:
-        parser.error(str(exc))
-    runner.configure_logging(args.log_level)
-    tracer = otel.setup_tracing(Service.ENCODER, args.otlp_endpoint, instance=config.instance)
-    runner.serve(MockEncoder(config, tracer).make_app(), host=args.host, port=args.port, name=f"encoder[{config.instance}]")
-    return 0
+    return runner.run_mock(build_parser(), argv, read_config=from_args, config_error=ConfigError,
+                           service=Service.ENCODER, make_app=lambda config, tracer: MockEncoder(config, tracer).make_app())
 
 
 if __name__ == "__main__":

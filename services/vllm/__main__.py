@@ -6,7 +6,6 @@ import argparse
 import gc
 import sys
 
-from eppkit.observability import otel
 from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.vllm.config import ConfigError, add_args, from_args
@@ -32,19 +31,15 @@ async def _quiet_gc(app) -> None:
     gc.set_threshold(10000, 50, 100)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        config = from_args(args)
-    except ConfigError as exc:
-        parser.error(str(exc))
-    runner.configure_logging(args.log_level)
-    tracer = otel.setup_tracing(Service.VLLM, args.otlp_endpoint, instance=config.instance)
+def _app(config, tracer):
     app = MockVllm(config, tracer).make_app()
     app.on_startup.append(_quiet_gc)
-    runner.serve(app, host=args.host, port=args.port, name=f"vllm[{config.instance}]")
-    return 0
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    return runner.run_mock(build_parser(), argv, read_config=from_args, config_error=ConfigError,
+                           service=Service.VLLM, make_app=_app)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ callout's /pick, set the envoy.lb metadata and header x-gateway-destination-endp
 picked cluster, envoy/_picked.j2), or pass the callout's
 400/429/503 to the client, or fail closed (502) / open (pool). See docs/modes-dynmod.md.
 
-The module is built on first use (``testbed.dynmod_build``: about 30-60 s cold, then cached;
+The module is built on first use (``eppkit.dynmod_build``: about 30-60 s cold, then cached;
 ``eppkit bootstrap`` builds it ahead). Envoy loads it by absolute path, so it needs no
 environment variable.
 

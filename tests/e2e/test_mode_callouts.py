@@ -15,7 +15,7 @@ Trace of one request (span names as Envoy 1.40, the module and the services emit
           vllm:llm_request
 
 Both modes share the callout service, its verdicts and the fail-open / fail-closed options,
-so every test runs on both. The module is built on first use (testbed.dynmod_build; cached).
+so every test runs on both. The module is built on first use (eppkit.dynmod_build; cached).
 """
 
 from dataclasses import dataclass

@@ -1,10 +1,11 @@
-"""The dynamic-module build cache (testbed.dynmod_build) and the dynmod-callout mode plug-in.
+"""The dynamic-module build cache (eppkit.dynmod_build) and the dynmod-callout mode plug-in.
 
 No process runs here: `go` is replaced by a fake Popen, and the template is rendered, not run
 (tests/e2e/test_mode_callouts.py builds the real module and runs it in Envoy).
 """
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -186,3 +187,29 @@ def test_with_body_routing_each_model_has_its_picked_and_round_robin_cluster(no_
     names = [c["name"] for c in config["static_resources"]["clusters"]]
     assert {"pool_m-a", "pool_m-b", "picked"} <= set(names)
     assert plan.services[0].args[1] == "vllm-0=127.0.0.1:8001@m-a,vllm-1=127.0.0.1:8002@m-b"
+
+
+def test_the_production_module_carries_no_experiment_code():
+    # The multipart probe is a module of its own (experiments/multipart/module): nothing the
+    # production build compiles may import it.
+    for path in dynmod_build.source_files():
+        if path.suffix == ".go":
+            imports = re.findall(r'"(github\.com/[^"]+)"', path.read_text())
+            assert not [i for i in imports if "/experiments/" in i], f"{path} imports experiment code"
+    probe = dynmod_build.source_files(package="./experiments/multipart/module")
+    assert any(p.match("experiments/multipart/probe/probe.go") for p in probe)
+
+
+def test_a_package_and_a_library_name_get_their_own_cache_entry(sources, cache):
+    kit = dynmod_build.build_dir(sources)
+    probe = dynmod_build.build_dir(sources, package="./experiments/multipart/module", lib_name="libprobe.so")
+    assert kit != probe
+    (sources / "experiments/multipart/probe/probe.go").write_text("package probe // edited\n")
+    assert dynmod_build.build_dir(sources) == kit, "an experiment edit must not rebuild the kit's module"
+    assert dynmod_build.build_dir(sources, package="./experiments/multipart/module", lib_name="libprobe.so") != probe
+
+
+def test_a_folder_without_go_mod_is_refused_before_go_runs(tmp_path, cache, fake_go):
+    with pytest.raises(dynmod_build.DynmodBuildError, match="no go.mod"):
+        dynmod_build.build(lambda m: None, source_dir=tmp_path)
+    assert fake_go.calls == []

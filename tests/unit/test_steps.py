@@ -177,7 +177,7 @@ def test_epd_expects_one_encode_per_media_item():
 def test_expected_span_table_knows_every_testbed_mode_and_refuses_unknown_flows():
     from eppkit import modes
 
-    assert ex.MODES == modes.names()
+    assert ex.mode_names() == modes.names()
     for mode in modes.names():
         assert ex.expected(mode, "aggregated")[0] == ex.ROOT
     with pytest.raises(ValueError, match="multipart"):

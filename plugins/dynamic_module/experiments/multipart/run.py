@@ -2,9 +2,11 @@
 
 Run from the repo root:  python plugins/dynamic_module/experiments/multipart/run.py
 
-It builds (or reuses) the module, starts a stub backend and an Envoy with two listeners
-(probe: eppkit_multipart_probe owns the upstream stream; control: plain router), sends the
-same multipart request through each, and prints what the backend saw:
+It builds (or reuses) the experiment's own module (experiments/multipart/module, with only the
+eppkit_multipart_probe filter: the kit's production module does not carry it), starts a stub
+backend and an Envoy with two listeners (probe: eppkit_multipart_probe owns the upstream stream;
+control: plain router), sends the same multipart request through each, and prints what the
+backend saw:
 
   bytes_before_headers  request bytes the backend had received when it sent its response
                         headers (after a simulated prefill). Two-phase: part 1 only.
@@ -150,7 +152,7 @@ async def send_vllm_with(port: int, body: bytes, content_type: str, headers: dic
 
 
 async def main() -> int:
-    lib = dynmod_build.build()
+    lib = dynmod_build.build(package="./experiments/multipart/module", lib_name="libeppkit_multipart_probe.so")
     ports = PortAllocator()
     backend_port, probe_port, control_port, admin_port = (ports.port() for _ in range(4))
     use_vllm = "--vllm" in sys.argv[1:]

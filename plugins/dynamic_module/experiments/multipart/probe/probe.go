@@ -1,5 +1,5 @@
-// Package multipart is the eppkit_multipart_probe HTTP filter: the two-phase multipart
-// experiment (docs/dynmod-multipart.md). It answers one question with running code: can a Go dynamic
+// Package probe is the eppkit_multipart_probe HTTP filter: the two-phase multipart experiment
+// (docs/dynmod-multipart.md). It answers one question with running code: can a Go dynamic
 // module at this SDK version run the two-phase multipart flow?
 //
 //  1. buffer the client's body to its end;
@@ -14,7 +14,7 @@
 //
 // The filter is terminal for its requests: the router never sees them. That is the price of
 // the approach (no router retries, no upstream span, no %UPSTREAM_HOST% in access logs).
-package multipart
+package probe
 
 import (
 	"bytes"

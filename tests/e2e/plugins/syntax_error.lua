@@ -1,0 +1,3 @@
+function envoy_on_request(handle)
+  local x = = 1
+end
