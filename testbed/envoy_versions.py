@@ -195,7 +195,9 @@ FEATURES = (
             lambda k, v: k == "status_on_error"),
     Feature("ext_proc FULL_DUPLEX_STREAMED body mode", "1.34.0", "the ext_proc and sidecar modes",
             lambda k, v: v == "FULL_DUPLEX_STREAMED"),
-    Feature("the override_host load balancing policy", "1.35.0", "a cluster using envoy.load_balancing_policies.override_host",
+    # Measured: 1.37.0 refuses OverrideHost.selected_host_key (how the served endpoint is reported), 1.38.3 takes it.
+    Feature("the override_host load balancing policy (selected_host_key)", "1.38.0",
+            "every picker mode's picked cluster (envoy.load_balancing_policies.override_host)",
             lambda k, v: isinstance(v, str) and "load_balancing_policies.override_host" in v),
     Feature("the json_to_metadata HTTP filter", "1.28.0", "body-based routing",
             lambda k, v: k == "@type" and isinstance(v, str) and "filters.http.json_to_metadata" in v),
