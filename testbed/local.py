@@ -203,6 +203,8 @@ class LocalTestbed:
             **envoy_config.client_timeouts(modes.options_for(self.topology)),
             **plan.envoy_vars,
             **user_filters.template_vars(self.user_filters),
+            # envoy/_picked.j2: the served endpoint as envoy.lb metadata where this Envoy can.
+            "served_metadata": self.envoy_binary.at_least(envoy_versions.SELECTED_HOST_KEY_SINCE),
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
         self.envoy = self._run_envoy({**plan.envoy_env, **self._envoy_env})
