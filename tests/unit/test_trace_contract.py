@@ -97,7 +97,7 @@ def test_envoy_cluster_names_in_span_names_are_the_templates_ones():
     # Every picker mode's picked route and cluster (one name, so one upstream span name).
     picked = (ROOT / "envoy" / "_picked.j2").read_text()
     assert re.search(rf"^  - name: {Cluster.PICKED}$", picked, re.M)
-    assert '{% import "_picked.j2" as picked with context %}' in ext_proc and '{% import "_picked.j2" as picked %}' in callouts
+    assert all('{% import "_picked.j2" as picked with context %}' in t for t in (ext_proc, callouts))
     assert f'"cluster": "{Cluster.POOL}"' in (ROOT / "testbed" / "body_routing.py").read_text()
     assert Envoy.router(Cluster.PICKED) == "router picked egress"
     assert c.span(Envoy.router("pool_mock-llm")).name == Envoy.ROUTER
