@@ -16,7 +16,8 @@ def app_doc() -> str:
     return app.__doc__ or ""
 
 
-def main(argv: list[str] | None = None) -> None:
+def read_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the pool's defaults (target port 8000, label app=vllm) filled in."""
     p = argparse.ArgumentParser(prog="python -m eppkit.services.fake_kube", description=app_doc(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--host", default="127.0.0.1")
@@ -35,6 +36,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     args.target_port = args.target_port or [8000]
     args.label = args.label or ["app=vllm"]
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = read_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s.%(msecs)03d fake_kube %(message)s",
                         datefmt="%H:%M:%S")
     if args.kubeconfig_out:
