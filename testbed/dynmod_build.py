@@ -163,8 +163,10 @@ def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], objec
     return out / lib_name
 
 
-def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
-    progress(f"dynmod: {what} ...")
+def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str], *,
+          label: str = "dynmod", hint: str | None = None, error: type[Exception] = DynmodBuildError) -> None:
+    """Run one build command into ``log``, with a heartbeat on ``progress``; ``error`` with the log tail on failure."""
+    progress(f"{label}: {what} ...")
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     t0 = time.monotonic()
@@ -182,23 +184,23 @@ def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, st
                 rc = None
                 break
             if now >= next_beat:
-                progress(f"dynmod:   still {what.split(' (')[0]} ({now - t0:.0f} s)")
+                progress(f"{label}:   still {what.split(' (')[0]} ({now - t0:.0f} s)")
                 next_beat = now + HEARTBEAT_S
     log.flush()
     if rc != 0:
         tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-40:])
         why = f"timed out after {BUILD_TIMEOUT_S:.0f} s" if rc is None else f"exited {rc}"
-        hint = (
+        hint = hint or (
             "the Go module proxy must serve github.com/envoyproxy/envoy/source/extensions/dynamic_modules "
             "at the go.mod version (GOPROXY, GOFLAGS, network)"
             if "mod download" in " ".join(cmd)
             else "cgo needs a C compiler (gcc); an SDK API change shows as a compile error above"
         )
-        raise DynmodBuildError(
-            f"dynamic module build failed: `{' '.join(cmd)}` {why} (in {cwd}).\n"
+        raise error(
+            f"{label} build failed: `{' '.join(cmd)}` {why} (in {cwd}).\n"
             f"--- last lines of {log.name} ---\n{tail}--- end ---\nHint: {hint}."
         )
-    progress(f"dynmod:   done in {time.monotonic() - t0:.1f} s")
+    progress(f"{label}:   done in {time.monotonic() - t0:.1f} s")
 
 
 def _go_version(go: str, env: dict[str, str]) -> str:
