@@ -96,7 +96,10 @@ def pytest_configure(config: pytest.Config) -> None:
             "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).")
     config.addinivalue_line("markers", "e2e: drives the real Envoy and the real Jaeger")
     config.addinivalue_line("markers", "eppkit_topology(**fields): the Topology the eppkit_testbed fixture starts")
-    os.environ.setdefault(SESSION_TAG, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    # Its own tag even inside another session's test (a test that runs pytest): the outer session's
+    # processes are not this one's leaks, and what this one leaves (the docker watchdog outlives it
+    # by design) is its own check's business.
+    os.environ[SESSION_TAG] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
     runs = config.getoption("--eppkit-runs")
     if runs:
         os.environ["EPPKIT_RUNS"] = str(Path(runs).resolve())
