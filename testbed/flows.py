@@ -55,6 +55,13 @@ class FlowPlan:
     encoders: list[Endpoint] = field(default_factory=list)
 
 
+def pod_hosts(n: int) -> list[str]:
+    """One loopback address per pod, 127.0.0.2 upwards (Linux routes all of 127/8 to lo)."""
+    if n > 250:
+        raise ValueError("at most 250 pods on their own loopback addresses")
+    return [f"127.0.0.{i + 2}" for i in range(n)]
+
+
 def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list[str]) -> list[str]:
     return ["--role", role, "--instance", name, "--served-model-name", model, *topology.latency.args(),
             "--seed", str(topology.seed), *extra]
@@ -66,11 +73,16 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
     if topology.flow in ("aggregated", "multipart"):
         # The mock vLLM switches to its two-phase reading on a multipart/mixed content type,
         # so the multipart flow starts the same vLLMs as the aggregated one.
-        for spec in topology.vllm:
-            port = ports.port()
+        from eppkit import modes  # flows is imported by the modes package: a cycle at import time
+
+        hosts = pod_hosts(len(topology.vllm)) if modes.get(topology.mode).pod_addresses else None
+        shared = ports.shared_port(hosts) if hosts else None
+        for i, spec in enumerate(topology.vllm):
+            host, port = (hosts[i], shared) if hosts else ("127.0.0.1", ports.port())
             out.services.append(ServiceSpec(spec.name, "eppkit.services.vllm", port,
-                                            _vllm_args(topology, spec.name, spec.role, spec.model, spec.extra_args)))
-            out.routable.append(Endpoint(spec.name, "127.0.0.1", port, spec.role, spec.model))
+                                            _vllm_args(topology, spec.name, spec.role, spec.model, spec.extra_args),
+                                            host=host))
+            out.routable.append(Endpoint(spec.name, host, port, spec.role, spec.model))
         return out
 
     model = topology.vllm[0].model if topology.vllm else "mock-llm"

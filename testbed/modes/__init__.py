@@ -55,6 +55,9 @@ class Mode:
     # The picker is not one of the kit's services (an EPP of your own, an upstream EPP): its spans,
     # errors and steering headers are its own, so the checks of the kit's pickers do not apply.
     external: bool = False
+    # Each mock vLLM on its own loopback address (127.0.0.2, 127.0.0.3, ...), all on one port: the pods of
+    # a Kubernetes InferencePool share one target port (an upstream EPP reads its pool that way).
+    pod_addresses: bool = False
 
     @property
     def picker(self) -> str | None:

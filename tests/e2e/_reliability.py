@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -35,7 +36,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import expected_spans
-from eppkit import modes
+from eppkit import gaie_build, modes
+from eppkit.pytest_plugin import require
 from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Vllm
 from eppkit.polling import poll
 from eppkit.services.vllm.config import MockLatency
@@ -56,6 +58,11 @@ KIT_EPP_COMMAND = (f"{sys.executable} -m eppkit.services.epp --host 127.0.0.1 --
 TRAITS = {m.name: m for m in modes.all_modes()}
 
 
+def require_gaie_epp() -> None:
+    """The gaie-epp mode builds the GAIE EPP with Go: skip without Go (a laptop), fail in CI."""
+    require(gaie_build.find() is not None or shutil.which("go") is not None, gaie_build.go_missing_message())
+
+
 def chat_body(content: str = "Which pod am I on?", **extra) -> dict:
     return {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": content}], **extra}
 
@@ -69,6 +76,9 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
         options.setdefault("scorer", "round-robin")
     if mode == "external-epp":
         options.setdefault("epp_command", KIT_EPP_COMMAND)
+    if mode == "gaie-epp":
+        # GAIE's own conformance setup: test-epp-endpoint-selection decides (a request without it gets 429).
+        options.setdefault("conformance", True)
     return Topology(mode=mode, flow=flow, vllm=[VllmSpec(name, extra_args=list(vllm_args)) for name in vllm],
                     latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=itl_ms), options=options)
 

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.unit
 
 
 def test_every_mode_is_one_complete_registry_entry():
-    assert modes.names() == ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout", "external-epp")
+    assert modes.names() == ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout", "external-epp",
+                             "gaie-epp")
     assert modes.kit_names() == modes.names()[:5]
     for mode in modes.all_modes():
         assert (ENVOY_TEMPLATES / mode.template).is_file(), mode.name
