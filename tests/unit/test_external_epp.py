@@ -88,3 +88,25 @@ def test_the_cli_flags_choose_the_mode_and_set_its_options():
 def test_the_mode_is_external_and_not_among_the_kits_own():
     assert modes.get("external-epp").external
     assert "external-epp" not in modes.kit_names() and "external-epp" in modes.names()
+
+
+def test_the_plugin_options_name_the_epp_of_external_epp_topologies_that_name_none():
+    from eppkit.pytest_plugin import _with_options
+
+    class Config:
+        def __init__(self, **options):
+            self.options = options
+
+        def getoption(self, name):
+            return self.options.get(name)
+
+        def getini(self, name):
+            return ""
+
+    command = Config(**{"--eppkit-epp-command": "epp --port {grpc_port}"})
+    assert _with_options(command, Topology(mode="external-epp")).options == {"epp_command": "epp --port {grpc_port}"}
+    assert _with_options(Config(**{"--eppkit-epp-address": "127.0.0.1:9002"}),
+                         Topology(mode="external-epp")).options == {"epp_address": "127.0.0.1:9002"}
+    named = Topology(mode="external-epp", options={"epp_address": "127.0.0.9:1"})
+    assert _with_options(command, named).options == {"epp_address": "127.0.0.9:1"}
+    assert _with_options(command, Topology(mode="ext_proc")).options == {}
