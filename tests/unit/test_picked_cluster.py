@@ -9,7 +9,7 @@ envoy.lb / x-gateway-destination-endpoint-served.
 import pytest
 import yaml
 
-from eppkit import dynmod_build, envoy_config, modes
+from eppkit import dynmod_build, envoy_config, gaie_build, modes
 from eppkit.observability.contract import Cluster
 from eppkit.services.picker import headers
 from eppkit.topology import Endpoint, PortAllocator, Topology
@@ -25,10 +25,11 @@ OVERRIDE_HOST = "envoy.load_balancing_policies.override_host"
 @pytest.fixture(autouse=True)
 def no_build(monkeypatch):
     monkeypatch.setattr(dynmod_build, "build", lambda progress=print, **kw: "/cache/libeppkit_callout.so")
+    monkeypatch.setattr(gaie_build, "build", lambda progress=print, **kw: "/cache/gaie-epp/v1.5.0/epp")
 
 
 def render(mode: str, **options) -> dict:
-    if modes.get(mode).external:
+    if mode == "external-epp":
         options.setdefault("epp_address", "127.0.0.1:9002")
     plan = modes.plan(Topology(mode=mode, options=options), PortAllocator(), BACKENDS)
     return yaml.safe_load(envoy_config.render(mode, {**BASE_VARS, **plan.envoy_vars}))
