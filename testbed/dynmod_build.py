@@ -212,24 +212,31 @@ def _go_version(go: str, env: dict[str, str]) -> str:
 
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eppkit.dynmod_build", description=__doc__.split("\n")[0])
+def build_main(argv: list[str] | None, prog: str, doc: str, find: Callable[[], Path | None],
+               build: Callable[..., Path], error: type[Exception]) -> int:
+    """The command line of a cached build (this module's, eppkit.gaie_build's): build or reuse and print
+    the path; ``--find`` only prints an existing build; ``--force`` rebuilds."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
     ap.add_argument("--find", action="store_true", help="only print the path of an existing build")
     ap.add_argument("--force", action="store_true", help="rebuild even if a build exists")
     args = ap.parse_args(argv)
     if args.find:
-        lib = find()
-        if lib is None:
+        path = find()
+        if path is None:
             print("not built", file=sys.stderr)
             return 1
-        print(lib)
+        print(path)
         return 0
     try:
         print(build(lambda msg: print(msg, file=sys.stderr), force=args.force))
-    except DynmodBuildError as exc:
+    except error as exc:
         print(exc, file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return build_main(argv, "python -m eppkit.dynmod_build", __doc__, find, build, DynmodBuildError)
 
 
 if __name__ == "__main__":

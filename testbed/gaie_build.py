@@ -12,7 +12,6 @@ and builds it works everywhere a pinned version can be fetched.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -23,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eppkit.dynmod_build import _go_version, _step
+from eppkit.dynmod_build import _go_version, _step, build_main
 from eppkit.paths import cache_dir, cache_lock
 
 VERSION = "v1.5.0"
@@ -118,20 +117,7 @@ def version_line(binary: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eppkit.gaie_build", description=__doc__.split("\n")[0])
-    ap.add_argument("--find", action="store_true", help="only print the path of an existing build")
-    ap.add_argument("--force", action="store_true", help="rebuild even if a build exists")
-    args = ap.parse_args(argv)
-    if args.find:
-        binary = find()
-        print(binary if binary else "not built", file=sys.stdout if binary else sys.stderr)
-        return 0 if binary else 1
-    try:
-        print(build(lambda msg: print(msg, file=sys.stderr), force=args.force))
-    except GaieBuildError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
+    return build_main(argv, "python -m eppkit.gaie_build", __doc__, find, build, GaieBuildError)
 
 
 if __name__ == "__main__":
