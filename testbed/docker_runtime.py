@@ -108,7 +108,7 @@ class DockerTestbed(LocalTestbed):
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
         proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
-                                extra_labels=self._labels()).with_env(**env, **spec.env)
+                                extra_labels=self._labels()).with_env(**{**env, **spec.env})
         # The run folder is shared read-write (services may write caches there), and so is any
         # absolute path among the arguments (e.g. an encoder cache shared by E and P).
         proc.with_mount(self.run_dir, "rw").with_cwd(self.run_dir)  # as a local process: relative paths work

@@ -237,7 +237,7 @@ class LocalTestbed:
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         """Start the service's process; :meth:`_start_services` waits for it."""
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, host=spec.host)
-        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
+        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**{**env, **spec.env})
         return proc.with_cwd(self.run_dir).start()
 
     def _run_envoy(self, envoy_env: dict[str, str]):

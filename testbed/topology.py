@@ -51,7 +51,7 @@ class ServiceSpec:
     port: int
     args: list[str] = field(default_factory=list)
     health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # wins over the testbed's (e.g. OTEL_SERVICE_NAME)
     host: str = "127.0.0.1"
     argv: list[str] | None = None  # a program's own command line (then module and args are not used)
     grpc_health_port: int | None = None  # ready when grpc.health.v1 answers SERVING on this port

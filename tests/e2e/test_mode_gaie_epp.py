@@ -33,7 +33,8 @@ POD = "x-inference-pod"
 @pytest.fixture
 def bed(eppkit_shared_testbed_factory):
     require_gaie_epp()
-    return eppkit_shared_testbed_factory(topology(gaie_epp.MODE.name, vllm=("vllm-0", "vllm-1")))
+    # The EPP's built-in plugins (queue, KV-cache, prefix-cache scorers), not the conformance config.
+    return eppkit_shared_testbed_factory(topology(gaie_epp.MODE.name, vllm=("vllm-0", "vllm-1"), conformance=False))
 
 
 def test_each_pod_is_on_its_own_loopback_address_sharing_one_target_port(bed):
