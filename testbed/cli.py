@@ -121,8 +121,29 @@ def cmd_run(args) -> int:
         page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace]),
                                      title=f"eppkit run: {bed.topology.mode}, {args.flow}, {args.runtime}")
         print(f"its waterfall, to open in a browser: {page}")
+        _print_own_trace(bed, trace)
         client.close()
         return 0 if result.status == 200 else 1
+
+
+def _print_own_trace(bed, trace) -> None:
+    """The picker's spans that form a trace of their own (an upstream EPP's), found by the request's time."""
+    from eppkit import modes
+    from eppkit.polling import PollTimeout, poll
+
+    service = modes.get(bed.topology.mode).own_trace_service
+    if not service:
+        return
+    try:
+        spans = poll(lambda: bed.jaeger.spans_between(service, trace.start_us, trace.end_us), timeout_s=15,
+                     interval_s=0.5, describe=f"{service}'s spans")
+    except PollTimeout:
+        print(f"\n{service} exports its spans as a trace of its own: none found in Jaeger for this request's time")
+        return
+    print(f"\n{service} exports its spans as a trace of its own (it reads no trace context from Envoy); "
+          f"found by this request's time:")
+    for span in spans:
+        print(f"  trace {span.trace_id}  {span.name}  {span.duration_ms:.2f} ms  {bed.jaeger.trace_url(span.trace_id)}")
 
 
 def main(argv: list[str] | None = None) -> int:

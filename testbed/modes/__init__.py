@@ -58,6 +58,9 @@ class Mode:
     # Each mock vLLM on its own loopback address (127.0.0.2, 127.0.0.3, ...), all on one port: the pods of
     # a Kubernetes InferencePool share one target port (an upstream EPP reads its pool that way).
     pod_addresses: bool = False
+    # The service name under which the picker exports each request's spans as a trace of its own (an
+    # upstream EPP that reads no trace context): found by the request's time, see JaegerClient.spans_between.
+    own_trace_service: str = ""
 
     @property
     def picker(self) -> str | None:

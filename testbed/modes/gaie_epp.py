@@ -128,5 +128,5 @@ MODE = register(Mode(
     order=6, template="ext_proc.yaml.j2", options=GaieEppOptions, plan=plan, color="#e377c2",
     pickers=(Service.EPP,), picker_call=Envoy.EXT_PROC_CALL, spans=((Service.ENVOY, Envoy.EXT_PROC_CALL),),
     upstream=Envoy.router(Cluster.PICKED), fallback_upstream=Envoy.router(Cluster.POOL), external=True,
-    pod_addresses=True,
+    pod_addresses=True, own_trace_service=OTEL_SERVICE,
 ))
