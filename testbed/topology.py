@@ -108,7 +108,10 @@ class Topology:
         upstream EPP): OTLP over gRPC to the testbed's Jaeger, every trace sampled."""
         if not self.tracing:
             return {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "none"}
-        return {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp_endpoint,
+        # The specification's endpoint is a URL: Go's SDK does not parse a bare host:port (and then
+        # silently exports to its default localhost:4317).
+        url = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
+        return {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": url,
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
                 "OTEL_TRACES_SAMPLER_ARG": "1", "OTEL_SERVICE_NAME": service_name}
 
