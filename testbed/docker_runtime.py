@@ -107,6 +107,10 @@ class DockerTestbed(LocalTestbed):
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
+        if spec.argv and spec.argv[0] == sys.executable:
+            # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
+            # host's virtualenv is not in the image, whose Python has the same packages.
+            argv = ["python", *spec.argv[1:]]
         proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
                                 extra_labels=self._labels()).with_env(**{**env, **spec.env})
         # The run folder is shared read-write (services may write caches there), and so is any
