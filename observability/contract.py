@@ -197,13 +197,8 @@ class Cluster:
     """Envoy cluster names that appear in span names (envoy/*.j2, testbed/body_routing.py)."""
 
     POOL = "pool"  # every backend (per model: pool_<model>)
-    PICKED = "picked"  # ext_proc: the original destination the EPP's header names
+    PICKED = "picked"  # every picker mode: every backend, the picker's choice (and fallbacks) via override_host
     CALLOUT = "callout"  # the callout service
-
-    @staticmethod
-    def picked(pool: str = POOL) -> str:
-        """The callout modes' original-destination cluster of a pool."""
-        return f"{pool}_picked"
 
 
 class Envoy:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping
 
 import requests
 
 from eppkit.observability.expected_spans import SpanRule, missing, rules
-from eppkit.observability.trace_model import Trace, from_otlp
+from eppkit.observability.trace_model import Span, Trace, from_otlp
 from eppkit.polling import PollTimeout, poll
 
 
@@ -45,6 +46,27 @@ class JaegerClient:
     def get_trace(self, trace_id: str) -> Trace | None:
         raw = self.get_trace_json(trace_id)
         return from_otlp(raw) if raw else None
+
+    def spans_between(self, service: str, start_us: int, end_us: int, *, operation: str = "",
+                      limit: int = 100) -> list[Span]:
+        """Every span of the traces of ``service`` that started in ``[start_us, end_us]`` (any trace).
+
+        For a component that starts a trace of its own per request (the GAIE EPP v1.5.0): its spans
+        are found by the time of the request, not by the request's trace id.
+        """
+        def rfc3339(us: int) -> str:
+            return datetime.fromtimestamp(us / 1e6, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+        params = {"query.service_name": service, "query.start_time_min": rfc3339(start_us),
+                  "query.start_time_max": rfc3339(end_us), "query.num_traces": str(limit), "raw_traces": "true"}
+        if operation:
+            params["query.operation_name"] = operation
+        resp = self._session.get(f"{self.api_url}/api/v3/traces", params=params, timeout=self.timeout_s)
+        if resp.status_code == 404:
+            return []
+        resp.raise_for_status()
+        result = json.loads(resp.text).get("result") or {}
+        return from_otlp(result).spans if result.get("resourceSpans") else []
 
     def services(self) -> list[str]:
         resp = self._session.get(f"{self.api_url}/api/v3/services", timeout=self.timeout_s)

@@ -81,9 +81,13 @@ def step_durations(trace: Trace, mode: str) -> dict[str, float]:
         first = next((ev for ev in root.events if ev.name == Stream.FIRST_TOKEN), None)
         if first is not None:
             out["ttft"] = _ms(first.time_us - root.start_us)
-    if mode in ex.picker_modes():
-        out["decision"] = _sum_ms(ex.decision(mode).find(trace))
-        out["roundtrip"] = _sum_ms(ex.picker_call(mode).find(trace))
+    # An EPP that is not the kit's (external-epp, gaie-epp) has Envoy's call to it, its round trip,
+    # but no decision span in the request's trace.
+    call = ex.picker_call(mode) if mode in ex.mode_names() else None
+    if call is not None:
+        out["roundtrip"] = _sum_ms(call.find(trace))
+        if mode in ex.picker_modes():
+            out["decision"] = _sum_ms(ex.decision(mode).find(trace))
     ingress = ex.INGRESS.find(trace)
     upstream = ex.UPSTREAM.find(trace)
     if ingress and upstream:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from eppkit import envoy_process, jaeger, python_deps
+from eppkit import envoy_process, gaie_build, jaeger, python_deps
 from eppkit import envoy_versions as _versions
 
 
@@ -33,6 +33,12 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     if dynmod_build is not None:
         so = dynmod_build.build(progress=progress)
         progress(f"dynamic module: {so}")
+    try:
+        epp = gaie_build.build(progress)
+        progress(f"gaie-epp: {gaie_build.version_line(epp)} at {epp}")
+    except gaie_build.GaieBuildError as exc:
+        progress(str(exc))
+        return 1
     if ui:
         from eppkit import zipkin
 

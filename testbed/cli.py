@@ -11,6 +11,7 @@ import time
 from eppkit import RUNTIMES, backends, create, dynmod_build, envoy_config, envoy_versions, modes, user_filters
 from eppkit.flows import FLOWS
 from eppkit.flows import check as check_flow
+from eppkit.modes import external_epp
 from eppkit.modes.options import parse_set
 from eppkit.services.vllm.config import add_latency_args, latency_from_args
 from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
@@ -21,7 +22,8 @@ def _raise_interrupt(signum, frame):  # SIGTERM gets the same clean teardown as 
 
 
 def _topology_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=modes.names(), default="direct", help="EPP integration mode (default: %(default)s)")
+    p.add_argument("--mode", choices=modes.names(), default=None,
+                   help="EPP integration mode (default: direct; external-epp with --epp-command / --epp-address)")
     p.add_argument("--flow", choices=FLOWS, default="aggregated", help="request flow (default: %(default)s)")
     p.add_argument("--runtime", choices=RUNTIMES, default="local", help="where components run (default: %(default)s)")
     p.add_argument("--set", dest="options", action="append", default=[], metavar="KEY=VALUE",
@@ -39,14 +41,20 @@ def _topology_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--encode-latency", type=float, default=ENCODER_DEFAULTS.encode_latency, metavar="MS",
                    help="encode time per media item, epd flow (default: %(default)s)")
     user_filters.add_arguments(p)
+    external_epp.add_arguments(p)
 
 
 def _topology(args) -> Topology:
+    options = parse_set(args.options)
+    epp = external_epp.options_from_args(args)
+    mode = args.mode or (external_epp.MODE.name if epp else "direct")
+    if epp and mode != external_epp.MODE.name:
+        raise ValueError(f"--epp-command / --epp-address need --mode {external_epp.MODE.name} (got --mode {mode})")
     return Topology(
-        mode=args.mode, flow=args.flow,
+        mode=mode, flow=args.flow,
         vllm=[VllmSpec(name=f"vllm-{i}") for i in range(args.backends)],
         latency=latency_from_args(args), encode_latency=args.encode_latency, seed=args.seed,
-        prefill=args.prefill, decode=args.decode, encoders=args.encoders, options=parse_set(args.options),
+        prefill=args.prefill, decode=args.decode, encoders=args.encoders, options={**options, **epp},
         backend=backends.from_args(args),
         filters=list(args.filters), envoy_version=args.envoy_version,
     )
@@ -62,8 +70,8 @@ def cmd_up(args) -> int:
 
     # The UI's JVM starts first and gets ready while the testbed starts.
     with live_ui.optional(args.ui) as ui, create(_topology(args), runtime=args.runtime) as bed:
-        print(f"eppkit up: mode={args.mode} flow={args.flow} runtime={args.runtime} envoy={bed.envoy_binary.version} "
-              f"backend={bed.topology.backend.label}")
+        print(f"eppkit up: mode={bed.topology.mode} flow={args.flow} runtime={args.runtime} "
+              f"envoy={bed.envoy_binary.version} backend={bed.topology.backend.label}")
         print(bed.describe())
         if ui is not None:
             print(f"  Trace UI     {ui.attach(bed.jaeger_api_url)}   (every trace, about a second after it ends)")
@@ -95,7 +103,7 @@ def cmd_run(args) -> int:
     t0 = time.monotonic()
     with create(_topology(args), runtime=args.runtime) as bed:
         backend = bed.topology.backend
-        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={args.mode}, runtime={args.runtime}, "
+        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={bed.topology.mode}, runtime={args.runtime}, "
               f"envoy {bed.envoy_binary.version}, backend: {backend.label}, logs {bed.run_dir})")
         body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": content}],
                 "max_tokens": args.max_tokens, "stream": not args.no_stream}
@@ -106,7 +114,8 @@ def cmd_run(args) -> int:
         if result.ttft_ms is not None:
             print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")
         # Every span the kit's own parts emit, and the backend's as far as it traces (--backend-spans).
-        expected = expected_spans.expected(args.mode, args.flow, media_items=args.images, backend_spans=backend.emits)
+        expected = expected_spans.expected(bed.topology.mode, args.flow, media_items=args.images,
+                                           backend_spans=backend.emits)
         try:
             trace = bed.jaeger.wait_for_trace(result.trace_id, expected, timeout_s=15)
         except TraceIncomplete as exc:
@@ -118,10 +127,31 @@ def cmd_run(args) -> int:
         saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
         print(f"\ntrace {result.trace_id} saved as OTLP JSON (Jaeger /api/v3): {saved}")
         page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace]),
-                                     title=f"eppkit run: {args.mode}, {args.flow}, {args.runtime}")
+                                     title=f"eppkit run: {bed.topology.mode}, {args.flow}, {args.runtime}")
         print(f"its waterfall, to open in a browser: {page}")
+        _print_own_trace(bed, trace)
         client.close()
         return 0 if result.status == 200 else 1
+
+
+def _print_own_trace(bed, trace) -> None:
+    """The picker's spans that form a trace of their own (an upstream EPP's), found by the request's time."""
+    from eppkit import modes
+    from eppkit.polling import PollTimeout, poll
+
+    service = modes.get(bed.topology.mode).own_trace_service
+    if not service:
+        return
+    try:
+        spans = poll(lambda: bed.jaeger.spans_between(service, trace.start_us, trace.end_us), timeout_s=15,
+                     interval_s=0.5, describe=f"{service}'s spans")
+    except PollTimeout:
+        print(f"\n{service} exports its spans as a trace of its own: none found in Jaeger for this request's time")
+        return
+    print(f"\n{service} exports its spans as a trace of its own (it reads no trace context from Envoy); "
+          f"found by this request's time:")
+    for span in spans:
+        print(f"  trace {span.trace_id}  {span.name}  {span.duration_ms:.2f} ms  {bed.jaeger.trace_url(span.trace_id)}")
 
 
 def main(argv: list[str] | None = None) -> int:

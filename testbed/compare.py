@@ -36,6 +36,7 @@ from eppkit.backends import Backend
 from eppkit.jaeger import Jaeger
 from eppkit.local import new_run_dir
 from eppkit.paths import reports_dir
+from eppkit.modes import external_epp
 from eppkit.modes.options import read_options
 from eppkit.polling import PollTimeout, poll
 from eppkit.services.picker import scorers
@@ -53,7 +54,7 @@ MAX_REQUESTS, MAX_CONCURRENCY, MAX_DURATION_S = 10_000, 256, 3600.0
 
 @dataclass
 class CompareOptions:
-    modes: tuple[str, ...] = field(default_factory=modes.names)
+    modes: tuple[str, ...] = field(default_factory=modes.kit_names)
     scenarios: tuple[str, ...] = DEFAULT_SCENARIOS
     requests: int = 60  # measured requests per mode and scenario
     concurrency: int = 4
@@ -73,6 +74,8 @@ class CompareOptions:
     stream: bool | None = None  # None: as the scenario says
     request_timeout_s: float = 30.0
     trace_timeout_s: float = 20.0  # per mode: how long to wait for traces to be complete
+    # More options of one mode (e.g. external-epp's epp_command from --epp-command), by mode name.
+    mode_sets: dict = field(default_factory=dict)
     charts: bool = True
     # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
     filters: tuple = ()
@@ -104,11 +107,12 @@ class CompareOptions:
 def mode_options(options: CompareOptions, mode: str) -> dict:
     """The options every mode runs with: the scorer, in each mode that has a picker."""
     scoring = {"scorer": options.scorer, "scorer_parameters": options.scorer_parameters}
+    extra = dict(options.mode_sets.get(mode, {}))
     try:
         read_options(modes.get(mode).options, scoring, mode)
-    except ValueError:  # a mode without a picker (direct)
-        return {}
-    return scoring
+    except ValueError:  # a mode without a kit picker (direct, an EPP of your own)
+        return extra
+    return {**scoring, **extra}
 
 
 def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topology:
@@ -392,9 +396,9 @@ def failed_modes(report: dict) -> list[str]:
 
 # -- command line ---------------------------------------------------------------------------------------
 
-def _names(value: str, known, what: str) -> tuple[str, ...]:
+def _names(value: str, known, what: str, every=None) -> tuple[str, ...]:
     if value == "all":
-        return tuple(known)
+        return tuple(known if every is None else every)
     names = tuple(v.strip() for v in value.split(",") if v.strip())
     bad = [v for v in names if v not in known]
     if bad:
@@ -404,12 +408,14 @@ def _names(value: str, known, what: str) -> tuple[str, ...]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = CompareOptions()
-    p.add_argument("--modes", type=lambda v: _names(v, modes.names(), "mode"), default=d.modes,
-                   help=f"comma-separated modes or 'all' (default: all: {','.join(modes.names())})")
+    p.add_argument("--modes", type=lambda v: _names(v, modes.names(), "mode", every=modes.kit_names()), default=d.modes,
+                   help=f"comma-separated modes of {','.join(modes.names())}, or 'all': the kit's own "
+                        f"(default: {','.join(modes.kit_names())})")
     p.add_argument("--scenario", dest="scenarios", type=lambda v: _names(v, SCENARIOS, "scenario"),
                    default=d.scenarios, help=f"comma-separated scenarios or 'all': {', '.join(SCENARIOS)} "
                                               f"(default: {','.join(d.scenarios)})")
     p.add_argument("--runtime", choices=RUNTIMES, default=d.runtime, help="where components run (default: %(default)s)")
+    external_epp.add_arguments(p)
     g = p.add_argument_group("workload")
     g.add_argument("--requests", type=int, default=d.requests, help="measured requests per mode and scenario (default: %(default)s)")
     g.add_argument("--concurrency", type=int, default=d.concurrency, help="requests in flight at most (default: %(default)s)")
@@ -452,6 +458,7 @@ def main(args: argparse.Namespace) -> int:
         backend=backends.from_args(args),
         scorer=args.scorer, scorer_parameters=args.scorer_parameters,
         stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
+        mode_sets={external_epp.MODE.name: external_epp.options_from_args(args)},
         filters=tuple(args.filters), envoy_version=args.envoy_version,
     )
     try:

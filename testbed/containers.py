@@ -218,6 +218,7 @@ class ManagedContainer(Component):
         self.entrypoint = list(entrypoint) if entrypoint is not None else None
         self.env: dict[str, str] = {}
         self.mounts: dict[str, str] = {}  # host path -> "ro" | "rw", mounted at the same path
+        self.cwd: str | None = None  # the working directory inside (a mounted host path), as ManagedProcess.with_cwd
         self.extra_labels = dict(extra_labels or {})
         self._tc = None  # testcontainers DockerContainer
         self._container = None  # docker-py Container
@@ -228,6 +229,10 @@ class ManagedContainer(Component):
     # -- fluent configuration -------------------------------------------------------------
     def with_env(self, **env: str) -> "ManagedContainer":
         self.env.update({k: str(v) for k, v in env.items()})
+        return self
+
+    def with_cwd(self, cwd: str | os.PathLike) -> "ManagedContainer":
+        self.cwd = str(Path(cwd).resolve())
         return self
 
     def with_mount(self, path: str | os.PathLike, mode: str = "ro") -> "ManagedContainer":
@@ -265,6 +270,8 @@ class ManagedContainer(Component):
         )
         if self.entrypoint is not None:
             kwargs["entrypoint"] = self.entrypoint
+        if self.cwd is not None:
+            kwargs["working_dir"] = self.cwd
         tc.with_kwargs(**kwargs)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log_file = open(self.log_path, "ab", buffering=0)

@@ -106,20 +106,17 @@ class DockerTestbed(LocalTestbed):
         return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
-        if spec.command:  # a backend binary (statically linked): the services image runs it from the host
-            proc = ManagedContainer(spec.name, self._images().services, spec.command[1:], self.run_dir / f"{spec.name}.log",
-                                    entrypoint=spec.command[:1], extra_labels=self._labels())
-            proc.with_env(**env, **spec.env).with_mount(spec.command[0], "ro")
-            args = spec.command[1:]
-        else:
-            argv = service_argv(spec.module, spec.port, spec.args, python="python")
-            proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
-                                    extra_labels=self._labels()).with_env(**env, **spec.env)
-            args = spec.args
+        argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
+        if spec.argv and spec.argv[0] == sys.executable:
+            # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
+            # host's virtualenv is not in the image, whose Python has the same packages.
+            argv = ["python", *spec.argv[1:]]
+        proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
+                                extra_labels=self._labels()).with_env(**{**env, **spec.env})
         # The run folder is shared read-write (services may write caches there), and so is any
         # absolute path among the arguments (e.g. an encoder cache shared by E and P).
-        proc.with_mount(self.run_dir, "rw")
-        for arg in map(str, args):
+        proc.with_mount(self.run_dir, "rw").with_cwd(self.run_dir)  # as a local process: relative paths work
+        for arg in map(str, spec.argv or spec.args):
             value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
             path = mount_for_arg(value)
             if path is not None:

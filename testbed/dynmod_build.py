@@ -163,8 +163,10 @@ def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], objec
     return out / lib_name
 
 
-def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str]) -> None:
-    progress(f"dynmod: {what} ...")
+def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str], *,
+          label: str = "dynmod", hint: str | None = None, error: type[Exception] = DynmodBuildError) -> None:
+    """Run one build command into ``log``, with a heartbeat on ``progress``; ``error`` with the log tail on failure."""
+    progress(f"{label}: {what} ...")
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     t0 = time.monotonic()
@@ -182,23 +184,23 @@ def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, st
                 rc = None
                 break
             if now >= next_beat:
-                progress(f"dynmod:   still {what.split(' (')[0]} ({now - t0:.0f} s)")
+                progress(f"{label}:   still {what.split(' (')[0]} ({now - t0:.0f} s)")
                 next_beat = now + HEARTBEAT_S
     log.flush()
     if rc != 0:
         tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-40:])
         why = f"timed out after {BUILD_TIMEOUT_S:.0f} s" if rc is None else f"exited {rc}"
-        hint = (
+        hint = hint or (
             "the Go module proxy must serve github.com/envoyproxy/envoy/source/extensions/dynamic_modules "
             "at the go.mod version (GOPROXY, GOFLAGS, network)"
             if "mod download" in " ".join(cmd)
             else "cgo needs a C compiler (gcc); an SDK API change shows as a compile error above"
         )
-        raise DynmodBuildError(
-            f"dynamic module build failed: `{' '.join(cmd)}` {why} (in {cwd}).\n"
+        raise error(
+            f"{label} build failed: `{' '.join(cmd)}` {why} (in {cwd}).\n"
             f"--- last lines of {log.name} ---\n{tail}--- end ---\nHint: {hint}."
         )
-    progress(f"dynmod:   done in {time.monotonic() - t0:.1f} s")
+    progress(f"{label}:   done in {time.monotonic() - t0:.1f} s")
 
 
 def _go_version(go: str, env: dict[str, str]) -> str:
@@ -210,24 +212,31 @@ def _go_version(go: str, env: dict[str, str]) -> str:
 
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eppkit.dynmod_build", description=__doc__.split("\n")[0])
+def build_main(argv: list[str] | None, prog: str, doc: str, find: Callable[[], Path | None],
+               build: Callable[..., Path], error: type[Exception]) -> int:
+    """The command line of a cached build (this module's, eppkit.gaie_build's): build or reuse and print
+    the path; ``--find`` only prints an existing build; ``--force`` rebuilds."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
     ap.add_argument("--find", action="store_true", help="only print the path of an existing build")
     ap.add_argument("--force", action="store_true", help="rebuild even if a build exists")
     args = ap.parse_args(argv)
     if args.find:
-        lib = find()
-        if lib is None:
+        path = find()
+        if path is None:
             print("not built", file=sys.stderr)
             return 1
-        print(lib)
+        print(path)
         return 0
     try:
         print(build(lambda msg: print(msg, file=sys.stderr), force=args.force))
-    except DynmodBuildError as exc:
+    except error as exc:
         print(exc, file=sys.stderr)
         return 1
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return build_main(argv, "python -m eppkit.dynmod_build", __doc__, find, build, DynmodBuildError)
 
 
 if __name__ == "__main__":

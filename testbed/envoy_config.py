@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import subprocess
@@ -23,6 +24,14 @@ def client_timeouts(options: Any) -> dict[str, float]:
             "request_timeout_s": float(options.request_timeout_s)}
 
 
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(str(value))
+        return True
+    except ValueError:
+        return False
+
+
 def render(mode: str, variables: dict[str, Any]) -> str:
     """The bootstrap of ``mode`` (its registry entry names the template) with ``variables``."""
     from eppkit import modes
@@ -35,6 +44,7 @@ def render(mode: str, variables: dict[str, Any]) -> str:
     )
     # The picker core's header names (eppkit.services.picker.headers), named once, for every template and macro.
     env.globals["headers"] = headers
+    env.tests["ip_address"] = _is_ip
     defaults = {"trace_flush_interval_ms": 200, "trace_min_flush_spans": 5, "mode": mode,
                 **client_timeouts(CommonOptions()),
                 # A user's own filters around the mode's (eppkit.user_filters.template_vars).

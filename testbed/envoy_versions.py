@@ -185,6 +185,10 @@ class Feature:
     found: Callable[[str, Any], bool]
 
 
+# Measured: 1.37.0 refuses OverrideHost.selected_host_key (the load balancer writing the host that served
+# into envoy.lb metadata), 1.38.3 takes it; the templates leave it out for an older Envoy (served_metadata).
+SELECTED_HOST_KEY_SINCE = "1.38.0"
+
 FEATURES = (
     Feature("dynamic modules loaded from a file (DynamicModuleConfig.module)", "1.38.0",
             "the dynmod-callout mode and --dynamic-module",
@@ -195,8 +199,12 @@ FEATURES = (
             lambda k, v: k == "status_on_error"),
     Feature("ext_proc FULL_DUPLEX_STREAMED body mode", "1.34.0", "the ext_proc and sidecar modes",
             lambda k, v: v == "FULL_DUPLEX_STREAMED"),
-    Feature("the override_host load balancing policy", "1.35.0", "a cluster using envoy.load_balancing_policies.override_host",
+    Feature("the override_host load balancing policy", "1.35.0",
+            "every picker mode's picked cluster (envoy.load_balancing_policies.override_host)",
             lambda k, v: isinstance(v, str) and "load_balancing_policies.override_host" in v),
+    Feature("OverrideHost.selected_host_key", SELECTED_HOST_KEY_SINCE,
+            "the served endpoint as envoy.lb metadata (older versions report it as a response header only)",
+            lambda k, v: k == "selected_host_key"),
     Feature("the json_to_metadata HTTP filter", "1.28.0", "body-based routing",
             lambda k, v: k == "@type" and isinstance(v, str) and "filters.http.json_to_metadata" in v),
 )

@@ -60,27 +60,39 @@ class FlowPlan:
     encoders: list[Endpoint] = field(default_factory=list)
 
 
+def pod_hosts(n: int) -> list[str]:
+    """One loopback address per pod, 127.0.0.2 upwards (Linux routes all of 127/8 to lo)."""
+    if n > 250:
+        raise ValueError("at most 250 pods on their own loopback addresses")
+    return [f"127.0.0.{i + 2}" for i in range(n)]
+
+
 def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list[str]) -> list[str]:
     return ["--role", role, "--instance", name, "--served-model-name", model, *topology.latency.args(),
             "--seed", str(topology.seed), *extra]
 
 
 def _instance(topology: Topology, ports: PortAllocator, name: str, role: str, model: str,
-              extra: list[str]) -> tuple[ServiceSpec, Endpoint]:
-    """One vLLM the kit starts: its mock, or the llm-d-inference-sim preset in its place."""
+              extra: list[str], host: str = "127.0.0.1", port: int | None = None) -> tuple[ServiceSpec, Endpoint]:
+    """One vLLM the kit starts: its mock, or the llm-d-inference-sim preset in its place.
+    ``host``/``port``: a pod address of its own (modes whose EPP sees an InferencePool)."""
     if topology.backend.kind == backends.SIM:
         from eppkit import inference_sim
 
+        if host != "127.0.0.1":
+            raise ValueError(f"the {topology.mode} mode puts each pod on its own loopback address, and "
+                             f"{inference_sim.NAME} binds every interface: use the kit's mocks there")
         # It binds every interface: its port must be free there too, not only on loopback.
         port = ports.port(all_interfaces=True)
         argv = inference_sim.command(inference_sim.require_binary(), port=port, model=model, seed=topology.seed,
                                      latency=topology.latency, extra=extra)
         spec = ServiceSpec(name, inference_sim.NAME, port, health_path=inference_sim.READY_PATH,
-                           env=inference_sim.env(name), command=argv)
+                           env=inference_sim.env(name), argv=argv)
     else:
-        port = ports.port()
-        spec = ServiceSpec(name, "eppkit.services.vllm", port, _vllm_args(topology, name, role, model, extra))
-    return spec, Endpoint(name, "127.0.0.1", port, role, model)
+        port = port or ports.port()
+        spec = ServiceSpec(name, "eppkit.services.vllm", port, _vllm_args(topology, name, role, model, extra),
+                           host=host)
+    return spec, Endpoint(name, host, port, role, model)
 
 
 def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
@@ -93,8 +105,14 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path) -> FlowPlan:
             return out
         # The mock vLLM switches to its two-phase reading on a multipart/mixed content type,
         # so the multipart flow starts the same vLLMs as the aggregated one.
-        for spec in topology.vllm:
-            service, endpoint = _instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args)
+        from eppkit import modes  # flows is imported by the modes package: a cycle at import time
+
+        hosts = pod_hosts(len(topology.vllm)) if modes.get(topology.mode).pod_addresses else None
+        shared = ports.shared_port(hosts) if hosts else None
+        for i, spec in enumerate(topology.vllm):
+            host, port = (hosts[i], shared) if hosts else ("127.0.0.1", None)
+            service, endpoint = _instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args,
+                                          host=host, port=port)
             out.services.append(service)
             out.routable.append(endpoint)
         return out

@@ -19,7 +19,7 @@ from eppkit.jaeger import Jaeger
 from eppkit.launchers import ProcessLauncher
 from eppkit.paths import runs_dir
 from eppkit.process import ManagedProcess, service_argv
-from eppkit.readiness import HttpReady, TcpReady
+from eppkit.readiness import GrpcHealthReady, HttpReady, TcpReady
 from eppkit.topology import Endpoint, PortAllocator, ServiceSpec, Topology
 
 
@@ -190,7 +190,8 @@ class LocalTestbed:
         self.backends = layout.routable
 
         plan = modes.plan(self.topology, self.ports, self.backends, pools=layout)
-        self._start_services(plan.services, env)
+        for tier in sorted({spec.tier for spec in plan.services}):
+            self._start_services([spec for spec in plan.services if spec.tier == tier], env)
 
         self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
         variables = {
@@ -203,6 +204,8 @@ class LocalTestbed:
             **envoy_config.client_timeouts(modes.options_for(self.topology)),
             **plan.envoy_vars,
             **user_filters.template_vars(self.user_filters),
+            # envoy/_picked.j2: the served endpoint as envoy.lb metadata where this Envoy can.
+            "served_metadata": self.envoy_binary.at_least(envoy_versions.SELECTED_HOST_KEY_SINCE),
         }
         self.envoy_config_path = envoy_config.write(self.topology.mode, variables, self.run_dir / "envoy.yaml")
         self.envoy = self._run_envoy({**plan.envoy_env, **self._envoy_env})
@@ -212,13 +215,19 @@ class LocalTestbed:
         """Start every service of one tier, then wait until each is ready."""
         started = []
         for spec in specs:
-            proc = self._run_service(spec, env)
-            url = f"http://127.0.0.1:{spec.port}"
+            spec_env = {**env, **self.topology.standard_otel_env(self.otlp_endpoint, spec.name)} if spec.standard_otel else env
+            proc = self._run_service(spec, spec_env)
+            url = f"http://{spec.host}:{spec.port}"
             self.services[spec.name] = ServiceHandle(spec.name, url, proc)
             started.append((spec, url, proc))
         for spec, url, proc in started:
-            strategy = HttpReady(url + spec.health_path) if spec.health_path else TcpReady("127.0.0.1", spec.port)
-            hint = (f"run it by hand: {' '.join(spec.command)}" if spec.command else
+            if spec.health_path:
+                strategy = HttpReady(url + spec.health_path)
+            elif spec.grpc_health_port:
+                strategy = GrpcHealthReady(spec.host, spec.grpc_health_port)
+            else:
+                strategy = TcpReady(spec.host, spec.port)
+            hint = (f"check its command line: {' '.join(spec.argv)}" if spec.argv else
                     f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
             proc.wait_ready(strategy, hint=hint)
 
@@ -228,8 +237,8 @@ class LocalTestbed:
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         """Start the service's process; :meth:`_start_services` waits for it."""
-        argv = spec.command or service_argv(spec.module, spec.port, spec.args)
-        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**env, **spec.env)
+        argv = spec.argv or service_argv(spec.module, spec.port, spec.args, host=spec.host)
+        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**{**env, **spec.env})
         return proc.with_cwd(self.run_dir).start()
 
     def _run_envoy(self, envoy_env: dict[str, str]):

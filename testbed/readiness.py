@@ -76,6 +76,33 @@ class TcpReady:
 
 
 @dataclass
+class GrpcHealthReady:
+    """Ready when ``grpc.health.v1.Health/Check`` on ``host:port`` answers SERVING (an upstream EPP:
+    its gRPC ports accept connections before its pool is synced)."""
+
+    host: str
+    port: int
+    service: str = ""
+    timeout_s: float = 60.0
+    poll_interval_s: float = 0.1
+
+    def describe(self) -> str:
+        return f"gRPC health {self.host}:{self.port} SERVING"
+
+    def is_ready(self, process: "ManagedProcess") -> bool:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        try:
+            with grpc.insecure_channel(f"{self.host}:{self.port}") as channel:
+                answer = health_pb2_grpc.HealthStub(channel).Check(
+                    health_pb2.HealthCheckRequest(service=self.service), timeout=1.0)
+        except grpc.RpcError:
+            return False
+        return answer.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@dataclass
 class LogLineReady:
     """Ready when the process's log contains a line matching ``pattern``."""
 

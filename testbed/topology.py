@@ -44,16 +44,23 @@ class VllmSpec:
 
 @dataclass
 class ServiceSpec:
-    """How to start one kit service: ``python -m <module> --host 127.0.0.1 --port <port> <args>``."""
+    """How to start one service: a kit service is ``python -m <module> --host <host> --port <port> <args>``;
+    a program of its own (an upstream EPP) is ``argv``."""
 
     name: str
     module: str
     port: int
     args: list[str] = field(default_factory=list)
     health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
-    env: dict[str, str] = field(default_factory=dict)
-    # A program that is not a kit service (a backend binary): its whole argv, ``module`` unused.
-    command: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # wins over the testbed's (e.g. OTEL_SERVICE_NAME)
+    host: str = "127.0.0.1"
+    # A program that is not a kit service (a backend binary, an external EPP): its whole command line
+    # (then ``module`` and ``args`` are not used).
+    argv: list[str] | None = None
+    grpc_health_port: int | None = None  # ready when grpc.health.v1 answers SERVING on this port
+    tier: int = 0  # a mode's services start tier by tier (0 first): a later tier needs an earlier one up
+    # Also the standard OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, ...; see standard_otel_env)
+    standard_otel: bool = False
 
 
 @dataclass
@@ -105,6 +112,27 @@ class Topology:
             return {"EPPKIT_OTLP_ENDPOINT": otlp_endpoint}
         return {"EPPKIT_OTLP_ENDPOINT": "", "OTEL_SDK_DISABLED": "true"}
 
+    def standard_otel_env(self, otlp_endpoint: str, service_name: str) -> dict[str, str]:
+        """The OpenTelemetry SDK's own environment, for a program that is not a kit service (an
+        upstream EPP): OTLP over gRPC to the testbed's Jaeger, every trace sampled."""
+        if not self.tracing:
+            return {"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "none"}
+        # The specification's endpoint is a URL: Go's SDK does not parse a bare host:port (and then
+        # silently exports to its default localhost:4317).
+        url = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
+        return {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": url,
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_TRACES_SAMPLER_ARG": "1", "OTEL_SERVICE_NAME": service_name}
+
+
+def _free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
 
 def _ephemeral_range() -> tuple[int, int]:
     try:
@@ -128,6 +156,14 @@ class PortAllocator:
         low, _ = _ephemeral_range()
         self._range = (max(1024, low - 12000), max(2048, low - 1)) if low > 3072 else (20000, 30000)
 
+    def shared_port(self, hosts: list[str]) -> int:
+        """One port free on every address of ``hosts`` (pods of an InferencePool share a target port)."""
+        for _ in range(200):
+            port = self.port()
+            if all(_free(host, port) for host in hosts):
+                return port
+        raise RuntimeError(f"no port free on all of {hosts} after 200 tries")
+
     def port(self, *, all_interfaces: bool = False) -> int:
         """A free loopback port; ``all_interfaces``: free on 0.0.0.0 too (for a server that cannot be
         told to bind loopback only, such as llm-d-inference-sim)."""
@@ -135,11 +171,8 @@ class PortAllocator:
             port = self._rng.randint(*self._range)
             if port in self._given:
                 continue
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind(("0.0.0.0" if all_interfaces else "127.0.0.1", port))
-                except OSError:
-                    continue
+            if not _free("0.0.0.0" if all_interfaces else "127.0.0.1", port):
+                continue
             self._given.add(port)
             return port
         raise RuntimeError(f"no free loopback port in {self._range} after 200 tries")

@@ -2,12 +2,14 @@
 --
 -- For each POST request: wait for the whole body, send it to the callout routing service
 -- (POST /pick, docs/CONTRACTS.md "Callout service") with request_handle:httpCall, and put
--- the endpoint it answers in x-gateway-destination-endpoint, which the ORIGINAL_DST
--- cluster of the chosen route connects to. Other methods (GET /v1/models, /health) are
--- not picked and take the route's round-robin pool.
+-- the endpoint it answers (and its fallbacks, comma-separated) in the dynamic metadata
+-- envoy.lb / x-gateway-destination-endpoint and the request header of the same name, as the
+-- GAIE EPP protocol has it: the "picked" route matches on the metadata and its override_host
+-- cluster tries the list in order. Other methods (GET /v1/models, /health) are not picked and
+-- take the route's round-robin pool.
 --
 -- Outcomes:
---   callout 200 with an endpoint      -> header set, route cache cleared, request goes on;
+--   callout 200 with an endpoint      -> metadata and header set, route cache cleared, request goes on;
 --       in the disaggregated flows the answer's x-prefiller-host-port and x-encoder-hosts-ports
 --       headers (the picked prefiller and encoders) are copied onto the request for the
 --       pd-sidecar, as llm-d passes them
@@ -28,7 +30,6 @@
 --   EPPKIT_CALLOUT = { cluster = "callout", authority = "callout", timeout_ms = 1000,
 --                      failure_mode_allow = false }
 
-local DESTINATION_HEADER = "x-gateway-destination-endpoint"
 -- Chosen by the callout with the decoder (pd / epd / ttft flows); only the callout names them.
 local STAGE_HEADERS = { "x-prefiller-host-port", "x-encoder-hosts-ports" }
 local MODEL_HEADER = "x-gateway-model-name"
@@ -36,12 +37,21 @@ local STATUS_HEADER = "x-eppkit-callout"
 local METADATA_NAMESPACE = "eppkit.callout"
 
 local config = EPPKIT_CALLOUT or {}
+-- The GAIE EPP protocol's names (testbed/modes/lua_callout.py passes the picker core's).
+local DESTINATION_HEADER = config.destination_header or "x-gateway-destination-endpoint"
+local LB_METADATA = config.lb_metadata or "envoy.lb"
+-- More client headers forwarded to the callout like the kit's x-eppkit-* ones (GAIE's
+-- test-epp-endpoint-selection).
+local FORWARD_HEADERS = {}
+for _, name in ipairs(config.forward_headers or {}) do
+  FORWARD_HEADERS[name:lower()] = true
+end
 local CLUSTER = config.cluster or "callout"
 local AUTHORITY = config.authority or CLUSTER
 local TIMEOUT_MS = config.timeout_ms or 1000
 local FAIL_OPEN = config.failure_mode_allow == true
 
--- ORIGINAL_DST with use_http_header takes an IP literal and port only.
+-- The picked cluster's endpoints are IP literals with a port (no host names).
 local function valid_endpoint(value)
   if type(value) ~= "string" then
     return false
@@ -103,10 +113,10 @@ local function pick_request_headers(headers)
     [":authority"] = AUTHORITY,
     ["content-type"] = "application/json",
   }
-  -- The contract's optional inputs, the request id for logs, and the kit's x-eppkit-*
-  -- test steering headers (force an endpoint, shed). traceparent is Envoy's job.
+  -- The contract's optional inputs, the request id for logs, and the test steering headers
+  -- (the kit's x-eppkit-*, GAIE's endpoint selection). traceparent is Envoy's job.
   for key, value in pairs(headers) do
-    if key == MODEL_HEADER or key == "x-request-id" or key:sub(1, 9) == "x-eppkit-" then
+    if key == MODEL_HEADER or key == "x-request-id" or FORWARD_HEADERS[key] or key:sub(1, 9) == "x-eppkit-" then
       out[key] = value
     end
   end
@@ -143,18 +153,22 @@ function envoy_on_request(handle)
   local metadata = handle:streamInfo():dynamicMetadata()
 
   if status == 200 and is_json(response_headers) then
-    local endpoint = response_headers[DESTINATION_HEADER]
+    -- The primary then its fallbacks, comma-separated (the JSON's "endpoint" alone when the
+    -- header is missing).
+    local endpoints = response_headers[DESTINATION_HEADER]
       or (response_body or ""):match('"endpoint"%s*:%s*"([^"]*)"')
-    if valid_endpoint(endpoint) then
-      handle:headers():replace(DESTINATION_HEADER, endpoint)
+    if valid_endpoint_list(endpoints) then
+      endpoints = endpoints:gsub("%s", "")
+      local primary = endpoints:match("^[^,]+")
+      metadata:set(LB_METADATA, DESTINATION_HEADER, endpoints)
+      handle:headers():replace(DESTINATION_HEADER, endpoints)
       copy_stage_headers(handle, response_headers)
-      -- Header changes from Lua clear the route cache already (clear_route_cache defaults
-      -- to true); do it explicitly so the header-matched route is chosen either way.
+      -- The route matches on the metadata: choose it again now that the metadata exists.
       handle:clearRouteCache()
-      metadata:set(METADATA_NAMESPACE, "status", "picked " .. endpoint)
+      metadata:set(METADATA_NAMESPACE, "status", "picked " .. primary)
       return
     end
-    respond_callout_unavailable(handle, "answer without a usable endpoint: " .. tostring(endpoint))
+    respond_callout_unavailable(handle, "answer without a usable endpoint: " .. tostring(endpoints))
     return
   end
 

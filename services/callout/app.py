@@ -7,8 +7,9 @@ fixed in docs/CONTRACTS.md ("Callout service"); the test headers are the core's
 (eppkit.services.picker.headers), which every caller forwards (see docs/modes-callout.md).
 
 Answers:
-  200 ``{"endpoint": "host:port", "scorer": ..., "reason": ...}`` and the same endpoint in
-      the ``x-gateway-destination-endpoint`` response header; in the disaggregated flows
+  200 ``{"endpoint": "host:port", "fallbacks": ["host:port", ...], "scorer": ..., "reason": ...}``
+      and the endpoint then its fallbacks, comma-separated, in the ``x-gateway-destination-endpoint``
+      response header (the value the caller hands Envoy); in the disaggregated flows
       (``--prefill-endpoints`` / ``--encoder-endpoints``) also ``"prefiller": "host:port"``
       and, for a request with media, ``"encoders": ["host:port", ...]``, repeated in the
       response headers ``x-prefiller-host-port`` / ``x-encoder-hosts-ports`` that the caller
@@ -103,8 +104,8 @@ def make_app(
             span.set_attribute(Callout.ENDPOINT_NAME, decision.name)
             span.set_attribute(Callout.REASON, decision.reason)
             span.set_attribute(Http.RESPONSE_STATUS_CODE, 200)
-            answer: dict[str, Any] = {"endpoint": decision.address, "scorer": decision.scorer,
-                                      "reason": decision.reason}
+            answer: dict[str, Any] = {"endpoint": decision.address, "fallbacks": decision.fallbacks,
+                                      "scorer": decision.scorer, "reason": decision.reason}
             out_headers, _ = decision.headers()
             stages = decision.stages
             if stages is not None:

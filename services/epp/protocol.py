@@ -1,10 +1,9 @@
 """Building and reading ext_proc messages (envoy.service.ext_proc.v3) the way the EPP protocol uses them.
 
 The EPP protocol of the Gateway API Inference Extension, as spoken here:
-- the chosen endpoint goes into the request header ``x-gateway-destination-endpoint`` (a single
-  ``host:port``: Envoy's ORIGINAL_DST cluster parses the header as one address) and into the
-  dynamic metadata ``envoy.lb`` / ``x-gateway-destination-endpoint`` (the primary, then
-  comma-separated fallbacks);
+- the chosen endpoint goes into the request header ``x-gateway-destination-endpoint`` and into the
+  dynamic metadata ``envoy.lb`` / ``x-gateway-destination-endpoint``, the same value in both: the
+  primary, then comma-separated fallbacks, which Envoy's "picked" cluster tries in order;
 - the headers response asks Envoy to clear its route cache, so the route is matched again
   now that the decision exists;
 - in FULL_DUPLEX_STREAMED the body goes back as ``streamed_response`` chunks; the last one
@@ -24,7 +23,7 @@ from google.protobuf import struct_pb2
 from eppkit.services.openai_errors import error_body
 from eppkit.services.picker import headers
 
-METADATA_NAMESPACE = "envoy.lb"
+METADATA_NAMESPACE = headers.LB_METADATA
 METADATA_KEY = headers.DESTINATION
 
 # Envoy's ext_proc stream closes the gRPC stream early and our message size stays modest;

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import grpc
+from grpc_health.v1 import health, health_pb2_grpc
 from opentelemetry import trace
 
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -72,6 +73,8 @@ async def start(host: str, port: int, picker: Picker, scrapers: Sequence[Metrics
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                       ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker, tracer, multipart=multipart, multipart_trigger=multipart_trigger), server)
+    # grpc.health.v1 on the same port, as upstream EPPs serve it: SERVING once the server runs.
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind {host}:{port}")

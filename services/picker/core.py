@@ -4,8 +4,9 @@
 :class:`PickError`), in this order:
 
 1. shed hook: ``x-eppkit-shed: 1`` is a 429 (test steering, as a saturated pool would answer);
-2. force hook: ``x-eppkit-force-endpoint`` names the endpoint (and fallbacks): the first named one in
-   the pool that serves the requested model, health aside;
+2. force hook: ``x-eppkit-force-endpoint`` (or GAIE's ``test-epp-endpoint-selection``) names the
+   endpoint (and fallbacks): the first named one in the pool that serves the requested model, health
+   aside;
 3. candidates: the healthy endpoints serving the requested model (404 for a model nobody serves,
    503 when none is up);
 4. shed hook: every candidate's waiting queue at ``shed_queue_threshold`` or over is a 429;
@@ -29,20 +30,25 @@ from eppkit.services.picker.stages import StagePicker, forced
 FORCED = "forced"  # the scorer name a forced decision reports
 
 
+# The headers that force the pick, the kit's own first (test steering; see headers.py).
+FORCE_HEADERS = (h.FORCE_ENDPOINT, h.TEST_ENDPOINT_SELECTION)
+
+
 def forced_decision(pool: Pool, request: LlmRequest) -> Decision | None:
-    """Honour ``x-eppkit-force-endpoint``; None when the header is absent."""
-    value = request.headers.get(h.FORCE_ENDPOINT)
-    if value is None:
+    """Honour ``x-eppkit-force-endpoint`` or GAIE's ``test-epp-endpoint-selection``; None when neither is sent."""
+    header = next((name for name in FORCE_HEADERS if name in request.headers), None)
+    if header is None:
         return None
-    found = forced(pool, h.FORCE_ENDPOINT, value, every=False, scorer=FORCED)
+    value = request.headers[header]
+    found = forced(pool, header, value, every=False, scorer=FORCED)
     model = request.requested_model
     found = [ep for ep in found if ep.serves(model)]
     if not found:
-        raise PickError(503, f"no endpoint available: {h.FORCE_ENDPOINT}={value!r} names no endpoint serving the "
-                             f"model {model!r}", code="no_endpoint", scorer=FORCED, param=h.FORCE_ENDPOINT)
+        raise PickError(503, f"no endpoint available: {header}={value!r} names no endpoint serving the "
+                             f"model {model!r}", code="no_endpoint", scorer=FORCED, param=header)
     pool.note_pick(found[0])
     return Decision(endpoint=found[0], address=found[0].address, scorer=FORCED,
-                    reason=f"{h.FORCE_ENDPOINT}: {value}", fallbacks=[ep.address for ep in found[1:]])
+                    reason=f"{header}: {value}", fallbacks=[ep.address for ep in found[1:]])
 
 
 def shed_by_header(request: LlmRequest, scorer: str) -> None:

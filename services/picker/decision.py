@@ -1,8 +1,8 @@
 """What a picker answers: a :class:`Decision`, or a :class:`PickError` carrying the client's status.
 
-A decision names the primary endpoint (what goes into ``x-gateway-destination-endpoint``, which
-Envoy's ORIGINAL_DST cluster reads), the fallbacks, and in the disaggregated flows the prefiller
-and encoders. A PickError is 503 when there is no endpoint, 429 when the request is shed, 404 for
+A decision names the primary endpoint and the fallbacks (``x-gateway-destination-endpoint`` and the
+``envoy.lb`` metadata carry both, comma-separated, which Envoy's "picked" cluster tries in order),
+and in the disaggregated flows the prefiller and encoders. A PickError is 503 when there is no endpoint, 429 when the request is shed, 404 for
 a model nobody serves, 400 when the body cannot be read.
 """
 
@@ -91,8 +91,9 @@ class Decision:
         return set_headers, remove
 
     def headers(self) -> tuple[dict[str, str], list[str]]:
-        """(headers to set, headers to remove) on the request: destination, worker id, stages."""
-        set_headers = {h.DESTINATION: self.address}
+        """(headers to set, headers to remove) on the request: destination (primary and fallbacks,
+        the metadata's value: the EPP protocol wants the two equal), worker id, stages."""
+        set_headers = {h.DESTINATION: self.metadata_value}
         if self.worker_id is not None:
             set_headers[h.WORKER_ID] = self.worker_id
         stage_set, remove = self.stage_headers()

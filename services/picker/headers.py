@@ -6,9 +6,15 @@ and the kit's tests import these names; nothing spells them again.
 
 from __future__ import annotations
 
-# The decision, as the Gateway API Inference Extension's EPP protocol names it: one host:port,
-# which Envoy's ORIGINAL_DST cluster reads.
+# The decision, as the Gateway API Inference Extension's EPP protocol names it: "host:port", or the
+# primary and its fallbacks "host:port,host:port,..."; the same value goes into the dynamic metadata
+# LB_METADATA / DESTINATION, which Envoy's "picked" cluster (override_host) reads.
 DESTINATION = "x-gateway-destination-endpoint"
+# The endpoint that served, as Envoy's load balancer reports it (LB_METADATA / SERVED, and the
+# response header of the same name).
+SERVED = "x-gateway-destination-endpoint-served"
+# The dynamic-metadata namespace of the EPP protocol (Envoy's load-balancer namespace).
+LB_METADATA = "envoy.lb"
 # Sidecar mode: the frontend's worker id, passed on next to the destination.
 WORKER_ID = "x-gateway-worker-id"
 # Set by the body-based router in front (if any); else the body's "model" is used.
@@ -19,10 +25,12 @@ ENCODERS = "x-encoder-hosts-ports"
 # Sidecar mode: the EPP's routing query to the frontend.
 ROUTING_REQUEST = "x-routing-request"
 
-# Test steering, in the spirit of the GAIE conformance suite's endpoint-selection header: a
-# comma-separated list of endpoint names or addresses; the first one in the pool wins, the rest
-# become fallbacks. A name outside the pool is a 503.
+# Test steering: a comma-separated list of endpoint names or addresses; the first one in the pool
+# wins, the rest become fallbacks. A name outside the pool is a 503.
 FORCE_ENDPOINT = "x-eppkit-force-endpoint"
+# The GAIE conformance suite's test header, honoured the same way by every kit picker (its values
+# are "IP" or "IP:port"; an IP alone names every endpoint on that host).
+TEST_ENDPOINT_SELECTION = "test-epp-endpoint-selection"
 FORCE_PREFILLER = "x-eppkit-force-prefiller"
 FORCE_ENCODERS = "x-eppkit-force-encoders"
 # Test steering: shed this request (429), as a saturated pool would.

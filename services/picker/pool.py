@@ -40,6 +40,15 @@ class Pool:
                 return ep
         return None
 
+    def match(self, key: str) -> list[PoolEndpoint]:
+        """The endpoints ``key`` names: one by name or address, or every endpoint on a host given
+        as a bare IP (``127.0.0.2``, as the GAIE test header names pods), in pool order."""
+        found = self.find(key)
+        if found is not None:
+            return [found]
+        host = key.strip().strip("[]")
+        return [ep for ep in self.endpoints if ep.host == host]
+
     def describe_down(self) -> str:
         """Why nothing can serve: ``the pool is empty`` or each endpoint with its last error."""
         if not self.endpoints:

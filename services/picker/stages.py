@@ -27,14 +27,19 @@ from eppkit.services.picker.scorers import Scorer
 
 
 def forced(pool: Pool, header: str, value: str, *, every: bool = True, scorer: str = "") -> list[PoolEndpoint]:
-    """The endpoints a steering header names, in its order; 503 when it names one outside the pool
+    """The endpoints a steering header names (names, ``host:port``, or a bare IP for every endpoint
+    on that host), in its order and without repeats; 503 when it names one outside the pool
     (``every=False``: only when it names none in the pool; the others are then left out)."""
     wanted = [v.strip() for v in value.split(",") if v.strip()]
-    found = [pool.find(w) for w in wanted]
+    found = [pool.match(w) for w in wanted]
     if not any(found) or (every and not all(found)):
         raise PickError(503, f"no endpoint available: {header}={value!r} names no endpoint of the pool "
                              f"({pool.names()})", code="no_endpoint", scorer=scorer, param=header)
-    return [ep for ep in found if ep is not None]
+    out: list[PoolEndpoint] = []
+    for ep in (ep for eps in found for ep in eps):
+        if ep not in out:
+            out.append(ep)
+    return out
 
 
 class StagePicker:

@@ -9,6 +9,7 @@ registry: tests run several mocks in one process.
 from __future__ import annotations
 
 import functools
+import time
 from typing import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -36,6 +37,10 @@ class MetricSet:
         gauge.set_function(read)
         return gauge
 
+    def info(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
+        """A constant gauge whose labels carry the information (vLLM's ``*_info`` families)."""
+        Gauge(name, doc, [*self.base, *labels], registry=self.registry).labels(**self.base, **labels).set(value)
+
     def histogram(self, name: str, doc: str, buckets: tuple[float, ...]):
         return Histogram(name, doc, list(self.base), buckets=buckets, registry=self.registry).labels(**self.base)
 
@@ -50,8 +55,16 @@ class MetricSet:
 class VllmMetrics(MetricSet):
     """Everything the mock vLLM's /metrics shows. Gauges read live state through callables."""
 
-    def __init__(self, model: str, running: Callable[[], float], waiting: Callable[[], float], kv_usage: Callable[[], float]) -> None:
+    def __init__(self, model: str, running: Callable[[], float], waiting: Callable[[], float], kv_usage: Callable[[], float],
+                 *, block_size: int = 16, num_gpu_blocks: int = 16384) -> None:
         super().__init__({"engine": "0", "model_name": model})
+        # The two info families an upstream EPP (GAIE's core metrics extractor) reads by their labels;
+        # without them it logs an extract error per endpoint. Values as vLLM sets them: cache config 1,
+        # the LoRA info's value is the time the adapter state was recorded (the mock serves no adapters).
+        self.info("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
+                  {"block_size": str(block_size), "num_gpu_blocks": str(num_gpu_blocks)}, 1.0)
+        self.info("vllm:lora_requests_info", "Running stats on lora requests.",
+                  {"running_lora_adapters": "", "waiting_lora_adapters": "", "max_lora": "0"}, time.time())
         self.num_requests_running = self.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
         self.num_requests_waiting = self.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
         self.kv_cache_usage_perc = self.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", kv_usage)

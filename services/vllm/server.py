@@ -95,6 +95,8 @@ class MockVllm:
             running=lambda: self.scheduler.running,
             waiting=lambda: self.scheduler.waiting,
             kv_usage=lambda: self.cache.usage,
+            block_size=config.block_size,
+            num_gpu_blocks=config.kv_cache_size,
         )
         self.watcher = DisconnectWatcher()
         self.clock = TokenClock()

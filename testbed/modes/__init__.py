@@ -52,6 +52,15 @@ class Mode:
     fallback_upstream: str = "router pool egress"  # Envoy's upstream span when nobody chose (fail-open, GET)
     health_aware: bool = False  # the picker scrapes /metrics and leaves dead endpoints out
     special_flows: tuple[str, ...] = ()  # flows only some modes can run (eppkit.flows.SPECIAL_FLOWS) it can
+    # The picker is not one of the kit's services (an EPP of your own, an upstream EPP): its spans,
+    # errors and steering headers are its own, so the checks of the kit's pickers do not apply.
+    external: bool = False
+    # Each mock vLLM on its own loopback address (127.0.0.2, 127.0.0.3, ...), all on one port: the pods of
+    # a Kubernetes InferencePool share one target port (an upstream EPP reads its pool that way).
+    pod_addresses: bool = False
+    # The service name under which the picker exports each request's spans as a trace of its own (an
+    # upstream EPP that reads no trace context): found by the request's time, see JaegerClient.spans_between.
+    own_trace_service: str = ""
 
     @property
     def picker(self) -> str | None:
@@ -83,6 +92,11 @@ def register(mode: Mode) -> Mode:
 def names() -> tuple[str, ...]:
     """Every mode's name, in their listing order."""
     return tuple(m.name for m in sorted(_MODES.values(), key=lambda m: (m.order, m.name)))
+
+
+def kit_names() -> tuple[str, ...]:
+    """The modes whose pickers are the kit's own (what ``all`` means in listings and comparisons)."""
+    return tuple(m.name for m in all_modes() if not m.external)
 
 
 def get(name: str) -> Mode:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from eppkit.modes._pickers import picker_service
 from eppkit.modes.options import PickerOptions
 from eppkit.observability.contract import Callout, Cluster, Envoy, Service
+from eppkit.services.picker import headers
 from eppkit.topology import Endpoint, ServiceSpec
 
 
@@ -27,8 +28,15 @@ def callout_service(options: CalloutOptions, port: int, backends: list[Endpoint]
     return picker_service("callout", "eppkit.services.callout", port, options, backends, pools, extra=extra)
 
 
+def callout_names() -> dict[str, object]:
+    """The GAIE protocol's names both callout filters use (their config keys): where the pick goes
+    (the header and the envoy.lb metadata key), and the client headers forwarded to the callout."""
+    return {"destination_header": headers.DESTINATION, "lb_metadata": headers.LB_METADATA,
+            "forward_headers": [headers.TEST_ENDPOINT_SELECTION]}
+
+
 # Traits both callout modes share (the Mode entries add their template and Envoy's call span).
 TRAITS = dict(
     pickers=(Service.CALLOUT,), picker_span=Callout.PICK, decision=(Service.CALLOUT, Callout.PICK),
-    upstream=Envoy.router(Cluster.picked()), fallback_upstream=Envoy.router(Cluster.POOL), health_aware=True,
+    upstream=Envoy.router(Cluster.PICKED), fallback_upstream=Envoy.router(Cluster.POOL), health_aware=True,
 )

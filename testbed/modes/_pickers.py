@@ -16,6 +16,11 @@ if TYPE_CHECKING:
     from eppkit.modes.options import PickerOptions
 
 
+def picked_vars(fallbacks: int) -> dict[str, int]:
+    """Variables of envoy/_picked.j2: a retry per fallback the picker may name, so Envoy walks the list."""
+    return {"picked_retries": fallbacks}
+
+
 def picker_service(name: str, module: str, port: int, options: "PickerOptions", backends: list[Endpoint],
                    pools: "FlowPlan | None", *, stages: bool = True, extra: list[str] = (),
                    health_path: str | None = "/health") -> ServiceSpec:

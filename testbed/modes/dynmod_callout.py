@@ -2,7 +2,8 @@
 
 The module (plugins/dynamic_module, filter ``eppkit_callout``) does what the Lua filter of
 lua-callout does, with Envoy's async HTTP client from Go: buffer the body, POST it to the
-callout's /pick, set x-gateway-destination-endpoint (ORIGINAL_DST), or pass the callout's
+callout's /pick, set the envoy.lb metadata and header x-gateway-destination-endpoint (the
+picked cluster, envoy/_picked.j2), or pass the callout's
 400/429/503 to the client, or fail closed (502) / open (pool). See docs/modes-dynmod.md.
 
 The module is built on first use (``eppkit.dynmod_build``: about 30-60 s cold, then cached;
@@ -22,9 +23,9 @@ from typing import Any
 from eppkit import dynmod_build
 from eppkit.body_routing import body_routing_vars
 from eppkit.modes import Mode, register
-from eppkit.modes._callout import TRAITS, CalloutOptions, callout_service
+from eppkit.modes._callout import TRAITS, CalloutOptions, callout_names, callout_service
+from eppkit.modes._pickers import picked_vars
 from eppkit.observability.contract import Callout, Cluster, Dynmod, Service
-from eppkit.services.picker import headers
 from eppkit.topology import Endpoint, ModePlan
 
 
@@ -41,7 +42,7 @@ def filter_config(options: DynmodOptions, backends: list[Endpoint]) -> dict[str,
         "path": "/pick",
         "timeout_ms": options.callout_timeout_ms,
         "failure_mode_allow": options.failure_mode_allow,
-        "destination_header": headers.DESTINATION,
+        **callout_names(),
     }
     if options.restrict_to_pool:
         config["allowed_endpoints"] = [ep.address for ep in backends]
@@ -58,6 +59,7 @@ def plan(topology, options: DynmodOptions, ports, backends, pools=None) -> ModeP
             "dynmod_path": str(lib),
             "dynmod_callout_config": filter_config(options, backends),
             **body_routing_vars(options.body_routing, backends),
+            **picked_vars(options.max_fallbacks),
         },
     )
 

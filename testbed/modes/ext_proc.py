@@ -27,7 +27,7 @@ from typing import Any
 
 from eppkit.body_routing import body_routing_vars
 from eppkit.modes import Mode, register
-from eppkit.modes._pickers import picker_service
+from eppkit.modes._pickers import picked_vars, picker_service
 from eppkit.modes.options import PickerOptions
 from eppkit.observability.contract import Cluster, Envoy, Epp, Service
 from eppkit.services.epp import MULTIPART_TRIGGERS
@@ -35,12 +35,18 @@ from eppkit.topology import Endpoint, ModePlan, ServiceSpec
 
 
 @dataclass
-class ExtProcOptions(PickerOptions):
+class EnvoyExtProcOptions:
+    """How Envoy talks to an EPP over ext_proc: every mode with an EPP (the kit's or an upstream one)."""
+
     epp_status_on_error: int | None = None
     epp_message_timeout_ms: int = 10000
     epp_keepalive_ms: int = 0
     epp_health_check_interval_ms: int = 500
     epp_process_response: bool = False
+
+
+@dataclass
+class ExtProcOptions(PickerOptions, EnvoyExtProcOptions):
     epp_disabled: bool = False
     epp_args: list = field(default_factory=list)
     multipart_trigger: str = MULTIPART_TRIGGERS[0]
@@ -64,17 +70,20 @@ def epp_service(topology, options: ExtProcOptions, port: int, backends: list[End
                           extra=[*extra, *options.epp_args], health_path=None)  # gRPC: the testbed waits for the port
 
 
-def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_port: int) -> dict[str, Any]:
+def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_port: int,
+               epp_host: str = "127.0.0.1") -> dict[str, Any]:
+    """The ext_proc template's variables (the EPP at ``epp_host:epp_port``: an IP, or a name Envoy resolves)."""
     multipart = topology.flow == "multipart"
     return {
         **body_routing_vars(options.body_routing, backends),
+        "epp_host": epp_host,
         "epp_port": epp_port,
         "epp_status_on_error": options.epp_status_on_error,
         "failure_mode_allow": options.failure_mode_allow,
         "epp_message_timeout_ms": options.epp_message_timeout_ms,
         "epp_process_response": options.epp_process_response or multipart,
         "epp_multipart": multipart,
-        "picked_cleanup_interval_s": 5,
+        **picked_vars(options.max_fallbacks),
         "epp_health_check_interval_ms": options.epp_health_check_interval_ms,
         "epp_keepalive_ms": options.epp_keepalive_ms,
     }

@@ -15,7 +15,8 @@ from typing import Any
 
 from eppkit.body_routing import body_routing_vars
 from eppkit.modes import Mode, register
-from eppkit.modes._callout import TRAITS, CalloutOptions, callout_service
+from eppkit.modes._callout import TRAITS, CalloutOptions, callout_names, callout_service
+from eppkit.modes._pickers import picked_vars
 from eppkit.observability.contract import Callout, Cluster, Envoy, Service
 from eppkit.paths import PLUGINS
 from eppkit.topology import ModePlan
@@ -51,13 +52,14 @@ def lua_source(filename: str, config_global: str, config: dict[str, Any]) -> str
 def plan(topology, options: CalloutOptions, ports, backends, pools=None) -> ModePlan:
     callout = callout_service(options, ports.port(), backends, pools)
     config = {"cluster": Cluster.CALLOUT, "timeout_ms": options.callout_timeout_ms,
-              "failure_mode_allow": options.failure_mode_allow}
+              "failure_mode_allow": options.failure_mode_allow, **callout_names()}
     return ModePlan(
         services=[callout],
         envoy_vars={
             "callout_port": callout.port,
             "lua_callout_source": lua_source("callout.lua", "EPPKIT_CALLOUT", config),
             **body_routing_vars(options.body_routing, backends),
+            **picked_vars(options.max_fallbacks),
         },
     )
 

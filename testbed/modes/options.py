@@ -37,11 +37,16 @@ class CommonOptions:
 
 
 @dataclass
-class PickerOptions(CommonOptions, PickerSettings):
-    """Options of every mode with a picker: the common ones and the picker core's settings."""
+class FailOpenOptions:
+    """Options of every mode whose picker can be down."""
 
     # Envoy's answer when the picker cannot be reached: route round-robin over the pool (True) or fail (False).
     failure_mode_allow: bool = False
+
+
+@dataclass
+class PickerOptions(CommonOptions, PickerSettings, FailOpenOptions):
+    """Options of every mode with a kit picker: the common ones and the picker core's settings."""
 
 
 O = TypeVar("O")
@@ -102,4 +107,4 @@ def parse_set(items: list[str]) -> dict[str, Any]:
     return out
 
 
-__all__ = ["CommonOptions", "PickerOptions", "read_options", "describe", "parse_set", "field"]
+__all__ = ["CommonOptions", "FailOpenOptions", "PickerOptions", "read_options", "describe", "parse_set", "field"]

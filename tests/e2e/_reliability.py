@@ -18,7 +18,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -34,7 +36,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit.observability import expected_spans
-from eppkit import modes
+from eppkit import gaie_build, modes
+from eppkit.pytest_plugin import require
 from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Vllm
 from eppkit.polling import poll
 from eppkit.services.vllm.config import MockLatency
@@ -42,12 +45,22 @@ from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, plan_requests
 
 MODEL = "mock-llm"
-MODES = modes.names()  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
-PICKER_MODES = tuple(m.name for m in modes.all_modes() if m.pickers)
+MODES = modes.kit_names()  # direct, ext_proc, sidecar, lua-callout, dynmod-callout
+PICKER_MODES = tuple(m.name for m in modes.all_modes() if m.pickers and not m.external)  # the kit's pickers
+# Every mode with a picker, EPPs of your own included (topology() gives each what it needs to start).
+EPP_PROTOCOL_MODES = tuple(m.name for m in modes.all_modes() if m.pickers)
+# external-epp in the tests: the kit's own EPP, started as a command like any EPP of your own.
+KIT_EPP_COMMAND = (f"{sys.executable} -m eppkit.services.epp --host 127.0.0.1 --port {{grpc_port}} "
+                   "--endpoints {named_endpoints} --metrics-interval 0.2")
 # What each integration mode is made of (who picks, Envoy's span names, health awareness): the mode
 # registry's entries (eppkit.modes.Mode: pickers, picker, picker_span, picker_call, upstream,
 # fallback_upstream, health_aware), so a test can be one table over the modes instead of five copies.
 TRAITS = {m.name: m for m in modes.all_modes()}
+
+
+def require_gaie_epp() -> None:
+    """The gaie-epp mode builds the GAIE EPP with Go: skip without Go (a laptop), fail in CI."""
+    require(gaie_build.find() is not None or shutil.which("go") is not None, gaie_build.go_missing_message())
 
 
 def chat_body(content: str = "Which pod am I on?", **extra) -> dict:
@@ -61,6 +74,11 @@ def topology(mode: str, *, flow: str = "aggregated", vllm: tuple[str, ...] = ("v
         options.setdefault("metrics_interval", 0.2)
     if mode == "ext_proc":
         options.setdefault("scorer", "round-robin")
+    if mode == "external-epp":
+        options.setdefault("epp_command", KIT_EPP_COMMAND)
+    if mode == "gaie-epp":
+        # GAIE's own conformance setup: test-epp-endpoint-selection decides (a request without it gets 429).
+        options.setdefault("conformance", True)
     return Topology(mode=mode, flow=flow, vllm=[VllmSpec(name, extra_args=list(vllm_args)) for name in vllm],
                     latency=MockLatency(time_to_first_token=ttft_ms, inter_token_latency=itl_ms), options=options)
 

@@ -50,12 +50,12 @@ def test_each_model_is_served_by_its_own_pool(bed):
     assert {r.headers["x-inference-pod"] for m, r in results if m == "m-a"} == POOLS["m-a"]
 
     model, last = results[-2]  # an m-b request: its trace shows the model reaching the picker and the pool's route
-    trace = bed.jaeger.wait_for_trace(last.trace_id, [Callout.PICK, Envoy.router(Cluster.picked("pool_m-b")),
+    trace = bed.jaeger.wait_for_trace(last.trace_id, [Callout.PICK, Envoy.router(Cluster.PICKED),
                                                       Vllm.REQUEST])
     check = TraceCheck(trace)
     check.attribute(check.one(Callout.PICK), GenAi.REQUEST_MODEL, "m-b")
     check.attribute(check.one(Callout.PICK), Callout.ENDPOINT_NAME, "vllm-2")
-    check.before(check.one(Callout.PICK), check.one(Envoy.router(Cluster.picked("pool_m-b"))))
+    check.before(check.one(Callout.PICK), check.one(Envoy.router(Cluster.PICKED)))
 
 
 # How the body can look: the router must find the top-level "model" and nothing else.

@@ -14,12 +14,12 @@ from eppkit.observability.jaeger_client import JaegerClient
 from eppkit import compare, inference_sim
 from eppkit.backends import SIM, Backend
 from eppkit.pytest_plugin import require_simulator
-from eppkit.modes import names
+from eppkit.modes import kit_names
 from eppkit.observability.contract import Callout, Client, Epp, Eppkit, Frontend, Service, Stream, Vllm
 
 pytestmark = pytest.mark.e2e
 
-MODES = names()
+MODES = kit_names()
 REQUESTS = 3
 # The deciding span per mode, spelled out here rather than taken from observability.expected_spans.
 DECISION = {"ext_proc": Epp.PICK, "sidecar": Frontend.ROUTE,

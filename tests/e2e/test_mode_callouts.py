@@ -11,7 +11,7 @@ Trace of one request (span names as Envoy 1.40, the module and the services emit
           callout:callout.pick              the httpCall, context injected by Envoy;
                                             dynmod: "dynmod callout", the module's span (Envoy
                                             does not trace a module's callout; docs/modes-dynmod.md)
-        envoy:router pool_picked egress   <- ORIGINAL_DST upstream to the picked host:port
+        envoy:router picked egress        <- override_host upstream to the picked host:port
           vllm:llm_request
 
 Both modes share the callout service, its verdicts and the fail-open / fail-closed options,
@@ -31,7 +31,7 @@ from eppkit.observability.contract import Callout, Client, Cluster, Dynmod, Envo
 pytestmark = pytest.mark.e2e
 
 MODEL = "mock-llm"
-PICKED_UPSTREAM = Envoy.router(Cluster.picked())
+PICKED_UPSTREAM = Envoy.router(Cluster.PICKED)
 FALLBACK_UPSTREAM = Envoy.router(Cluster.POOL)
 
 

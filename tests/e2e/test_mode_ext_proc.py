@@ -11,7 +11,7 @@ Trace of one request (span names as Envoy 1.40 and the services emit them):
           epp:epp.process
             epp:epp.pick                  epp.endpoint / epp.scorer / epp.reason
             epp:epp.inject
-        envoy:router picked egress        <- ORIGINAL_DST upstream to the picked host:port
+        envoy:router picked egress        <- override_host upstream to the picked host:port
           vllm:llm_request
 
 Envoy ends its ext_proc span when it closes the gRPC stream after the last response, which

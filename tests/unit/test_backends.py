@@ -139,12 +139,12 @@ def test_the_simulator_preset_takes_the_mocks_places(tmp_path, monkeypatch):
     monkeypatch.setenv("EPPKIT_CACHE", str(tmp_path))
     topo = Topology(mode="ext_proc", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")], backend=SIM)
     plan = flows.plan(topo, PortAllocator(), tmp_path)
-    assert [(s.name, s.command[0], s.env, s.health_path) for s in plan.services] == [
+    assert [(s.name, s.argv[0], s.env, s.health_path) for s in plan.services] == [
         (n, str(fake), {"POD_NAME": n}, inference_sim.READY_PATH) for n in ("vllm-0", "vllm-1")]
     assert [e.name for e in plan.routable] == ["vllm-0", "vllm-1"]
     pd = flows.plan(Topology(flow="pd", backend=SIM), PortAllocator(), tmp_path)
     assert [s.name for s in pd.services] == ["vllm-p0", "vllm-d0", "pd-sidecar-0"]
-    assert pd.services[0].command and pd.services[2].command is None  # the kit's own sidecar, in front
+    assert pd.services[0].argv and pd.services[2].argv is None  # the kit's own sidecar, in front
 
 
 def test_a_missing_simulator_says_how_to_build_it(tmp_path, monkeypatch):

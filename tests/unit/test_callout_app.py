@@ -36,8 +36,10 @@ def pick_all(requests, *, pool=POOL, scorer="round-robin", latency=PickLatency()
 def test_pick_answers_endpoint_in_body_and_header_as_the_contract_says():
     [(status, headers, body)], _ = pick_all([(CHAT, None)])
     assert status == 200
-    assert body == {"endpoint": "127.0.0.1:8001", "scorer": "round-robin", "reason": "round-robin turn 0 -> 1 of 2"}
-    assert headers["x-gateway-destination-endpoint"] == "127.0.0.1:8001"
+    assert body == {"endpoint": "127.0.0.1:8001", "fallbacks": ["127.0.0.1:8002"], "scorer": "round-robin",
+                    "reason": "round-robin turn 0 -> 1 of 2"}
+    # The primary then its fallbacks: the value the caller hands Envoy's picked cluster.
+    assert headers["x-gateway-destination-endpoint"] == "127.0.0.1:8001,127.0.0.1:8002"
 
 
 def test_pick_span_joins_the_callers_trace_and_names_the_decision():

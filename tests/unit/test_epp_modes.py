@@ -66,11 +66,9 @@ def test_template_speaks_the_epp_protocol():
     assert "request_body_mode: FULL_DUPLEX_STREAMED" in text
     assert "receiving_namespaces: {untyped: [envoy.lb]}" in text
     assert "status_on_error: {code: 503}" in text
-    # The picked route keys on the EPP's metadata and goes to ORIGINAL_DST reading the header.
+    # The picked route keys on the EPP's metadata (the cluster: test_picked_cluster.py).
     picked_route = text[text.index("- name: picked"):text.index("- name: default_pool")]
     assert "filter: envoy.lb" in picked_route and "cluster: picked" in picked_route
-    assert re.search(r"type: ORIGINAL_DST\s+lb_policy: CLUSTER_PROVIDED", text)
-    assert "http_header_name: x-gateway-destination-endpoint" in text
     # The EPP cluster speaks HTTP/2 and is health checked, without panic routing (fail-open relies on it).
     epp_cluster = text[text.index("- name: epp"):text.index("- name: picked\n    type")]
     assert "http2_protocol_options" in epp_cluster and "tcp_health_check" in epp_cluster

@@ -76,7 +76,7 @@ def test_end_of_body_sends_part1_with_the_request_held_open():
     assert out[1] == []  # still buffering
     headers_resp, part1 = out[2]
     set_headers, removed = mutation(headers_resp)
-    assert set_headers["x-gateway-destination-endpoint"] == "127.0.0.1:8001"
+    assert set_headers["x-gateway-destination-endpoint"] == "127.0.0.1:8001,127.0.0.1:8002"
     assert set_headers["content-type"] == f"multipart/mixed; boundary={stream.boundary}"
     assert "content-length" not in set_headers and "content-length" in removed
     assert headers_resp.request_headers.response.clear_route_cache

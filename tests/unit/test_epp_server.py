@@ -53,7 +53,7 @@ def test_one_stream_over_grpc_carries_the_decision_and_the_trace_context():
     responses = asyncio.run(go())
     assert [r.WhichOneof("response") for r in responses] == ["request_headers", "request_body"]
     mutation = responses[0].request_headers.response.header_mutation.set_headers
-    assert {h.header.key: h.header.raw_value for h in mutation}["x-gateway-destination-endpoint"] == b"127.0.0.1:8001"
+    assert {h.header.key: h.header.raw_value for h in mutation}["x-gateway-destination-endpoint"] == b"127.0.0.1:8001,127.0.0.1:8002"
     assert responses[1].request_body.response.body_mutation.streamed_response.body == body
 
     (process,) = [s for s in exporter.get_finished_spans() if s.name == "epp.process"]

@@ -82,8 +82,9 @@ def test_body_is_buffered_then_decision_and_body_go_out_together():
     assert out[0] == [] and out[1] == []  # nothing is answered while the body is buffering
     headers_resp, body_resp = out[2]
     assert headers_resp.WhichOneof("response") == "request_headers"
+    # The header and the metadata carry the same value (the EPP protocol): primary, then fallbacks.
     assert set_headers(headers_resp) == {
-        "x-gateway-destination-endpoint": "127.0.0.1:8001",
+        "x-gateway-destination-endpoint": "127.0.0.1:8001,127.0.0.1:8002",
         "content-length": str(len(BODY)),
     }
     assert headers_resp.request_headers.response.clear_route_cache
@@ -116,7 +117,7 @@ def test_request_without_body_is_decided_on_headers():
     stream = make_stream(spans)
     (out,) = feed(stream, headers_msg(path="/v1/models", method="GET", end_of_stream=True))
     assert len(out) == 1
-    assert set_headers(out[0]) == {"x-gateway-destination-endpoint": "127.0.0.1:8001"}
+    assert set_headers(out[0]) == {"x-gateway-destination-endpoint": "127.0.0.1:8001,127.0.0.1:8002"}
     assert stream.phase is Phase.FORWARDED
 
 
@@ -139,10 +140,21 @@ def test_forced_endpoint_by_name_wins_with_the_rest_as_fallbacks():
     stream = make_stream(spans, endpoints="a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3")
     out = feed(stream, headers_msg(extra={"x-eppkit-force-endpoint": "c, nope, 127.0.0.1:1"}), body_msg(BODY, True))
     headers_resp = out[1][0]
-    assert set_headers(headers_resp)["x-gateway-destination-endpoint"] == "127.0.0.1:3"
+    assert set_headers(headers_resp)["x-gateway-destination-endpoint"] == "127.0.0.1:3,127.0.0.1:1"
     md = headers_resp.dynamic_metadata.fields["envoy.lb"].struct_value.fields
     assert md["x-gateway-destination-endpoint"].string_value == "127.0.0.1:3,127.0.0.1:1"
     assert spans.by_name("epp.pick").attributes["epp.scorer"] == "forced"
+
+
+def test_gaie_test_header_forces_the_pick_by_ip_or_ip_and_port():
+    stream = make_stream(Spans(), endpoints="a=127.0.0.2:1,b=127.0.0.3:1,c=127.0.0.3:2")
+    out = feed(stream, headers_msg(extra={"test-epp-endpoint-selection": "127.0.0.3:2,127.0.0.2"}), body_msg(BODY, True))
+    md = out[1][0].dynamic_metadata.fields["envoy.lb"].struct_value.fields
+    assert md["x-gateway-destination-endpoint"].string_value == "127.0.0.3:2,127.0.0.2:1"
+    stream = make_stream(Spans(), endpoints="a=127.0.0.2:1,b=127.0.0.3:1,c=127.0.0.3:2")
+    out = feed(stream, headers_msg(extra={"test-epp-endpoint-selection": "127.0.0.3"}), body_msg(BODY, True))
+    md = out[1][0].dynamic_metadata.fields["envoy.lb"].struct_value.fields
+    assert md["x-gateway-destination-endpoint"].string_value == "127.0.0.3:1,127.0.0.3:2"  # an IP: every endpoint on it
 
 
 @pytest.mark.parametrize(

@@ -126,5 +126,5 @@ def test_callout_force_headers_and_unknown_names():
 
 def test_callout_without_stage_pools_answers_as_before():
     [(status, headers, body)], _ = callout_picks([(chat(images=1), None)], prefill="", encoders="")
-    assert status == 200 and set(body) == {"endpoint", "scorer", "reason"}
+    assert status == 200 and set(body) == {"endpoint", "fallbacks", "scorer", "reason"}
     assert "x-prefiller-host-port" not in headers

@@ -109,7 +109,8 @@ def test_epp_sidecar_picker_relays_the_frontend_decision_in_one_trace():
     out = asyncio.run(go())
     mutation = {h.header.key: h.header.raw_value.decode() for h in out[0].request_headers.response.header_mutation.set_headers}
     assert mutation["x-gateway-worker-id"] in ("vllm-0", "vllm-1")
-    assert mutation["x-gateway-destination-endpoint"] == {"vllm-0": "127.0.0.1:8001", "vllm-1": "127.0.0.1:8002"}[mutation["x-gateway-worker-id"]]
+    primary = mutation["x-gateway-destination-endpoint"].split(",")[0]
+    assert primary == {"vllm-0": "127.0.0.1:8001", "vllm-1": "127.0.0.1:8002"}[mutation["x-gateway-worker-id"]]
     pick = next(s for s in epp_exporter.get_finished_spans() if s.name == "epp.pick")
     route = next(s for s in exporter.get_finished_spans() if s.name == "frontend.route")
     assert route.parent.span_id == pick.context.span_id  # traceparent crossed the HTTP hop

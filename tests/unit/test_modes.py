@@ -17,12 +17,15 @@ pytestmark = pytest.mark.unit
 
 
 def test_every_mode_is_one_complete_registry_entry():
-    assert modes.names() == ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
+    assert modes.names() == ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout", "external-epp",
+                             "gaie-epp")
+    assert modes.kit_names() == modes.names()[:5]
     for mode in modes.all_modes():
         assert (ENVOY_TEMPLATES / mode.template).is_file(), mode.name
         assert mode.color.startswith("#") and mode.summary
         assert dataclasses.is_dataclass(mode.options) and mode.options()  # every option has a default
-        assert bool(mode.pickers) == (mode.picker_call is not None) == (mode.decision is not None)
+        assert bool(mode.pickers) == (mode.picker_call is not None)
+        assert mode.external or bool(mode.pickers) == (mode.decision is not None)
     assert len({m.color for m in modes.all_modes()}) == len(modes.names())
 
 

@@ -17,7 +17,8 @@ GO = "".join(p.read_text() for p in (ROOT / "plugins" / "dynamic_module" / "inte
 
 
 def lua_string(name: str) -> str:
-    return re.search(rf'^local {name} = "([^"]+)"', LUA, re.M).group(1)
+    """The constant's literal, or its default when the mode's config can set it (``config.x or "..."``)."""
+    return re.search(rf'^local {name} = (?:config\.\w+ or )?"([^"]+)"', LUA, re.M).group(1)
 
 
 def go_string(name: str) -> str:
@@ -26,6 +27,7 @@ def go_string(name: str) -> str:
 
 def test_the_lua_callout_filter_spells_the_headers_as_the_picker_core():
     assert lua_string("DESTINATION_HEADER") == headers.DESTINATION
+    assert lua_string("LB_METADATA") == headers.LB_METADATA
     assert lua_string("MODEL_HEADER") == headers.MODEL
     stages = re.search(r"^local STAGE_HEADERS = \{ (.+) \}", LUA, re.M).group(1)
     assert re.findall(r'"([^"]+)"', stages) == [headers.PREFILLER, headers.ENCODERS]
@@ -33,6 +35,7 @@ def test_the_lua_callout_filter_spells_the_headers_as_the_picker_core():
 
 def test_the_go_callout_module_spells_the_headers_as_the_picker_core():
     assert go_string("DefaultDestinationHeader") == headers.DESTINATION
+    assert go_string("DefaultLbMetadata") == headers.LB_METADATA
     assert go_string("ModelHeader") == headers.MODEL
     assert (go_string("PrefillerHeader"), go_string("EncodersHeader")) == (headers.PREFILLER, headers.ENCODERS)
 

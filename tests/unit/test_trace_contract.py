@@ -92,12 +92,14 @@ def test_the_go_module_uses_the_contracts_span_name_and_tags():
 
 def test_envoy_cluster_names_in_span_names_are_the_templates_ones():
     ext_proc = (ROOT / "envoy" / "ext_proc.yaml.j2").read_text()
-    assert re.search(rf"^  - name: {Cluster.PICKED}$", ext_proc, re.M)
     callouts = (ROOT / "envoy" / "_callout.j2").read_text()  # both callout modes' routes and clusters
-    assert Cluster.picked("{{ pool.cluster }}") in callouts
     assert re.search(rf"^  - name: {Cluster.CALLOUT}$", callouts, re.M)
+    # Every picker mode's picked route and cluster (one name, so one upstream span name).
+    picked = (ROOT / "envoy" / "_picked.j2").read_text()
+    assert re.search(rf"^  - name: {Cluster.PICKED}$", picked, re.M)
+    assert all('{% import "_picked.j2" as picked with context %}' in t for t in (ext_proc, callouts))
     assert f'"cluster": "{Cluster.POOL}"' in (ROOT / "testbed" / "body_routing.py").read_text()
-    assert Envoy.router(Cluster.picked()) == "router pool_picked egress"
+    assert Envoy.router(Cluster.PICKED) == "router picked egress"
     assert c.span(Envoy.router("pool_mock-llm")).name == Envoy.ROUTER
 
 

@@ -1,6 +1,8 @@
 // Package callout is the eppkit_callout HTTP filter: it asks an external routing service
 // (POST /pick, see docs/CONTRACTS.md) which endpoint serves the request, then sets the
-// destination header that Envoy's ORIGINAL_DST cluster routes on.
+// destination (primary, then fallbacks) as the dynamic metadata envoy.lb /
+// x-gateway-destination-endpoint and the request header of the same name, which Envoy's
+// "picked" cluster (override_host) tries in order.
 //
 // The decision logic (Decide, ParseConfig, CalloutHeaders, ErrorBody) is plain Go and is
 // unit-tested without Envoy; filter.go wires it to the SDK's HttpFilter interface.
@@ -31,6 +33,13 @@ type Config struct {
 	// DestinationHeader is the request header that carries the picked "ip:port".
 	// Defaults to x-gateway-destination-endpoint.
 	DestinationHeader string `json:"destination_header"`
+	// LbMetadataNamespace is the dynamic-metadata namespace the destination goes into, under the
+	// key DestinationHeader (the GAIE EPP protocol: header and metadata carry the same value).
+	// Defaults to envoy.lb.
+	LbMetadataNamespace string `json:"lb_metadata"`
+	// ForwardHeaders are client request headers passed on to the callout besides the contract's
+	// (e.g. GAIE's test-epp-endpoint-selection).
+	ForwardHeaders []string `json:"forward_headers"`
 	// AllowedEndpoints, when not empty, is the only set of "ip:port" the filter routes to;
 	// any other pick is treated as a callout failure.
 	AllowedEndpoints []string `json:"allowed_endpoints"`
@@ -40,6 +49,7 @@ const (
 	DefaultPath              = "/pick"
 	DefaultTimeoutMs         = 1000
 	DefaultDestinationHeader = "x-gateway-destination-endpoint"
+	DefaultLbMetadata        = "envoy.lb"
 )
 
 // ParseConfig reads the JSON config, fills defaults and refuses what cannot work.
@@ -72,6 +82,12 @@ func ParseConfig(raw []byte) (*Config, error) {
 		cfg.DestinationHeader = DefaultDestinationHeader
 	}
 	cfg.DestinationHeader = strings.ToLower(cfg.DestinationHeader)
+	if cfg.LbMetadataNamespace == "" {
+		cfg.LbMetadataNamespace = DefaultLbMetadata
+	}
+	for i, name := range cfg.ForwardHeaders {
+		cfg.ForwardHeaders[i] = strings.ToLower(name)
+	}
 	for _, ep := range cfg.AllowedEndpoints {
 		if _, err := ParseEndpoint(ep); err != nil {
 			return nil, fmt.Errorf("eppkit_callout: allowed_endpoints: %w", err)
@@ -80,7 +96,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 	return cfg, nil
 }
 
-// ParseEndpoint checks that s is "ip:port" (what ORIGINAL_DST accepts: no host names) and
+// ParseEndpoint checks that s is "ip:port" (the picked cluster's endpoints are IP literals) and
 // returns it in canonical form.
 func ParseEndpoint(s string) (string, error) {
 	s = strings.TrimSpace(s)
@@ -90,7 +106,7 @@ func ParseEndpoint(s string) (string, error) {
 	}
 	ip := net.ParseIP(host)
 	if ip == nil {
-		return "", fmt.Errorf("endpoint %q: %q is not an IP address (ORIGINAL_DST does not resolve names)", s, host)
+		return "", fmt.Errorf("endpoint %q: %q is not an IP address (the picked cluster resolves no names)", s, host)
 	}
 	var p int
 	if _, err := fmt.Sscanf(port, "%d", &p); err != nil || p <= 0 || p > 65535 || fmt.Sprint(p) != port {

@@ -45,7 +45,10 @@ type Response struct {
 // Decision is what Decide concluded.
 type Decision struct {
 	Outcome  Outcome
-	Endpoint string // OutcomeRoute: canonical ip:port
+	Endpoint string // OutcomeRoute: canonical ip:port of the primary
+	// OutcomeRoute: the primary then its fallbacks, canonical and comma-separated (the value of
+	// the destination header and metadata).
+	Endpoints string
 	// OutcomeRoute in the disaggregated flows: the prefiller (ip:port) and the encoders
 	// (comma-separated ip:port) the picker chose, for the pd-sidecar; "" when it named none.
 	Prefiller string
@@ -124,20 +127,25 @@ func decideOK(cfg *Config, resp Response) Decision {
 	if raw == "" {
 		raw = ans.Endpoint
 	}
-	// GIE allows a comma-separated fallback list; ORIGINAL_DST takes one address: use the first.
-	if i := strings.IndexByte(raw, ','); i >= 0 {
-		raw = raw[:i]
-	}
 	if strings.TrimSpace(raw) == "" {
 		return Decision{Outcome: OutcomeFailure, Detail: "callout answered 200 without an endpoint"}
 	}
-	ep, err := ParseEndpoint(raw)
-	if err != nil {
-		return Decision{Outcome: OutcomeFailure, Detail: "callout answered 200 with a bad " + err.Error()}
+	// The GAIE protocol's list: the primary, then fallbacks tried in order. Every item must be an
+	// ip:port; the ones outside allowed_endpoints are left out.
+	var endpoints []string
+	for _, item := range strings.Split(raw, ",") {
+		ep, err := ParseEndpoint(item)
+		if err != nil {
+			return Decision{Outcome: OutcomeFailure, Detail: "callout answered 200 with a bad " + err.Error()}
+		}
+		if cfg.allowed(ep) {
+			endpoints = append(endpoints, ep)
+		}
 	}
-	if !cfg.allowed(ep) {
-		return Decision{Outcome: OutcomeFailure, Detail: fmt.Sprintf("callout picked %s, which is not in allowed_endpoints", ep)}
+	if len(endpoints) == 0 {
+		return Decision{Outcome: OutcomeFailure, Detail: fmt.Sprintf("callout picked %s, which is not in allowed_endpoints", strings.TrimSpace(raw))}
 	}
+	ep := endpoints[0]
 	prefiller := resp.Headers[PrefillerHeader]
 	if prefiller == "" {
 		prefiller = ans.Prefiller
@@ -149,7 +157,7 @@ func decideOK(cfg *Config, resp Response) Decision {
 	if i := strings.IndexByte(prefiller, ','); i >= 0 { // one prefiller
 		prefiller = prefiller[:i]
 	}
-	return Decision{Outcome: OutcomeRoute, Endpoint: ep, Prefiller: stageEndpoints(prefiller),
+	return Decision{Outcome: OutcomeRoute, Endpoint: ep, Endpoints: strings.Join(endpoints, ","), Prefiller: stageEndpoints(prefiller),
 		Encoders: stageEndpoints(encoders), Scorer: ans.Scorer, Reason: ans.Reason}
 }
 

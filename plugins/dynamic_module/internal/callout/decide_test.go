@@ -24,6 +24,7 @@ func TestDecide(t *testing.T) {
 		resp       Response
 		want       Outcome
 		wantEP     string // OutcomeRoute
+		wantEPs    string // OutcomeRoute: the whole list (default: wantEP alone)
 		wantStatus uint32 // OutcomeReject
 		wantInText string // in Detail (failure) or Body (reject)
 	}{
@@ -33,8 +34,12 @@ func TestDecide(t *testing.T) {
 			want: OutcomeRoute, wantEP: "127.0.0.1:8002"},
 		{name: "JSON endpoint alone is enough", resp: answer("200", `{"endpoint":"127.0.0.1:8003"}`),
 			want: OutcomeRoute, wantEP: "127.0.0.1:8003"},
-		{name: "fallback list: first is used", resp: answer("200", `{}`, dest, "127.0.0.1:8004,127.0.0.1:8005"),
-			want: OutcomeRoute, wantEP: "127.0.0.1:8004"},
+		{name: "fallback list: the primary first, the list kept in order", resp: answer("200", `{}`, dest, "127.0.0.1:8004, 127.0.0.1:8005"),
+			want: OutcomeRoute, wantEP: "127.0.0.1:8004", wantEPs: "127.0.0.1:8004,127.0.0.1:8005"},
+		{name: "fallback list with a bad item", resp: answer("200", `{}`, dest, "127.0.0.1:8004,vllm-1:8000"),
+			want: OutcomeFailure, wantInText: "not an IP address"},
+		{name: "fallbacks outside allowed_endpoints are left out", cfg: restricted, resp: answer("200", `{}`, dest, "127.0.0.1:9999,127.0.0.1:8001"),
+			want: OutcomeRoute, wantEP: "127.0.0.1:8001"},
 		{name: "200 without endpoint", resp: answer("200", `{"scorer":"kv"}`),
 			want: OutcomeFailure, wantInText: "without an endpoint"},
 		{name: "200 with a host name", resp: answer("200", `{}`, dest, "vllm-0:8000"),
@@ -78,6 +83,13 @@ func TestDecide(t *testing.T) {
 			case OutcomeRoute:
 				if d.Endpoint != tt.wantEP {
 					t.Errorf("endpoint = %q, want %q", d.Endpoint, tt.wantEP)
+				}
+				wantEPs := tt.wantEPs
+				if wantEPs == "" {
+					wantEPs = tt.wantEP
+				}
+				if d.Endpoints != wantEPs {
+					t.Errorf("endpoints = %q, want %q", d.Endpoints, wantEPs)
 				}
 			case OutcomeReject:
 				if d.Status != tt.wantStatus {

@@ -212,7 +212,9 @@ func (f *Filter) apply(d Decision, calloutStatus string, inline bool) {
 	switch d.Outcome {
 	case OutcomeRoute:
 		request := f.handle.RequestHeaders()
-		request.Set(f.cfg.DestinationHeader, d.Endpoint)
+		// The same value in both, as the GAIE EPP protocol has it: the route matches on the metadata.
+		request.Set(f.cfg.DestinationHeader, d.Endpoints)
+		f.handle.SetMetadata(f.cfg.LbMetadataNamespace, f.cfg.DestinationHeader, d.Endpoints)
 		if d.Prefiller != "" {
 			request.Set(PrefillerHeader, d.Prefiller)
 			f.handle.SetMetadata(MetadataNamespace, "prefiller", d.Prefiller)
@@ -230,7 +232,7 @@ func (f *Filter) apply(d Decision, calloutStatus string, inline bool) {
 		if d.Reason != "" {
 			f.handle.SetMetadata(MetadataNamespace, "reason", d.Reason)
 		}
-		f.handle.ClearRouteCache() // the route table matches on the destination header
+		f.handle.ClearRouteCache() // the route table matches on the destination metadata
 		f.state = stateRouted
 		f.handle.Log(shared.LogLevelDebug, "eppkit_callout: picked %s (scorer=%s reason=%s)", d.Endpoint, d.Scorer, d.Reason)
 	case OutcomeReject:

@@ -50,6 +50,7 @@ type rig struct {
 	filter   *Filter
 	span     *fakeSpan
 	metadata map[string]any
+	lb       map[string]any // the envoy.lb namespace (the destination Envoy's picked cluster reads)
 }
 
 func newRig(t *testing.T, config string) *rig {
@@ -60,9 +61,12 @@ func newRig(t *testing.T, config string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{t: t, handle: handle, span: &fakeSpan{tags: map[string]string{}}, metadata: map[string]any{}}
+	r := &rig{t: t, handle: handle, span: &fakeSpan{tags: map[string]string{}}, metadata: map[string]any{},
+		lb: map[string]any{}}
 	handle.EXPECT().SetMetadata(MetadataNamespace, gomock.Any(), gomock.Any()).AnyTimes().
 		Do(func(_, key string, value any) { r.metadata[key] = value })
+	handle.EXPECT().SetMetadata(DefaultLbMetadata, gomock.Any(), gomock.Any()).AnyTimes().
+		Do(func(_, key string, value any) { r.lb[key] = value })
 	factory := &Factory{Config: cfg, StartSpan: func(shared.HttpFilterHandle) CalloutSpan { return r.span }}
 	r.filter = factory.Create(handle).(*Filter)
 	r.headers = fake.NewFakeHeaderMap(map[string][]string{
@@ -124,10 +128,14 @@ func TestFilter_routesToThePickedEndpoint(t *testing.T) {
 		r.handle.EXPECT().ContinueRequest(),
 	)
 	cb.OnHttpCalloutDone(7, shared.HttpCalloutSuccess,
-		calloutHeaders(":status", "200", "x-gateway-destination-endpoint", "127.0.0.1:8001"),
+		calloutHeaders(":status", "200", "x-gateway-destination-endpoint", "127.0.0.1:8001,127.0.0.1:8002"),
 		[]shared.UnsafeEnvoyBuffer{buf(`{"endpoint":"127.0.0.1:8001","scorer":"kv","reason":"hit"}`)})
-	if got := r.headers.GetOne("x-gateway-destination-endpoint").ToString(); got != "127.0.0.1:8001" {
+	// The primary and its fallback, the same value in the header and in envoy.lb (the GAIE protocol).
+	if got := r.headers.GetOne("x-gateway-destination-endpoint").ToString(); got != "127.0.0.1:8001,127.0.0.1:8002" {
 		t.Errorf("destination header = %q", got)
+	}
+	if got := r.lb["x-gateway-destination-endpoint"]; got != "127.0.0.1:8001,127.0.0.1:8002" {
+		t.Errorf("envoy.lb metadata = %v", r.lb)
 	}
 	if r.metadata["endpoint"] != "127.0.0.1:8001" || r.metadata["scorer"] != "kv" || r.metadata["reason"] != "hit" {
 		t.Errorf("metadata = %v", r.metadata)

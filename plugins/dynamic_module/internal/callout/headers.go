@@ -2,6 +2,7 @@ package callout
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -21,8 +22,9 @@ func ValidTraceparent(v string) bool {
 // CalloutHeaders builds the callout request's headers from the client request's headers.
 //
 // Forwarded, as the Lua callout does: the contract's optional model header, x-request-id for
-// logs, and the kit's x-eppkit-* test steering headers (force an endpoint, shed). Nothing else
-// of the client's request reaches the picker.
+// logs, the kit's x-eppkit-* test steering headers (force an endpoint, shed) and the config's
+// forward_headers (GAIE's test-epp-endpoint-selection). Nothing else of the client's request
+// reaches the picker.
 //
 // Trace context: traceparent is the callout span's own context when the filter has one
 // (an Envoy child span, see internal/envoytrace); otherwise the client's traceparent as
@@ -50,7 +52,7 @@ func CalloutHeaders(cfg *Config, request [][2]string, traceparent string) [][2]s
 	for _, kv := range request {
 		name := strings.ToLower(kv[0])
 		switch {
-		case name == ModelHeader, name == "x-request-id", strings.HasPrefix(name, "x-eppkit-"):
+		case name == ModelHeader, name == "x-request-id", strings.HasPrefix(name, "x-eppkit-"), slices.Contains(cfg.ForwardHeaders, name):
 			out = append(out, [2]string{name, kv[1]})
 		case name == "tracestate" && clientTrace != "":
 			out = append(out, [2]string{name, kv[1]})

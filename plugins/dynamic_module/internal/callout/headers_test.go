@@ -74,6 +74,18 @@ func TestCalloutHeaders_forwardsTheContractHeadersAndTheClientTraceContext(t *te
 	}
 }
 
+func TestCalloutHeaders_forwardsTheConfiguredHeaders(t *testing.T) {
+	cfg, _ := ParseConfig([]byte(`{"cluster": "callout", "forward_headers": ["Test-EPP-Endpoint-Selection"]}`))
+	request := append([][2]string{{"test-epp-endpoint-selection", "127.0.0.2"}}, clientRequest...)
+	idx := HeaderIndex(CalloutHeaders(cfg, request, ""))
+	if idx["test-epp-endpoint-selection"] != "127.0.0.2" {
+		t.Errorf("forward_headers not forwarded: %v", idx)
+	}
+	if _, ok := HeaderIndex(CalloutHeaders(cfg, clientRequest, ""))["authorization"]; ok {
+		t.Errorf("a header outside the contract and forward_headers was forwarded")
+	}
+}
+
 func TestCalloutHeaders_theCalloutSpanIsTheParentWhenThereIsOne(t *testing.T) {
 	cfg, _ := ParseConfig([]byte(`{"cluster": "callout"}`))
 	own := "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"

@@ -1,0 +1,95 @@
+"""The data-plane checks of the Gateway API Inference Extension's conformance suite, ported (the
+idea, not their code) and run against every picker mode through a real Envoy:
+
+- the gateway follows the picker's pick: GAIE's test header ``test-epp-endpoint-selection`` forces
+  it, and the pod that answers is the one named;
+- a pick with fallbacks (``primary,fallback``) whose primary is down is served by the fallback
+  (Envoy's picked cluster retries down the list);
+- the endpoint that served comes back as ``x-gateway-destination-endpoint-served`` (Envoy's
+  ``envoy.lb`` metadata of the same name), for forced and for scored picks alike;
+- with the picker unavailable and fail-open (``failure_mode_allow``) requests are still served.
+"""
+
+import pytest
+
+from _reliability import (EPP_PROTOCOL_MODES, TRAITS, chat_body, envoy_stat, kill, require_gaie_epp, topology,
+                          wait_for_cluster_health)
+from eppkit.modes import gaie_epp
+from eppkit.observability.assertions import TraceCheck
+from eppkit.observability.contract import Cluster, Envoy, Service
+from eppkit.services.picker import headers
+
+pytestmark = pytest.mark.e2e
+
+VLLM = ("vllm-0", "vllm-1", "vllm-2")
+POD = "x-inference-pod"
+
+
+@pytest.fixture(params=EPP_PROTOCOL_MODES)
+def mode(request) -> str:
+    if request.param == gaie_epp.MODE.name:
+        require_gaie_epp()
+    return request.param
+
+
+def address(bed, name: str) -> str:
+    return next(ep.address for ep in bed.backends if ep.name == name)
+
+
+def test_the_gateway_follows_the_pick_and_reports_the_endpoint_that_served(eppkit_shared_testbed_factory, mode):
+    bed = eppkit_shared_testbed_factory(topology(mode, vllm=VLLM))
+    client = bed.client()
+    for name in ("vllm-2", "vllm-0", "vllm-1"):
+        result = client.chat(chat_body(), headers={headers.TEST_ENDPOINT_SELECTION: address(bed, name)})
+        assert (result.status, result.headers.get(POD)) == (200, name), result.body
+        assert result.headers.get(headers.SERVED) == address(bed, name)
+    if bed.topology.options.get("conformance"):
+        return  # GAIE's conformance config: only forced picks are served (the unforced ones get 429)
+    # Unforced: whatever the picker chose, the served endpoint is the pod that answered.
+    served = {}
+    for _ in range(4):
+        result = client.chat(chat_body())
+        assert result.status == 200, result.body
+        served[result.headers.get(POD)] = result.headers.get(headers.SERVED)
+    assert served and all(value == address(bed, pod) for pod, value in served.items()), served
+
+
+def test_a_pick_whose_primary_is_down_is_served_by_its_fallback(eppkit_testbed_factory, mode):
+    bed = eppkit_testbed_factory(topology(mode, vllm=VLLM))
+    kill(bed, "vllm-0")
+    pick = f"{address(bed, 'vllm-0')},{address(bed, 'vllm-2')}"
+    # GAIE's conformance config hands the list to max-score-picker, which breaks ties of equal scores at
+    # random: about half its lists start with the fallback, so it gets more requests and at least one retry.
+    ordered = mode != gaie_epp.MODE.name
+    n = 3 if ordered else 16
+    client = bed.client()
+    retries_before = envoy_stat(bed, f"cluster.{Cluster.PICKED}.upstream_rq_retry")
+    results = [client.chat(chat_body(), headers={headers.TEST_ENDPOINT_SELECTION: pick}) for _ in range(n)]
+    client.flush()
+    assert [(r.status, r.headers.get(POD), r.headers.get(headers.SERVED)) for r in results] == \
+        [(200, "vllm-2", address(bed, "vllm-2"))] * n, [r.body for r in results]
+    # A request whose list starts with the dead primary tried it first: one retry, down the list.
+    retries = envoy_stat(bed, f"cluster.{Cluster.PICKED}.upstream_rq_retry") - retries_before
+    assert retries == n if ordered else 1 <= retries <= n, retries
+
+    trace = bed.jaeger.wait_for_trace(results[-1].trace_id, [Envoy.INGRESS, TRAITS[mode].upstream])
+    check = TraceCheck(trace)
+    attempts = check.all(TRAITS[mode].upstream, Service.ENVOY)
+    assert [s.attributes.get(Envoy.UPSTREAM_ADDRESS) for s in attempts][-1] == address(bed, "vllm-2")
+
+
+def test_with_the_picker_unavailable_fail_open_still_serves(eppkit_testbed_factory, mode):
+    traits = TRAITS[mode]
+    bed = eppkit_testbed_factory(topology(mode, failure_mode_allow=True))
+    kill(bed, traits.picker)
+    if traits.picker == Service.EPP:  # fail-open needs Envoy to know the EPP is down (docs/modes-ext_proc.md)
+        wait_for_cluster_health(bed, "epp", healthy=False)
+    client = bed.client()
+    results = [client.chat(chat_body()) for _ in range(4)]
+    client.flush()
+    assert [r.status for r in results] == [200] * 4, [r.body for r in results]
+    assert {r.headers.get(POD) for r in results} == {"vllm-0", "vllm-1"}  # round-robin over the pool
+    # Nobody picked: the round-robin route, which reports no picked endpoint.
+    assert all(headers.SERVED not in r.headers for r in results)
+    trace = bed.jaeger.wait_for_trace(results[-1].trace_id, [Envoy.INGRESS, traits.fallback_upstream])
+    TraceCheck(trace).absent(traits.upstream)

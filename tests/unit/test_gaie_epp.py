@@ -1,0 +1,80 @@
+"""The gaie-epp mode: the GAIE EPP v1.5.0's command line, its fake Kubernetes API, pods on their own addresses."""
+
+from pathlib import Path
+
+import pytest
+
+from eppkit import flows, gaie_build, modes
+from eppkit.modes import gaie_epp
+from eppkit.services.fake_kube.__main__ import read_args
+from eppkit.topology import Endpoint, PortAllocator, Topology, VllmSpec
+
+pytestmark = pytest.mark.unit
+
+BACKENDS = [Endpoint("vllm-0", "127.0.0.2", 18000), Endpoint("vllm-1", "127.0.0.3", 18000)]
+
+
+@pytest.fixture(autouse=True)
+def built(monkeypatch):
+    monkeypatch.setattr(gaie_build, "build", lambda progress=print, **_: Path("/cache/gaie-epp/v1.5.0/epp"))
+
+
+def plan(backends=BACKENDS, flow="aggregated", **options):
+    return modes.plan(Topology(mode="gaie-epp", flow=flow, options=options), PortAllocator(), backends)
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_the_fake_api_starts_first_with_one_pod_per_mock_and_the_pool_on_their_shared_port():
+    kube, epp = plan().services
+    assert (kube.name, kube.tier, kube.health_path) == (gaie_epp.KUBE_API, 0, "/health")
+    args = read_args(kube.args)
+    assert args.pod == ["vllm-0=127.0.0.2", "vllm-1=127.0.0.3"] and args.target_port == [18000]
+    assert (args.pool_name, args.namespace, args.kubeconfig_out) == (gaie_epp.POOL, gaie_epp.NAMESPACE, gaie_epp.KUBECONFIG)
+    assert epp.tier == 1 and epp.env["KUBECONFIG"] == args.kubeconfig_out
+
+
+def test_the_epp_gets_its_pool_its_ports_plaintext_and_otel_and_is_ready_on_grpc_health():
+    _, epp = plan().services
+    argv = epp.argv
+    assert argv[0] == "/cache/gaie-epp/v1.5.0/epp"
+    assert (flag(argv, "--pool-name"), flag(argv, "--pool-namespace")) == (gaie_epp.POOL, gaie_epp.NAMESPACE)
+    assert flag(argv, "--grpc-port") == str(epp.port) and epp.grpc_health_port == int(flag(argv, "--grpc-health-port"))
+    assert "--secure-serving=false" in argv and "--metrics-endpoint-auth=false" in argv
+    assert "--config-text" not in argv and "--config-file" not in argv  # the EPP's built-in default plugins
+    assert epp.standard_otel and epp.env["OTEL_SERVICE_NAME"] == gaie_epp.OTEL_SERVICE
+    assert epp.name == modes.get("gaie-epp").picker
+
+
+def test_conformance_and_a_config_of_your_own():
+    assert "header-based-testing-filter" in flag(plan(conformance=True).services[1].argv, "--config-text")
+    assert flag(plan(epp_config="/x/epp.yaml").services[1].argv, "--config-file") == "/x/epp.yaml"
+    with pytest.raises(ValueError, match="give one"):
+        plan(conformance=True, epp_config="/x/epp.yaml")
+
+
+def test_pods_that_do_not_share_a_port_or_a_disaggregated_flow_are_refused():
+    with pytest.raises(ValueError, match="share one target port"):
+        plan([Endpoint("a", "127.0.0.2", 1), Endpoint("b", "127.0.0.3", 2)])
+    with pytest.raises(ValueError, match="aggregated"):
+        plan(flow="pd")
+
+
+def test_in_this_mode_the_mocks_listen_on_their_own_loopback_addresses_on_one_port(tmp_path):
+    layout = flows.plan(Topology(mode="gaie-epp", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1"), VllmSpec("vllm-2")]),
+                        PortAllocator(), tmp_path)
+    assert [(s.host, e.host) for s, e in zip(layout.services, layout.routable)] == [
+        ("127.0.0.2",) * 2, ("127.0.0.3",) * 2, ("127.0.0.4",) * 2]
+    assert len({e.port for e in layout.routable}) == 1
+    other = flows.plan(Topology(mode="ext_proc", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")]), PortAllocator(), tmp_path)
+    assert {e.host for e in other.routable} == {"127.0.0.1"}
+
+
+def test_without_go_the_build_fails_with_the_how_to(monkeypatch, tmp_path):
+    monkeypatch.undo()
+    monkeypatch.setenv("EPPKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(gaie_build.shutil, "which", lambda name: None)
+    with pytest.raises(gaie_build.GaieBuildError, match="eppkit bootstrap"):
+        gaie_build.build()
