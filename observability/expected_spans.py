@@ -29,11 +29,14 @@ is expected whatever the backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from eppkit.observability import contract
 from eppkit.observability.contract import Callout, Client, Dynmod, Encoder, Envoy, Epp, Frontend, Pd, Vllm
-from eppkit.observability.trace_model import Span, Trace
+
+if TYPE_CHECKING:  # only names here: importing the trace model loads OTel's protos, which `eppkit
+    # bootstrap` may first have to repair (the CLI imports this module through the topology)
+    from eppkit.observability.trace_model import Span, Trace
 
 FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
 # What a backend puts into a trace: nothing, vLLM's one server span per request, or the mock's every step.

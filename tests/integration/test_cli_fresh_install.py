@@ -19,6 +19,8 @@ pytestmark = pytest.mark.integration
 _BROKEN_OTLP = """
 import sys
 sys.modules["opentelemetry.exporter.otlp.proto.grpc.trace_exporter"] = None  # import raises ImportError
+# The clash breaks the protos themselves (trace_pb2 without TracesData): the trace model cannot load either.
+sys.modules["opentelemetry.proto.trace.v1.trace_pb2"] = None
 from eppkit import cli
 sys.exit(cli.main(sys.argv[1:]))
 """
