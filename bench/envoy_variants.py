@@ -24,8 +24,9 @@ from pathlib import Path
 from bench import tools
 from bench.loadgen import Target, Vegeta, merge
 from bench.overhead import request, topology
-from eppkit import create, envoy_process
-from eppkit.launchers import ProcessLauncher
+from eppkit.components.launchers import ProcessLauncher
+from eppkit.gateway import process as envoy_process
+from eppkit.runtimes import create
 
 SLICE_S = 3.0
 

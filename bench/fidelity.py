@@ -36,12 +36,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bench.mock_capacity import ITL_MS, TTFT_MS, StreamProtocol, connect_all, level_plan, percentile, steady_window, timer_floor
-from bench.system import cpu_seconds, loadavg, memory_kib
 from eppkit.services.runner import run_loop
-from eppkit.process import ManagedProcess
-from eppkit.readiness import HttpReady
-from eppkit.topology import PortAllocator
+
+from bench.mock_capacity import (
+    ITL_MS,
+    TTFT_MS,
+    StreamProtocol,
+    connect_all,
+    level_plan,
+    percentile,
+    steady_window,
+    timer_floor,
+)
+from bench.system import cpu_seconds, loadavg, memory_kib
+from eppkit.components.ports import PortAllocator
+from eppkit.components.process import ManagedProcess
+from eppkit.components.readiness import HttpReady
 
 PASS_P99_MS = 5.0
 PACE_PCT = 95.0

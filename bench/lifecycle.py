@@ -26,7 +26,7 @@ from pathlib import Path
 import requests
 
 from bench.system import loadavg, machine
-from eppkit import create, create_jaeger
+from eppkit.runtimes import create, create_jaeger
 from eppkit.topology import Topology
 
 MODES = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")

@@ -46,9 +46,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from eppkit.process import ServiceProcess  # noqa: E402
-from bench.system import machine_cpu_seconds  # noqa: E402
 from eppkit.services.runner import run_loop  # noqa: E402
+
+from bench.system import machine_cpu_seconds  # noqa: E402
+from eppkit.components.process import ServiceProcess  # noqa: E402
 
 HARD_DEADLINE_S = 170.0
 ITL_MS = 20.0

@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import requests
+from eppkit.observability import steps as st
+from eppkit.observability.trace_model import from_jaeger_json
+from eppkit.services.vllm.config import MockLatency
 
 from bench.loadgen import AttackResult, Target, Vegeta, merge
 from bench.system import CpuMeter, cpu_seconds, loadavg
-from eppkit.services.vllm.config import MockLatency
-from eppkit.observability import steps as st
-from eppkit.observability.trace_model import from_jaeger_json
-from eppkit import create
+from eppkit.runtimes import create
 from eppkit.topology import Topology, VllmSpec
 
 KINDS = ("chat", "stream")

@@ -30,10 +30,10 @@ from pathlib import Path
 from bench import fidelity, overhead, render, targets, tools
 from bench.loadgen import Vegeta
 from bench.system import busy_processes, loadavg, machine
-from eppkit import envoy_process
+from eppkit.components.jaeger import Jaeger
+from eppkit.gateway import process as envoy_process
 from eppkit.modes import names as mode_names
-from eppkit.jaeger import Jaeger
-from eppkit.local import new_run_dir
+from eppkit.runtimes.local import new_run_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

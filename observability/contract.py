@@ -194,7 +194,7 @@ class Client:
 # -- Envoy -------------------------------------------------------------------------------------------
 
 class Cluster:
-    """Envoy cluster names that appear in span names (envoy/*.j2, testbed/body_routing.py)."""
+    """Envoy cluster names that appear in span names (envoy/*.j2, eppkit/gateway/body_routing.py)."""
 
     POOL = "pool"  # every backend (per model: pool_<model>)
     PICKED = "picked"  # every picker mode: every backend, the picker's choice (and fallbacks) via override_host

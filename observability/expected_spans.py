@@ -29,16 +29,20 @@ is expected whatever the backend.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Protocol
 
 from eppkit.observability import contract
-from eppkit.observability.contract import Callout, Client, Dynmod, Encoder, Envoy, Epp, Frontend, Pd, Vllm
+from eppkit.observability.contract import (
+    Client,
+    Envoy,
+    Pd,
+    Vllm,
+)
 
 if TYPE_CHECKING:  # only names here: importing the trace model loads OTel's protos, which `eppkit
     # bootstrap` may first have to repair (the CLI imports this module through the topology)
     from eppkit.observability.trace_model import Span, Trace
 
-FLOWS = ("aggregated", "pd", "epd", "ttft", "multipart")
 # What a backend puts into a trace: nothing, vLLM's one server span per request, or the mock's every step.
 NONE, LLM_REQUEST, FULL = "none", "llm_request", "full"
 BACKEND_SPANS = (NONE, LLM_REQUEST, FULL)
@@ -90,76 +94,61 @@ EXT_PROC_CALL = _r(Envoy.EXT_PROC_CALL)
 _COMMON = (ROOT, INGRESS, UPSTREAM)
 
 
-# What a mode adds to a trace is the mode's own business: its registry entry (eppkit.modes.Mode:
-# picker_call, decision, spans) says it once, and these read it. Imported late: the registry
-# imports the testbed, which imports this module.
-def _mode(name: str):
-    from eppkit import modes
+class ModeSpans(Protocol):
+    """What this module reads of a mode (eppkit.modes.Mode): its picker call, its decision, its spans."""
 
-    return modes.get(name)
-
-
-def mode_names() -> tuple[str, ...]:
-    from eppkit import modes
-
-    return modes.names()
+    picker_call: str | None
+    decision: tuple[str, str] | None
+    spans: tuple[tuple[str, str], ...]
 
 
-def picker_call(mode: str) -> SpanRule | None:
+class FlowSpans(Protocol):
+    """What this module reads of a flow (eppkit.flows.Flow): the spans behind Envoy's upstream."""
+
+    def spans(self, emits: str, media_items: int) -> tuple[SpanRule, ...]: ...
+
+
+def picker_call(mode: ModeSpans | None) -> SpanRule | None:
     """Envoy's span of the call to the picker (the ext_proc stream, the callout); None in ``direct``."""
-    name = _mode(mode).picker_call
-    return _r(name) if name else None
+    return _r(mode.picker_call) if mode is not None and mode.picker_call else None
 
 
-def decision(mode: str) -> SpanRule | None:
+def decision(mode: ModeSpans | None) -> SpanRule | None:
     """The span of the component that makes the decision (in sidecar the frontend's: the EPP's
-    epp.pick there also holds the HTTP call to it); None in ``direct``."""
-    found = _mode(mode).decision
-    return _r(found) if found else None
+    epp.pick there also holds the HTTP call to it); None when nobody decides or it is not traced."""
+    return _r(mode.decision) if mode is not None and mode.decision else None
 
 
-def picker_modes() -> tuple[str, ...]:
-    """The modes in which a picker decides (they have a picker call and a decision)."""
-    return tuple(m for m in mode_names() if _mode(m).picker_call and _mode(m).decision)
-
-
-def mode_spans(mode: str) -> tuple[SpanRule, ...]:
-    return rules(_mode(mode).spans)
-
-
-_AGGREGATED = rules((Vllm.REQUEST, Vllm.QUEUE, Vllm.PREFILL, Vllm.DECODE))
-_SIDECAR = rules((Pd.REQUEST, Pd.PREFILL, Pd.DECODE))
-# The backend's spans, per what it emits: one request (aggregated) and a P/D pair (prefill + decode).
-_BACKEND_ONE = {NONE: (), LLM_REQUEST: (_r(Vllm.REQUEST),), FULL: _AGGREGATED}
+# The backend's spans, per what it emits (BACKEND_SPANS): one request (aggregated) and a P/D pair.
+_BACKEND_ONE = {NONE: (), LLM_REQUEST: (_r(Vllm.REQUEST),), FULL: rules((Vllm.REQUEST, Vllm.QUEUE, Vllm.PREFILL, Vllm.DECODE))}
 _BACKEND_PD = {NONE: (), LLM_REQUEST: (_r(Vllm.REQUEST, count=2),),
                FULL: (_r(Vllm.REQUEST, count=2), _r(Vllm.QUEUE, count=2)) + rules((Vllm.PREFILL, Vllm.KV_TRANSFER,
                                                                                   Vllm.DECODE))}
+# The pd-sidecar in front of each decoder (pd, epd, ttft).
+PD_SIDECAR = rules((Pd.REQUEST, Pd.PREFILL, Pd.DECODE))
 
 
-def expected(mode: str, flow: str, media_items: int = 0, backend_spans: str = FULL) -> tuple[SpanRule, ...]:
+def backend_one(emits: str) -> tuple[SpanRule, ...]:
+    """What a backend that ``emits`` (BACKEND_SPANS) puts into the trace of a request it serves alone."""
+    return _BACKEND_ONE[emits]
+
+
+def backend_pd(emits: str) -> tuple[SpanRule, ...]:
+    """The same for a prefill + decode pair."""
+    return _BACKEND_PD[emits]
+
+
+def expected(mode: ModeSpans, flow: FlowSpans, media_items: int = 0, backend_spans: str = FULL,
+             extra: Iterable[SpanRule | tuple[str, str] | str] = ()) -> tuple[SpanRule, ...]:
     """The spans a complete trace of one successful request holds in ``mode`` x ``flow``.
 
     ``media_items``: images etc. in the request (epd flow: one ``pd.encode`` and one
     ``encoder.encode`` each). ``backend_spans``: what the backend emits (:data:`BACKEND_SPANS`).
+    ``extra``: more spans every request has (an EPP of your own that names its decision span).
     """
-    spans_of_mode = mode_spans(mode)  # an unknown mode: ValueError naming the known ones
     if backend_spans not in BACKEND_SPANS:
         raise ValueError(f"backend_spans {backend_spans!r}: choose one of {', '.join(BACKEND_SPANS)}")
-    if flow == "aggregated":
-        flow_spans = _BACKEND_ONE[backend_spans]
-    elif flow == "multipart":
-        if mode != "ext_proc":
-            raise ValueError("the multipart flow runs in the ext_proc mode only")
-        flow_spans = _BACKEND_ONE[backend_spans] + ((_r(Vllm.AWAIT_METADATA),) if backend_spans == FULL else ())
-    elif flow in ("pd", "ttft"):
-        flow_spans = _SIDECAR + _BACKEND_PD[backend_spans]
-    elif flow == "epd":
-        flow_spans = _SIDECAR + _BACKEND_PD[backend_spans]
-        if media_items:
-            flow_spans += (_r(Pd.ENCODE, count=media_items), _r(Encoder.ENCODE, count=media_items))
-    else:
-        raise ValueError(f"no expected-span table for flow {flow!r}; known: {', '.join(FLOWS)}")
-    return _COMMON + spans_of_mode + flow_spans
+    return _COMMON + rules(mode.spans) + tuple(flow.spans(backend_spans, media_items)) + rules(extra)
 
 
 def missing(trace: Trace | None, wanted: Iterable[SpanRule | tuple[str, str] | str], *, min_spans: int = 0) -> list[str]:

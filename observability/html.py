@@ -1,4 +1,4 @@
-"""Traces and compare reports as self-contained HTML pages: one file, no network, no server.
+"""Traces as self-contained HTML pages: one file, no network, no server.
 
 A page opens from a CI artifact or a run folder as it is. Jinja2 renders it from the templates
 beside this module (``templates/``); the stylesheet and the small script are inlined, charts are
@@ -6,8 +6,8 @@ embedded as data URIs, and each trace is an interactive waterfall drawn as plain
 
 - one row per span in tree order, on a shared time axis, coloured by service; diamonds mark
   span events (``first_token`` ...); a failed span has a red outline;
-- the picker's decision span, Envoy's call to the picker and Envoy's upstream request are
-  highlighted (their definitions are :mod:`eppkit.observability.expected_spans`');
+- the picker's decision span and Envoy's call to the picker (those of the mode the page is given)
+  and Envoy's upstream request are highlighted (:mod:`eppkit.observability.expected_spans`);
 - hovering a row names it, clicking it opens its details: attributes, events, resource,
   status; ▾ folds a span's children away;
 - ``#span=<span id>`` in the URL opens that span (a link into a CI artifact).
@@ -17,7 +17,6 @@ Everything works on the trace model, so the page does not care how a trace was r
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import math
@@ -26,19 +25,19 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import jinja2
+from eppkit.observability import expected_spans as ex
+from eppkit.observability import waterfall
+from eppkit.observability.contract import Service
+from eppkit.observability.trace_model import Span, Trace
 from markupsafe import Markup
 
-from eppkit.observability import expected_spans as ex
-from eppkit.observability import report as rp
-from eppkit.observability import steps as st
-from eppkit.observability import waterfall
-from eppkit.observability.trace_model import Span, Trace
-
 TEMPLATES = Path(__file__).parent / "templates"
-REPORT_PAGE = "report.html"
+# Every service's colour in every chart and page of the kit (the compare report's charts too).
+SERVICE_COLORS = {Service.CLIENT: "#7f7f7f", Service.ENVOY: "#ff7f0e", Service.EPP: "#d62728",
+                  Service.FRONTEND: "#e377c2", Service.CALLOUT: "#2ca02c", Service.PD_SIDECAR: "#9467bd",
+                  Service.VLLM: "#1f77b4", Service.ENCODER: "#8c564b"}
 _FALLBACK_COLORS = ("#17becf", "#bcbd22", "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2")
 _KIND_NAMES = {1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
-MODE_ATTRIBUTE = "eppkit.mode"  # the traced client and Envoy tag each span with the testbed's mode
 
 
 @dataclass
@@ -49,30 +48,25 @@ class TraceView:
     title: str = ""
     links: list[tuple[str, str]] = field(default_factory=list)
     note: str = ""
-    mode: str | None = None  # the integration mode; default: the spans' eppkit.mode attribute
+    # The integration mode (its registry entry, eppkit.modes.Mode): its picker call and decision are
+    # highlighted. None: only Envoy's upstream request is.
+    mode: ex.ModeSpans | None = None
 
 
 # -- one trace as rows ---------------------------------------------------------------------------
 
 def service_color(service: str) -> str:
     """The service's colour in every chart and page of the kit; unknown services get a stable one."""
-    if service in rp.SERVICE_COLORS:
-        return rp.SERVICE_COLORS[service]
+    if service in SERVICE_COLORS:
+        return SERVICE_COLORS[service]
     return _FALLBACK_COLORS[int(hashlib.sha1(service.encode()).hexdigest(), 16) % len(_FALLBACK_COLORS)]
 
 
-def _roles(mode: str | None) -> tuple[tuple[str, str, tuple], ...]:
-    """(role, its label, the rules that find its spans) in the order a request meets them.
-
-    In a known mode only that mode's decision counts (in sidecar the EPP's epp.pick only relays
-    the frontend's decision); otherwise any mode's.
-    """
-    pickers = ex.picker_modes()
-
-    def of(rule_of) -> tuple:
-        return (rule_of(mode),) if mode in pickers else (() if mode else tuple({rule_of(m) for m in pickers}))
-
-    return (("picker-call", "picker call", of(ex.picker_call)), ("decision", "decision", of(ex.decision)),
+def _roles(mode: ex.ModeSpans | None) -> tuple[tuple[str, str, tuple], ...]:
+    """(role, its label, the rules that find its spans) in the order a request meets them."""
+    call, decision = ex.picker_call(mode), ex.decision(mode)
+    return (("picker-call", "picker call", (call,) if call else ()),
+            ("decision", "decision", (decision,) if decision else ()),
             ("upstream", "upstream", (ex.UPSTREAM,)))
 
 
@@ -81,10 +75,6 @@ def _role(span: Span, roles) -> tuple[str, str]:
         if any(rule.matches(span) for rule in rules):
             return role, label
     return "", ""
-
-
-def trace_mode(trace: Trace) -> str | None:
-    return next((s.attributes[MODE_ATTRIBUTE] for s in trace.spans if s.attributes.get(MODE_ATTRIBUTE)), None)
 
 
 def _display_name(name: str) -> str:
@@ -136,9 +126,9 @@ def ticks(total_ms: float, target: int = 6) -> list[tuple[float, str]]:
     return out
 
 
-def waterfall_rows(trace: Trace, mode: str | None = None) -> list[dict]:
+def waterfall_rows(trace: Trace, mode: ex.ModeSpans | None = None) -> list[dict]:
     """What the template draws for each span: position and size in percent, details, role."""
-    roles = _roles(mode or trace_mode(trace))
+    roles = _roles(mode)
     t0 = trace.start_us
     total = max(trace.end_us - t0, 1)
     rows = []
@@ -199,14 +189,16 @@ def trace_context(view: TraceView | Trace) -> dict:
 
 # -- pages ---------------------------------------------------------------------------------------
 
-def _environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+def environment(*more: Path) -> jinja2.Environment:
+    """The pages' template environment: this module's templates, and those of ``more`` folders (a page of
+    its own, such as the compare report's, extends base.html.j2 and draws waterfalls with these)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(d) for d in (*more, TEMPLATES)]), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["ms"] = lambda x, digits=1: "–" if x is None else f"{x:.{digits}f}"
     return env
 
 
-def _assets() -> dict[str, Markup]:
+def assets() -> dict[str, Markup]:
     # Inlined so the page needs nothing beside it; read as text, never rendered as templates.
     return {"css": Markup((TEMPLATES / "page.css").read_text()),
             "js": Markup((TEMPLATES / "waterfall.js").read_text())}
@@ -214,8 +206,8 @@ def _assets() -> dict[str, Markup]:
 
 def trace_page(traces: Sequence[TraceView | Trace], *, title: str, intro: str = "") -> str:
     """A page of one or more traces, each an interactive waterfall."""
-    return _environment().get_template("trace.html.j2").render(
-        title=title, intro=intro, traces=[trace_context(t) for t in traces], **_assets())
+    return environment().get_template("trace.html.j2").render(
+        title=title, intro=intro, traces=[trace_context(t) for t in traces], **assets())
 
 
 def write_trace_page(path: str | Path, traces: Sequence[TraceView | Trace], *, title: str, intro: str = "") -> Path:
@@ -225,68 +217,11 @@ def write_trace_page(path: str | Path, traces: Sequence[TraceView | Trace], *, t
     return path
 
 
-def _data_uri(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    mime = "image/svg+xml" if path.suffix == ".svg" else "image/png"
-    return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
-
-
-def _scenario_context(name: str, block: dict, out_dir: Path) -> dict:
-    charts = []
-    for key, png in (block.get("charts") or {}).items():
-        svg = out_dir / Path(png).with_suffix(".svg")
-        uri = _data_uri(svg) or _data_uri(out_dir / png)
-        if uri:
-            charts.append({"name": key, "uri": uri, "file": png})
-    modes, step_rows = rp.step_table(block)
-    representatives, failed = [], []
-    for mode, result in block.get("modes", {}).items():
-        if result.get("status") != "ok":
-            failed.append({"mode": mode, "error": (result.get("error") or "").strip(), "log": result.get("log_file")})
-            continue
-        rep = result.get("representative")
-        if not rep or not rep.get("file") or not (out_dir / rep["file"]).is_file():
-            continue
-        links = [("trace file", rep["file"])] + ([("static waterfall", rep["waterfall"])] if rep.get("waterfall") else [])
-        view = TraceView(rp.load_trace(out_dir / rep["file"]),
-                         title=f"{mode} — trace {rep['trace_id']}, e2e {rep.get('e2e_ms', 0):.1f} ms", links=links,
-                         note="the request nearest this mode's median e2e", mode=mode)
-        representatives.append({"mode": mode, **trace_context(view)})
-    return {
-        "name": name, "description": block.get("description", ""), "workload": block.get("workload", {}),
-        "summary_columns": rp.SUMMARY_COLUMNS, "summary_rows": rp.summary_rows(block),
-        "step_modes": modes, "step_rows": step_rows, "charts": charts,
-        "representatives": representatives, "failed": failed,
-    }
-
-
-def report_page(report: dict, out_dir: str | Path) -> str:
-    """The compare report as one page: its tables, its charts and each mode's representative trace."""
-    out_dir = Path(out_dir)
-    config = [(k, _value(v)) for k, v in (report.get("config") or {}).items()]
-    host = report.get("host") or {}
-    run = {"created": report.get("created", ""), "wall_s": report.get("wall_s"),
-           "machine": ", ".join(str(x) for x in (f"{host['cpus']} CPUs" if host.get("cpus") else "", host.get("platform"))
-                                if x)}
-    return _environment().get_template("report.html.j2").render(
-        run=run, config=config, baseline=report.get("baseline"),
-        scenarios=[_scenario_context(n, b, out_dir) for n, b in report.get("scenarios", {}).items()],
-        steps=st.STEPS, **_assets())
-
-
-def write_report(report: dict, out_dir: str | Path) -> Path:
-    """``report.html`` in the report folder (after report.json, charts and traces are written)."""
-    path = Path(out_dir) / REPORT_PAGE
-    path.write_text(report_page(report, out_dir))
-    return path
-
-
-def trace_views(traces: Iterable[Trace], links_for=None) -> list[TraceView]:
-    """Plain traces as views titled by their root span; ``links_for(trace)`` adds links."""
+def trace_views(traces: Iterable[Trace], links_for=None, mode: ex.ModeSpans | None = None) -> list[TraceView]:
+    """Plain traces as views titled by their root span; ``links_for(trace)`` adds links; ``mode``: theirs."""
     views = []
     for trace in traces:
         root = min(trace.roots, key=lambda s: s.start_us, default=None) if trace.spans else None
         title = f"{root.label} — trace {trace.trace_id}" if root else f"trace {trace.trace_id}"
-        views.append(TraceView(trace, title=title, links=list(links_for(trace)) if links_for else []))
+        views.append(TraceView(trace, title=title, links=list(links_for(trace)) if links_for else [], mode=mode))
     return views

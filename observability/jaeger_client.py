@@ -14,10 +14,10 @@ from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping
 
 import requests
-
 from eppkit.observability.expected_spans import SpanRule, missing, rules
 from eppkit.observability.trace_model import Span, Trace, from_otlp
-from eppkit.polling import PollTimeout, poll
+
+from eppkit.core.polling import PollTimeout, poll
 
 
 class TraceIncomplete(AssertionError):

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 from typing import Mapping, MutableMapping
 
+from eppkit.observability.contract import ResourceAttributes
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-from eppkit.observability.contract import ResourceAttributes
 
 OTLP_ENDPOINT_ENV = "EPPKIT_OTLP_ENDPOINT"
 

@@ -71,8 +71,9 @@ def _sum_ms(spans: Iterable[Span]) -> float | None:
     return _ms(sum(s.duration_us for s in spans)) if spans else None
 
 
-def step_durations(trace: Trace, mode: str) -> dict[str, float]:
-    """The steps of one request's trace, in ms; steps the trace does not show are left out."""
+def step_durations(trace: Trace, mode: ex.ModeSpans | None) -> dict[str, float]:
+    """The steps of one request's trace in ``mode`` (its registry entry, eppkit.modes.Mode; None: no picker
+    steps), in ms; steps the trace does not show are left out."""
     out: dict[str, float | None] = {}
     roots = ex.ROOT.find(trace)
     root = roots[0] if len(roots) == 1 else None
@@ -83,11 +84,11 @@ def step_durations(trace: Trace, mode: str) -> dict[str, float]:
             out["ttft"] = _ms(first.time_us - root.start_us)
     # An EPP that is not the kit's (external-epp, gaie-epp) has Envoy's call to it, its round trip,
     # but no decision span in the request's trace.
-    call = ex.picker_call(mode) if mode in ex.mode_names() else None
+    call, decision = ex.picker_call(mode), ex.decision(mode)
     if call is not None:
         out["roundtrip"] = _sum_ms(call.find(trace))
-        if mode in ex.picker_modes():
-            out["decision"] = _sum_ms(ex.decision(mode).find(trace))
+        if decision is not None:
+            out["decision"] = _sum_ms(decision.find(trace))
     ingress = ex.INGRESS.find(trace)
     upstream = ex.UPSTREAM.find(trace)
     if ingress and upstream:

@@ -12,11 +12,10 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
+from eppkit.observability.contract import Envoy, ResourceAttributes
 from google.protobuf import json_format
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Status, TracesData
-
-from eppkit.observability.contract import Envoy, ResourceAttributes
 
 
 class SpanNotFound(AssertionError):
@@ -220,7 +219,7 @@ def from_otlp(data: TracesData | dict) -> Trace:
 
 
 def from_jaeger_json(data: dict) -> Trace:
-    """Transitional: testbed/compare.py and bench/overhead.py still call this name.
+    """Transitional: eppkit/compare/ and bench/overhead.py still call this name.
 
     compare.py hands it what JaegerClient.get_trace_json returns (OTLP JSON now); bench/overhead.py
     one element of the internal ``/api/traces`` search answer (Jaeger's own JSON, attributes rebuilt

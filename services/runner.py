@@ -10,7 +10,6 @@ import signal
 from typing import Awaitable, Callable, Protocol, Sequence
 
 from aiohttp import web
-
 from eppkit.observability import otel
 
 

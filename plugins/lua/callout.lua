@@ -37,7 +37,7 @@ local STATUS_HEADER = "x-eppkit-callout"
 local METADATA_NAMESPACE = "eppkit.callout"
 
 local config = EPPKIT_CALLOUT or {}
--- The GAIE EPP protocol's names (testbed/modes/lua_callout.py passes the picker core's).
+-- The GAIE EPP protocol's names (eppkit/modes/lua_callout.py passes the picker core's).
 local DESTINATION_HEADER = config.destination_header or "x-gateway-destination-endpoint"
 local LB_METADATA = config.lb_metadata or "envoy.lb"
 -- More client headers forwarded to the callout like the kit's x-eppkit-* ones (GAIE's

@@ -29,16 +29,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
-from eppkit.observability.contract import Callout, GenAi, Http
 from eppkit.observability import otel
+from eppkit.observability.contract import Callout, GenAi, Http
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.decision import PickError
 from eppkit.services.picker.request import BadRequest, parse_request
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 MAX_BODY_BYTES = 64 * 1024 * 1024  # long prompts must reach the scorer whole
 

@@ -19,9 +19,8 @@ import sys
 
 from eppkit.observability import otel
 from eppkit.observability.contract import Service
-from eppkit.services.epp import server
+from eppkit.services.epp import MULTIPART_TRIGGERS, server
 from eppkit.services.epp.sidecar import FrontendPicker
-from eppkit.services.epp import MULTIPART_TRIGGERS
 from eppkit.services.picker import settings, transport
 from eppkit.services.runner import add_common_args
 

@@ -18,10 +18,9 @@ from typing import Iterable, Mapping
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.type.v3 import http_status_pb2
-from google.protobuf import struct_pb2
-
 from eppkit.services.openai_errors import error_body
 from eppkit.services.picker import headers
+from google.protobuf import struct_pb2
 
 METADATA_NAMESPACE = headers.LB_METADATA
 METADATA_KEY = headers.DESTINATION

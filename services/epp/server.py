@@ -7,15 +7,14 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import grpc
-from grpc_health.v1 import health, health_pb2_grpc
-from opentelemetry import trace
-
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.observability import otel
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.epp.stream import StreamProcessor
 from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.runner import until_stopped
+from grpc_health.v1 import health, health_pb2_grpc
+from opentelemetry import trace
 
 log = logging.getLogger("epp")
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024  # above Envoy's 64 MiB per-connection buffer limit

@@ -12,9 +12,8 @@ import logging
 from typing import Protocol
 
 import aiohttp
-
-from eppkit.observability.contract import Frontend
 from eppkit.observability import otel
+from eppkit.observability.contract import Frontend
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.core import Picker as CorePicker
 from eppkit.services.picker.core import forced_decision, shed_by_header

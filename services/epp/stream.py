@@ -39,17 +39,21 @@ import time
 import uuid
 from typing import Awaitable, Callable
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability.contract import Epp, Error, GenAi, Http, Rpc
 from eppkit.services.epp import MULTIPART_TRIGGERS, protocol
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.picker.decision import Decision, PickError
 from eppkit.services.picker.request import BadRequest, LlmRequest, parse_request
-from eppkit.services.vllm.multipart import METADATA_PART, PAYLOAD_PART, closing, encode_part
+from eppkit.services.vllm.multipart import (
+    METADATA_PART,
+    PAYLOAD_PART,
+    closing,
+    encode_part,
+)
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 log = logging.getLogger("epp.stream")
 

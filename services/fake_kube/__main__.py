@@ -7,7 +7,6 @@ import logging
 import sys
 
 from aiohttp import web
-
 from eppkit.services.fake_kube import app
 from eppkit.services.fake_kube.app import KUBECONFIG, FakeKube, build_app
 

@@ -29,12 +29,10 @@ Example:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import copy
 import json
 import logging
-import sys
 import time
 import uuid
 from datetime import datetime, timezone

@@ -18,16 +18,15 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
-from eppkit.observability.contract import Frontend, GenAi, Http
 from eppkit.observability import otel
+from eppkit.observability.contract import Frontend, GenAi, Http
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.decision import Decision, PickError
 from eppkit.services.picker.request import BadRequest, parse_request
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 log = logging.getLogger("frontend")
 

@@ -24,16 +24,19 @@ from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
 from eppkit.observability import otel
 from eppkit.observability.contract import GenAi, Http, Media, Pd
 from eppkit.services.encoder.media import MediaError, check_media, media_kind
-from eppkit.services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
+from eppkit.services.openai_errors import (
+    OpenAIError,
+    openai_error_middleware,
+    upstream_message,
+)
 from eppkit.services.pd_sidecar import requests as derive
 from eppkit.services.picker import headers
 from eppkit.services.vllm.api import parse_json
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 HEADER_PREFILLER, HEADER_ENCODERS = headers.PREFILLER, headers.ENCODERS  # set by the picker (llm-d's names)
 HEADER_REQUEST_ID = "x-request-id"

@@ -13,10 +13,9 @@ import math
 from dataclasses import dataclass, field
 
 import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.pool import Pool
+from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger("picker.scraper")
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
-from opentelemetry import trace
-
 from eppkit.observability import otel
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.picker.settings import build_or_exit
 from eppkit.services.runner import configure_logging
+from opentelemetry import trace
 
 
 def prepare(parser: argparse.ArgumentParser, argv: Sequence[str] | None, service: str

@@ -21,17 +21,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
 from eppkit.observability import otel
 from eppkit.observability.contract import Error, GenAi, Http, Mock, Stream, Vllm
 from eppkit.services.encoder.ec_cache import EncoderCache
-from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
-from eppkit.services.openai_errors import OpenAIError, error_body, openai_error_middleware
+from eppkit.services.openai_errors import (
+    OpenAIError,
+    error_body,
+    openai_error_middleware,
+)
+from eppkit.services.pod_headers import (
+    HEADER_POD,
+    HEADER_REQUEST_ID,
+    REQUEST_ID_KEY,
+    pod_headers_middleware,
+)
 from eppkit.services.vllm import api, handshake, multipart, tokens
-from eppkit.services.vllm.config import VllmConfig
 from eppkit.services.vllm.clock import TokenClock
+from eppkit.services.vllm.config import VllmConfig
 from eppkit.services.vllm.disconnects import DisconnectWatcher, Watch
 from eppkit.services.vllm.failures import (
     CONTEXT_LENGTH,
@@ -44,9 +50,12 @@ from eppkit.services.vllm.failures import (
 )
 from eppkit.services.vllm.kvcache import PrefixCache
 from eppkit.services.vllm.latency import LatencyModel, Overrides
-from eppkit.services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE, VllmMetrics
+from eppkit.services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from eppkit.services.vllm.metrics import VllmMetrics
 from eppkit.services.vllm.responses import DONE, Renderer, usage
 from eppkit.services.vllm.scheduler import QueueFull, Scheduler
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 log = logging.getLogger("vllm")
 

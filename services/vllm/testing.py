@@ -5,7 +5,7 @@
 - :func:`in_process` runs an aiohttp app on a free 127.0.0.1 port inside the current
   event loop and yields a ``TestClient``.
 
-A service as a real subprocess is the testbed's :class:`eppkit.process.ServiceProcess` (this module
+A service as a real subprocess is the testbed's :class:`eppkit.components.process.ServiceProcess` (this module
 stays importable in the services image, which holds no testbed).
 """
 
@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 
 class SpanRecorder:
     """A tracer whose finished spans stay in memory."""

@@ -7,16 +7,17 @@ front of each decoder; and the ttft flow refuses servers whose output does not f
 from __future__ import annotations
 
 import pytest
-
-from eppkit import inference_sim, modes
-from eppkit.backends import Backend
 from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Epp, Pd, Service
-from eppkit.process import ManagedProcess
-from eppkit.pytest_plugin import require_simulator
-from eppkit.readiness import HttpReady
 from eppkit.services.vllm.config import MockLatency
-from eppkit.topology import PortAllocator, Topology
+
+from eppkit import modes
+from eppkit.backends import Backend, inference_sim
+from eppkit.components.ports import PortAllocator
+from eppkit.components.process import ManagedProcess
+from eppkit.components.readiness import HttpReady
+from eppkit.pytest_plugin.session import require_simulator
+from eppkit.topology import Topology
 
 pytestmark = pytest.mark.e2e
 

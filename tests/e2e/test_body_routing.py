@@ -11,11 +11,11 @@ import json
 
 import pytest
 import requests
-
-from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
-from eppkit.topology import Topology, VllmSpec
 from eppkit.observability.contract import Callout, Client, Cluster, Envoy, GenAi, Vllm
+from eppkit.services.vllm.config import MockLatency
+
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 

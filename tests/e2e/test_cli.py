@@ -10,14 +10,19 @@ from pathlib import Path
 
 import pytest
 import requests
-
-import _chromium
-from _cli import EPPKIT, REPO_ROOT, start_up
-from eppkit import inference_sim, modes, procfs, zipkin
-from eppkit.observability import expected_spans, report as rp
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
-from eppkit.pytest_plugin import require, require_simulator
+
+from eppkit import modes
+from eppkit.backends import inference_sim
+from eppkit.compare import report as rp
+from eppkit.core import procfs
+from eppkit.pytest_plugin.session import require_simulator
+from eppkit.pytest_plugin.state import require
+from eppkit.ui import zipkin
+from tests.support import chromium as _chromium
+from tests.support import kit
+from tests.support.cli import EPPKIT, REPO_ROOT, start_up
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +31,7 @@ def _kit_children(pid: int, runtime: str) -> set:
     """What `eppkit up` (process ``pid``) runs: its child processes, or its containers."""
     if runtime == "local":
         return procfs.children(pid)
-    from eppkit import containers
+    from eppkit.components import container as containers
 
     client = containers.docker_client()
     try:
@@ -159,7 +164,7 @@ def test_up_ui_shows_each_request_in_zipkin_within_5s_and_ctrl_c_stops_zipkin_to
                 answered = time.monotonic()
                 assert result.status == 200, result.body
                 client.flush()
-                jaeger = JaegerClient(urls["jaeger"]).wait_for_trace(result.trace_id, expected_spans.expected(mode, flow))
+                jaeger = JaegerClient(urls["jaeger"]).wait_for_trace(result.trace_id, kit.expected(mode, flow))
                 want = {s.span_id for s in jaeger.spans}
                 shown: set = set()
                 while time.monotonic() - answered < 5.0 and not want <= shown:

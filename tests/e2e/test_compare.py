@@ -5,17 +5,26 @@ import re
 import statistics
 
 import pytest
-
-from eppkit.services.vllm.config import MockLatency
-import _chromium
-
-from eppkit.observability import report as rp
+from eppkit.observability.contract import (
+    Callout,
+    Client,
+    Epp,
+    Eppkit,
+    Frontend,
+    Service,
+    Stream,
+    Vllm,
+)
 from eppkit.observability.jaeger_client import JaegerClient
-from eppkit import compare, inference_sim
+from eppkit.services.vllm.config import MockLatency
+
+from eppkit import compare
 from eppkit.backends import SIM, Backend
-from eppkit.pytest_plugin import require_simulator
+from eppkit.compare import output
+from eppkit.compare import report as rp
 from eppkit.modes import kit_names
-from eppkit.observability.contract import Callout, Client, Epp, Eppkit, Frontend, Service, Stream, Vllm
+from eppkit.pytest_plugin.session import require_simulator
+from tests.support import chromium as _chromium
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +41,7 @@ def _run(tmp_path, jaeger, runtime, **kw):
                                      trace_timeout_s=20, **kw)
     out = tmp_path / "report"
     report = compare.run(options, out, jaeger=jaeger)
-    rp.write(report, out)
+    output.write(report, out)
     return report, out
 
 

@@ -11,13 +11,21 @@ idea, not their code) and run against every picker mode through a real Envoy:
 """
 
 import pytest
-
-from _reliability import (EPP_PROTOCOL_MODES, TRAITS, chat_body, envoy_stat, kill, require_gaie_epp, topology,
-                          wait_for_cluster_health)
-from eppkit.modes import gaie_epp
 from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Cluster, Envoy, Service
 from eppkit.services.picker import headers
+
+from eppkit.modes import gaie_epp
+from tests.support.reliability import (
+    EPP_PROTOCOL_MODES,
+    TRAITS,
+    chat_body,
+    envoy_stat,
+    kill,
+    require_gaie_epp,
+    topology,
+    wait_for_cluster_health,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from _cli import REPO_ROOT, start_up
-from eppkit.polling import poll
+from eppkit.core.polling import poll
+from tests.support.cli import REPO_ROOT, start_up
 
 pytestmark = pytest.mark.e2e
 
@@ -21,8 +21,10 @@ pytestmark = pytest.mark.e2e
 @pytest.fixture(scope="module")
 def docker(request):
     """The engine, when the docker runtime is selected (--eppkit-runtime docker or all)."""
-    from eppkit import containers, docker_runtime
-    from eppkit.pytest_plugin import require, selected_runtimes
+    from eppkit.components import container as containers
+    from eppkit.pytest_plugin.session import selected_runtimes
+    from eppkit.pytest_plugin.state import require
+    from eppkit.runtimes import docker as docker_runtime
 
     if "docker" not in selected_runtimes(request.config):
         pytest.skip("the docker runtime is not selected (--eppkit-runtime)")
@@ -93,7 +95,7 @@ def test_a_failing_test_leaves_no_container(docker, tmp_path):
 
 
 def test_a_testbed_that_fails_to_start_removes_what_it_started(docker, tmp_path):
-    from eppkit import create
+    from eppkit.runtimes import create
     from eppkit.topology import Topology
 
     bed = create(Topology(mode="ext_proc", options={"epp_args": ["--no-such-flag"]}), runtime="docker",

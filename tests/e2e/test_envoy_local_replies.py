@@ -2,8 +2,8 @@
 
 import pytest
 import requests
-
 from eppkit.services.vllm.config import MockLatency
+
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e

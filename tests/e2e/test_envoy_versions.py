@@ -19,14 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from eppkit import create, create_jaeger, envoy_versions, jaeger as jaeger_mod
-from eppkit.envoy_versions import EnvoyFeatureMissing
-from eppkit.local import new_run_dir
-from eppkit.observability import expected_spans
-from eppkit.paths import runs_dir
-from eppkit.pytest_plugin import require
+from eppkit.builds import jaeger as jaeger_mod
+from eppkit.core.paths import runs_dir
+from eppkit.gateway import versions as envoy_versions
+from eppkit.gateway.user_filters import LuaFilter
+from eppkit.gateway.versions import EnvoyFeatureMissing
+from eppkit.pytest_plugin.state import require
+from eppkit.runtimes import create, create_jaeger
+from eppkit.runtimes.local import new_run_dir
 from eppkit.topology import Topology
-from eppkit.user_filters import LuaFilter
 
 pytestmark = [pytest.mark.e2e, pytest.mark.envoy_matrix]
 
@@ -76,7 +77,7 @@ def one_request(bed) -> tuple[object, object]:
     client = bed.client()
     result = client.chat(CHAT)
     assert result.status == 200, (result.status, result.body, result.error)
-    rules = expected_spans.expected(bed.topology.mode, bed.topology.flow)
+    rules = bed.expected_spans()
     trace = bed.wait_for_trace(result, [(r.service, r.name) for r in rules if not r.prefix],
                                min_spans=sum(r.count for r in rules), timeout_s=20)
     return result, trace

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-import _chromium
-from eppkit import zipkin
-from eppkit.pytest_plugin import SESSION_TAG, require
+from eppkit.pytest_plugin.state import SESSION_TAG, require
+from eppkit.ui import zipkin
+from tests.support import chromium as _chromium
 
 pytestmark = pytest.mark.e2e
 

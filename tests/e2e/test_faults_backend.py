@@ -16,12 +16,33 @@ import time
 
 import pytest
 import requests
-
-from _reliability import MODES, PICKER_MODES, TRAITS, SpanSource, Stream, assert_kit_healthy, assert_openai_error, \
-    chat_body, counter, kill, restart, topology
 from eppkit.observability.assertions import TraceCheck
-from eppkit.polling import poll
-from eppkit.observability.contract import Client, Encoder, Envoy, Http, Mock, Pd, Service, Vllm
+from eppkit.observability.contract import (
+    Client,
+    Encoder,
+    Envoy,
+    Http,
+    Mock,
+    Pd,
+    Service,
+    Vllm,
+)
+
+from eppkit.core.polling import poll
+from tests.support.reliability import (
+    MODES,
+    PICKER_MODES,
+    TRAITS,
+    SpanSource,
+    Stream,
+    assert_kit_healthy,
+    assert_openai_error,
+    chat_body,
+    counter,
+    kill,
+    restart,
+    topology,
+)
 
 pytestmark = pytest.mark.e2e
 

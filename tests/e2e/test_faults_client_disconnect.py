@@ -7,13 +7,22 @@ tokens. In P/D the pd-sidecar sits between Envoy and the decoder; the cancellati
 """
 
 import pytest
-
-from _reliability import MODES, TRAITS, HangUp, SpanSource, Stream, assert_kit_healthy, chat_body, counter, \
-    topology
-from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
-from eppkit.polling import poll
 from eppkit.observability.contract import Envoy, GenAi, Pd, Service, Vllm
+
+from eppkit.core.polling import poll
+from tests.support import kit
+from tests.support.reliability import (
+    MODES,
+    TRAITS,
+    HangUp,
+    SpanSource,
+    Stream,
+    assert_kit_healthy,
+    chat_body,
+    counter,
+    topology,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +42,7 @@ def _running(bed) -> float:
 def _check_cancelled_trace(bed, trace_id: str, mode: str, flow: str, *, decoded: bool):
     """Every span of the request arrived, ended; the mock's request ends cancelled."""
     traits = TRAITS[mode]
-    expected = [(r.service, r.name) for r in expected_spans.expected(mode, flow)
+    expected = [(r.service, r.name) for r in kit.expected(mode, flow)
                 if not r.prefix and r.name not in (Vllm.DECODE, Pd.DECODE, Vllm.KV_TRANSFER)]
     trace = bed.jaeger.wait_for_trace(trace_id, expected + [traits.upstream], quiet_s=1.0)
     check = TraceCheck(trace)

@@ -9,11 +9,19 @@ graceful-stop variants of the single-mode files (test_mode_*.py) stay there.
 from dataclasses import dataclass
 
 import pytest
-
-from _reliability import TRAITS, assert_kit_healthy, assert_openai_error, chat_body, kill, restart, topology, \
-    wait_for_cluster_health
 from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Client, Envoy, Epp, Http, Service, Vllm
+
+from tests.support.reliability import (
+    TRAITS,
+    assert_kit_healthy,
+    assert_openai_error,
+    chat_body,
+    kill,
+    restart,
+    topology,
+    wait_for_cluster_health,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -16,11 +16,19 @@ callout is test_mode_callouts.py::test_a_callout_slower_than_its_timeout_counts_
 import time
 
 import pytest
-
-from _reliability import TRAITS, assert_kit_healthy, assert_openai_error, chat_body, envoy_stat, freeze_for, \
-    frozen, topology
 from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Callout, Envoy, Epp, Http, Service, Vllm
+
+from tests.support.reliability import (
+    TRAITS,
+    assert_kit_healthy,
+    assert_openai_error,
+    chat_body,
+    envoy_stat,
+    freeze_for,
+    frozen,
+    topology,
+)
 
 pytestmark = pytest.mark.e2e
 

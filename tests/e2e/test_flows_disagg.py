@@ -7,11 +7,19 @@ picker modes pass them as x-prefiller-host-port / x-encoder-hosts-ports, tested 
 import re
 
 import pytest
-
-from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
+from eppkit.observability.contract import (
+    Client,
+    Encoder,
+    GenAi,
+    Pd,
+    Service,
+    Stream,
+    Vllm,
+)
+from eppkit.services.vllm.config import MockLatency
+
 from eppkit.topology import Topology
-from eppkit.observability.contract import Client, Encoder, GenAi, Pd, Service, Stream, Vllm
 
 pytestmark = pytest.mark.e2e
 

@@ -15,12 +15,11 @@ arriving the same way.
 """
 
 import pytest
-
-from eppkit.services.vllm.config import MockLatency
-from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
-from eppkit.topology import Topology
 from eppkit.observability.contract import Callout, Encoder, Epp, Pd, Service, Vllm
+from eppkit.services.vllm.config import MockLatency
+
+from eppkit.topology import Topology
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +56,7 @@ def send(bed, body, *, media_items=0, headers=None) -> TraceCheck:
     assert result.status == 200, (result.status, result.body, result.error)
     assert len(result.tokens) == 4
     trace = bed.jaeger.wait_for_trace(
-        result.trace_id, expected_spans.expected(bed.topology.mode, bed.topology.flow, media_items), timeout_s=20)
+        result.trace_id, bed.expected_spans(media_items), timeout_s=20)
     check = TraceCheck(trace)
     check.follows_contract()
     assert result.headers.get("x-inference-pod") == "vllm-d0"

@@ -1,11 +1,11 @@
 """One streaming request: client -> real Envoy (direct) -> mock vLLM, checked on the Jaeger trace."""
 
 import pytest
-
-from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
-from eppkit.topology import Topology, VllmSpec
 from eppkit.observability.contract import Client, Envoy, Service, Stream, Vllm
+from eppkit.services.vllm.config import MockLatency
+
+from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e
 

@@ -31,7 +31,13 @@ import requests
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from _reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
+from tests.support.reliability import (
+    MODES,
+    assert_kit_healthy,
+    assert_openai_error,
+    chat_body,
+    topology,
+)
 
 pytestmark = pytest.mark.e2e
 

@@ -1,7 +1,7 @@
 """A bounded load test per mode: every request accounted for.
 
 Per mode, after a warm-up at the same concurrency: N streaming chat requests at concurrency C
-through :class:`testbed.workload.Driver` (the driver ``eppkit compare`` uses), every 100th
+through :class:`eppkit.workload.Driver` (the driver ``eppkit compare`` uses), every 100th
 carrying ``x-mock-failure: 500``. Then:
 
 - no request lost: every one got an HTTP answer, and the driver dispatched them all;
@@ -22,7 +22,7 @@ import os
 
 import pytest
 
-from _reliability import MODES, run_load, topology
+from tests.support.reliability import MODES, run_load, topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.load]
 

@@ -15,18 +15,27 @@ Trace of one request (span names as Envoy 1.40, the module and the services emit
           vllm:llm_request
 
 Both modes share the callout service, its verdicts and the fail-open / fail-closed options,
-so every test runs on both. The module is built on first use (eppkit.dynmod_build; cached).
+so every test runs on both. The module is built on first use (eppkit.builds.dynmod; cached).
 """
 
 from dataclasses import dataclass
 
 import pytest
 import requests
-
-from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
+from eppkit.observability.contract import (
+    Callout,
+    Client,
+    Cluster,
+    Dynmod,
+    Envoy,
+    Http,
+    Service,
+    Vllm,
+)
+from eppkit.services.vllm.config import MockLatency
+
 from eppkit.topology import Topology, VllmSpec
-from eppkit.observability.contract import Callout, Client, Cluster, Dynmod, Envoy, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 

@@ -26,13 +26,21 @@ import time
 
 import pytest
 import requests
-
-from _reliability import wait_for_cluster_health
-from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
-from eppkit.polling import poll
+from eppkit.observability.contract import (
+    Client,
+    Cluster,
+    Envoy,
+    Epp,
+    Http,
+    Service,
+    Vllm,
+)
+from eppkit.services.vllm.config import MockLatency
+
+from eppkit.core.polling import poll
 from eppkit.topology import Topology, VllmSpec
-from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Http, Service, Vllm
+from tests.support.reliability import wait_for_cluster_health
 
 pytestmark = pytest.mark.e2e
 

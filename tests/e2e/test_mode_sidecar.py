@@ -17,11 +17,20 @@ Trace of one request:
 """
 
 import pytest
-
-from eppkit.services.vllm.config import MockLatency
 from eppkit.observability.assertions import TraceCheck
+from eppkit.observability.contract import (
+    Client,
+    Cluster,
+    Envoy,
+    Epp,
+    Frontend,
+    Http,
+    Service,
+    Vllm,
+)
+from eppkit.services.vllm.config import MockLatency
+
 from eppkit.topology import Topology, VllmSpec
-from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Frontend, Http, Service, Vllm
 
 pytestmark = pytest.mark.e2e
 

@@ -9,13 +9,12 @@ that emits no spans and knows no x-mock-* header): the contract is the pickers',
 from dataclasses import replace
 
 import pytest
-
 from eppkit.observability.assertions import TraceCheck
-
-from _reliability import PICKER_MODES, TRAITS, chat_body, topology
-from eppkit.backends import MOCK, SIM
 from eppkit.observability.contract import Callout, Envoy, Epp, Frontend, Service, Vllm
 from eppkit.observability.expected_spans import NONE
+
+from eppkit.backends import MOCK, SIM
+from tests.support.reliability import PICKER_MODES, TRAITS, chat_body, topology
 
 pytestmark = pytest.mark.e2e
 

@@ -12,13 +12,18 @@ picker runs, which the trace shows as a request with no decision and nothing ups
 from pathlib import Path
 
 import pytest
-
-from eppkit import dynmod_build, envoy_versions
-from eppkit.observability import expected_spans
 from eppkit.observability.assertions import TraceCheck
 from eppkit.services.vllm.config import MockLatency
+
+from eppkit.builds import dynmod as dynmod_build
+from eppkit.gateway import versions as envoy_versions
+from eppkit.gateway.user_filters import (
+    DynamicModule,
+    HttpFilter,
+    LuaFilter,
+    UserFilterError,
+)
 from eppkit.topology import Topology, VllmSpec
-from eppkit.user_filters import DynamicModule, HttpFilter, LuaFilter, UserFilterError
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +50,7 @@ def send(bed, body, *, media_items=0, headers=None):
     client = bed.client()
     result = client.chat(body, headers=headers)
     assert result.status == 200, (result.status, result.body, result.error)
-    rules = expected_spans.expected(bed.topology.mode, bed.topology.flow, media_items)
+    rules = bed.expected_spans(media_items)
     trace = bed.wait_for_trace(result, [(r.service, r.name) for r in rules if not r.prefix],
                                min_spans=sum(r.count for r in rules), timeout_s=20)
     return result, TraceCheck(trace)

@@ -5,7 +5,7 @@ import urllib.request
 
 import pytest
 
-from eppkit.process import ServiceProcess
+from eppkit.components.process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

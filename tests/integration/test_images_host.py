@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from eppkit import containers, images
+from eppkit.components import container as containers
+from eppkit.runtimes import images
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,12 @@ import os
 import subprocess
 import sys
 import textwrap
-
-import pytest
 from pathlib import Path
 
-from eppkit import procfs
-from eppkit.pytest_plugin import SESSION_TAG
+import pytest
+
+from eppkit.core import procfs
+from eppkit.pytest_plugin.state import SESSION_TAG
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
 
@@ -48,7 +48,7 @@ def run_session(tmp_path, body: str, *extra_args: str) -> tuple[int, str]:
 
 def test_a_clean_session_reports_no_leak(tmp_path):
     code, out = run_session(tmp_path, f"""
-        from eppkit.process import ManagedProcess
+        from eppkit.components.process import ManagedProcess
 
         def test_starts_and_stops(tmp_path):
             with ManagedProcess("sleeper", {SLEEPER!r}, tmp_path / "sleeper.log") as proc:
@@ -61,7 +61,7 @@ def test_a_clean_session_reports_no_leak(tmp_path):
 def test_a_managed_process_left_running_fails_the_session_and_is_stopped(tmp_path):
     pid_file = tmp_path / "pid"
     code, out = run_session(tmp_path, f"""
-        from eppkit.process import ManagedProcess
+        from eppkit.components.process import ManagedProcess
 
         def test_forgets_to_stop(tmp_path):
             proc = ManagedProcess("sleeper", {SLEEPER!r}, tmp_path / "sleeper.log").start()
@@ -91,15 +91,16 @@ def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path):
 
 
 def test_a_container_left_running_fails_the_session_and_is_removed(tmp_path):
-    from eppkit.pytest_plugin import require
-    from eppkit import containers, docker_runtime
+    from eppkit.components import container as containers
+    from eppkit.pytest_plugin.state import require
+    from eppkit.runtimes import docker as docker_runtime
 
     ok, detail = docker_runtime.available()
     require(ok, detail)
     name_file = tmp_path / "name"
     code, out = run_session(tmp_path, f"""
-        from eppkit import images
-        from eppkit.containers import ManagedContainer
+        from eppkit.runtimes import images
+        from eppkit.components.container import ManagedContainer
 
         def test_forgets_to_stop_a_container(tmp_path):
             image = images.ensure(print).services

@@ -3,10 +3,12 @@ a ``#span=`` link opens that span's details. Chromium is a process, so these are
 
 
 import pytest
+from eppkit.observability import html
 
-import _chromium
-from eppkit.observability import html, report as rp
-from _report_samples import DATA, Page, report_folder
+from eppkit.compare import output
+from eppkit.compare import report as rp
+from tests.support import chromium as _chromium
+from tests.support.report_samples import DATA, Page, report_folder
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +36,7 @@ def test_every_span_of_every_trace_is_in_the_rendered_waterfall_and_a_link_opens
 
 def test_the_report_page_renders_its_waterfall_and_charts(tmp_path):
     report = report_folder(tmp_path)
-    path = rp.write(report, tmp_path)["html"]
+    path = output.write(report, tmp_path)["html"]
     rendered, spans = dom(path.as_uri())
     assert rendered.root.get("data-ready") == "true"
     trace = rp.load_trace(tmp_path / "traces/chat-ext_proc-x.json")

@@ -7,7 +7,7 @@ import urllib.request
 import openai
 import pytest
 
-from eppkit.process import ServiceProcess
+from eppkit.components.process import ServiceProcess
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import requests
 
-import _chromium
-from eppkit import zipkin
-from eppkit.observability import report as rp, zipkin_spans
-from eppkit.pytest_plugin import require
+from eppkit.compare import report as rp
+from eppkit.compare import zipkin_spans
+from eppkit.pytest_plugin.state import require
+from eppkit.ui import zipkin
+from tests.support import chromium as _chromium
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import platform
 import subprocess
 
+import matplotlib.font_manager
 import pytest
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from eppkit.observability import contract
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,10 @@ def recorded_spans_follow_the_trace_contract(monkeypatch):
         sorted(set(problems)))
 
 
-platform.processor()  # platform runs `uname -p` once and caches it; code under test (compare's host info) asks
+# Things that start a process once and cache what it said, done here, before the guard below: platform runs
+# `uname -p` (compare's host info asks), matplotlib's font list runs `fc-list` on a machine without its cache.
+platform.processor()
+matplotlib.font_manager.fontManager.get_default_weight()
 
 
 class _NoProcess:

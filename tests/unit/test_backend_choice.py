@@ -1,23 +1,30 @@
-"""Backends behind the pickers (eppkit.backends, eppkit.inference_sim): the URL syntax, what each
+"""Backends behind the pickers (eppkit.backends, eppkit.backends.inference_sim): the URL syntax, what each
 backend can serve, which spans a trace must hold with it, the simulator's command line, and the
 pickers' configurable load metrics. No processes."""
 
 import argparse
 import logging
 import sqlite3
-from pathlib import Path
 
 import pytest
-
-from eppkit import backends, cli, compare, flows, inference_sim
-from eppkit.backends import MOCK, SIM, Backend, parse_url
 from eppkit.observability import expected_spans as ex
 from eppkit.observability.contract import Pd, Vllm
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.pool import Pool
-from eppkit.services.picker.settings import DEFAULTS, PickerSettings, add_arguments, service_args, settings_from_args
+from eppkit.services.picker.settings import (
+    DEFAULTS,
+    PickerSettings,
+    add_arguments,
+    service_args,
+    settings_from_args,
+)
 from eppkit.services.vllm.config import MockLatency
-from eppkit.topology import PortAllocator, Topology, VllmSpec
+
+from eppkit import backends, cli, compare, flows, modes
+from eppkit.backends import MOCK, SIM, Backend, inference_sim, parse_url
+from eppkit.components.ports import PortAllocator
+from eppkit.topology import Topology, VllmSpec
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -72,7 +79,7 @@ def test_backend_kinds_labels_and_default_spans():
 ])
 def test_a_backend_that_cannot_serve_the_flow_is_refused(backend, flow, why):
     with pytest.raises(ValueError, match=why):
-        backend.validate(flow)
+        backend.validate(flows.get(flow))
 
 
 def test_the_cli_refuses_a_backend_that_cannot_serve_the_flow_as_a_usage_error(capsys):
@@ -94,9 +101,9 @@ def test_backend_flags_read_into_a_backend():
 
 
 @pytest.mark.parametrize("flow", ["aggregated", "pd", "ttft", "epd"])
-@pytest.mark.parametrize("mode", ex.mode_names())
+@pytest.mark.parametrize("mode", modes.names())
 def test_expected_spans_follow_what_the_backend_emits(mode, flow):
-    names = {spans: {(r.name, r.service): r.count for r in ex.expected(mode, flow, 1, backend_spans=spans)}
+    names = {spans: {(r.name, r.service): r.count for r in kit.expected(mode, flow, 1, backend_spans=spans)}
              for spans in ex.BACKEND_SPANS}
     ours = {k: v for k, v in names[ex.FULL].items() if k[1] != "vllm"}
     assert names[ex.NONE] == ours  # every span of the kit's own parts stays expected
@@ -105,7 +112,7 @@ def test_expected_spans_follow_what_the_backend_emits(mode, flow):
     if flow != "aggregated":
         assert (Pd.PREFILL, "pd-sidecar") in names[ex.NONE]
     with pytest.raises(ValueError, match="backend_spans"):
-        ex.expected(mode, flow, backend_spans="most")
+        kit.expected(mode, flow, backend_spans="most")
 
 
 def test_the_simulator_gets_every_latency_knob_in_its_units():
@@ -138,11 +145,11 @@ def test_the_simulator_preset_takes_the_mocks_places(tmp_path, monkeypatch):
     monkeypatch.setenv(inference_sim.TOOL.env_var, str(fake))
     monkeypatch.setenv("EPPKIT_CACHE", str(tmp_path))
     topo = Topology(mode="ext_proc", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")], backend=SIM)
-    plan = flows.plan(topo, PortAllocator(), tmp_path)
+    plan = kit.plan_flow(topo, PortAllocator(), tmp_path)
     assert [(s.name, s.argv[0], s.env, s.health_path) for s in plan.services] == [
         (n, str(fake), {"POD_NAME": n}, inference_sim.READY_PATH) for n in ("vllm-0", "vllm-1")]
     assert [e.name for e in plan.routable] == ["vllm-0", "vllm-1"]
-    pd = flows.plan(Topology(flow="pd", backend=SIM), PortAllocator(), tmp_path)
+    pd = kit.plan_flow(Topology(flow="pd", backend=SIM), PortAllocator(), tmp_path)
     assert [s.name for s in pd.services] == ["vllm-p0", "vllm-d0", "pd-sidecar-0"]
     assert pd.services[0].argv and pd.services[2].argv is None  # the kit's own sidecar, in front
 

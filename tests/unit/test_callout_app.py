@@ -3,11 +3,10 @@
 import asyncio
 
 import pytest
-from opentelemetry.trace import SpanKind
-
 from eppkit.services.callout.app import PickLatency, make_app
 from eppkit.services.picker.settings import PickerSettings, create_picker
 from eppkit.services.vllm.testing import SpanRecorder, in_process
+from opentelemetry.trace import SpanKind
 
 pytestmark = pytest.mark.unit
 

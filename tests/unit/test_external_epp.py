@@ -1,13 +1,14 @@
 """The external-epp mode: an EPP of your own, started from a command template or already running."""
 
-import argparse
 
 import pytest
 import yaml
 
-from eppkit import envoy_config, modes
-from eppkit.cli import _topology, _topology_args
-from eppkit.topology import Endpoint, PortAllocator, Topology
+from eppkit import modes
+from eppkit.components.ports import PortAllocator
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -20,7 +21,7 @@ def plan(**options):
 
 
 def epp_cluster(p) -> dict:
-    config = yaml.safe_load(envoy_config.render("external-epp", {**BASE_VARS, **p.envoy_vars}))
+    config = yaml.safe_load(kit.render("external-epp", {**BASE_VARS, **p.envoy_vars}))
     return next(c for c in config["static_resources"]["clusters"] if c["name"] == "epp")
 
 
@@ -69,10 +70,7 @@ def test_bad_options_are_refused_before_anything_starts(options, message):
         modes.check(Topology(mode="external-epp", options=options))
 
 
-def cli(*argv):
-    p = argparse.ArgumentParser()
-    _topology_args(p)
-    return _topology(p.parse_args(list(argv)))
+cli = kit.cli_topology
 
 
 def test_the_cli_flags_choose_the_mode_and_set_its_options():
@@ -91,17 +89,10 @@ def test_the_mode_is_external_and_not_among_the_kits_own():
 
 
 def test_the_plugin_options_name_the_epp_of_external_epp_topologies_that_name_none():
-    from eppkit.pytest_plugin import _with_options
+    from eppkit.pytest_plugin.session import session_topology as _with_options
 
-    class Config:
-        def __init__(self, **options):
-            self.options = options
-
-        def getoption(self, name):
-            return self.options.get(name)
-
-        def getini(self, name):
-            return ""
+    def Config(**options):
+        return kit.PluginConfig(options)
 
     command = Config(**{"--eppkit-epp-command": "epp --port {grpc_port}"})
     assert _with_options(command, Topology(mode="external-epp")).options == {"epp_command": "epp --port {grpc_port}"}

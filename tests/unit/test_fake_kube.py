@@ -4,7 +4,6 @@ import asyncio
 import json
 
 import pytest
-
 from eppkit.services.fake_kube.__main__ import read_args
 from eppkit.services.fake_kube.app import FakeKube, build_app
 from eppkit.services.vllm.testing import in_process

@@ -1,11 +1,15 @@
 """Flow layouts and their plumbing into the modes (planned and rendered, nothing started)."""
 
-import pytest
-
 from pathlib import Path
 
-from eppkit import cli, dynmod_build, envoy_config, flows, modes
-from eppkit.topology import Endpoint, PortAllocator, Topology, VllmSpec
+import pytest
+
+from eppkit import cli, flows, modes
+from eppkit.builds import dynmod as dynmod_build
+from eppkit.components.ports import PortAllocator
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology, VllmSpec
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +28,7 @@ def arg(args, flag):
 
 
 def layout(tmp_path, **kw) -> flows.FlowPlan:
-    return flows.plan(Topology(**kw), PortAllocator(), tmp_path)
+    return kit.plan_flow(Topology(**kw), PortAllocator(), tmp_path)
 
 
 @pytest.mark.parametrize("mode", ["direct", "sidecar", "lua-callout", "dynmod-callout"])
@@ -55,7 +59,7 @@ def test_multipart_starts_the_topologys_vllms_and_routes_to_them(tmp_path):
 def render_ext_proc(flow: str, pools=None, backends=None, **options):
     backends = backends or [Endpoint("vllm-0", "127.0.0.1", 18001)]
     p = modes.plan(Topology(mode="ext_proc", flow=flow, options=options), PortAllocator(), backends, pools=pools)
-    return p, envoy_config.render("ext_proc", {**BASE_VARS, "backends": backends, **p.envoy_vars})
+    return p, kit.render("ext_proc", {**BASE_VARS, "backends": backends, **p.envoy_vars})
 
 
 def test_multipart_runs_the_epp_two_phase_and_sends_it_the_response():

@@ -6,12 +6,12 @@ import asyncio
 import json
 
 import pytest
-
 from eppkit.services.callout.app import make_app
 from eppkit.services.epp.stream import StreamProcessor
 from eppkit.services.picker.settings import PickerSettings, create_picker
 from eppkit.services.vllm.testing import SpanRecorder, in_process
-from test_epp_stream import Spans, body_msg, feed, headers_msg
+
+from tests.support.epp_stream import Spans, body_msg, feed, headers_msg
 
 pytestmark = pytest.mark.unit
 

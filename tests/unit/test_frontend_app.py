@@ -6,10 +6,6 @@ import json
 import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability import otel
@@ -19,6 +15,9 @@ from eppkit.services.frontend.app import build_app
 from eppkit.services.picker.decision import PickError
 from eppkit.services.picker.request import parse_request
 from eppkit.services.picker.settings import PickerSettings, create_picker
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 pytestmark = pytest.mark.unit
 

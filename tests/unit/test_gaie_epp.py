@@ -3,11 +3,15 @@
 from pathlib import Path
 
 import pytest
-
-from eppkit import flows, gaie_build, modes
-from eppkit.modes import gaie_epp
 from eppkit.services.fake_kube.__main__ import read_args
-from eppkit.topology import Endpoint, PortAllocator, Topology, VllmSpec
+
+from eppkit import modes
+from eppkit.builds import gaie as gaie_build
+from eppkit.components.ports import PortAllocator
+from eppkit.modes import gaie_epp
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology, VllmSpec
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -58,17 +62,17 @@ def test_conformance_and_a_config_of_your_own():
 def test_pods_that_do_not_share_a_port_or_a_disaggregated_flow_are_refused():
     with pytest.raises(ValueError, match="share one target port"):
         plan([Endpoint("a", "127.0.0.2", 1), Endpoint("b", "127.0.0.3", 2)])
-    with pytest.raises(ValueError, match="aggregated"):
-        plan(flow="pd")
+    with pytest.raises(ValueError, match="runs the aggregated flow"):
+        modes.check(Topology(mode="gaie-epp", flow="pd"))
 
 
 def test_in_this_mode_the_mocks_listen_on_their_own_loopback_addresses_on_one_port(tmp_path):
-    layout = flows.plan(Topology(mode="gaie-epp", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1"), VllmSpec("vllm-2")]),
+    layout = kit.plan_flow(Topology(mode="gaie-epp", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1"), VllmSpec("vllm-2")]),
                         PortAllocator(), tmp_path)
     assert [(s.host, e.host) for s, e in zip(layout.services, layout.routable)] == [
         ("127.0.0.2",) * 2, ("127.0.0.3",) * 2, ("127.0.0.4",) * 2]
     assert len({e.port for e in layout.routable}) == 1
-    other = flows.plan(Topology(mode="ext_proc", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")]), PortAllocator(), tmp_path)
+    other = kit.plan_flow(Topology(mode="ext_proc", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")]), PortAllocator(), tmp_path)
     assert {e.host for e in other.routable} == {"127.0.0.1"}
 
 

@@ -8,10 +8,13 @@ import copy
 from pathlib import Path
 
 import pytest
-
-from eppkit.observability import html, report as rp
+from eppkit.observability import html
 from eppkit.observability.trace_model import Span, SpanEvent, Trace
-from _report_samples import Page, report_folder
+
+from eppkit import modes
+from eppkit.compare import output
+from eppkit.compare import report as rp
+from tests.support.report_samples import Page, report_folder
 
 pytestmark = pytest.mark.unit
 
@@ -48,21 +51,24 @@ def test_a_trace_page_holds_every_span_once_in_tree_order(path):
         seen.add(span_id)
 
 
-def test_the_decision_the_picker_call_and_the_upstream_are_highlighted_for_the_mode_of_the_trace():
+def test_the_decision_the_picker_call_and_the_upstream_are_highlighted_for_the_mode_the_page_is_given():
     ext_proc = rp.load_trace(DATA / "chat-ext_proc.json")
-    found = roles(Page(html.trace_page([ext_proc], title="t")))
+    found = roles(Page(html.trace_page([html.TraceView(ext_proc, mode=modes.get("ext_proc"))], title="t")))
     assert found["decision"] == {ext_proc.one("epp.pick", "epp").span_id}
     assert found["upstream"] == {s.span_id for s in ext_proc.spans if s.name.startswith("router ")}
     assert len(found["picker-call"]) == 1
 
     # In sidecar the frontend decides; the EPP's epp.pick only relays its answer.
     sidecar = rp.load_trace(DATA / "multimodal-sidecar.json")
-    found = roles(Page(html.trace_page([sidecar], title="t")))
+    found = roles(Page(html.trace_page([html.TraceView(sidecar, mode=modes.get("sidecar"))], title="t")))
     assert found["decision"] == {sidecar.one("frontend.route", "frontend").span_id}
 
     direct = rp.load_trace(DATA / "stream-direct.json")
-    found = roles(Page(html.trace_page([direct], title="t")))
+    found = roles(Page(html.trace_page([html.TraceView(direct, mode=modes.get("direct"))], title="t")))
     assert "decision" not in found and found["upstream"]
+    # Given no mode, a page highlights only what every trace has: Envoy's upstream request.
+    found = roles(Page(html.trace_page([ext_proc], title="t")))
+    assert set(found) == {"upstream"}
 
 
 def test_details_show_attributes_events_status_and_resource_escaped():
@@ -96,13 +102,13 @@ def test_an_empty_trace_renders():
 
 
 def test_a_service_keeps_its_colour_everywhere():
-    assert html.service_color("vllm") == rp.SERVICE_COLORS["vllm"]
+    assert html.service_color("vllm") == html.SERVICE_COLORS["vllm"]
     assert html.service_color("my-service") == html.service_color("my-service")
 
 
 def test_the_report_page_holds_the_tables_the_charts_and_each_representative_waterfall(tmp_path):
     report = report_folder(tmp_path)
-    paths = rp.write(copy.deepcopy(report), tmp_path)
+    paths = output.write(copy.deepcopy(report), tmp_path)
     text = paths["html"].read_text()
     assert paths["html"] == tmp_path / "report.html"
     page = Page(text)
@@ -121,5 +127,5 @@ def test_the_report_page_holds_the_tables_the_charts_and_each_representative_wat
 
 def test_the_report_page_without_charts(tmp_path):
     report = report_folder(tmp_path)
-    page = Page(rp.write(report, tmp_path, charts=False)["html"].read_text())
+    page = Page(output.write(report, tmp_path, charts=False)["html"].read_text())
     assert not [u for u in page.urls if u.startswith("data:")]

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from eppkit import containers, docker_runtime, images
+from eppkit.components import container as containers
+from eppkit.runtimes import docker as docker_runtime
+from eppkit.runtimes import images
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 import requests
-
 from eppkit.observability.contract import Callout, Client, Dynmod, Envoy, Vllm
 from eppkit.observability.jaeger_client import JaegerClient, TraceIncomplete
 

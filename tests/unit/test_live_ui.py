@@ -2,7 +2,7 @@
 
 import pytest
 
-from eppkit import live_ui
+from eppkit.ui import live as live_ui
 
 pytestmark = pytest.mark.unit
 

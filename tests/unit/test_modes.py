@@ -1,17 +1,16 @@
 """The mode registry: one entry per mode, typed options, ``--set``, and the shared defaults."""
 
-import argparse
 import dataclasses
 
 import pytest
-
-from eppkit import flows, modes
-from eppkit.cli import _topology, _topology_args
-from eppkit.modes.options import parse_set
-from eppkit.paths import ENVOY_TEMPLATES
 from eppkit.services.picker.settings import DEFAULTS
 from eppkit.services.vllm.config import MockLatency, VllmConfig
+
+from eppkit import modes
+from eppkit.core.paths import ENVOY_TEMPLATES
+from eppkit.modes.options import parse_set
 from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -51,9 +50,9 @@ def test_picker_modes_default_to_the_picker_cores_settings():
 
 
 def test_only_the_modes_that_say_so_run_the_multipart_flow():
-    flows.check(Topology(mode="ext_proc", flow="multipart"))
+    modes.check(Topology(mode="ext_proc", flow="multipart"))
     with pytest.raises(ValueError, match="--flow multipart needs --mode ext_proc \\(got --mode sidecar\\)"):
-        flows.check(Topology(mode="sidecar", flow="multipart"))
+        modes.check(Topology(mode="sidecar", flow="multipart"))
 
 
 @pytest.mark.parametrize("items, expected", [
@@ -72,10 +71,7 @@ def test_set_needs_key_equals_value():
         parse_set(["scorer"])
 
 
-def cli_topology(*argv) -> Topology:
-    parser = argparse.ArgumentParser()
-    _topology_args(parser)
-    return _topology(parser.parse_args(argv))
+cli_topology = kit.cli_topology
 
 
 def test_up_and_run_set_any_mode_option_and_any_latency_knob():

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from eppkit.services.openai_errors import error_body, upstream_message
 
 pytestmark = pytest.mark.unit

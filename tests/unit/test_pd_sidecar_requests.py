@@ -3,7 +3,6 @@
 import re
 
 import pytest
-
 from eppkit.services.pd_sidecar import requests as derive
 from eppkit.services.pd_sidecar.server import _has_content
 

@@ -8,11 +8,16 @@ envoy.lb / x-gateway-destination-endpoint-served.
 
 import pytest
 import yaml
-
-from eppkit import dynmod_build, envoy_config, gaie_build, modes
 from eppkit.observability.contract import Cluster
 from eppkit.services.picker import headers
-from eppkit.topology import Endpoint, PortAllocator, Topology
+
+from eppkit import modes
+from eppkit.builds import dynmod as dynmod_build
+from eppkit.builds import gaie as gaie_build
+from eppkit.components.ports import PortAllocator
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +37,7 @@ def render(mode: str, **options) -> dict:
     if mode == "external-epp":
         options.setdefault("epp_address", "127.0.0.1:9002")
     plan = modes.plan(Topology(mode=mode, options=options), PortAllocator(), BACKENDS)
-    return yaml.safe_load(envoy_config.render(mode, {**BASE_VARS, **plan.envoy_vars}))
+    return yaml.safe_load(kit.render(mode, {**BASE_VARS, **plan.envoy_vars}))
 
 
 def clusters(config: dict) -> dict[str, dict]:
@@ -95,7 +100,7 @@ def test_with_body_routing_a_pick_counts_only_for_its_models_pool(mode):
 
 @pytest.mark.parametrize("mode", ["ext_proc", "sidecar", "external-epp"])
 def test_the_epp_sees_the_lb_namespace_both_ways(mode):
-    text = envoy_config.render(mode, {**BASE_VARS, **modes.plan(
+    text = kit.render(mode, {**BASE_VARS, **modes.plan(
         Topology(mode=mode, options={"epp_address": "127.0.0.1:9"} if mode == "external-epp" else {}),
         PortAllocator(), BACKENDS).envoy_vars})
     assert f"receiving_namespaces: {{untyped: [{headers.LB_METADATA}]}}" in text

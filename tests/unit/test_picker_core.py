@@ -4,7 +4,6 @@ import asyncio
 import json
 
 import pytest
-
 from eppkit.services.picker.decision import PickError
 from eppkit.services.picker.request import parse_request
 from eppkit.services.picker.settings import PickerSettings, create_picker

@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from eppkit.services.picker import headers
 
 pytestmark = pytest.mark.unit

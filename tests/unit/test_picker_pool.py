@@ -7,7 +7,6 @@ import socket
 import aiohttp
 import pytest
 from aiohttp import web
-
 from eppkit.services.picker.endpoints import format_endpoints, parse_endpoints
 from eppkit.services.picker.pool import Pool
 from eppkit.services.picker.scraper import MetricsScraper, parse_metrics

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from eppkit.services.picker import scorers
 from eppkit.services.picker.endpoints import parse_endpoints
 from eppkit.services.picker.pool import Pool

@@ -1,8 +1,8 @@
-"""eppkit.polling.poll: the one wait of the kit (no processes)."""
+"""eppkit.core.polling.poll: the one wait of the kit (no processes)."""
 
 import pytest
 
-from eppkit.polling import PollTimeout, poll
+from eppkit.core.polling import PollTimeout, poll
 
 pytestmark = pytest.mark.unit
 

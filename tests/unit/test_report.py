@@ -6,10 +6,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from eppkit.observability import report as rp
 from eppkit.observability.contract import Epp
-from _report_samples import mode_result, report_with, sample
+
+from eppkit.compare import output
+from eppkit.compare import report as rp
+from tests.support.report_samples import mode_result, report_with, sample
 
 pytestmark = pytest.mark.unit
 
@@ -143,7 +144,7 @@ def test_write_makes_json_markdown_charts_and_a_waterfall_from_the_saved_trace(t
     shutil.copy(DATA / "chat-ext_proc.json", tmp_path / trace_file)
     modes["ext_proc"]["representative"] = {"trace_id": "x", "e2e_ms": 244.1, "file": trace_file,
                                            "jaeger_url": "http://127.0.0.1:1/api/traces/x"}
-    paths = rp.write(report, tmp_path)
+    paths = output.write(report, tmp_path)
     for name in ("latency-chat", "steps-chat", "waterfall-chat-ext_proc"):
         for suffix in (".png", ".svg"):
             assert (tmp_path / f"{name}{suffix}").stat().st_size > 5000, name + suffix

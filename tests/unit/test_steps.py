@@ -8,15 +8,28 @@ import statistics
 from pathlib import Path
 
 import pytest
-
 from eppkit.observability import contract
 from eppkit.observability import expected_spans as ex
 from eppkit.observability import steps as st
-from eppkit.observability.assertions import TraceCheck
-from eppkit.observability.report import load_trace
+from eppkit.observability.contract import (
+    Callout,
+    Client,
+    Cluster,
+    Dynmod,
+    Encoder,
+    Envoy,
+    Epp,
+    Frontend,
+    Pd,
+    Service,
+    Stream,
+    Vllm,
+)
 from eppkit.observability.trace_model import Span, SpanEvent, Trace
-from eppkit.observability.contract import (Callout, Client, Cluster, Dynmod, Encoder, Envoy, Epp, Frontend, Pd,
-                                           Service, Stream, Vllm)
+
+from eppkit import TraceCheck, flows, modes
+from eppkit.compare.report import load_trace
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -65,7 +78,7 @@ def aggregated(mode="direct", picker=None, decision=None, first_token_ms=None):
 # -- step durations ------------------------------------------------------------------------------
 
 def test_direct_trace_has_gateway_and_vllm_steps_but_no_decision():
-    steps = st.step_durations(aggregated().build(), "direct")
+    steps = st.step_durations(aggregated().build(), modes.get("direct"))
     assert steps == {"e2e": 300.0, "gateway": 1.0, "queue": 0.5, "prefill": 100.0, "decode": 150.0}
 
 
@@ -77,7 +90,7 @@ def test_direct_trace_has_gateway_and_vllm_steps_but_no_decision():
     ("dynmod-callout", Dynmod.CALLOUT, Callout.PICK),
 ])
 def test_picker_modes_read_decision_and_roundtrip_from_their_own_spans(mode, picker, decision):
-    steps = st.step_durations(aggregated(mode, picker, decision).build(), mode)
+    steps = st.step_durations(aggregated(mode, picker, decision).build(), modes.get(mode))
     assert steps["decision"] == 1.5
     assert steps["roundtrip"] == 10.0
     assert steps["gateway"] == 13.0  # ingress start 2 -> upstream start 15
@@ -85,12 +98,12 @@ def test_picker_modes_read_decision_and_roundtrip_from_their_own_spans(mode, pic
 
 def test_decision_span_of_another_mode_is_not_counted():
     trace = aggregated("ext_proc", Envoy.CALLOUT_CALL, Callout.PICK).build()
-    steps = st.step_durations(trace, "ext_proc")
+    steps = st.step_durations(trace, modes.get("ext_proc"))
     assert "decision" not in steps and "roundtrip" not in steps
 
 
 def test_ttft_is_the_client_first_token_event_after_the_root_start():
-    steps = st.step_durations(aggregated(first_token_ms=120.25).build(), "direct")
+    steps = st.step_durations(aggregated(first_token_ms=120.25).build(), modes.get("direct"))
     assert steps["ttft"] == pytest.approx(120.25, abs=0.001)
 
 
@@ -104,22 +117,22 @@ def test_pd_sums_queues_and_keeps_kv_transfer():
     b.add("pdd", Pd.DECODE, 115, 280, "pd").add("dl", Vllm.REQUEST, 116, 278, "pdd")
     b.add("dq", Vllm.QUEUE, 116, 3, "dl").add("kv", Vllm.KV_TRANSFER, 119, 20, "dl")
     b.add("dd", Vllm.DECODE, 139, 250, "dl")
-    steps = st.step_durations(b.build(), "direct")
+    steps = st.step_durations(b.build(), modes.get("direct"))
     assert steps["queue"] == 5.0
     assert steps["prefill"] == 100.0
     assert steps["kv"] == 20.0
     assert steps["decode"] == 250.0
-    assert ex.missing(b.build(), ex.expected("direct", "pd")) == []
+    assert ex.missing(b.build(), kit.expected("direct", "pd")) == []
 
 
 def test_encode_is_the_span_of_parallel_encoder_calls_not_their_sum():
     b = aggregated()
     b.add("e1", Encoder.ENCODE, 20, 30, "root").add("e2", Encoder.ENCODE, 25, 30, "root")
-    assert st.step_durations(b.build(), "direct")["encode"] == 35.0
+    assert st.step_durations(b.build(), modes.get("direct"))["encode"] == 35.0
 
 
 def test_breakdown_parts_add_up_to_e2e_and_are_never_negative():
-    steps = st.step_durations(aggregated("ext_proc", ex.EXT_PROC_CALL.name, Epp.PICK).build(), "ext_proc")
+    steps = st.step_durations(aggregated("ext_proc", ex.EXT_PROC_CALL.name, Epp.PICK).build(), modes.get("ext_proc"))
     parts = st.breakdown(steps)
     assert list(parts) == list(st.BREAKDOWN)
     assert sum(parts.values()) == pytest.approx(steps["e2e"])
@@ -138,11 +151,11 @@ def test_breakdown_parts_add_up_to_e2e_and_are_never_negative():
 ])
 def test_real_traces_are_complete_and_their_steps_match_their_spans(file, mode, flow, media, decision_span):
     trace = load_trace(DATA / f"{file}.json")
-    assert ex.missing(trace, ex.expected(mode, flow, media)) == []
+    assert ex.missing(trace, kit.expected(mode, flow, media)) == []
     path = TraceCheck(trace).request_path(mode)
     assert path.backend.name == (Vllm.REQUEST if flow == "aggregated" else Pd.REQUEST)
     assert (path.decision.name if path.decision else None) == decision_span
-    steps = st.step_durations(trace, mode)
+    steps = st.step_durations(trace, modes.get(mode))
     root = trace.one(Client.REQUEST, Service.CLIENT)
     assert steps["e2e"] == root.duration_ms
     if decision_span:
@@ -164,26 +177,26 @@ def test_a_missing_span_is_named_and_a_short_count_says_how_many():
     trace.spans = [s for s in trace.spans if s.name != Callout.PICK]
     queue = [s for s in trace.spans if s.name == Vllm.QUEUE]
     trace.spans.remove(queue[0])
-    assert ex.missing(trace, ex.expected("dynmod-callout", "pd")) == ["callout:callout.pick", "vllm:vllm.queue (1 of 2)"]
+    assert ex.missing(trace, kit.expected("dynmod-callout", "pd")) == ["callout:callout.pick", "vllm:vllm.queue (1 of 2)"]
     assert ex.missing(None, [ex.ROOT]) == ["client:client.request"]
 
 
 def test_epd_expects_one_encode_per_media_item():
     trace = load_trace(DATA / "multimodal-sidecar.json")
-    assert ex.missing(trace, ex.expected("sidecar", "epd", media_items=4)) == [
+    assert ex.missing(trace, kit.expected("sidecar", "epd", media_items=4)) == [
         "pd-sidecar:pd.encode (3 of 4)", "encoder:encoder.encode (3 of 4)"]
 
 
-def test_expected_span_table_knows_every_testbed_mode_and_refuses_unknown_flows():
-    from eppkit import modes
-
-    assert ex.mode_names() == modes.names()
+def test_every_mode_and_flow_has_expected_spans_rooted_at_the_client_and_unknown_names_are_refused():
     for mode in modes.names():
-        assert ex.expected(mode, "aggregated")[0] == ex.ROOT
-    with pytest.raises(ValueError, match="multipart"):
-        ex.expected("direct", "multipart")
-    with pytest.raises(ValueError, match="nope"):
-        ex.expected("nope", "aggregated")
+        for flow in flows.names():
+            assert kit.expected(mode, flow)[:3] == (ex.ROOT, ex.INGRESS, ex.UPSTREAM)
+    with pytest.raises(ValueError, match="unknown flow 'nope'"):
+        kit.expected("direct", "nope")
+    with pytest.raises(ValueError, match="unknown mode 'nope'"):
+        kit.expected("nope", "aggregated")
+    with pytest.raises(ValueError, match="choose one of"):
+        kit.expected("direct", "aggregated", backend_spans="most")
 
 
 # -- percentiles ----------------------------------------------------------------------------------

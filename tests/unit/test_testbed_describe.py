@@ -4,8 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from eppkit.local import LocalTestbed, ServiceHandle
-from eppkit.topology import Endpoint, Topology
+from eppkit.plan import Endpoint
+from eppkit.runtimes.local import LocalTestbed, ServiceHandle
+from eppkit.topology import Topology
 
 pytestmark = pytest.mark.unit
 

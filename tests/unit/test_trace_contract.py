@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from eppkit.observability import contract as c
 from eppkit.observability.assertions import TraceAssertionError, TraceCheck
 from eppkit.observability.contract import Cluster, Dynmod, Envoy, Epp, Vllm
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Every module that may create spans. (The pickers, epp, callout and frontend, were the last to move.)
 NOT_YET_ON_THE_CONTRACT: tuple[str, ...] = ()
 PRODUCERS = sorted(p for p in [*(ROOT / "services").rglob("*.py"), *(ROOT / "observability").glob("*.py"),
-                               ROOT / "tests" / "e2e" / "_reliability.py"]
+                               ROOT / "tests" / "support" / "reliability.py"]
                    if not str(p.relative_to(ROOT)).startswith(NOT_YET_ON_THE_CONTRACT)
                    and p.name != "contract.py")
 SPAN_CALLS = {"start_span", "start_as_current_span", "add_event", "set_attribute", "set_attributes", "_child",
@@ -98,7 +97,7 @@ def test_envoy_cluster_names_in_span_names_are_the_templates_ones():
     picked = (ROOT / "envoy" / "_picked.j2").read_text()
     assert re.search(rf"^  - name: {Cluster.PICKED}$", picked, re.M)
     assert all('{% import "_picked.j2" as picked with context %}' in t for t in (ext_proc, callouts))
-    assert f'"cluster": "{Cluster.POOL}"' in (ROOT / "testbed" / "body_routing.py").read_text()
+    assert f'"cluster": "{Cluster.POOL}"' in (ROOT / "eppkit" / "gateway" / "body_routing.py").read_text()
     assert Envoy.router(Cluster.PICKED) == "router picked egress"
     assert c.span(Envoy.router("pool_mock-llm")).name == Envoy.ROUTER
 
@@ -155,7 +154,7 @@ def test_a_name_is_declared_once():
 @pytest.mark.parametrize("path", sorted((ROOT / "tests" / "unit" / "data" / "traces").glob("*.json")),
                          ids=lambda p: p.stem)
 def test_real_traces_follow_the_contract(path):
-    from eppkit.observability.report import load_trace
+    from eppkit.compare.report import load_trace
 
     trace = load_trace(path)
     TraceCheck(trace).follows_contract()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eppkit import trace_feed
-from eppkit.observability import report as rp
+from eppkit.compare import report as rp
+from eppkit.ui import feed as trace_feed
 
 pytestmark = pytest.mark.unit
 

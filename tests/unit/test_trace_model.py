@@ -1,10 +1,17 @@
 """The trace model and assertions, on hand-made OTLP JSON (the shape Jaeger's /api/v3 answers; no processes)."""
 
 import pytest
-
 from eppkit.observability import waterfall
 from eppkit.observability.assertions import TraceAssertionError, TraceCheck
-from eppkit.observability.contract import Client, Envoy, GenAi, ResourceAttributes, Service, Stream, Vllm
+from eppkit.observability.contract import (
+    Client,
+    Envoy,
+    GenAi,
+    ResourceAttributes,
+    Service,
+    Stream,
+    Vllm,
+)
 from eppkit.observability.trace_model import SpanNotFound, from_otlp
 
 pytestmark = pytest.mark.unit

@@ -5,9 +5,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eppkit import envoy_config
+from eppkit.components.ports import PortAllocator
 from eppkit.modes import plan
-from eppkit.topology import Endpoint, PortAllocator, Topology
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -18,7 +20,7 @@ BASE_VARS = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "bac
 def render(mode: str, **options) -> dict:
     topology = Topology(mode=mode, options=options)
     p = plan(topology, PortAllocator(), BACKENDS)
-    text = envoy_config.render(mode, {**BASE_VARS, "tracing": topology.tracing, **p.envoy_vars})
+    text = kit.render(mode, {**BASE_VARS, "tracing": topology.tracing, **p.envoy_vars})
     return yaml.safe_load(text)
 
 
@@ -36,7 +38,7 @@ def test_tracing_is_on_by_default_and_off_removes_the_tracer(mode):
 
 
 def test_a_template_rendered_without_the_variable_keeps_tracing():
-    text = envoy_config.render("direct", {**BASE_VARS, **plan(Topology(), PortAllocator(), BACKENDS).envoy_vars})
+    text = kit.render("direct", {**BASE_VARS, **plan(Topology(), PortAllocator(), BACKENDS).envoy_vars})
     assert "tracing" in hcm(yaml.safe_load(text))
 
 
@@ -52,7 +54,7 @@ def test_envoy_variants_drop_only_the_access_log_and_move_only_the_ports(monkeyp
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2]))
     from bench.envoy_variants import on_ports, without_access_log
 
-    text = envoy_config.render("direct", {**BASE_VARS, **plan(Topology(), PortAllocator(), BACKENDS).envoy_vars})
+    text = kit.render("direct", {**BASE_VARS, **plan(Topology(), PortAllocator(), BACKENDS).envoy_vars})
     full, bare = hcm(yaml.safe_load(text)), hcm(yaml.safe_load(without_access_log(text)))
     assert full["access_log"] and "access_log" not in bare
     assert {k: v for k, v in full.items() if k != "access_log"} == bare

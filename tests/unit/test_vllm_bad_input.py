@@ -4,9 +4,8 @@ import asyncio
 import json
 
 import pytest
-
-from eppkit.services.vllm.testing import chat_body, in_process, make_mock
 from eppkit.observability.contract import Http, Vllm
+from eppkit.services.vllm.testing import chat_body, in_process, make_mock
 
 pytestmark = pytest.mark.unit
 

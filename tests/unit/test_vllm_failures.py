@@ -4,10 +4,9 @@ import asyncio
 
 import aiohttp
 import pytest
-
+from eppkit.observability.contract import Mock, Stream, Vllm
 from eppkit.services.vllm.failures import FailureInjector
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock
-from eppkit.observability.contract import Mock, Stream, Vllm
 
 pytestmark = pytest.mark.unit
 

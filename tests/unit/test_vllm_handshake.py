@@ -3,10 +3,9 @@
 import asyncio
 
 import pytest
-
+from eppkit.observability.contract import GenAi, Vllm
 from eppkit.services.vllm import handshake
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
-from eppkit.observability.contract import GenAi, Vllm
 
 pytestmark = pytest.mark.unit
 

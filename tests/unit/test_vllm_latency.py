@@ -3,7 +3,6 @@
 import random
 
 import pytest
-
 from eppkit.services.vllm.config import ConfigError, VllmConfig
 from eppkit.services.vllm.latency import LatencyModel, jittered, token_deadlines
 

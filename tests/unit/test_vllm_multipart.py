@@ -4,7 +4,6 @@ import asyncio
 import json
 
 import pytest
-
 from eppkit.services.vllm import multipart as mp
 
 pytestmark = pytest.mark.unit

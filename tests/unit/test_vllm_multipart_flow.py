@@ -4,10 +4,9 @@ import asyncio
 import json
 
 import pytest
-
+from eppkit.observability.contract import Vllm
 from eppkit.services.vllm import multipart as mp
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
-from eppkit.observability.contract import Vllm
 
 pytestmark = pytest.mark.unit
 

@@ -5,9 +5,8 @@ import json
 import time
 
 import pytest
-
-from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
 from eppkit.observability.contract import GenAi, Stream, Vllm
+from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
 
 pytestmark = pytest.mark.unit
 

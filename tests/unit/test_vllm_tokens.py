@@ -1,7 +1,6 @@
 """Deterministic tokens: the same seed and prompt give the same sequence anywhere."""
 
 import pytest
-
 from eppkit.services.vllm import tokens
 
 pytestmark = pytest.mark.unit

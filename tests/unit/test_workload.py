@@ -4,8 +4,8 @@ import threading
 import time
 
 import pytest
-
 from eppkit.observability.client import ClientResult
+
 from eppkit.workload import SCENARIOS, Driver, classify, plan_requests
 
 pytestmark = pytest.mark.unit

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from eppkit import zipkin
+from eppkit.ui import zipkin
 
 pytestmark = pytest.mark.unit
 

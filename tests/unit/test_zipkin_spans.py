@@ -4,9 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from eppkit.observability import report as rp, zipkin_spans
+from eppkit.observability import zipkin_spans
 from eppkit.observability.trace_model import Span, SpanEvent, Trace
+
+from eppkit.compare import report as rp
 
 pytestmark = pytest.mark.unit
 

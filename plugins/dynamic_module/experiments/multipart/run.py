@@ -36,10 +36,11 @@ from aiohttp import ClientSession, ClientTimeout, web
 REPO = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(REPO))
 
-from eppkit import dynmod_build, envoy_process  # noqa: E402
-from eppkit.launchers import ProcessLauncher  # noqa: E402
-from eppkit.process import ServiceProcess  # noqa: E402
-from eppkit.topology import PortAllocator  # noqa: E402
+from eppkit.builds import dynmod as dynmod_build  # noqa: E402
+from eppkit.components.launchers import ProcessLauncher  # noqa: E402
+from eppkit.components.ports import PortAllocator  # noqa: E402
+from eppkit.components.process import ServiceProcess  # noqa: E402
+from eppkit.gateway import process as envoy_process
 
 HERE = Path(__file__).resolve().parent
 BOUNDARY = "eppkit-boundary"

@@ -1,0 +1,94 @@
+"""The `eppkit` command: doctor, bootstrap, up, run, compare. Its flags come from one table (eppkit.options)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from eppkit import modes, options
+from eppkit.builds.dynmod import DynmodBuildError
+from eppkit.gateway.config import EnvoyConfigInvalid
+from eppkit.gateway.user_filters import UserFilterError
+from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
+
+# What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
+USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError)
+COMMANDS = {
+    "doctor": "check every prerequisite",
+    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP); cached",
+    "up": "start a testbed and keep it running until Ctrl-C",
+    "run": "start a testbed, send one traced request, print its waterfall",
+    "compare": "drive a seeded workload through every mode; report each step's cost from the traces",
+}
+
+
+def _raise_interrupt(signum, frame):  # SIGTERM gets the same clean teardown as Ctrl-C
+    raise KeyboardInterrupt
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line: each command's flags from the options table."""
+    p = argparse.ArgumentParser(prog="eppkit", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    for command, help_text in COMMANDS.items():
+        extra = {"formatter_class": argparse.RawDescriptionHelpFormatter}
+        if command == "compare":
+            from eppkit.compare import __doc__ as compare_doc
+
+            extra["description"] = compare_doc
+        options.add_arguments(sub.add_parser(command, help=help_text, **extra), command)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.command in ("up", "run"):
+        try:  # a flow the mode cannot run, or an option it does not know, is a usage error
+            modes.check(options.topology(args))
+        except ValueError as exc:
+            p.error(str(exc))
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # A shell that starts us in the background sets SIGINT to "ignore"; we want Ctrl-C semantics always.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if args.command == "doctor":
+        from eppkit.cli import doctor
+
+        return doctor.main()
+    if args.command == "bootstrap":
+        from eppkit.cli import bootstrap
+
+        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend)
+    try:
+        command = _load(args.command)
+    except ImportError as exc:
+        # On a fresh install xds-protos may have overwritten opentelemetry-proto's files, so the OTLP
+        # exporter fails to import; bootstrap and doctor exist to repair and report that.
+        print(f"eppkit: cannot import the testbed ({exc}).\n"
+              "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "
+              "then 'eppkit doctor'.", file=sys.stderr)
+        return 1
+    try:
+        return command(args)
+    except KeyboardInterrupt:
+        return 130
+    except USER_ERRORS as exc:
+        print(f"eppkit {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _load(command: str):
+    """The command's main, imported only when it runs (the testbed's imports load OTel's protos)."""
+    if command == "up":
+        from eppkit.cli.up import main as run_main
+    elif command == "run":
+        from eppkit.cli.run import main as run_main
+    else:
+        from eppkit.compare import main as run_main
+    return run_main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

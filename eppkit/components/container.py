@@ -1,0 +1,411 @@
+"""A kit component in its own container: the docker runtime's twin of ManagedProcess.
+
+:class:`ManagedContainer` has ManagedProcess's surface (``name``, ``log_path``, ``start``,
+``wait_ready``, ``stop``, ``kill``, ``is_running``, ``returncode``, ``read_log``,
+``log_tail``) so the readiness strategies, the testbeds and the CLI treat both alike.
+Underneath it is a testcontainers ``DockerContainer`` with host networking: every
+component binds 127.0.0.1 itself, so port mappings (and testcontainers' port waits) play
+no part; readiness is polled on the endpoint or read from the log.
+
+Guarantees that no container outlives the kit, without Ryuk (which would have to be
+pulled, and needs a bridge network):
+
+- every container is labelled ``eppkit=1`` plus this session's id and its owner (boot id,
+  pid and start time of the Python process that made it);
+- every started container is registered and stopped at interpreter exit;
+- a watchdog process (``python -m eppkit.components.container reap``) holds the read end of a pipe
+  whose write end only this process has; when this process ends in any way (even
+  SIGKILL) the pipe closes and the watchdog removes the session's containers;
+- :func:`sweep` removes labelled containers whose owner is gone (run at session start and
+  end); containers of other live sessions on the same engine are left alone.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Sequence
+
+from eppkit.components.base import Component, LiveSet
+
+LABEL = "eppkit"
+SESSION = uuid.uuid4().hex[:12]
+_counter = itertools.count(1)
+_reaper: subprocess.Popen | None = None
+_configured = False
+
+
+# -- who owns a container ------------------------------------------------------------------
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (field 22 of /proc/pid/stat); '' if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
+    except OSError:
+        return "unknown"
+
+
+def owner_id(pid: int | None = None) -> str:
+    """``<host>/<boot id>/<pid namespace>/<pid>/<start time>``: one process, never a later one reusing its pid."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}/{_boot_id()}/{_pid_namespace()}/{pid}/{_start_time(pid)}"
+
+
+def owner_alive(owner: str) -> bool:
+    """False only when we can tell the owner is gone; an owner we cannot see counts as alive.
+
+    Another host (a shared remote engine) or another pid namespace (CI jobs in containers
+    sharing the engine) cannot be checked from here: their containers are theirs to clean.
+    """
+    try:
+        host, boot, pidns, pid, started = owner.split("/")
+    except ValueError:
+        return False  # not one of ours, or from an older kit: nobody can clean it but a sweep
+    if host != socket.gethostname():
+        return True
+    if boot != _boot_id():
+        return False  # this host rebooted since: the owner is long gone
+    if pidns != _pid_namespace():
+        return True
+    return bool(started) and _start_time(int(pid)) == started
+
+
+def labels(component: str, **extra: str) -> dict[str, str]:
+    return {LABEL: "1", f"{LABEL}.session": SESSION, f"{LABEL}.owner": owner_id(),
+            f"{LABEL}.owner-pid": str(os.getpid()), f"{LABEL}.component": component, **extra}
+
+
+# -- the engine ------------------------------------------------------------------------------
+def docker_client(timeout: float = 60):
+    import docker
+
+    return docker.from_env(timeout=timeout)
+
+
+def engine_version(timeout: float = 3.0) -> str | None:
+    """The Docker engine's version, or None when no engine answers within ``timeout``."""
+    try:
+        client = docker_client(timeout=timeout)
+        try:
+            return str(client.version().get("Version", "?"))
+        finally:
+            client.close()
+    except Exception:
+        return None
+
+
+def _configure_testcontainers() -> None:
+    """Ryuk stays off unless the user asked for it: it must be pulled and needs a bridge network.
+
+    Our own labels, finalizers and watchdog do its job (see the module docstring).
+    """
+    global _configured
+    if _configured:
+        return
+    from testcontainers.core.config import testcontainers_config
+
+    if "TESTCONTAINERS_RYUK_DISABLED" not in os.environ:
+        testcontainers_config.ryuk_disabled = True
+    _configured = True
+
+
+def _list(filters: dict, client=None) -> list:
+    own = client is None
+    client = client or docker_client()
+    try:
+        return client.containers.list(all=True, filters=filters)
+    finally:
+        if own:
+            client.close()
+
+
+def _remove(containers: list) -> list[str]:
+    removed = []
+    for c in containers:
+        try:
+            c.remove(force=True, v=True)
+            removed.append(c.name)
+        except Exception:  # already gone, or being removed by someone else
+            pass
+    return removed
+
+
+def session_containers(session: str = SESSION) -> list:
+    return _list({"label": [f"{LABEL}.session={session}"]})
+
+
+def remove_session(session: str = SESSION) -> list[str]:
+    """Force-remove every container of ``session``; returns their names."""
+    return _remove(session_containers(session))
+
+
+def sweep() -> list[str]:
+    """Remove eppkit containers whose owning process is gone; returns their names.
+
+    Containers owned by a live process (another developer's session, a running
+    ``eppkit up``) are left alone.
+    """
+    orphans = [c for c in _list({"label": [f"{LABEL}=1"]})
+               if not owner_alive(c.labels.get(f"{LABEL}.owner", ""))]
+    return _remove(orphans)
+
+
+def _start_reaper() -> None:
+    """Start the watchdog once per process (see the module docstring)."""
+    global _reaper
+    if _reaper is not None and _reaper.poll() is None:
+        return
+    _reaper = subprocess.Popen(
+        [sys.executable, "-m", "eppkit.components.container", "reap", SESSION],
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        # Its own session: Ctrl-C in the terminal must not take the watchdog down with us.
+        start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
+    )
+
+
+def _reap_main(session: str) -> int:
+    """Watchdog: wait for our owner's end (EOF on stdin), then remove the session's containers."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        while sys.stdin.buffer.read(4096):
+            pass
+    except OSError:
+        pass
+    for _ in range(3):  # the engine may be briefly busy removing the owner's own stops
+        try:
+            remove_session(session)
+            return 0
+        except Exception:
+            time.sleep(1)
+    return 1
+
+
+# -- the component wrapper ---------------------------------------------------------------------
+class ManagedContainer(Component):
+    """One component in one container, started in a ``with``, logged to a file, always removed."""
+
+    def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *,
+                 entrypoint: Sequence[str] | None = None, extra_labels: dict[str, str] | None = None):
+        self.name = name
+        self.image = image
+        self.argv = [str(a) for a in argv]
+        self.log_path = Path(log_path)
+        self.entrypoint = list(entrypoint) if entrypoint is not None else None
+        self.env: dict[str, str] = {}
+        self.mounts: dict[str, str] = {}  # host path -> "ro" | "rw", mounted at the same path
+        self.cwd: str | None = None  # the working directory inside (a mounted host path), as ManagedProcess.with_cwd
+        self.extra_labels = dict(extra_labels or {})
+        self._tc = None  # testcontainers DockerContainer
+        self._container = None  # docker-py Container
+        self._follower: threading.Thread | None = None
+        self._log_file = None
+        self._exit_code: int | None = None
+
+    # -- fluent configuration -------------------------------------------------------------
+    def with_env(self, **env: str) -> "ManagedContainer":
+        self.env.update({k: str(v) for k, v in env.items()})
+        return self
+
+    def with_cwd(self, cwd: str | os.PathLike) -> "ManagedContainer":
+        self.cwd = str(Path(cwd).resolve())
+        return self
+
+    def with_mount(self, path: str | os.PathLike, mode: str = "ro") -> "ManagedContainer":
+        """Bind-mount a host path at the same absolute path inside, so configs need no rewriting."""
+        path = str(Path(path).resolve())
+        if self.mounts.get(path) != "rw":
+            self.mounts[path] = mode
+        return self
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "ManagedContainer":
+        from testcontainers.core.container import DockerContainer
+
+        _configure_testcontainers()
+        _start_reaper()
+        if self._tc is not None:  # started before (e.g. killed by a fault test): a fresh container
+            self._remove()
+        seq = next(_counter)
+        cname = re.sub(r"[^a-zA-Z0-9_.-]", "-", f"eppkit-{SESSION[:8]}-{seq}-{self.name}")
+        tc = DockerContainer(self.image, command=self.argv)
+        tc.with_name(cname)
+        tc.with_envs(PYTHONUNBUFFERED="1", HOME="/tmp", **self.env)
+        for path, mode in self.mounts.items():
+            tc.with_volume_mapping(path, path, mode)
+        kwargs = dict(
+            # Host networking: every component binds 127.0.0.1 itself; nothing leaves loopback.
+            # `network` too, so testcontainers does not pick a network of its own.
+            network_mode="host", network="host",
+            labels=labels(self.name, **self.extra_labels),
+            # docker-init as PID 1 forwards signals and reaps; SIGINT is how our components
+            # flush spans and logs before they exit (the same first signal as ManagedProcess).
+            init=True, stop_signal="SIGINT",
+            # Files written into bind mounts belong to the user, not to root.
+            user=f"{os.getuid()}:{os.getgid()}",
+        )
+        if self.entrypoint is not None:
+            kwargs["entrypoint"] = self.entrypoint
+        if self.cwd is not None:
+            kwargs["working_dir"] = self.cwd
+        tc.with_kwargs(**kwargs)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab", buffering=0)
+        self._tc = tc
+        self._exit_code = None
+        _live.add(self)
+        try:
+            tc.start()
+        except Exception as exc:
+            self._remove()
+            raise RuntimeError(f"cannot start container {cname} for {self.name}: {exc} (image {self.image})") from exc
+        self._container = tc.get_wrapped_container()
+        self._follower = threading.Thread(target=self._follow_logs, args=(self._container, self._log_file),
+                                          name=f"logs-{self.name}", daemon=True)
+        self._follower.start()
+        return self
+
+    def _follow_logs(self, container, log_file) -> None:
+        """Copy the container's output into log_path as it comes (the file is what readiness reads)."""
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                log_file.write(chunk)
+        except Exception:  # the container was removed under us: nothing more to copy
+            pass
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """SIGINT, a bounded wait, then SIGKILL (docker stop does both), then remove.
+
+        SIGINT first because Envoy and our services flush (spans, logs) on it; the removal
+        afterwards is what guarantees that no container survives a wedged component.
+        """
+        if self._tc is None:
+            return None
+        code = None
+        container = self._container
+        if container is not None:
+            try:
+                container.stop(timeout=max(1, math.ceil(grace_s)))
+                code = self.returncode()
+            except Exception:
+                pass
+        self._remove()
+        return code
+
+    def kill(self) -> None:
+        """Hard kill, for fault tests: no chance to flush. The container stays until stop()."""
+        if self._container is not None and self.is_running():
+            try:
+                self._container.kill(signal="SIGKILL")
+                self._container.wait(timeout=10)
+            except Exception:
+                pass
+
+    def pause(self) -> None:
+        """Freeze the component (cgroup freezer; its port still accepts connections), for fault tests."""
+        if self._container is not None:
+            self._container.pause()
+
+    def unpause(self) -> None:
+        if self._container is not None:
+            self._container.unpause()
+
+    @property
+    def docker_container(self):
+        """The docker-py Container while one exists (None before start and after stop)."""
+        return self._container
+
+    def _remove(self) -> None:
+        tc, self._tc = self._tc, None
+        container, self._container = self._container, None
+        if tc is not None:
+            try:
+                tc.stop(force=True, delete_volume=True)  # docker rm -f -v, then closes its client
+            except Exception:
+                if container is not None:
+                    try:
+                        container.remove(force=True, v=True)
+                    except Exception:
+                        pass
+        if self._follower is not None:
+            self._follower.join(timeout=2)
+            self._follower = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        _live.discard(self)
+
+    # -- inspection ------------------------------------------------------------------------------
+    def _state(self) -> dict:
+        if self._container is None:
+            return {}
+        try:
+            self._container.reload()
+        except Exception:
+            return {"Status": "removed"}
+        return self._container.attrs.get("State", {})
+
+    @property
+    def container_name(self) -> str | None:
+        return self._container.name if self._container is not None else None
+
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the container's init (what ps shows), or None."""
+        return self._state().get("Pid") or None
+
+    def returncode(self) -> int | None:
+        """None while the container runs; its exit code once it has stopped."""
+        if self._exit_code is not None:
+            return self._exit_code
+        state = self._state()
+        if state.get("Status") in ("exited", "dead"):
+            self._exit_code = int(state.get("ExitCode", -1))
+        elif state.get("Status") == "removed":
+            self._exit_code = -1
+        return self._exit_code
+
+    def is_running(self) -> bool:
+        return self._container is not None and self._state().get("Status") in ("created", "running", "restarting")
+
+
+_live: LiveSet[ManagedContainer] = LiveSet(grace_s=1.0)
+stop_all = _live.stop_all
+
+
+def live_containers() -> list[ManagedContainer]:
+    return _live.snapshot()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "reap":
+        sys.exit(_reap_main(sys.argv[2]))
+    if len(sys.argv) == 2 and sys.argv[1] == "sweep":
+        print("\n".join(sweep()))
+        sys.exit(0)
+    print("usage: python -m eppkit.components.container reap <session> | sweep", file=sys.stderr)
+    sys.exit(2)

@@ -1,0 +1,175 @@
+"""A managed child process: started in a ``with``, logged to a file, always stopped.
+
+Guarantees that nothing outlives the kit:
+- every child runs in its own session (process group) so we can signal the whole group;
+- on Linux each child also gets PR_SET_PDEATHSIG=SIGKILL, so even a SIGKILLed parent
+  (where no ``finally`` runs) takes its children with it;
+- every started process is registered and stopped at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from eppkit.components.base import Component, LiveSet
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+class ManagedProcess(Component):
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path):
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = Path(log_path)
+        self.env: dict[str, str] = {}
+        self.cwd: str | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log_file = None
+
+    # -- fluent configuration -------------------------------------------------
+    def with_env(self, **env: str) -> "ManagedProcess":
+        self.env.update(env)
+        return self
+
+    def with_cwd(self, cwd: str | os.PathLike) -> "ManagedProcess":
+        self.cwd = str(cwd)
+        return self
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> "ManagedProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_file = open(self.log_path, "ab", buffering=0)
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        try:
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            self._log_file.close()
+            raise RuntimeError(f"cannot start {self.name}: {exc} (argv: {self.argv})") from exc
+        _live.add(self)
+        return self
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """SIGINT, a bounded wait, then SIGKILL of the whole process group.
+
+        SIGINT first because Envoy and our services flush (spans, logs) on it; the kill
+        afterwards is what guarantees that no orphan survives a wedged child.
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            self._signal_group(signal.SIGINT)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                proc.wait(timeout=5)
+        # Anything the child left behind in its group goes too.
+        self._signal_group(signal.SIGKILL)
+        _live.discard(self)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return proc.returncode
+
+    def kill(self) -> None:
+        """Hard kill, for fault tests: no chance to flush."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._signal_group(signal.SIGKILL)
+            self._proc.wait(timeout=5)
+
+    def _signal_group(self, sig: int) -> None:
+        if self._proc is None:
+            return
+        try:
+            os.killpg(self._proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- inspection ----------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def returncode(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+
+_live: LiveSet[ManagedProcess] = LiveSet(grace_s=2.0)
+stop_all = _live.stop_all
+
+
+def live_processes() -> list[ManagedProcess]:
+    return _live.snapshot(lambda p: p.is_running())
+
+
+def service_argv(module: str, port: int, args: Sequence[str] = (), *, python: str = sys.executable,
+                 host: str = "127.0.0.1") -> list[str]:
+    """How every kit service starts: ``python -m <module> --host 127.0.0.1 --port <port> <args>``."""
+    return [python, "-m", module, "--host", host, "--port", str(port), *map(str, args)]
+
+
+class ServiceProcess(ManagedProcess):
+    """One kit service (``python -m eppkit.services.<name>``) on its own, for a ``with`` block in a test or
+    a benchmark: a managed process on a port from :class:`~eppkit.components.ports.PortAllocator`, ready when
+    ``/health`` answers; a failed start raises with the log's tail and a hint."""
+
+    __test__ = False
+
+    def __init__(self, module: str = "eppkit.services.vllm", args: Sequence[str] = (), *, port: int | None = None,
+                 startup_timeout: float = 15.0, log_dir: Path | None = None) -> None:
+        from eppkit.components.ports import PortAllocator
+
+        self.module = module
+        self.args = list(args)
+        self.port = port or PortAllocator().port()
+        self.startup_timeout = startup_timeout
+        name = module.rsplit(".", 1)[-1]
+        log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"eppkit-{name}-"))
+        super().__init__(name, [], log_dir / f"{name}.log")
+
+    def with_args(self, *args: str) -> "ServiceProcess":
+        self.args.extend(args)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServiceProcess":
+        from eppkit.components.readiness import HttpReady
+
+        self.argv = service_argv(self.module, self.port, self.args)
+        super().start()
+        return self.wait_ready(HttpReady(f"{self.url}/health", timeout_s=self.startup_timeout),
+                               hint=f"run `python -m {self.module} --port {self.port} {' '.join(self.args)}` by hand")
+
+    def __enter__(self) -> "ServiceProcess":
+        return self if self.is_running() else self.start()

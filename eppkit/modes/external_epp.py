@@ -1,0 +1,121 @@
+"""external-epp: an EPP of your own (any ext_proc server speaking the GAIE EPP protocol) behind the kit's Envoy.
+
+Either the kit starts and stops it (``epp_command``, a command-line template; its log is ``epp.log``
+in the run folder, like every component's) or it is already running (``epp_address``). Envoy's side
+is the ext_proc modes' (envoy/ext_proc.yaml.j2, the picked cluster of envoy/_picked.j2), so what
+the kit checks, traces and compares is the same as for its own EPP.
+
+Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
+:class:`eppkit.modes.ext_proc.EnvoyExtProcOptions`, ``failure_mode_allow``, ``body_routing``, ``tracing``):
+
+| key | default | meaning |
+|---|---|---|
+| ``epp_command`` | "" | the EPP's command line, with placeholders (below); the kit starts it |
+| ``epp_address`` | "" | ``host:port`` of an EPP already running (exactly one of the two) |
+| ``epp_env`` | {} | more environment for the started EPP |
+| ``max_fallbacks`` | 2 | how many fallbacks after the primary Envoy tries (the EPP's list) |
+
+Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_proc, the port Envoy
+connects to), ``{health_port}`` (grpc.health.v1; readiness waits for SERVING there, or on the gRPC
+port when the command does not use it), ``{metrics_port}``, ``{endpoints}`` (the pool,
+``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``). The started EPP gets the
+standard OpenTelemetry environment (OTLP to the testbed's Jaeger, every trace sampled, service name
+``epp``). An EPP already running is ready when its port accepts connections.
+"""
+
+from __future__ import annotations
+
+import shlex
+import string
+from dataclasses import dataclass, field
+
+from eppkit.modes.ext_proc import EnvoyExtProcOptions, envoy_vars
+from eppkit.modes.options import CommonOptions, FailOpenOptions
+from eppkit.modes.registry import Mode, register
+from eppkit.observability.contract import Cluster, Envoy, Service
+from eppkit.plan import Endpoint, ModePlan, ServiceSpec
+
+PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints")
+
+
+@dataclass
+class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
+    epp_command: str = ""
+    epp_address: str = ""
+    epp_env: dict = field(default_factory=dict)
+    max_fallbacks: int = 2
+
+    def validate(self) -> "ExternalEppOptions":
+        if bool(self.epp_command) == bool(self.epp_address):
+            raise ValueError("give exactly one of epp_command (the kit starts it) and epp_address (host:port, running)")
+        if self.epp_command:
+            used = command_placeholders(self.epp_command)
+            unknown = sorted(used - set(PLACEHOLDERS))
+            if unknown:
+                raise ValueError(f"epp_command: unknown placeholder(s) {', '.join('{' + u + '}' for u in unknown)}; "
+                                 f"known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+            if "grpc_port" not in used:
+                raise ValueError("epp_command must use {grpc_port}: the port Envoy connects to")
+        else:
+            split_address(self.epp_address)
+        if self.max_fallbacks < 0:
+            raise ValueError("max_fallbacks cannot be negative")
+        return self
+
+
+def command_placeholders(template: str) -> set[str]:
+    """The ``{name}`` fields of a command template."""
+    try:
+        return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise ValueError(f"epp_command: {exc}") from None
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port``) as (host, port); ValueError otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"epp_address {address!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint]) -> list[str]:
+    """The command line: ``template`` with its placeholders filled, split as a shell would."""
+    values = {**ports, "endpoints": ",".join(ep.address for ep in backends),
+              "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends)}
+    return shlex.split(template.format(**values))
+
+
+def plan(topology, options: ExternalEppOptions, ports, backends, pools=None) -> ModePlan:
+    if options.epp_address:
+        host, port = split_address(options.epp_address)
+        return ModePlan(envoy_vars=envoy_vars(topology, options, backends, port, epp_host=host))
+    numbers = {"grpc_port": ports.port(), "health_port": ports.port(), "metrics_port": ports.port()}
+    health = numbers["health_port"] if "health_port" in command_placeholders(options.epp_command) else numbers["grpc_port"]
+    epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
+                      argv=epp_command(options.epp_command, numbers, backends), grpc_health_port=health,
+                      env={k: str(v) for k, v in options.epp_env.items()}, standard_otel=True)
+    return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
+
+
+def add_arguments(p) -> None:
+    """``--epp-command`` / ``--epp-address`` (eppkit up / run / compare): this mode's two ways in."""
+    g = p.add_argument_group("an EPP of your own (mode external-epp)")
+    g.add_argument("--epp-command", metavar="TEMPLATE", default="",
+                   help="start this EPP (placeholders: " + " ".join("{" + n + "}" for n in PLACEHOLDERS) + ")")
+    g.add_argument("--epp-address", metavar="HOST:PORT", default="", help="use this EPP, already running")
+
+
+def options_from_args(args) -> dict:
+    """The mode options ``--epp-command`` / ``--epp-address`` set (empty when neither is given)."""
+    return {k: v for k, v in (("epp_command", args.epp_command), ("epp_address", args.epp_address)) if v}
+
+
+# The EPP's own spans are its business (an upstream EPP may start its own trace): what every request
+# holds for sure is Envoy's call to it.
+MODE = register(Mode(
+    name="external-epp", summary="an EPP of your own (a command the kit starts, or host:port) over ext_proc", order=5,
+    template="ext_proc.yaml.j2", options=ExternalEppOptions, plan=plan, color="#8c564b",
+    pickers=(Service.EPP,), picker_call=Envoy.EXT_PROC_CALL, spans=((Service.ENVOY, Envoy.EXT_PROC_CALL),),
+    upstream=Envoy.router(Cluster.PICKED), fallback_upstream=Envoy.router(Cluster.POOL), external=True,
+))

@@ -1,0 +1,118 @@
+"""The mode registry: one :class:`Mode` per module of :mod:`eppkit.modes`, each registered once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from eppkit.components.ports import PortAllocator
+from eppkit.flows import Flow, FlowPlan
+from eppkit.flows import get as get_flow
+from eppkit.modes.options import read_options
+from eppkit.plan import Endpoint, ModePlan
+from eppkit.topology import Topology
+
+Plan = Callable[[Topology, Any, PortAllocator, list[Endpoint], "FlowPlan | None"], ModePlan]
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    summary: str  # one line: who decides, over what
+    order: int  # position in listings; eppkit compare runs the modes in this order
+    template: str  # the Envoy bootstrap template, envoy/<template>
+    options: type  # the dataclass of its options (eppkit.modes.options)
+    plan: Plan
+    color: str  # its colour in the report's charts
+    # Traits (what the reliability tests and the report read):
+    pickers: tuple[str, ...] = ()  # services that take part in the decision, the one Envoy calls first
+    picker_span: str | None = None  # the server span of the service Envoy calls (its HTTP status, errors)
+    picker_call: str | None = None  # Envoy's span of the call to the picker
+    decision: tuple[str, str] | None = None  # (service, span) of the component that makes the decision
+    spans: tuple[tuple[str, str], ...] = ()  # (service, span) every successful request of this mode adds
+    upstream: str = "router pool egress"  # Envoy's upstream span when the picker chose the endpoint
+    fallback_upstream: str = "router pool egress"  # Envoy's upstream span when nobody chose (fail-open, GET)
+    health_aware: bool = False  # the picker scrapes /metrics and leaves dead endpoints out
+    flows: tuple[str, ...] | None = None  # the only flows it can run (None: every flow that does not name its modes)
+    flows_why: str = ""
+    # The picker is not one of the kit's services (an EPP of your own, an upstream EPP): its spans,
+    # errors and steering headers are its own, so the checks of the kit's pickers do not apply.
+    external: bool = False
+    # Each mock vLLM on its own loopback address (127.0.0.2, 127.0.0.3, ...), all on one port: the pods of
+    # a Kubernetes InferencePool share one target port (an upstream EPP reads its pool that way).
+    pod_addresses: bool = False
+    # The service name under which the picker exports each request's spans as a trace of its own (an
+    # upstream EPP that reads no trace context): found by the request's time, see JaegerClient.spans_between.
+    own_trace_service: str = ""
+
+    @property
+    def picker(self) -> str | None:
+        """The service Envoy talks to (EPP or callout)."""
+        return self.pickers[0] if self.pickers else None
+
+    def read_options(self, raw: dict[str, Any]) -> Any:
+        """``raw`` (Topology.options) as this mode's options; ValueError naming what is wrong."""
+        options = read_options(self.options, raw, self.name)
+        validate = getattr(options, "validate", None)
+        if validate is not None:
+            try:
+                validate()
+            except ValueError as exc:
+                raise ValueError(f"mode {self.name}: {exc}") from None
+        return options
+
+
+_MODES: dict[str, Mode] = {}
+
+
+def register(mode: Mode) -> Mode:
+    if mode.name in _MODES:
+        raise ValueError(f"mode {mode.name!r} registered twice")
+    _MODES[mode.name] = mode
+    return mode
+
+
+def names() -> tuple[str, ...]:
+    """Every mode's name, in their listing order."""
+    return tuple(m.name for m in sorted(_MODES.values(), key=lambda m: (m.order, m.name)))
+
+
+def kit_names() -> tuple[str, ...]:
+    """The modes whose pickers are the kit's own (what ``all`` means in listings and comparisons)."""
+    return tuple(m.name for m in all_modes() if not m.external)
+
+
+def get(name: str) -> Mode:
+    try:
+        return _MODES[name]
+    except KeyError:
+        raise ValueError(f"unknown mode {name!r}; choose one of {', '.join(names())}") from None
+
+
+def all_modes() -> tuple[Mode, ...]:
+    return tuple(get(n) for n in names())
+
+
+def options_for(topology: Topology) -> Any:
+    """The topology's options read into its mode's dataclass (ValueError on an unknown mode or option)."""
+    return get(topology.mode).read_options(topology.options)
+
+
+def check(topology: Topology) -> tuple[Mode, Flow]:
+    """The topology's mode and flow; ValueError naming the problem when the mode, the flow (in this mode,
+    with this backend) or one of the mode's options cannot be used."""
+    mode, flow = get(topology.mode), get_flow(topology.flow)
+    if flow.modes and mode.name not in flow.modes:
+        raise ValueError(f"--flow {flow.name} needs --mode {' or '.join(flow.modes)} (got --mode {mode.name}): "
+                         f"{flow.modes_why}")
+    if mode.flows is not None and flow.name not in mode.flows:
+        raise ValueError(f"mode {mode.name} runs the {' and '.join(mode.flows)} flow(s) (got --flow {flow.name})"
+                         + (f": {mode.flows_why}" if mode.flows_why else ""))
+    topology.backend.validate(flow)
+    mode.read_options(topology.options)
+    return mode, flow
+
+
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools: "FlowPlan | None" = None) -> ModePlan:
+    mode = get(topology.mode)
+    return mode.plan(topology, mode.read_options(topology.options), ports, backends, pools)

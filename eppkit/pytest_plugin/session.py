@@ -1,0 +1,159 @@
+"""The plugin's options (made from the kit's one options table, eppkit.options), its markers, and what a
+session's options put into every topology that leaves them open: the runtimes, the backend, the Envoy
+version, an external EPP."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from eppkit.pytest_plugin.state import IN_CI, SESSION_TAG, require
+
+if TYPE_CHECKING:
+    from eppkit.backends import Backend
+    from eppkit.topology import Topology
+
+RUNTIME_CHOICES = ("local", "docker")
+MARKERS = (
+    "e2e: drives the real Envoy and the real Jaeger",
+    "eppkit_topology(**fields): the Topology the eppkit_testbed fixture starts",
+    "eppkit_needs_mock(reason): needs the kit's mock vLLM (x-mock-* headers, its spans or faults); skipped with the "
+    "reason against another --eppkit-backend",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from eppkit.options import add_pytest_options
+
+    add_pytest_options(parser)
+
+
+def values(config: pytest.Config):
+    """The session's option values under their table names (eppkit.options.PluginValues)."""
+    from eppkit.options import PluginValues
+
+    return PluginValues(config)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    ok, why = protos_ok()
+    if not ok:  # before any test module imports the OTLP exporter and dies of it
+        raise pytest.UsageError(
+            f"opentelemetry-proto is broken ({why}): xds-protos overwrote its files. "
+            "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).")
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    # Its own tag even inside another session's test (a test that runs pytest): the outer session's
+    # processes are not this one's leaks, and what this one leaves (the docker watchdog outlives it
+    # by design) is its own check's business.
+    os.environ[SESSION_TAG] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    given = values(config)
+    if given.runs:
+        os.environ["EPPKIT_RUNS"] = str(Path(given.runs).resolve())
+    if given.keep_on_failure and IN_CI:
+        raise pytest.UsageError("--eppkit-keep-on-failure waits for Ctrl-C; it makes no sense with CI=true")
+    selected_runtimes(config)  # a bad --eppkit-runtime is a usage error before anything starts
+    try:  # so is a bad backend
+        from eppkit import flows
+
+        session_backend(config).validate(flows.get("pd" if given.prefill_urls else "aggregated"))
+    except (ValueError, TypeError) as exc:
+        raise pytest.UsageError(f"--eppkit-backend*: {exc}") from None
+    envoy_version(config)  # and so is a bad --eppkit-envoy-version
+
+
+def protos_ok() -> tuple[bool, str]:
+    """pip may leave xds-protos's old copy of opentelemetry/proto over opentelemetry-proto's files."""
+    try:
+        from opentelemetry.proto.common.v1.common_pb2 import InstrumentationScope  # noqa: F401
+    except ImportError as exc:
+        return False, str(exc)
+    return True, ""
+
+
+def session_backend(config: pytest.Config) -> "Backend":
+    """The backend the ``--eppkit-backend*`` options name (the kit's mock by default)."""
+    from eppkit.options import backend
+
+    return backend(values(config))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("eppkit_needs_mock")
+    if marker is None:
+        return
+    backend = session_backend(item.config)
+    if backend.external:  # by design, not a missing prerequisite: the test checks the mock itself
+        why = marker.args[0] if marker.args else marker.kwargs.get("reason", "it checks the mock's own behaviour")
+        pytest.skip(f"needs the kit's mock vLLM ({why}); this session's backend is {backend.label}")
+
+
+def require_simulator() -> None:
+    """llm-d-inference-sim is built (:func:`require`: a skip on a laptop, a failure in CI)."""
+    from eppkit.backends import inference_sim
+
+    require(inference_sim.find() is not None, inference_sim.MISSING)
+
+
+def envoy_version(config: pytest.Config) -> str | None:
+    """--eppkit-envoy-version (or the ini key): the Envoy of testbeds whose Topology names none."""
+    from eppkit.gateway.versions import EnvoyVersionError, check_version_string
+
+    value = values(config).envoy_version
+    if not value:
+        return None
+    try:
+        return check_version_string(value)
+    except EnvoyVersionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
+    """``topology`` with the session's options where it leaves them open: the Envoy version, an external
+    EPP, the backend (a missing simulator binary is a missing prerequisite, :func:`require`)."""
+    from eppkit import flows
+    from eppkit.backends import SIM, Backend
+    from eppkit.modes import external_epp
+    from eppkit.options import epp_options
+
+    version = envoy_version(config)
+    if version is not None and topology.envoy_version is None:
+        topology = dataclasses.replace(topology, envoy_version=version)
+    given = epp_options(values(config))
+    if (given and topology.mode == external_epp.MODE.name
+            and not any(topology.options.get(k) for k in ("epp_command", "epp_address"))):
+        topology = dataclasses.replace(topology, options={**topology.options, **given})
+    if topology.backend == Backend():
+        backend = session_backend(config)
+        try:
+            backend.validate(flows.get(topology.flow))
+        except ValueError as exc:  # by design: e.g. epd needs the mock's encoder cache
+            pytest.skip(f"this session's backend ({backend.label}) cannot serve this test's topology: {exc}")
+        topology = dataclasses.replace(topology, backend=backend)
+    if topology.backend.kind == SIM:
+        require_simulator()
+    return topology
+
+
+def selected_runtimes(config: pytest.Config) -> list[str]:
+    """--eppkit-runtime (or the ini key): local, docker, all, or a comma list."""
+    chosen: list[str] = []
+    for part in str(values(config).runtime or "local").split(","):
+        part = part.strip()
+        for name in (RUNTIME_CHOICES if part == "all" else (part,)):
+            if name not in RUNTIME_CHOICES:
+                raise pytest.UsageError(f"--eppkit-runtime {name!r}: choose from {', '.join(RUNTIME_CHOICES)}, all")
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Every test that needs a testbed (through eppkit_runtime, directly or not) runs once per runtime.
+    if "eppkit_runtime" in metafunc.fixturenames:
+        metafunc.parametrize("eppkit_runtime", selected_runtimes(metafunc.config), indirect=True, scope="session")

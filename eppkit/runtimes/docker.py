@@ -1,0 +1,174 @@
+"""The docker runtime: the local runtime's testbed with every component in its own container.
+
+Same topology in, same handles out (:class:`DockerTestbed` is a :class:`LocalTestbed` whose
+components are :class:`~eppkit.components.container.ManagedContainer` s). Containers use host
+networking and bind 127.0.0.1 on the ports the testbed picked, so URLs, rendered configs and
+readiness checks are the local runtime's. Files a component reads (envoy.yaml, jaeger.yaml,
+a dynamic module's .so, ...) are bind-mounted read-only at the same absolute path, so no
+config is rewritten.
+
+Images come from :mod:`eppkit.runtimes.images` (pulled when a registry answers, built from local
+artifacts when not). Start order and stop order are the local runtime's.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from eppkit.components.container import ManagedContainer, engine_version
+from eppkit.components.jaeger import Jaeger
+from eppkit.components.launchers import ContainerLauncher
+from eppkit.components.ports import PortAllocator
+from eppkit.components.process import service_argv
+from eppkit.components.readiness import LogLineReady
+from eppkit.gateway import config as envoy_config
+from eppkit.gateway import process as envoy_process
+from eppkit.plan import ServiceSpec
+from eppkit.runtimes import images
+from eppkit.runtimes.local import LocalTestbed
+from eppkit.topology import Topology
+
+ENVOY_ENTRYPOINT = ["/usr/local/bin/envoy"]  # the same path in the official image and in ours
+# Never bind-mounted even when a config names them.
+_SYSTEM_DIRS = {"dev", "proc", "sys", "etc", "usr", "bin", "sbin", "lib", "lib64", "boot", "run", "var"}
+_PATH_RE = re.compile(r"(?<![\w.:/-])(/[\w.@%+=,~-]+(?:/[\w.@%+=,~-]+)+)")
+
+
+def available() -> tuple[bool, str]:
+    """(True, version) when a Docker engine answers; (False, how to get one) when not."""
+    version = engine_version()
+    if version is None:
+        return False, ("no Docker engine answers (docker.sock). Install Docker (https://docs.docker.com/engine/install/, "
+                       "or `apt-get install docker.io` on Debian) and start it, or pass --runtime local")
+    return True, version
+
+
+def progress(message: str) -> None:
+    print(f"[images] {message}", file=sys.stderr, flush=True)
+
+
+def _is_system(path: Path) -> bool:
+    """Inside the image's own folders (/dev, /etc, /usr, ...): never shadowed by a host mount."""
+    return len(path.parts) < 2 or path.parts[1] in _SYSTEM_DIRS
+
+
+def host_paths(text: str, *, skip_under: tuple[Path, ...] = ()) -> list[Path]:
+    """Absolute paths named in ``text`` that exist on this host (files or folders), outside ``skip_under``."""
+    found: dict[str, Path] = {}
+    for match in _PATH_RE.finditer(text):
+        path = Path(match.group(1))
+        if _is_system(path) or not path.exists() or any(path == s or s in path.parents for s in skip_under):
+            continue
+        found[str(path)] = path
+    return list(found.values())
+
+
+def mount_for_arg(value: str) -> Path | None:
+    """The host path to share for one service argument that is an absolute path, or None.
+
+    An existing path is shared as is; one that does not exist yet (a cache folder the
+    service will create) is shared through its parent, so every container sees the same files.
+    """
+    if not value.startswith("/"):
+        return None
+    path = Path(value)
+    if _is_system(path) or len(path.parts) <= 2:  # never "/" or a top-level folder such as /tmp
+        return None
+    if path.exists():
+        return path
+    parent = path.parent
+    if parent.exists() and len(parent.parts) > 2:  # never "/" or a top-level folder such as /tmp
+        return parent
+    return None
+
+
+def jaeger_container(run_dir: Path, image: str | None = None, ports: PortAllocator | None = None,
+                     max_traces: int = 200_000) -> Jaeger:
+    """Jaeger in a container (the image from :mod:`eppkit.runtimes.images` unless given); not yet started."""
+    launcher = ContainerLauncher(image or images.ensure(progress).jaeger, labels={"eppkit.testbed": Path(run_dir).name})
+    return Jaeger(run_dir, launcher, ports=ports, max_traces=max_traces)
+
+
+class DockerTestbed(LocalTestbed):
+    """LocalTestbed's handles and lifecycle; components in containers (see the module docstring)."""
+
+    runtime = "docker"
+
+    def __init__(self, topology: Topology, *, jaeger=None, run_dir: Path | None = None,
+                 envoy_env: dict[str, str] | None = None, image_set: images.ImageSet | None = None):
+        super().__init__(topology, jaeger=jaeger, run_dir=run_dir, envoy_env=envoy_env)
+        self.image_set = image_set
+
+    def _labels(self) -> dict[str, str]:
+        return {"eppkit.testbed": self.run_dir.name}
+
+    # LocalTestbed._start's order, with each component in a container.
+    def _run_jaeger(self):
+        return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
+
+    def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
+        argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
+        if spec.argv and spec.argv[0] == sys.executable:
+            # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
+            # host's virtualenv is not in the image, whose Python has the same packages.
+            argv = ["python", *spec.argv[1:]]
+        proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
+                                extra_labels=self._labels()).with_env(**{**env, **spec.env})
+        # The run folder is shared read-write (services may write caches there), and so is any
+        # absolute path among the arguments (e.g. an encoder cache shared by E and P).
+        proc.with_mount(self.run_dir, "rw").with_cwd(self.run_dir)  # as a local process: relative paths work
+        for arg in map(str, spec.argv or spec.args):
+            value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+            path = mount_for_arg(value)
+            if path is not None:
+                proc.with_mount(path, "rw")
+        proc.start()
+        return proc
+
+    def _run_envoy(self, envoy_env: dict[str, str]):
+        assert self.envoy_binary is not None
+        # The host's Envoy is the image's Envoy (same version): validate here, quickly.
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
+        # Whatever the config or the environment names on this host (a dynamic module's .so,
+        # a Lua file, its search path) is shared read-only at the same path.
+        text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
+        mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
+        launcher = ContainerLauncher(self._envoy_image(), entrypoint=ENVOY_ENTRYPOINT, labels=self._labels())
+        # At info level the container's log holds Envoy's "starting main dispatch loop", read as a second sign.
+        return envoy_process.Envoy(self.envoy_config_path, self.run_dir / "envoy.log", self.admin_port, launcher,
+                                   env=envoy_env, log_level="info", mounts=mounts,
+                                   ready=LogLineReady("starting main dispatch loop"))
+
+    def _envoy_image(self) -> str:
+        """The image set's Envoy, or with Topology.envoy_version another version's image (images.envoy_image)."""
+        if self.topology.envoy_version is None or self.envoy_binary.path == images.envoy_binary():
+            return self._images().envoy
+        return images.envoy_image(self.envoy_binary, progress)
+
+    def _images(self) -> images.ImageSet:
+        if self.image_set is None:
+            self.image_set = images.ensure(progress)
+        return self.image_set
+
+    def stop(self) -> None:
+        # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
+        # The services stop together: each container stop is a round trip to the engine.
+        self._close_clients()
+        if self.envoy is not None:
+            self._quietly(self.envoy.stop)
+        handles = list(self.services.values())
+        if handles:
+            with ThreadPoolExecutor(max_workers=min(8, len(handles))) as pool:
+                list(pool.map(lambda h: self._quietly(h.process.stop), handles))
+        if self._jaeger is not None and not self._shared_jaeger:
+            self._quietly(self._jaeger.stop)
+
+    @staticmethod
+    def _quietly(stop) -> None:
+        try:
+            stop()
+        except Exception as exc:  # one failed stop must not leave the others running
+            print(f"warning: stopping a container failed: {exc}", file=sys.stderr)

@@ -1,0 +1,290 @@
+"""The local runtime: every component a child process on 127.0.0.1, free ports, one run folder.
+
+Start order (dependencies first): Jaeger (unless shared), mock vLLM backends, the mode's
+services (EPP, frontend, callout, ...), then Envoy. Each is waited on until really ready.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from eppkit import flows, modes
+from eppkit.components.jaeger import Jaeger
+from eppkit.components.launchers import ProcessLauncher
+from eppkit.components.ports import PortAllocator
+from eppkit.components.process import ManagedProcess, service_argv
+from eppkit.components.readiness import GrpcHealthReady, HttpReady, TcpReady
+from eppkit.core.paths import runs_dir
+from eppkit.gateway import config as envoy_config
+from eppkit.gateway import process as envoy_process
+from eppkit.gateway import user_filters
+from eppkit.gateway import versions as envoy_versions
+from eppkit.observability import expected_spans
+from eppkit.observability.client import TracedClient
+from eppkit.observability.jaeger_client import JaegerClient
+from eppkit.plan import Endpoint, ServiceSpec
+from eppkit.topology import Topology
+
+
+@dataclass
+class ServiceHandle:
+    name: str
+    url: str
+    process: ManagedProcess
+
+
+def new_run_dir(label: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = runs_dir()
+    for i in range(1000):
+        path = base / f"{stamp}-{label}" if i == 0 else base / f"{stamp}-{label}-{i}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a run folder under {base}")
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class LocalTestbed:
+    runtime = "local"
+
+    def __init__(self, topology: Topology, *, jaeger: Jaeger | None = None, run_dir: Path | None = None,
+                 envoy_env: dict[str, str] | None = None):
+        self.topology = topology
+        # Its mode and flow (registry entries), checked: an unknown one, a flow the mode cannot run or an
+        # option the mode does not know is a ValueError here, before anything starts.
+        self.mode, self.flow = modes.check(topology)
+        self.run_dir = run_dir or new_run_dir(f"{topology.mode}-{topology.flow}")
+        self.ports = PortAllocator()
+        self._shared_jaeger = jaeger is not None
+        self._jaeger = jaeger
+        self._envoy_env = envoy_env or {}
+        self.backends: list[Endpoint] = []  # what Envoy routes to
+        self.layout: flows.FlowPlan | None = None
+        self.services: dict[str, ServiceHandle] = {}
+        self.envoy: envoy_process.Envoy | None = None
+        self.listen_port = 0
+        self.admin_port = 0
+        self.envoy_config_path: Path | None = None
+        self.envoy_binary: envoy_versions.EnvoyBinary | None = None  # the Envoy (and version) this testbed runs
+        self.user_filters: list[user_filters.PreparedFilter] = []
+        self._clients: list[TracedClient] = []
+
+    # -- handles ----------------------------------------------------------------------
+    @property
+    def envoy_url(self) -> str:
+        return f"http://127.0.0.1:{self.listen_port}"
+
+    @property
+    def envoy_admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    @property
+    def jaeger_api_url(self) -> str:
+        assert self._jaeger is not None
+        return self._jaeger.api_url
+
+    @property
+    def otlp_endpoint(self) -> str:
+        assert self._jaeger is not None
+        return self._jaeger.otlp_grpc_endpoint
+
+    @property
+    def jaeger(self) -> JaegerClient:
+        return JaegerClient(self.jaeger_api_url)
+
+    def client(self, pool_size: int = 10) -> TracedClient:
+        """A traced client of this testbed's Envoy; closed (its spans flushed) when the testbed stops."""
+        client = TracedClient(self.envoy_url, self.otlp_endpoint, mode=self.topology.mode, flow=self.topology.flow,
+                              pool_size=pool_size)
+        self._clients.append(client)
+        return client
+
+    def trace_ids(self) -> list[str]:
+        """The trace ids of every request this testbed's clients have sent, oldest first."""
+        return [trace_id for client in self._clients for trace_id in client.trace_ids]
+
+    def expected_spans(self, media_items: int = 0) -> tuple[expected_spans.SpanRule, ...]:
+        """Every span a successful request of this topology produces (its mode's, its flow's, the backend's
+        as far as it traces: :func:`eppkit.observability.expected_spans.expected`)."""
+        return expected_spans.expected(self.mode, self.flow, media_items, backend_spans=self.topology.backend.emits)
+
+    def wait_for_trace(self, result_or_id, expected=None, *, timeout_s: float = 15.0, **kwargs):
+        """The trace of one request (a ClientResult or a trace id) once it holds every ``expected`` span.
+
+        ``expected`` defaults to :meth:`expected_spans`; pass ``()`` to wait for any span.
+        """
+        trace_id = getattr(result_or_id, "trace_id", result_or_id)
+        for client in self._clients:
+            client.flush()
+        if expected is None:
+            expected = self.expected_spans()
+        return self.jaeger.wait_for_trace(trace_id, expected, timeout_s=timeout_s, **kwargs)
+
+    def healthy(self) -> bool:
+        """Every component is still running."""
+        return bool(self.processes()) and all(p.is_running() for p in self.processes().values())
+
+    def describe(self) -> str:
+        """Where everything is: Envoy, Jaeger, each service, the run folder (what `eppkit up` prints)."""
+        lines = [f"  Envoy        {self.envoy_url}   (admin {self.envoy_admin_url})",
+                 f"  Jaeger API   {self.jaeger_api_url}/api/v3/traces/<trace id>",
+                 f"  OTLP gRPC    {self.otlp_endpoint}"]
+        # In pd / epd / ttft Envoy routes to each decoder's pd-sidecar under the decoder's name:
+        # the decoder's line gives its own address, the sidecar's line the one Envoy routes to.
+        routed = {ep.name: ep for ep in self.backends}
+        fronted = {ep.address: ep.name for ep in self.backends}
+        for ep in self.backends:
+            own = self.services[ep.name].url if ep.name in self.services else f"http://{ep.address}"
+            lines.append(f"  {ep.name:<12} {own}  role={ep.role} model={ep.model}")
+        for name, svc in self.services.items():
+            if name in routed:
+                continue
+            front = fronted.get(svc.url.removeprefix("http://"))
+            lines.append(f"  {name:<12} {svc.url}" + (f"  (Envoy routes here; in front of {front})" if front else ""))
+        lines.append(f"  logs         {self.run_dir}")
+        return "\n".join(lines)
+
+    def processes(self) -> dict[str, ManagedProcess]:
+        procs = {name: h.process for name, h in self.services.items()}
+        if self.envoy is not None:
+            procs["envoy"] = self.envoy.process
+        if self._jaeger is not None and self._jaeger.process is not None and not self._shared_jaeger:
+            procs["jaeger"] = self._jaeger.process
+        return procs
+
+    def log_tails(self, lines: int = 60) -> str:
+        """Every component's last log lines, each under a `=== name ===` label."""
+        parts = []
+        for name, proc in self.processes().items():
+            parts.append(f"=== {name} ({proc.log_path}) ===\n{proc.log_tail(lines)}")
+        return "\n".join(parts)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> "LocalTestbed":
+        try:
+            self._start()
+        except BaseException:
+            tails = self.log_tails()
+            self.stop()
+            if tails:
+                print(f"\n--- testbed failed to start; logs in {self.run_dir} ---\n{tails}", file=sys.stderr)
+            raise
+        return self
+
+    def _start(self) -> None:
+        """The order every runtime follows; the ``_run_*`` hooks say how each component runs."""
+        # Before anything starts: the Envoy version (installed once) and the user's filters, built
+        # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
+        self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, _progress)
+        self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, _progress)
+        if self._jaeger is None:
+            self._jaeger = self._run_jaeger()
+        env = self.topology.service_env(self.otlp_endpoint)
+        # Two tiers, each started at once and then waited on: a Python service takes ~0.4 s to
+        # import and bind, so one after another was most of a testbed's start. The pickers come
+        # second because their first metrics scrape must find the backends up.
+        layout = self.flow.plan(self.topology, self.ports, self.run_dir, self.mode.pod_addresses)
+        self._start_services(layout.services, env)
+        self.layout = layout
+        self.backends = layout.routable
+
+        plan = self.mode.plan(self.topology, self.mode.read_options(self.topology.options), self.ports,
+                              self.backends, layout)
+        for tier in sorted({spec.tier for spec in plan.services}):
+            self._start_services([spec for spec in plan.services if spec.tier == tier], env)
+
+        self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
+        variables = {
+            "mode": self.mode.name,
+            "admin_port": self.admin_port,
+            "listen_port": self.listen_port,
+            "jaeger_otlp_grpc_port": self._jaeger.ports.otlp_grpc,
+            "backends": self.backends,
+            "flow": self.topology.flow,
+            "tracing": self.topology.tracing,
+            **envoy_config.client_timeouts(self.mode.read_options(self.topology.options)),
+            **plan.envoy_vars,
+            **user_filters.template_vars(self.user_filters),
+            # envoy/_picked.j2: the served endpoint as envoy.lb metadata where this Envoy can.
+            "served_metadata": self.envoy_binary.at_least(envoy_versions.SELECTED_HOST_KEY_SINCE),
+        }
+        self.envoy_config_path = envoy_config.write(self.mode.template, variables, self.run_dir / "envoy.yaml")
+        self.envoy = self._run_envoy({**plan.envoy_env, **self._envoy_env})
+        self.envoy.start()
+
+    def _start_services(self, specs: list[ServiceSpec], env: dict[str, str]) -> None:
+        """Start every service of one tier, then wait until each is ready."""
+        started = []
+        for spec in specs:
+            spec_env = {**env, **self.topology.standard_otel_env(self.otlp_endpoint, spec.name)} if spec.standard_otel else env
+            proc = self._run_service(spec, spec_env)
+            url = f"http://{spec.host}:{spec.port}"
+            self.services[spec.name] = ServiceHandle(spec.name, url, proc)
+            started.append((spec, url, proc))
+        for spec, url, proc in started:
+            if spec.health_path:
+                strategy = HttpReady(url + spec.health_path)
+            elif spec.grpc_health_port:
+                strategy = GrpcHealthReady(spec.host, spec.grpc_health_port)
+            else:
+                strategy = TcpReady(spec.host, spec.port)
+            hint = (f"check its command line: {' '.join(spec.argv)}" if spec.argv else
+                    f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+            proc.wait_ready(strategy, hint=hint)
+
+    # -- how each component runs: a process on this host ----------------------------------
+    def _run_jaeger(self):
+        return Jaeger(self.run_dir, ports=self.ports).start()
+
+    def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
+        """Start the service's process; :meth:`_start_services` waits for it."""
+        argv = spec.argv or service_argv(spec.module, spec.port, spec.args, host=spec.host)
+        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**{**env, **spec.env})
+        return proc.with_cwd(self.run_dir).start()
+
+    def _run_envoy(self, envoy_env: dict[str, str]):
+        """Envoy for the rendered config, validated first; the caller starts it."""
+        assert self.envoy_binary is not None
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
+        return envoy_process.Envoy(self.envoy_config_path, self.run_dir / "envoy.log", self.admin_port,
+                                   ProcessLauncher(self.envoy_binary.path), env=envoy_env)
+
+    def _stop_services(self) -> None:
+        """SIGINT to every service at once, then each one's bounded wait (see ManagedProcess.stop)."""
+        handles = list(self.services.values())
+        if handles:
+            with ThreadPoolExecutor(max_workers=min(8, len(handles))) as pool:
+                list(pool.map(lambda h: h.process.stop(), handles))
+
+    def _close_clients(self) -> None:
+        for client in self._clients:
+            try:
+                client.close()
+            except Exception:  # a client's exporter failing to flush must not keep anything running
+                pass
+        self._clients.clear()
+
+    def stop(self) -> None:
+        # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
+        self._close_clients()
+        if self.envoy is not None:
+            self.envoy.stop()
+        self._stop_services()
+        if self._jaeger is not None and not self._shared_jaeger:
+            self._jaeger.stop()
+
+    def __enter__(self) -> "LocalTestbed":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

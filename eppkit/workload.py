@@ -1,0 +1,298 @@
+"""Seeded workloads and a bounded driver that sends them through a testbed.
+
+A *scenario* says what the requests look like (prompt length, output length, streaming,
+images) and which flow serves them. ``plan_requests(scenario, count, seed)`` turns it into
+the same list of request bodies every time, so every mode of a comparison gets exactly the
+same requests. ``Driver`` sends them with at most ``concurrency`` in flight, at most
+``rate`` per second (0: as fast as the slots free up), and stops dispatching at
+``max_duration_s``; every request has its own timeout, so a run is bounded in count and time.
+
+Each request goes through :class:`eppkit.observability.client.TracedClient`, so it is the root span
+(``client.request``) of its own trace and carries ``traceparent``.
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:  # types only: the client loads OTel's exporter, which the CLI must not before bootstrap
+    from eppkit.observability.client import ClientResult, TracedClient
+
+MODEL = "mock-llm"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    flow: str  # the testbed flow that serves it (testbed.flows.FLOWS)
+    stream: bool
+    prompt_words: tuple[int, int]  # inclusive range, drawn per request
+    max_tokens: tuple[int, int]
+    media_items: tuple[int, int] = (0, 0)  # images per request (epd)
+    image_bytes: tuple[int, int] = (2048, 8192)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
+    Scenario("chat", "short chat: a few dozen words in, 8-24 tokens out, one JSON answer",
+             "aggregated", False, (8, 40), (8, 24)),
+    Scenario("long-prompt", "long prompt: 2,000-4,000 words (15-30 KB body) in, 8-16 tokens out",
+             "aggregated", False, (2000, 4000), (8, 16)),
+    Scenario("stream", "streaming chat: a few dozen words in, 16-32 tokens out as SSE",
+             "aggregated", True, (8, 40), (16, 32)),
+    Scenario("multimodal", "E/P/D: 1-3 images per request, encoders then prefill then decode",
+             "epd", False, (8, 30), (8, 16), media_items=(1, 3)),
+    Scenario("pd", "P/D: prefill on P, KV transfer, decode on D",
+             "pd", False, (20, 200), (8, 24)),
+)}
+
+_WORDS = (
+    "the a of to and in on for with about from into over under after before between through "
+    "model token cache prefill decode route gateway envoy picker endpoint request answer prompt "
+    "river mountain city light shadow garden window letter signal market engine bridge forest "
+    "quick slow bright quiet early late small large warm cold green blue golden silver ancient "
+    "explain describe compare summarize list imagine write translate measure predict choose "
+    "why how when where which what whose while because although unless until since "
+    "server cluster latency throughput memory network kernel thread queue batch stream bytes"
+).split()
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    index: int
+    body: dict
+    prompt_words: int
+    media_items: int
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+
+def _image_url(rng: random.Random, size: int) -> str:
+    raw = rng.randbytes(size)
+    return "data:image/png;base64," + base64.b64encode(raw).decode()
+
+
+def plan_requests(scenario: Scenario, count: int, seed: int = 0, *, stream: bool | None = None) -> list[PlannedRequest]:
+    """``count`` request bodies for ``scenario``; the same ``seed`` always gives the same list.
+
+    ``stream`` overrides the scenario's choice when not None.
+    """
+    if count < 0:
+        raise ValueError("count cannot be negative")
+    rng = random.Random(f"eppkit-workload:{scenario.name}:{seed}")
+    out = []
+    for i in range(count):
+        words = rng.randint(*scenario.prompt_words)
+        text = " ".join(rng.choice(_WORDS) for _ in range(words))
+        items = rng.randint(*scenario.media_items)
+        if items:
+            content: str | list = [{"type": "text", "text": text}] + [
+                {"type": "image_url", "image_url": {"url": _image_url(rng, rng.randint(*scenario.image_bytes))}}
+                for _ in range(items)]
+        else:
+            content = text
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": rng.randint(*scenario.max_tokens),
+            "stream": scenario.stream if stream is None else stream,
+            "seed": rng.randrange(2**31),
+        }
+        out.append(PlannedRequest(i, body, words, items))
+    return out
+
+
+# -- results -----------------------------------------------------------------------------------
+
+@dataclass
+class Sample:
+    """One sent request as the client saw it."""
+
+    index: int
+    trace_id: str
+    status: int
+    error: str | None  # kind (see classify) or None when the request succeeded
+    detail: str | None  # the client's error text or an excerpt of the error body
+    sent_s: float  # since the workload's start
+    e2e_ms: float
+    ttft_ms: float | None
+    tokens: int
+    media_items: int
+    pod: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class WorkloadResult:
+    planned: int
+    samples: list[Sample] = field(default_factory=list)
+    wall_s: float = 0.0
+    stopped: str | None = None  # why dispatching stopped early ("max duration 60 s reached"), or None
+
+    @property
+    def ok(self) -> list[Sample]:
+        return [s for s in self.samples if s.ok]
+
+    def errors(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.samples:
+            if s.error:
+                out[s.error] = out.get(s.error, 0) + 1
+        return dict(sorted(out.items()))
+
+
+def classify(result: ClientResult, stream: bool) -> str | None:
+    """An error kind for a finished request, or None when it succeeded.
+
+    ``timeout``, ``connection``, ``stream_broken`` (the connection ended mid-answer),
+    ``bad_sse``, ``client_error`` (other client-side failures), ``http_<status>``,
+    ``stream_incomplete`` (no ``data: [DONE]``), ``empty_answer``.
+    """
+    if result.error:
+        text = result.error
+        if "Timeout" in text.split(":", 1)[0]:
+            return "timeout"
+        if text.startswith("ChunkedEncodingError"):
+            return "stream_broken"
+        if text.startswith("ConnectionError"):
+            return "connection"
+        if text.startswith("bad SSE"):
+            return "bad_sse"
+        return "client_error"
+    if result.status != 200:
+        return f"http_{result.status}"
+    if stream and not (result.events and result.events[-1] == {"done": True}):
+        return "stream_incomplete"
+    if not result.text:
+        return "empty_answer"
+    return None
+
+
+def _tokens(result: ClientResult) -> int:
+    if result.tokens:
+        return len(result.tokens)
+    if isinstance(result.body, dict):
+        usage = result.body.get("usage") or {}
+        if isinstance(usage.get("completion_tokens"), int):
+            return usage["completion_tokens"]
+    return 0
+
+
+def _detail(result: ClientResult) -> str | None:
+    if result.error:
+        return result.error[:300]
+    if result.status != 200:
+        return str(result.body)[:300]
+    return None
+
+
+# -- driver --------------------------------------------------------------------------------------
+
+def _acquire_before(slots: threading.Semaphore, deadline: float) -> bool:
+    """Take a slot, waiting in short slices; False (holding none) once ``deadline`` has passed."""
+    while time.monotonic() < deadline:
+        if slots.acquire(timeout=min(0.1, max(0.001, deadline - time.monotonic()))):
+            if time.monotonic() < deadline:
+                return True
+            slots.release()
+            return False
+    return False
+
+
+Progress = Callable[[int, int, int, float], None]  # done, total, errors, elapsed_s
+
+
+class Driver:
+    """Sends planned requests with bounded concurrency, rate and duration.
+
+    ``client`` is shared by the worker threads (``requests`` sessions and OTel tracers are
+    thread-safe for this use; each request's span context is per thread).
+    """
+
+    def __init__(self, client: TracedClient, *, concurrency: int = 4, rate: float = 0.0,
+                 max_duration_s: float = 60.0, request_timeout_s: float = 30.0,
+                 on_progress: Progress | None = None):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if rate < 0:
+            raise ValueError("rate cannot be negative")
+        if max_duration_s <= 0:
+            raise ValueError("max_duration_s must be positive")
+        self.client = client
+        self.concurrency = concurrency
+        self.rate = rate
+        self.max_duration_s = max_duration_s
+        self.request_timeout_s = request_timeout_s
+        self.on_progress = on_progress
+
+    def send_one(self, request: PlannedRequest, t0: float) -> Sample:
+        sent = time.monotonic() - t0
+        result = self.client.chat(request.body, timeout_s=self.request_timeout_s)
+        return Sample(
+            index=request.index, trace_id=result.trace_id, status=result.status,
+            error=classify(result, request.stream), detail=_detail(result), sent_s=round(sent, 4),
+            e2e_ms=round(result.e2e_ms, 3), ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3),
+            tokens=_tokens(result), media_items=request.media_items, pod=result.headers.get("x-inference-pod"),
+        )
+
+    def run(self, requests: Sequence[PlannedRequest]) -> WorkloadResult:
+        out = WorkloadResult(planned=len(requests))
+        lock = threading.Lock()
+        slots = threading.BoundedSemaphore(self.concurrency)
+        t0 = time.monotonic()
+        deadline = t0 + self.max_duration_s
+
+        def report() -> None:
+            if self.on_progress is not None:
+                with lock:
+                    done, errors = len(out.samples), sum(1 for s in out.samples if s.error)
+                self.on_progress(done, len(requests), errors, time.monotonic() - t0)
+
+        def work(request: PlannedRequest) -> None:
+            try:
+                try:
+                    sample = self.send_one(request, t0)
+                except Exception as exc:  # a bug in the client must not hang the run: count it
+                    sample = Sample(request.index, "", 0, "client_error", f"{type(exc).__name__}: {exc}"[:300],
+                                    round(time.monotonic() - t0, 4), 0.0, None, 0, request.media_items)
+                with lock:
+                    out.samples.append(sample)
+                report()
+            finally:
+                slots.release()
+
+        report()
+        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="eppkit-workload") as pool:
+            interrupted = True
+            try:
+                for i, request in enumerate(requests):
+                    if self.rate > 0:
+                        wait = t0 + i / self.rate - time.monotonic()
+                        if wait > 0:
+                            time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
+                    if not _acquire_before(slots, deadline):
+                        out.stopped = f"max duration {self.max_duration_s:g} s reached after {i} of {len(requests)} requests"
+                        break
+                    pool.submit(work, request)
+                interrupted = False
+            finally:
+                # In-flight requests finish (each bounded by its timeout); on Ctrl-C queued ones are dropped.
+                pool.shutdown(wait=True, cancel_futures=interrupted)
+        out.wall_s = time.monotonic() - t0
+        out.samples.sort(key=lambda s: s.index)
+        report()
+        return out

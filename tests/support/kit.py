@@ -1,0 +1,64 @@
+"""The kit's registries by name, as tests like to write them: render a mode's Envoy config, plan a flow,
+list a mode x flow's expected spans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eppkit.observability import expected_spans
+
+from eppkit import flows, modes
+from eppkit.components.ports import PortAllocator
+from eppkit.gateway import config as envoy_config
+from eppkit.modes.options import CommonOptions
+from eppkit.topology import Topology
+
+
+def render(mode: str, variables: dict[str, Any]) -> str:
+    """The Envoy bootstrap of ``mode`` with ``variables`` (the client timeouts default to CommonOptions')."""
+    return envoy_config.render(modes.get(mode).template, {
+        "mode": mode, **envoy_config.client_timeouts(CommonOptions()), **variables})
+
+
+def plan_flow(topology: Topology, ports: PortAllocator, run_dir: Path) -> flows.FlowPlan:
+    """The topology's flow's plan, as its testbed makes it (checked first, pods on their own addresses
+    where the mode says so)."""
+    mode, flow = modes.check(topology)
+    return flow.plan(topology, ports, run_dir, mode.pod_addresses)
+
+
+def expected(mode: str, flow: str, media_items: int = 0, backend_spans: str = expected_spans.FULL):
+    """The spans a successful request of ``mode`` x ``flow`` holds."""
+    return expected_spans.expected(modes.get(mode), flows.get(flow), media_items, backend_spans=backend_spans)
+
+
+def parse(command: str, *argv: str):
+    """``argv`` parsed as the ``eppkit <command>`` command line does (its flags: eppkit.options)."""
+    import argparse
+
+    from eppkit import options
+
+    parser = argparse.ArgumentParser(prog=f"eppkit {command}")
+    options.add_arguments(parser, command)
+    return parser.parse_args(list(argv))
+
+
+def cli_topology(*argv: str) -> Topology:
+    """The Topology ``eppkit run <argv>`` would start."""
+    from eppkit import options
+
+    return options.topology(parse("run", *argv))
+
+
+class PluginConfig:
+    """A pytest config as the plugin reads it: the ``--eppkit-*`` options given (by flag), the ini keys given."""
+
+    def __init__(self, options: dict[str, Any] | None = None, ini: dict[str, str] | None = None):
+        self.options, self.ini = options or {}, ini or {}
+
+    def getoption(self, name: str):
+        return self.options.get(name)
+
+    def getini(self, name: str):
+        return self.ini.get(name, "")
