@@ -25,4 +25,4 @@ def packages() -> list[str]:
 
 
 setup(packages=packages(), package_dir={f"eppkit.{folder}": folder for folder in MAPPED},
-      package_data={"*": DATA})
+      package_data={"": DATA})

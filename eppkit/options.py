@@ -32,7 +32,7 @@ from eppkit.modes.options import parse_set
 from eppkit.runtimes import RUNTIMES
 from eppkit.services.picker import scorers
 from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
-from eppkit.services.vllm.config import MockLatency, flag_name
+from eppkit.services.vllm.config import MockLatency, flag_name, latency_from_args
 from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
 from eppkit.workload import SCENARIOS
 
@@ -258,11 +258,12 @@ def _table() -> list[Option]:
                action="append", metavar="V"),
         # the pytest plugin
         Option("--runtime", "testbed runtime(s): local, docker, all, or a comma list (default: the ini key "
-               "eppkit_runtime, else local)", S({PLUGIN}), default="local", ini=True, group="pytest"),
+               "eppkit_runtime, else local)", S({PLUGIN}), default="local", metavar="local|docker|all|A,B", ini=True,
+               group="pytest"),
         Option("--keep-on-failure", "at the first failing test, keep its testbed running and wait for Ctrl-C "
                "(prints its URLs and run folder); not in CI", S({PLUGIN}), action="store_true", group="pytest"),
         Option("--runs", "folder for the testbeds' run folders (configs, logs); default $EPPKIT_RUNS or ./runs",
-               S({PLUGIN}), group="pytest"),
+               S({PLUGIN}), metavar="DIR", group="pytest"),
         Option("--ui", "also start a live trace UI (Zipkin's, fed from the session's Jaegers; needs Java 17+ and "
                "`eppkit bootstrap --ui`) and print its URL; failed tests link their traces in it", S({PLUGIN}),
                action="store_true", group="pytest"),
@@ -343,10 +344,6 @@ def backend(values: Any) -> _backends.Backend:
                              spans=values.backend_spans)
 
 
-def latency(values: Any) -> MockLatency:
-    return MockLatency(**{f.name: getattr(values, f.name) for f in fields(MockLatency)})
-
-
 def epp_options(values: Any) -> dict[str, Any]:
     """The external-epp mode options ``--epp-command`` / ``--epp-address`` set (empty when neither is given)."""
     return {k: v for k, v in (("epp_command", values.epp_command), ("epp_address", values.epp_address)) if v}
@@ -365,6 +362,28 @@ def topology(values: Any) -> Topology:
     if hasattr(values, "backends"):
         given["vllm"] = [VllmSpec(name=f"vllm-{i}") for i in range(values.backends)]
     if hasattr(values, "time_to_first_token"):
-        given["latency"] = latency(values)
+        given["latency"] = latency_from_args(values)
     return Topology(mode=mode, options={**options, **epp}, backend=backend(values),
                     filters=list(getattr(values, "filters", None) or []), envoy_version=values.envoy_version, **given)
+
+
+# -- the options as documentation ------------------------------------------------------------------------
+
+def plugin_table() -> str:
+    """The plugin's options as docs/api.md lists them (a test keeps the two the same)."""
+    rows = ["| option | ini key | what |", "|---|---|---|"]
+    for option in options_for(PLUGIN):
+        if option.metavar:
+            value = " " + option.metavar.replace("|", "\\|")
+        elif option.choices is not None:
+            value = " " + "\\|".join(option.choices())
+        else:
+            value = "" if option.action else " VALUE"
+        ini = f"`{PLUGIN_PREFIX}_{option.name}`" if option.ini else ""
+        what = option.help.replace(" (default: %(default)s)", "").replace("|", "\\|")
+        rows.append(f"| `{option.plugin_flag}{value}` | {ini} | {what} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m eppkit.options: the plugin's option table for docs/api.md
+    print(plugin_table())

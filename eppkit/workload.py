@@ -31,7 +31,7 @@ MODEL = "mock-llm"
 class Scenario:
     name: str
     description: str
-    flow: str  # the testbed flow that serves it (testbed.flows.FLOWS)
+    flow: str  # the flow that serves it (eppkit.flows)
     stream: bool
     prompt_words: tuple[int, int]  # inclusive range, drawn per request
     max_tokens: tuple[int, int]

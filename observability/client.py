@@ -13,14 +13,7 @@ from typing import Any
 
 import requests
 import requests.adapters
-from eppkit.observability.contract import (
-    Client,
-    Eppkit,
-    Http,
-    ResourceAttributes,
-    Service,
-    Stream,
-)
+from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Stream
 from opentelemetry import propagate
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource

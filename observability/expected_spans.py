@@ -32,12 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Protocol
 
 from eppkit.observability import contract
-from eppkit.observability.contract import (
-    Client,
-    Envoy,
-    Pd,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Envoy, Pd, Vllm
 
 if TYPE_CHECKING:  # only names here: importing the trace model loads OTel's protos, which `eppkit
     # bootstrap` may first have to repair (the CLI imports this module through the topology)

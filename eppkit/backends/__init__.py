@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import requests
 
 from eppkit.backends import inference_sim
-from eppkit.observability.expected_spans import BACKEND_SPANS, FULL, LLM_REQUEST, NONE
+from eppkit.observability.expected_spans import BACKEND_SPANS, FULL, NONE
 from eppkit.plan import Endpoint
 from eppkit.services.picker.endpoints import parse_endpoints
 
@@ -210,28 +210,3 @@ def check_seed(endpoints: Iterable[Endpoint], *, seed: int = 4242, tries: int = 
             f"{seed} got different answers ({seen}); the client's text would be garbled. Use --flow pd, a "
             "server that honours seed (vLLM does), or --backend llm-d-inference-sim (the kit makes its output "
             "deterministic).")
-
-
-# -- command line (eppkit up / run / compare share these flags) ---------------------------------------
-
-def add_arguments(p) -> None:
-    """``--backend``, ``--backend-url``, ``--prefill-url``, ``--decode-url``, ``--backend-spans`` on ``p``."""
-    g = p.add_argument_group("backend (what serves inference behind the pickers)")
-    g.add_argument("--backend", choices=PRESETS, default=MOCK,
-                   help=f"servers the kit starts: {MOCK} (its traced mock vLLM) or {SIM} (built once from the Go "
-                        "module proxy: `eppkit bootstrap --backend llm-d-inference-sim`) (default: %(default)s)")
-    g.add_argument("--backend-url", dest="backend_urls", action="append", default=[], metavar="[NAME=]URL[@MODEL]",
-                   help="a server you run, e.g. vllm-a=http://10.0.0.5:8000@my-model (repeatable); replaces the "
-                        "mocks in Envoy's pool and every picker")
-    g.add_argument("--prefill-url", dest="prefill_urls", action="append", default=[], metavar="[NAME=]URL[@MODEL]",
-                   help="pd / ttft flows: a prefill server you run (repeatable)")
-    g.add_argument("--decode-url", dest="decode_urls", action="append", default=[], metavar="[NAME=]URL[@MODEL]",
-                   help="pd / ttft flows: a decode server you run (repeatable); the kit's pd-sidecar goes in front")
-    g.add_argument("--backend-spans", choices=BACKEND_SPANS, default=None,
-                   help=f"which spans the backend emits, so trace checks wait for those only (default: {FULL} for "
-                        f"the mock, {NONE} otherwise; {LLM_REQUEST} for a vLLM started with tracing on)")
-
-
-def from_args(args) -> Backend:
-    return Backend(preset=args.backend, urls=tuple(args.backend_urls), prefill_urls=tuple(args.prefill_urls),
-                   decode_urls=tuple(args.decode_urls), spans=args.backend_spans)

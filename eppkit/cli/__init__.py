@@ -34,8 +34,10 @@ def parser() -> argparse.ArgumentParser:
     for command, help_text in COMMANDS.items():
         extra = {"formatter_class": argparse.RawDescriptionHelpFormatter}
         if command == "compare":
-            from eppkit.compare import __doc__ as compare_doc
-
+            try:  # compare imports the testbed, and with it OTel's exporter (broken before `eppkit bootstrap`)
+                from eppkit.compare import __doc__ as compare_doc
+            except ImportError:
+                compare_doc = None
             extra["description"] = compare_doc
         options.add_arguments(sub.add_parser(command, help=help_text, **extra), command)
     return p

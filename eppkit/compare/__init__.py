@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import platform
 import sys
@@ -46,7 +45,7 @@ from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
 from eppkit.runtimes.local import new_run_dir
 from eppkit.services.picker.settings import PickerSettings
-from eppkit.services.vllm.config import MockLatency
+from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import Topology, VllmSpec
 from eppkit.workload import SCENARIOS, Driver, Scenario, WorkloadResult, plan_requests
 
@@ -410,7 +409,7 @@ def options_from(args: argparse.Namespace) -> CompareOptions:
     return CompareOptions(
         modes=args.modes, scenarios=args.scenarios, requests=args.requests, concurrency=args.concurrency,
         rate=args.rate, max_duration_s=args.max_duration_s, warmup=args.warmup, seed=args.seed,
-        runtime=args.runtime, backends=args.backends, latency=opt.latency(args), encode_latency=args.encode_latency,
+        runtime=args.runtime, backends=args.backends, latency=latency_from_args(args), encode_latency=args.encode_latency,
         backend=opt.backend(args), scorer=args.scorer, scorer_parameters=args.scorer_parameters,
         stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
         mode_sets={external_epp.MODE.name: opt.epp_options(args)},

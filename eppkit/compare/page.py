@@ -12,13 +12,7 @@ from pathlib import Path
 from eppkit import modes
 from eppkit.compare import report as rp
 from eppkit.observability import steps as st
-from eppkit.observability.html import (
-    TraceView,
-    _value,
-    assets,
-    environment,
-    trace_context,
-)
+from eppkit.observability.html import TraceView, _value, assets, environment, trace_context
 
 TEMPLATES = Path(__file__).parent / "templates"
 REPORT_PAGE = "report.html"

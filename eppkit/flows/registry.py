@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from eppkit.components.ports import PortAllocator
+from eppkit.core.registry import Registry
 from eppkit.plan import Endpoint, ServiceSpec
 from eppkit.topology import Topology
 
@@ -54,27 +55,5 @@ class Flow:
     disaggregated: bool = False
 
 
-_FLOWS: dict[str, Flow] = {}
-
-
-def register(flow: Flow) -> Flow:
-    if flow.name in _FLOWS:
-        raise ValueError(f"flow {flow.name!r} registered twice")
-    _FLOWS[flow.name] = flow
-    return flow
-
-
-def names() -> tuple[str, ...]:
-    """Every flow's name, in listing order."""
-    return tuple(f.name for f in sorted(_FLOWS.values(), key=lambda f: (f.order, f.name)))
-
-
-def get(name: str) -> Flow:
-    try:
-        return _FLOWS[name]
-    except KeyError:
-        raise ValueError(f"unknown flow {name!r}; choose one of {', '.join(names())}") from None
-
-
-def all_flows() -> tuple[Flow, ...]:
-    return tuple(get(n) for n in names())
+FLOWS: Registry[Flow] = Registry("flow")
+register, names, get, all_flows = FLOWS.register, FLOWS.names, FLOWS.get, FLOWS.all

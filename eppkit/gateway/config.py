@@ -11,10 +11,10 @@ from typing import Any
 
 import jinja2
 import yaml
-from eppkit.services.picker import headers
 
 from eppkit.core.paths import ENVOY_TEMPLATES
 from eppkit.gateway.versions import EnvoyBinary, check_features
+from eppkit.services.picker import headers
 
 
 def client_timeouts(options: Any) -> dict[str, float]:

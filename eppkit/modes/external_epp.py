@@ -98,19 +98,6 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None) -> 
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
 
 
-def add_arguments(p) -> None:
-    """``--epp-command`` / ``--epp-address`` (eppkit up / run / compare): this mode's two ways in."""
-    g = p.add_argument_group("an EPP of your own (mode external-epp)")
-    g.add_argument("--epp-command", metavar="TEMPLATE", default="",
-                   help="start this EPP (placeholders: " + " ".join("{" + n + "}" for n in PLACEHOLDERS) + ")")
-    g.add_argument("--epp-address", metavar="HOST:PORT", default="", help="use this EPP, already running")
-
-
-def options_from_args(args) -> dict:
-    """The mode options ``--epp-command`` / ``--epp-address`` set (empty when neither is given)."""
-    return {k: v for k, v in (("epp_command", args.epp_command), ("epp_address", args.epp_address)) if v}
-
-
 # The EPP's own spans are its business (an upstream EPP may start its own trace): what every request
 # holds for sure is Envoy's call to it.
 MODE = register(Mode(

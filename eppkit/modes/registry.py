@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from eppkit.components.ports import PortAllocator
+from eppkit.core.registry import Registry
 from eppkit.flows import Flow, FlowPlan
 from eppkit.flows import get as get_flow
 from eppkit.modes.options import read_options
@@ -62,35 +63,13 @@ class Mode:
         return options
 
 
-_MODES: dict[str, Mode] = {}
-
-
-def register(mode: Mode) -> Mode:
-    if mode.name in _MODES:
-        raise ValueError(f"mode {mode.name!r} registered twice")
-    _MODES[mode.name] = mode
-    return mode
-
-
-def names() -> tuple[str, ...]:
-    """Every mode's name, in their listing order."""
-    return tuple(m.name for m in sorted(_MODES.values(), key=lambda m: (m.order, m.name)))
+MODES: Registry[Mode] = Registry("mode")
+register, names, get, all_modes = MODES.register, MODES.names, MODES.get, MODES.all
 
 
 def kit_names() -> tuple[str, ...]:
     """The modes whose pickers are the kit's own (what ``all`` means in listings and comparisons)."""
     return tuple(m.name for m in all_modes() if not m.external)
-
-
-def get(name: str) -> Mode:
-    try:
-        return _MODES[name]
-    except KeyError:
-        raise ValueError(f"unknown mode {name!r}; choose one of {', '.join(names())}") from None
-
-
-def all_modes() -> tuple[Mode, ...]:
-    return tuple(get(n) for n in names())
 
 
 def options_for(topology: Topology) -> Any:

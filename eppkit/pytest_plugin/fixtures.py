@@ -9,12 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
-from eppkit.pytest_plugin.session import (
-    selected_runtimes,
-    session_backend,
-    session_topology,
-    values,
-)
+from eppkit.pytest_plugin.session import selected_runtimes, session_backend, session_topology, values
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
 
 if TYPE_CHECKING:

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 
 import requests
+
 from eppkit.observability import zipkin_spans
 from eppkit.observability.jaeger_client import JaegerClient
 

@@ -22,12 +22,7 @@ from eppkit.services.encoder.config import EncoderConfig
 from eppkit.services.encoder.ec_cache import EncoderCache
 from eppkit.services.encoder.media import media_kind
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
-from eppkit.services.pod_headers import (
-    HEADER_POD,
-    HEADER_REQUEST_ID,
-    REQUEST_ID_KEY,
-    pod_headers_middleware,
-)
+from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
 from eppkit.services.vllm import api
 from eppkit.services.vllm.latency import jittered
 from eppkit.services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE

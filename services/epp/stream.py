@@ -45,12 +45,7 @@ from eppkit.services.epp import MULTIPART_TRIGGERS, protocol
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.picker.decision import Decision, PickError
 from eppkit.services.picker.request import BadRequest, LlmRequest, parse_request
-from eppkit.services.vllm.multipart import (
-    METADATA_PART,
-    PAYLOAD_PART,
-    closing,
-    encode_part,
-)
+from eppkit.services.vllm.multipart import METADATA_PART, PAYLOAD_PART, closing, encode_part
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode

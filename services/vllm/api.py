@@ -11,12 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from eppkit.services.encoder.media import (
-    MediaError,
-    MediaItem,
-    check_media,
-    media_items,
-)
+from eppkit.services.encoder.media import MediaError, MediaItem, check_media, media_items
 from eppkit.services.openai_errors import OpenAIError
 from eppkit.services.vllm import handshake, tokens
 

@@ -12,13 +12,7 @@ import functools
 import time
 from typing import Callable
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # The classic text format every scraper reads; nothing here needs 1.0.0's escaping (':' is a legal name character).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

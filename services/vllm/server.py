@@ -24,17 +24,8 @@ from aiohttp import web
 from eppkit.observability import otel
 from eppkit.observability.contract import Error, GenAi, Http, Mock, Stream, Vllm
 from eppkit.services.encoder.ec_cache import EncoderCache
-from eppkit.services.openai_errors import (
-    OpenAIError,
-    error_body,
-    openai_error_middleware,
-)
-from eppkit.services.pod_headers import (
-    HEADER_POD,
-    HEADER_REQUEST_ID,
-    REQUEST_ID_KEY,
-    pod_headers_middleware,
-)
+from eppkit.services.openai_errors import OpenAIError, error_body, openai_error_middleware
+from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
 from eppkit.services.vllm import api, handshake, multipart, tokens
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig

@@ -7,11 +7,10 @@ front of each decoder; and the ttft flow refuses servers whose output does not f
 from __future__ import annotations
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Epp, Pd, Service
 from eppkit.services.vllm.config import MockLatency
 
-from eppkit import modes
+from eppkit import TraceCheck, modes
 from eppkit.backends import Backend, inference_sim
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess

@@ -20,13 +20,7 @@ import json
 
 import pytest
 
-from tests.support.reliability import (
-    MODES,
-    assert_kit_healthy,
-    assert_openai_error,
-    chat_body,
-    topology,
-)
+from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
 pytestmark = pytest.mark.e2e
 

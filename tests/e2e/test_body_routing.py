@@ -11,10 +11,10 @@ import json
 
 import pytest
 import requests
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Callout, Client, Cluster, Envoy, GenAi, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e

@@ -5,16 +5,7 @@ import re
 import statistics
 
 import pytest
-from eppkit.observability.contract import (
-    Callout,
-    Client,
-    Epp,
-    Eppkit,
-    Frontend,
-    Service,
-    Stream,
-    Vllm,
-)
+from eppkit.observability.contract import Callout, Client, Epp, Eppkit, Frontend, Service, Stream, Vllm
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.services.vllm.config import MockLatency
 

@@ -11,10 +11,10 @@ idea, not their code) and run against every picker mode through a real Envoy:
 """
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Cluster, Envoy, Service
 from eppkit.services.picker import headers
 
+from eppkit import TraceCheck
 from eppkit.modes import gaie_epp
 from tests.support.reliability import (
     EPP_PROTOCOL_MODES,

@@ -16,18 +16,9 @@ import time
 
 import pytest
 import requests
-from eppkit.observability.assertions import TraceCheck
-from eppkit.observability.contract import (
-    Client,
-    Encoder,
-    Envoy,
-    Http,
-    Mock,
-    Pd,
-    Service,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Encoder, Envoy, Http, Mock, Pd, Service, Vllm
 
+from eppkit import TraceCheck
 from eppkit.core.polling import poll
 from tests.support.reliability import (
     MODES,

@@ -7,9 +7,9 @@ tokens. In P/D the pd-sidecar sits between Envoy and the decoder; the cancellati
 """
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Envoy, GenAi, Pd, Service, Vllm
 
+from eppkit import TraceCheck
 from eppkit.core.polling import poll
 from tests.support import kit
 from tests.support.reliability import (

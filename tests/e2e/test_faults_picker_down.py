@@ -9,9 +9,9 @@ graceful-stop variants of the single-mode files (test_mode_*.py) stay there.
 from dataclasses import dataclass
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Client, Envoy, Epp, Http, Service, Vllm
 
+from eppkit import TraceCheck
 from tests.support.reliability import (
     TRAITS,
     assert_kit_healthy,

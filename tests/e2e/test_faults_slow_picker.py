@@ -16,9 +16,9 @@ callout is test_mode_callouts.py::test_a_callout_slower_than_its_timeout_counts_
 import time
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Callout, Envoy, Epp, Http, Service, Vllm
 
+from eppkit import TraceCheck
 from tests.support.reliability import (
     TRAITS,
     assert_kit_healthy,

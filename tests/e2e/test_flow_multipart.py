@@ -31,18 +31,10 @@ the EPP has been seen to receive that token 3 ms before the mock got round to re
 import json
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
-from eppkit.observability.contract import (
-    Client,
-    Cluster,
-    Envoy,
-    Epp,
-    Service,
-    Stream,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Service, Stream, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e

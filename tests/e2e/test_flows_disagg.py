@@ -7,18 +7,10 @@ picker modes pass them as x-prefiller-host-port / x-encoder-hosts-ports, tested 
 import re
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
-from eppkit.observability.contract import (
-    Client,
-    Encoder,
-    GenAi,
-    Pd,
-    Service,
-    Stream,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Encoder, GenAi, Pd, Service, Stream, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.topology import Topology
 
 pytestmark = pytest.mark.e2e

@@ -15,10 +15,10 @@ arriving the same way.
 """
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Callout, Encoder, Epp, Pd, Service, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.topology import Topology
 
 pytestmark = pytest.mark.e2e

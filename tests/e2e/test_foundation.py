@@ -1,10 +1,10 @@
 """One streaming request: client -> real Envoy (direct) -> mock vLLM, checked on the Jaeger trace."""
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Client, Envoy, Service, Stream, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e

@@ -31,13 +31,7 @@ import requests
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from tests.support.reliability import (
-    MODES,
-    assert_kit_healthy,
-    assert_openai_error,
-    chat_body,
-    topology,
-)
+from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
 pytestmark = pytest.mark.e2e
 

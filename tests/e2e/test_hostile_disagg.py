@@ -16,13 +16,7 @@ from urllib.parse import urlparse
 import pytest
 import requests
 
-from tests.support.reliability import (
-    MODES,
-    assert_kit_healthy,
-    assert_openai_error,
-    chat_body,
-    topology,
-)
+from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
 pytestmark = pytest.mark.e2e
 

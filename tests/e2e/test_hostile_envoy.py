@@ -21,21 +21,8 @@ from urllib.parse import urlparse
 import pytest
 import requests
 
-from tests.support.hostile import (
-    CODEC_CASES,
-    Stalled,
-    body_stops_half_way,
-    exchange,
-    short_body,
-    unfinished_headers,
-)
-from tests.support.reliability import (
-    MODES,
-    assert_kit_healthy,
-    assert_openai_error,
-    chat_body,
-    topology,
-)
+from tests.support.hostile import CODEC_CASES, Stalled, body_stops_half_way, exchange, short_body, unfinished_headers
+from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
 pytestmark = pytest.mark.e2e
 

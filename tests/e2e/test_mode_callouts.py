@@ -22,19 +22,10 @@ from dataclasses import dataclass
 
 import pytest
 import requests
-from eppkit.observability.assertions import TraceCheck
-from eppkit.observability.contract import (
-    Callout,
-    Client,
-    Cluster,
-    Dynmod,
-    Envoy,
-    Http,
-    Service,
-    Vllm,
-)
+from eppkit.observability.contract import Callout, Client, Cluster, Dynmod, Envoy, Http, Service, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e

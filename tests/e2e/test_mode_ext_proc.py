@@ -26,18 +26,10 @@ import time
 
 import pytest
 import requests
-from eppkit.observability.assertions import TraceCheck
-from eppkit.observability.contract import (
-    Client,
-    Cluster,
-    Envoy,
-    Epp,
-    Http,
-    Service,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Http, Service, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.core.polling import poll
 from eppkit.topology import Topology, VllmSpec
 from tests.support.reliability import wait_for_cluster_health

@@ -17,10 +17,10 @@ and, as a trace of its own (v1.5.0 reads no trace context from Envoy), found by 
 """
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Cluster, Envoy, Service, Vllm
 from eppkit.services.picker import headers
 
+from eppkit import TraceCheck
 from eppkit.core.polling import poll
 from eppkit.modes import gaie_epp
 from tests.support.reliability import chat_body, require_gaie_epp, topology

@@ -17,19 +17,10 @@ Trace of one request:
 """
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
-from eppkit.observability.contract import (
-    Client,
-    Cluster,
-    Envoy,
-    Epp,
-    Frontend,
-    Http,
-    Service,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Frontend, Http, Service, Vllm
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e

@@ -9,10 +9,10 @@ that emits no spans and knows no x-mock-* header): the contract is the pickers',
 from dataclasses import replace
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.observability.contract import Callout, Envoy, Epp, Frontend, Service, Vllm
 from eppkit.observability.expected_spans import NONE
 
+from eppkit import TraceCheck
 from eppkit.backends import MOCK, SIM
 from tests.support.reliability import PICKER_MODES, TRAITS, chat_body, topology
 

@@ -12,17 +12,12 @@ picker runs, which the trace shows as a request with no decision and nothing ups
 from pathlib import Path
 
 import pytest
-from eppkit.observability.assertions import TraceCheck
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import TraceCheck
 from eppkit.builds import dynmod as dynmod_build
 from eppkit.gateway import versions as envoy_versions
-from eppkit.gateway.user_filters import (
-    DynamicModule,
-    HttpFilter,
-    LuaFilter,
-    UserFilterError,
-)
+from eppkit.gateway.user_filters import DynamicModule, HttpFilter, LuaFilter, UserFilterError
 from eppkit.topology import Topology, VllmSpec
 
 pytestmark = pytest.mark.e2e

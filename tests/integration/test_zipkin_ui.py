@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import requests
+from eppkit.observability import zipkin_spans
 
 from eppkit.compare import report as rp
-from eppkit.compare import zipkin_spans
 from eppkit.pytest_plugin.state import require
 from eppkit.ui import zipkin
 from tests.support import chromium as _chromium

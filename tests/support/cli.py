@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
-EPPKIT = [sys.executable, "-m", "eppkit.cli"]
+EPPKIT = [sys.executable, "-m", "eppkit"]
 
 
 def start_up(args: list[str], runs: Path, timeout_s: float) -> tuple[subprocess.Popen, str | None, list[str]]:

@@ -29,14 +29,7 @@ from typing import Iterator
 
 import requests
 from eppkit.observability import expected_spans
-from eppkit.observability.contract import (
-    Client,
-    Eppkit,
-    Http,
-    ResourceAttributes,
-    Service,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Eppkit, Http, ResourceAttributes, Service, Vllm
 from eppkit.services.vllm.config import MockLatency
 from opentelemetry import propagate
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter

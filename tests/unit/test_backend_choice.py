@@ -11,16 +11,10 @@ from eppkit.observability import expected_spans as ex
 from eppkit.observability.contract import Pd, Vllm
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.pool import Pool
-from eppkit.services.picker.settings import (
-    DEFAULTS,
-    PickerSettings,
-    add_arguments,
-    service_args,
-    settings_from_args,
-)
+from eppkit.services.picker.settings import DEFAULTS, PickerSettings, add_arguments, service_args, settings_from_args
 from eppkit.services.vllm.config import MockLatency
 
-from eppkit import backends, cli, compare, flows, modes
+from eppkit import backends, cli, compare, flows, modes, options
 from eppkit.backends import MOCK, SIM, Backend, inference_sim, parse_url
 from eppkit.components.ports import PortAllocator
 from eppkit.topology import Topology, VllmSpec
@@ -90,14 +84,12 @@ def test_the_cli_refuses_a_backend_that_cannot_serve_the_flow_as_a_usage_error(c
 
 
 def test_backend_flags_read_into_a_backend():
-    p = argparse.ArgumentParser()
-    backends.add_arguments(p)
-    args = p.parse_args(["--prefill-url", "p=http://127.0.0.1:1", "--decode-url", "http://127.0.0.1:2@m",
-                         "--decode-url", "http://127.0.0.1:3", "--backend-spans", "llm_request"])
-    assert backends.from_args(args) == Backend(prefill_urls=("p=http://127.0.0.1:1",),
-                                               decode_urls=("http://127.0.0.1:2@m", "http://127.0.0.1:3"),
-                                               spans="llm_request")
-    assert backends.from_args(p.parse_args([])) == Backend()
+    args = kit.parse("run", "--prefill-url", "p=http://127.0.0.1:1", "--decode-url", "http://127.0.0.1:2@m",
+                     "--decode-url", "http://127.0.0.1:3", "--backend-spans", "llm_request")
+    assert options.backend(args) == Backend(prefill_urls=("p=http://127.0.0.1:1",),
+                                            decode_urls=("http://127.0.0.1:2@m", "http://127.0.0.1:3"),
+                                            spans="llm_request")
+    assert options.backend(kit.parse("run")) == Backend()
 
 
 @pytest.mark.parametrize("flow", ["aggregated", "pd", "ttft", "epd"])

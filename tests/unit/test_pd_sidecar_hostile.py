@@ -12,12 +12,7 @@ from contextlib import AsyncExitStack
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from eppkit.services.pd_sidecar.server import (
-    HEADER_ENCODERS,
-    HEADER_PREFILLER,
-    PdSidecar,
-    SidecarConfig,
-)
+from eppkit.services.pd_sidecar.server import HEADER_ENCODERS, HEADER_PREFILLER, PdSidecar, SidecarConfig
 from eppkit.services.vllm.testing import SpanRecorder, in_process
 
 pytestmark = pytest.mark.unit

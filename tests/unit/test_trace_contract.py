@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from eppkit.observability import contract as c
-from eppkit.observability.assertions import TraceAssertionError, TraceCheck
 from eppkit.observability.contract import Cluster, Dynmod, Envoy, Epp, Vllm
+
+from eppkit import TraceAssertionError, TraceCheck
 
 ROOT = Path(__file__).resolve().parents[2]
 

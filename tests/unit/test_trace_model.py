@@ -2,17 +2,10 @@
 
 import pytest
 from eppkit.observability import waterfall
-from eppkit.observability.assertions import TraceAssertionError, TraceCheck
-from eppkit.observability.contract import (
-    Client,
-    Envoy,
-    GenAi,
-    ResourceAttributes,
-    Service,
-    Stream,
-    Vllm,
-)
+from eppkit.observability.contract import Client, Envoy, GenAi, ResourceAttributes, Service, Stream, Vllm
 from eppkit.observability.trace_model import SpanNotFound, from_otlp
+
+from eppkit import TraceAssertionError, TraceCheck
 
 pytestmark = pytest.mark.unit
 

