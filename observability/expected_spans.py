@@ -14,7 +14,8 @@ Checked against real traces (Envoy 1.40, every mode x aggregated / pd / epd):
                                 > pd.prefill > vllm:llm_request > vllm.queue, vllm.prefill
                                 > pd.decode  > vllm:llm_request > vllm.queue, vllm.kv_transfer, vllm.decode
 
-``expected(mode, flow, media_items, backend_spans)`` gives the rules; ``missing(trace, rules)`` names what a
+``expected(mode, behind)`` gives the rules (the mode's registry entry and what its flow adds, both handed
+in: eppkit.modes, eppkit.flows); ``missing(trace, rules)`` names what a
 trace lacks (the one completeness check: Jaeger waits, compare and `eppkit run` use it). A rule
 asks for *at least* ``count`` spans: a P/D trace has two ``vllm.queue``. Span names and the
 services that emit them come from the trace contract (observability/contract.py).
@@ -97,12 +98,6 @@ class ModeSpans(Protocol):
     spans: tuple[tuple[str, str], ...]
 
 
-class FlowSpans(Protocol):
-    """What this module reads of a flow (eppkit.flows.Flow): the spans behind Envoy's upstream."""
-
-    def spans(self, emits: str, media_items: int) -> tuple[SpanRule, ...]: ...
-
-
 def picker_call(mode: ModeSpans | None) -> SpanRule | None:
     """Envoy's span of the call to the picker (the ext_proc stream, the callout); None in ``direct``."""
     return _r(mode.picker_call) if mode is not None and mode.picker_call else None
@@ -133,17 +128,20 @@ def backend_pd(emits: str) -> tuple[SpanRule, ...]:
     return _BACKEND_PD[emits]
 
 
-def expected(mode: ModeSpans, flow: FlowSpans, media_items: int = 0, backend_spans: str = FULL,
-             extra: Iterable[SpanRule | tuple[str, str] | str] = ()) -> tuple[SpanRule, ...]:
-    """The spans a complete trace of one successful request holds in ``mode`` x ``flow``.
+def expected(mode: ModeSpans, behind: Iterable[SpanRule], extra: Iterable[SpanRule | tuple[str, str] | str] = ()
+             ) -> tuple[SpanRule, ...]:
+    """The spans a complete trace of one successful request holds in ``mode``: the client's and Envoy's,
+    the mode's, ``behind`` (what the flow adds behind Envoy's upstream span for this request and backend:
+    eppkit.flows.Flow.spans) and ``extra`` (more spans every request has, e.g. an EPP of your own that
+    names its decision span)."""
+    return _COMMON + rules(mode.spans) + tuple(behind) + rules(extra)
 
-    ``media_items``: images etc. in the request (epd flow: one ``pd.encode`` and one
-    ``encoder.encode`` each). ``backend_spans``: what the backend emits (:data:`BACKEND_SPANS`).
-    ``extra``: more spans every request has (an EPP of your own that names its decision span).
-    """
-    if backend_spans not in BACKEND_SPANS:
-        raise ValueError(f"backend_spans {backend_spans!r}: choose one of {', '.join(BACKEND_SPANS)}")
-    return _COMMON + rules(mode.spans) + tuple(flow.spans(backend_spans, media_items)) + rules(extra)
+
+def check_backend_spans(emits: str) -> str:
+    """``emits`` if it is one of :data:`BACKEND_SPANS`, else ValueError naming them."""
+    if emits not in BACKEND_SPANS:
+        raise ValueError(f"backend_spans {emits!r}: choose one of {', '.join(BACKEND_SPANS)}")
+    return emits
 
 
 def missing(trace: Trace | None, wanted: Iterable[SpanRule | tuple[str, str] | str], *, min_spans: int = 0) -> list[str]:

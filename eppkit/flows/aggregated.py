@@ -9,5 +9,5 @@ from eppkit.observability import expected_spans as ex
 FLOW = register(Flow(
     name="aggregated", summary="one PD vLLM serves the whole request", order=0,
     plan=lambda topology, ports, run_dir, pod_addresses: pool(topology, ports, pod_addresses),
-    spans=lambda emits, media_items: ex.backend_one(emits),
+    spans=lambda topology, emits, media_items: ex.backend_one(emits),
 ))

@@ -12,9 +12,10 @@ from eppkit.flows._servers import pool
 from eppkit.flows.registry import Flow, register
 from eppkit.observability import expected_spans as ex
 from eppkit.observability.contract import Vllm
+from eppkit.topology import Topology
 
 
-def spans(emits: str, media_items: int) -> tuple[ex.SpanRule, ...]:
+def spans(topology: Topology, emits: str, media_items: int) -> tuple[ex.SpanRule, ...]:
     return ex.backend_one(emits) + ((ex.SpanRule.of(Vllm.AWAIT_METADATA),) if emits == ex.FULL else ())
 
 

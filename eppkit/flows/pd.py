@@ -9,6 +9,6 @@ from eppkit.observability import expected_spans as ex
 FLOW = register(Flow(
     name="pd", summary="prefill vLLM -> decode vLLM through a pd-sidecar in front of each decoder", order=1,
     plan=lambda topology, ports, run_dir, pod_addresses: _disaggregated.plan(topology, ports, run_dir),
-    spans=lambda emits, media_items: ex.PD_SIDECAR + ex.backend_pd(emits),
+    spans=lambda topology, emits, media_items: ex.PD_SIDECAR + ex.backend_pd(emits),
     disaggregated=True,
 ))

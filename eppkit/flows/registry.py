@@ -34,9 +34,9 @@ class FlowPlan:
 # (topology, ports, run folder, pod_addresses) -> the plan; pod_addresses: each vLLM on its own loopback
 # address on one shared port (the mode's EPP reads an InferencePool: eppkit.modes.Mode.pod_addresses).
 Plan = Callable[[Topology, PortAllocator, Path, bool], FlowPlan]
-# (what the backend emits: eppkit.observability.expected_spans.BACKEND_SPANS, media items in the request)
-# -> the spans a successful request of this flow adds behind Envoy's upstream span.
-Spans = Callable[[str, int], "tuple[SpanRule, ...]"]
+# (the topology, what its backend emits: eppkit.observability.expected_spans.BACKEND_SPANS, media items in the
+# request) -> the spans a successful request of this flow adds behind Envoy's upstream span.
+Spans = Callable[[Topology, str, int], "tuple[SpanRule, ...]"]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,6 @@ FLOW = register(Flow(
     name="ttft", summary="as pd; the sidecar streams prefill's first token at once", order=3,
     plan=lambda topology, ports, run_dir, pod_addresses: _disaggregated.plan(topology, ports, run_dir,
                                                                              stream_first_token=True),
-    spans=lambda emits, media_items: ex.PD_SIDECAR + ex.backend_pd(emits),
+    spans=lambda topology, emits, media_items: ex.PD_SIDECAR + ex.backend_pd(emits),
     disaggregated=True,
 ))

@@ -116,7 +116,8 @@ class LocalTestbed:
     def expected_spans(self, media_items: int = 0) -> tuple[expected_spans.SpanRule, ...]:
         """Every span a successful request of this topology produces (its mode's, its flow's, the backend's
         as far as it traces: :func:`eppkit.observability.expected_spans.expected`)."""
-        return expected_spans.expected(self.mode, self.flow, media_items, backend_spans=self.topology.backend.emits)
+        behind = self.flow.spans(self.topology, self.topology.backend.emits, media_items)
+        return expected_spans.expected(self.mode, behind)
 
     def wait_for_trace(self, result_or_id, expected=None, *, timeout_s: float = 15.0, **kwargs):
         """The trace of one request (a ClientResult or a trace id) once it holds every ``expected`` span.

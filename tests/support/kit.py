@@ -28,9 +28,12 @@ def plan_flow(topology: Topology, ports: PortAllocator, run_dir: Path) -> flows.
     return flow.plan(topology, ports, run_dir, mode.pod_addresses)
 
 
-def expected(mode: str, flow: str, media_items: int = 0, backend_spans: str = expected_spans.FULL):
-    """The spans a successful request of ``mode`` x ``flow`` holds."""
-    return expected_spans.expected(modes.get(mode), flows.get(flow), media_items, backend_spans=backend_spans)
+def expected(mode: str, flow: str, media_items: int = 0, backend_spans: str = expected_spans.FULL, **topology):
+    """The spans a successful request of ``mode`` x ``flow`` holds (a testbed of that Topology, as its
+    ``bed.expected_spans(media_items)`` says)."""
+    behind = flows.get(flow).spans(Topology(mode=mode, flow=flow, **topology),
+                                   expected_spans.check_backend_spans(backend_spans), media_items)
+    return expected_spans.expected(modes.get(mode), behind)
 
 
 def parse(command: str, *argv: str):

@@ -73,7 +73,8 @@ class FakeBed:
         return FakeClient()
 
     def expected_spans(self, media_items=0):
-        return expected_spans.expected(self.mode, self.flow, media_items, self.topology.backend.emits)
+        return expected_spans.expected(self.mode, self.flow.spans(self.topology, self.topology.backend.emits,
+                                                                  media_items))
 
     def log_tails(self, lines=60):
         return "=== epp ===\nepp: address already in use"

@@ -213,3 +213,12 @@ def test_percentiles_interpolate_between_ranks_and_span_min_to_max():
     assert st.percentile([], 50) is None
     summary = st.summarize([1.0, 2.0, 3.0, 4.0])
     assert summary == {"n": 4, "p50": 2.5, "p90": 3.7, "p99": 3.97, "mean": 2.5, "min": 1.0, "max": 4.0}
+
+
+def test_e_plus_pd_expects_one_vllm_that_prefills_and_decodes_behind_the_sidecar():
+    labels = {r.label: r.count for r in kit.expected("ext_proc", "epd", media_items=2, prefill=0)}
+    assert labels["vllm:llm_request"] == 1 and "vllm:vllm.kv_transfer" not in labels
+    assert "pd-sidecar:pd.prefill" not in labels and labels["pd-sidecar:pd.decode"] == 1
+    assert labels["pd-sidecar:pd.encode"] == 2 and labels["encoder:encoder.encode"] == 2
+    with_prefill = {r.label: r.count for r in kit.expected("ext_proc", "epd", media_items=2)}
+    assert with_prefill["vllm:llm_request"] == 2 and "vllm:vllm.kv_transfer" in with_prefill
