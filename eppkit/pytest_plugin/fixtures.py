@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
+from eppkit.pytest_plugin.servers import ServerPool
 from eppkit.pytest_plugin.session import selected_runtimes, session_backend, session_topology, values
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
 
@@ -16,13 +17,16 @@ if TYPE_CHECKING:
     from eppkit.topology import Topology
 
 
-def new_testbed(config: pytest.Config, runtime: str, jaeger, topology: "Topology | None", kwargs: dict):
+def new_testbed(config: pytest.Config, runtime: str, jaeger, topology: "Topology | None", kwargs: dict,
+                servers: ServerPool | None = None):
     """The one way the plugin makes a testbed (not yet started): the session's options filled in, the
-    session's Jaeger. The caller records it where a failure report finds it, then starts it."""
+    session's Jaeger, the session's vLLM servers (``servers``) for the vllm backend. The caller records it
+    where a failure report finds it, then starts it."""
     from eppkit.runtimes import create
     from eppkit.topology import Topology
 
-    return create(session_topology(config, topology or Topology()), runtime=runtime, jaeger=jaeger, **kwargs)
+    topology = session_topology(config, topology or Topology(), servers)
+    return create(topology, runtime=runtime, jaeger=jaeger, **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -97,11 +101,20 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
         yield proc
 
 
-def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None):
+@pytest.fixture(scope="session")
+def eppkit_vllm_servers(eppkit_jaeger):
+    """The vllm preset's servers of this runtime's session Jaeger (:class:`ServerPool`): none start until a
+    topology of the vllm backend needs them; every testbed then shares them. Stopped at the session's end."""
+    pool = ServerPool(eppkit_jaeger.otlp_grpc_endpoint)
+    yield pool
+    pool.stop()
+
+
+def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None, servers: ServerPool):
     beds: list = []
 
     def make(topology: "Topology | None" = None, **kwargs: Any):
-        bed = new_testbed(request.config, runtime, jaeger, topology, kwargs)
+        bed = new_testbed(request.config, runtime, jaeger, topology, kwargs, servers)
         beds.append(bed)
         item = owner or request.node
         item.stash.setdefault(BEDS, []).append(bed)
@@ -111,12 +124,12 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest
 
 
 @pytest.fixture
-def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
+def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str, eppkit_vllm_servers):
     """Call with a Topology (and runtime keyword arguments); returns a started testbed, stopped after the test.
 
     Use it for tests that change their testbed (kill a component, restart one, load it).
     """
-    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, None)
+    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, None, eppkit_vllm_servers)
     yield make
     if beds and failed(request.node) and values(request.config).keep_on_failure:
         keep_until_interrupted(request.config, request.node, beds)
@@ -127,8 +140,8 @@ def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit
 class _SharedBeds:
     """One started testbed per distinct topology, for the tests of one module."""
 
-    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger):
-        self._request, self._runtime, self._jaeger = request, runtime, jaeger
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, servers: ServerPool):
+        self._request, self._runtime, self._jaeger, self._servers = request, runtime, jaeger, servers
         self._beds: dict[str, Any] = {}
 
     def __call__(self, topology: "Topology | None" = None, **kwargs: Any):
@@ -137,7 +150,8 @@ class _SharedBeds:
         if bed is None or not bed.healthy():
             if bed is not None:  # a test stopped or broke it after all: a fresh one for the next
                 bed.stop()
-            bed = new_testbed(self._request.config, self._runtime, self._jaeger, topology, kwargs).start()
+            bed = new_testbed(self._request.config, self._runtime, self._jaeger, topology, kwargs,
+                              self._servers).start()
             self._beds[key] = bed
         return bed
 
@@ -160,8 +174,8 @@ class _SharedBeds:
 
 
 @pytest.fixture(scope="module")
-def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
-    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger)
+def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str, eppkit_vllm_servers):
+    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger, eppkit_vllm_servers)
     yield beds
     beds.stop()
 

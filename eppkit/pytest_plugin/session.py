@@ -113,11 +113,12 @@ def envoy_version(config: pytest.Config) -> str | None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
+def session_topology(config: pytest.Config, topology: "Topology", servers=None) -> "Topology":
     """``topology`` with the session's options where it leaves them open: the Envoy version, an external
-    EPP, the backend (a missing simulator binary is a missing prerequisite, :func:`require`)."""
+    EPP, the backend (a missing simulator binary or vLLM install is a missing prerequisite, :func:`require`);
+    a vllm backend gets the session's servers (``servers``, :class:`~eppkit.pytest_plugin.servers.ServerPool`)."""
     from eppkit import flows
-    from eppkit.backends import SIM, Backend
+    from eppkit.backends import SIM, VLLM, Backend
     from eppkit.modes import external_epp
     from eppkit.options import epp_options
 
@@ -137,6 +138,8 @@ def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
         topology = dataclasses.replace(topology, backend=backend)
     if topology.backend.kind == SIM:
         require_simulator()
+    if topology.backend.kind == VLLM and not topology.backend.running and servers is not None:
+        topology = dataclasses.replace(topology, backend=servers.backend_for(topology))
     return topology
 
 

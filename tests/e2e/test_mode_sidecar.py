@@ -22,6 +22,7 @@ from eppkit.services.vllm.config import MockLatency
 
 from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from tests.support.served import backend_spans
 
 pytestmark = pytest.mark.e2e
 
@@ -49,11 +50,12 @@ def bed(eppkit_testbed_factory):
 
 
 def served_trace(bed, result, *extra):
+    """The trace once it holds the kit's spans, the backend's (as far as it traces) and ``extra``."""
     return bed.jaeger.wait_for_trace(result.trace_id, [
         Client.REQUEST, Envoy.INGRESS, EXT_PROC_CALL,
         Epp.PROCESS, Epp.PICK, Frontend.ROUTE,
         Frontend.TOKENIZE, Epp.INJECT, PICKED_UPSTREAM,
-        Vllm.REQUEST, *extra])
+        *backend_spans(bed), *extra])
 
 
 def test_the_worker_the_frontend_picks_is_the_one_that_serves(bed):
@@ -64,7 +66,7 @@ def test_the_worker_the_frontend_picks_is_the_one_that_serves(bed):
     assert [r.status for r in results] == [200] * 4, [r.body for r in results]
 
     for result in results:
-        pod = result.headers["x-inference-pod"]
+        pod = bed.served_pod(result.headers)
         check = TraceCheck(served_trace(bed, result))
         route, pick = check.one(Frontend.ROUTE, Service.FRONTEND), check.one(Epp.PICK, Service.EPP)
         assert names[route.attributes[Frontend.ENDPOINT]] == pod
@@ -109,7 +111,8 @@ def test_shared_prompts_stay_on_the_worker_that_holds_their_blocks(bed):
     results = [client.chat(chat_body(f"question {i}", system=SYSTEM)) for i in range(4)]
     client.flush()
     assert [r.status for r in results] == [200] * 4
-    assert len({r.headers["x-inference-pod"] for r in results}) == 1, [r.headers["x-inference-pod"] for r in results]
+    pods = [bed.served_pod(r.headers) for r in results]
+    assert len(set(pods)) == 1, pods
     route = TraceCheck(served_trace(bed, results[-1])).one(Frontend.ROUTE)
     assert route.attributes[Frontend.OVERLAP_BLOCKS] > 0
     # The mock's own cache agrees with the router's guess.

@@ -15,7 +15,7 @@ from eppkit.services.picker.settings import DEFAULTS, PickerSettings, add_argume
 from eppkit.services.vllm.config import MockLatency
 
 from eppkit import backends, cli, compare, flows, modes, options
-from eppkit.backends import MOCK, SIM, Backend, inference_sim, parse_url
+from eppkit.backends import MOCK, SIM, VLLM, Backend, inference_sim, parse_url
 from eppkit.components.ports import PortAllocator
 from eppkit.topology import Topology, VllmSpec
 from tests.support import kit
@@ -62,7 +62,9 @@ def test_backend_kinds_labels_and_default_spans():
 
 
 @pytest.mark.parametrize("backend, flow, why", [
-    (Backend(preset="vllm"), "aggregated", "unknown backend"),
+    (Backend(preset="tgi"), "aggregated", "unknown backend"),
+    (Backend(preset=VLLM), "pd", "aggregated requests only"),
+    (Backend(command="vllm serve m"), "aggregated", "is for --backend vllm"),
     (Backend(spans="some"), "aggregated", "choose one of"),
     (Backend(preset=SIM, urls=("http://127.0.0.1:1",)), "aggregated", "cannot be combined"),
     (Backend(preset=SIM), "epd", "needs the kit's mock"),

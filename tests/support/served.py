@@ -1,0 +1,12 @@
+"""For tests that run against any backend (``pytest --eppkit-backend mock|llm-d-inference-sim|vllm``): which spans
+the backend adds to a trace (who served a response: the testbed's ``served_pod(headers)``)."""
+
+from __future__ import annotations
+
+from eppkit.observability import expected_spans
+
+
+def backend_spans(bed) -> tuple[expected_spans.SpanRule, ...]:
+    """The spans the testbed's backend puts under Envoy's upstream span for one request it serves alone:
+    the mock's ``llm_request`` and its steps, a real vLLM's ``llm_request``, nothing from llm-d-inference-sim."""
+    return expected_spans.backend_one(bed.topology.backend.emits)
