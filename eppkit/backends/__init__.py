@@ -114,13 +114,13 @@ class Backend:
             raise ValueError(f"--backend {self.preset} starts its own servers; it cannot be combined with backend URLs")
         if (self.command or self.running) and self.preset != VLLM:
             raise ValueError(f"a vLLM command is for --backend {VLLM} (got --backend {self.preset})")
+        if self.external and flow.mock_only:
+            raise ValueError(f"--flow {flow.name} needs the kit's mock vLLM as backend ({flow.mock_only}); "
+                             f"got {self.label}")
         if self.kind == VLLM and flow.disaggregated:
             raise ValueError(f"--flow {flow.name}: the {VLLM} preset serves aggregated requests only (its CPU build "
                              "has no KV connector to hand prefill's KV to decode); for vLLMs with one, give "
                              "--prefill-url and --decode-url")
-        if self.external and flow.mock_only:
-            raise ValueError(f"--flow {flow.name} needs the kit's mock vLLM as backend ({flow.mock_only}); "
-                             f"got {self.label}")
         if self.kind != URLS:
             return
         for spec in (*self.urls, *self.prefill_urls, *self.decode_urls):

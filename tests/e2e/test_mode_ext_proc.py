@@ -41,8 +41,10 @@ MODEL = "mock-llm"
 EXT_PROC_CALL = Envoy.EXT_PROC_CALL
 PICKED_UPSTREAM = Envoy.router(Cluster.PICKED)
 FALLBACK_UPSTREAM = Envoy.router(Cluster.POOL)
-SYSTEM = ("You are a meticulous assistant for an inference gateway test kit. Answer briefly, "
-          "name the pod you run on, and never invent facts you cannot check.")
+# A shared system prompt long enough to fill whole blocks of any backend's prefix cache (a real vLLM on CPU
+# caches blocks of 128 tokens; the mock of 16).
+SYSTEM = " ".join(["You are a meticulous assistant for an inference gateway test kit. Answer briefly, name the pod",
+                   "you run on, keep every answer under twenty words and never invent facts you cannot check."] * 8)
 
 
 def chat_body(content="Which pod am I on?", **extra):
@@ -309,9 +311,11 @@ def test_large_bodies_are_buffered_and_passed_through_unchanged(bed):
     client = bed.client()
     result = client.chat({"model": MODEL, "max_tokens": 1, "prompt": prompt}, path="/v1/completions")
     client.flush()
-    # The mock's context limit rejects it with the exact token count: the body arrived whole.
+    # The backend's context limit rejects it naming the whole prompt's size: the body arrived whole (the mock
+    # counts its words, llm-d-inference-sim too, a real vLLM its characters).
     assert result.status == 400, result.body
-    assert f"{words} in the messages" in json.dumps(result.body)
+    said = json.dumps(result.body)
+    assert f"{words} in the messages" in said or f"contains {len(prompt)} characters" in said, said
     assert bed.served_pod(result.headers) in {"vllm-0", "vllm-1"}
 
 
