@@ -41,7 +41,7 @@ from eppkit.plan import ServiceSpec
 NAME = "vllm"
 MODEL = vllm_cpu.MODEL
 READY_PATH = "/health"  # refused until its HTTP server runs; 200 once the engine is up
-START_TIMEOUT_S = 300.0  # measured 30-37 s at load 3-5 and 70-92 s at load 8-11; two starting at once take longer
+START_TIMEOUT_S = 600.0  # measured 30-37 s at load 3-5, 70-112 s at load 8-11, over 300 s at load 25
 MAX_MODEL_LEN = 2048
 KV_CACHE_BYTES = 256 * 2**20
 SERVER_GB = 3.7  # resident memory of one server with that cache (measured 3.62 GB RSS)

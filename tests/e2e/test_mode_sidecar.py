@@ -22,7 +22,7 @@ from eppkit.services.vllm.config import MockLatency
 
 from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
-from tests.support.served import backend_spans
+from tests.support.served import backend_spans, reports_cache_hits
 
 pytestmark = pytest.mark.e2e
 
@@ -117,8 +117,8 @@ def test_shared_prompts_stay_on_the_worker_that_holds_their_blocks(bed):
     assert len(set(pods)) == 1, pods
     route = TraceCheck(served_trace(bed, results[-1])).one(Frontend.ROUTE)
     assert route.attributes[Frontend.OVERLAP_BLOCKS] > 0
-    # The mock's own cache agrees with the router's guess.
-    assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    if reports_cache_hits(bed):  # the backend's own prefix cache agrees: the later requests found it cached
+        assert results[-1].body["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")

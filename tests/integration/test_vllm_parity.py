@@ -10,6 +10,7 @@ vLLM install or simulator build skips on a laptop and fails in CI, saying how to
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 
@@ -76,17 +77,17 @@ def sim(tmp_path_factory):
         proc.stop()
 
 
-def _traceparent(i: int, server: str) -> tuple[str, str]:
-    trace_id = f"{abs(hash((server, i))) % 16**24:024x}eppkit01"
-    return trace_id, f"00-{trace_id}-{'a1' * 8}-01"
+def _traceparent() -> tuple[str, str]:
+    trace_id = uuid.uuid4().hex
+    return trace_id, f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
 
 
-def observe_all(url: str, server: str, jaeger_url: str | None = None) -> dict[str, dict[str, str]]:
+def observe_all(url: str, jaeger_url: str | None = None) -> dict[str, dict[str, str]]:
     """Every case's observation; with ``jaeger_url``, each served request's ``llm_request`` span, and for a
     refused one whether it has one."""
     out, traced = {}, {}
-    for i, case in enumerate(parity.CASES):
-        trace_id, header = _traceparent(i, server)
+    for case in parity.CASES:
+        trace_id, header = _traceparent()
         out[case.name] = parity.observe(url, case, headers={"traceparent": header})
         traced[case.name] = trace_id
     if jaeger_url is None:
@@ -106,7 +107,7 @@ def observe_all(url: str, server: str, jaeger_url: str | None = None) -> dict[st
 
 @pytest.fixture(scope="module")
 def vllm_seen(vllm, jaeger):
-    seen = observe_all(vllm, "vllm", jaeger.api_url)
+    seen = observe_all(vllm, jaeger.api_url)
     seen["metrics"] = parity.metric_shape(_metrics(vllm))
     return seen
 
@@ -129,12 +130,12 @@ def _check(stand_in: str, seen: dict, vllm_seen: dict, *, spans: bool = True) ->
 
 
 def test_the_mock_answers_traces_and_counts_as_vllm_does_but_for_the_differences_it_lists(mock, jaeger, vllm_seen):
-    seen = observe_all(mock, "mock", jaeger.api_url)
+    seen = observe_all(mock, jaeger.api_url)
     seen["metrics"] = parity.metric_shape(_metrics(mock))
     _check("mock", seen, vllm_seen)
 
 
 def test_the_simulator_answers_and_counts_as_vllm_does_but_for_the_differences_it_lists(sim, vllm_seen):
-    seen = observe_all(sim, "sim")
+    seen = observe_all(sim)
     seen["metrics"] = parity.metric_shape(_metrics(sim))
     _check("llm-d-inference-sim", seen, vllm_seen, spans=False)
