@@ -31,3 +31,23 @@ def children(pid: int) -> set[int]:
             if fields is not None and int(fields[1]) == pid and fields[0] != "Z":
                 out.add(int(entry))
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Every live process of process group ``pgid`` (a server started in its own session and its children)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(entry)
+            if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
+                out.append(int(entry))
+    return sorted(out)
+
+
+def name(pid: int) -> str | None:
+    """The process's command name (/proc/<pid>/comm: vLLM renames its engine ``VLLM::EngineCore``), or None."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None

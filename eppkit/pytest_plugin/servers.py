@@ -123,6 +123,34 @@ class ServerPool:
                 self._servers.pop(server.key.index, None)
             raise
 
+    def process(self, name: str) -> "ManagedProcess":
+        """The running server of the pod ``name`` (its API server; the rest of it is in its process group)."""
+        server = next((s for s in self._servers.values() if s.key.name == name), None)
+        if server is None:
+            raise KeyError(f"no vLLM server of pod {name!r} runs in this session; running: "
+                           f"{', '.join(s.key.name for s in self._servers.values()) or 'none'}")
+        return server.process
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the pod's whole server (its process group), as a pod dies; the next topology that needs it
+        gets it started again."""
+        self.process(name).kill()
+
+    def kill_engine(self, name: str) -> int:
+        """SIGKILL the pod's engine process alone (vLLM's ``EngineCore``), as an engine crash: its API server
+        then answers in-band errors and exits by itself. The engine's pid."""
+        import os
+        import signal
+
+        from eppkit.core import procfs
+
+        server = self.process(name)
+        engines = [pid for pid in procfs.group_members(server.pid) if (procfs.name(pid) or "").startswith("VLLM::EngineCor")]
+        if not engines:
+            raise RuntimeError(f"pod {name}'s vLLM (pid {server.pid}) has no EngineCore process")
+        os.kill(engines[0], signal.SIGKILL)
+        return engines[0]
+
     def _folder(self):
         if self._run_dir is None:
             from eppkit.runtimes.local import new_run_dir

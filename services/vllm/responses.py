@@ -53,9 +53,10 @@ class Renderer:
             return (self._first + json.dumps(token) + self._first_tail).encode()
         return (self._next + json.dumps(token) + self._tail).encode()
 
-    def final_chunk(self, finish_reason: str, extra: dict[str, Any]) -> bytes:
+    def final_chunk(self, finish_reason: str, extra: dict[str, Any], last: bool = True) -> bytes:
         """The chunk that ends the choice, as vLLM's when it ends on a stop (an empty last piece of text):
-        ``extra`` (kv_transfer_params, multipart_metadata) only where it holds something."""
+        ``extra`` (kv_transfer_params, multipart_metadata) only where it holds something; the system
+        fingerprint when it is the ``last`` chunk (else the usage chunk after it carries it, as vLLM's)."""
         choice: dict[str, Any] = {"index": 0}
         if self.kind == CHAT:
             choice["delta"] = {"content": ""}
@@ -64,8 +65,8 @@ class Renderer:
             choice.update(text="", logprobs=None, finish_reason=finish_reason, stop_reason=None,
                           prompt_token_ids=None, token_ids=None)
         present = {k: v for k, v in extra.items() if v is not None}
-        return self._sse({**self._envelope(chunk=True), "choices": [choice], **present,
-                          "system_fingerprint": SYSTEM_FINGERPRINT})
+        fingerprint = {"system_fingerprint": SYSTEM_FINGERPRINT} if last else {}
+        return self._sse({**self._envelope(chunk=True), "choices": [choice], **present, **fingerprint})
 
     def usage_chunk(self, usage: dict[str, Any]) -> bytes:
         """The usage chunk: as vLLM's, without the null details."""

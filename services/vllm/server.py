@@ -361,7 +361,7 @@ class MockVllm:
                            inference_s=prefill_time + decode_time)
 
         if req.stream:
-            tail = renderer.final_chunk(finish_reason, extra)
+            tail = renderer.final_chunk(finish_reason, extra, last=not req.include_usage)
             if req.include_usage:
                 tail += renderer.usage_chunk(use)
             await self._write_eof(flow, tail + DONE)
@@ -529,6 +529,7 @@ class MockVllm:
             resp.enable_chunked_encoding()
         if sse:
             resp.content_type = "text/event-stream"
+            resp.charset = "utf-8"  # as vLLM's (Starlette's) "text/event-stream; charset=utf-8"
             resp.headers["Cache-Control"] = "no-cache"
             # The first token follows at once: let aiohttp send the headers with it, one
             # send() instead of two (sends on loopback dominate the mock's CPU per request).
