@@ -100,7 +100,7 @@ class Backend:
         if self.kind == VLLM:
             what = (f"vLLM by your command ({self.command.split()[0]})" if self.command else
                     f"vLLM {real_vllm.version()} serving {real_vllm.MODEL}")
-            return f"external: {what} ({'started once for the session' if self.running else 'started by the kit'})"
+            return f"external: {what} ({'started once, shared by the testbeds' if self.running else 'started by the kit'})"
         n = len(self.urls) or len(self.prefill_urls) + len(self.decode_urls)
         return f"external: {n} server(s) by URL"
 

@@ -20,7 +20,7 @@ What it is given, and why (measured on a 2-core, 24 GB VM without a GPU; docs/br
 - ``OTEL_BSP_SCHEDULE_DELAY``: its spans leave within 200 ms rather than the SDK's 5 s.
 
 A server takes 30-90 s to be ready on a busy 2-core machine (three processes each import torch and vLLM):
-tests share them for a whole session (the pytest plugin's :class:`~eppkit.pytest_plugin.servers.ServerPool`).
+tests and comparisons share them (:class:`~eppkit.runtimes.vllm_servers.ServerPool`).
 It runs as a process of this host on every runtime: its environment's Python is this host's.
 
 Your own vLLM (a GPU, another model): ``Backend(preset="vllm", command="vllm serve my/model --gpu-memory-utilization

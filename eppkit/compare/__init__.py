@@ -29,7 +29,7 @@ import requests
 
 from eppkit import flows, modes
 from eppkit import options as opt
-from eppkit.backends import Backend
+from eppkit.backends import VLLM, Backend
 from eppkit.compare import output
 from eppkit.compare import report as rp
 from eppkit.components.jaeger import Jaeger
@@ -43,6 +43,7 @@ from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
 from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
+from eppkit.runtimes.vllm_servers import ServerPool
 from eppkit.runtimes.local import new_run_dir
 from eppkit.services.picker.settings import PickerSettings
 from eppkit.services.vllm.config import MockLatency, latency_from_args
@@ -367,12 +368,19 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         "mode_colors": {m: modes.get(m).color for m in options.modes},
         "scenarios": {},
     }
-    own = None
+    own = servers = None
     if jaeger is None:
         progress.update(f"starting Jaeger ({options.runtime}) ...")
         own = jaeger = create_jaeger(options.runtime, new_run_dir("jaeger-compare")).start()
     report["jaeger_api_url"] = jaeger.api_url
     try:
+        if options.backend.kind == VLLM and not options.backend.running:
+            # A real vLLM starts in 30-90 s: the servers start once and every mode's testbed shares them.
+            progress.update(f"starting {options.backends} vLLM server(s) once for every mode (30-90 s) ...")
+            servers = ServerPool(jaeger.otlp_grpc_endpoint)
+            pods = Topology(vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)], seed=options.seed,
+                            backend=options.backend)
+            options = replace(options, backend=servers.backend_for(pods))
         total = len(options.scenarios) * len(options.modes)
         n = 0
         for name in options.scenarios:
@@ -391,6 +399,8 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
                 block["modes"][mode] = run_mode(options, scenario, mode, jaeger, out_dir, progress, label, create)
             rp.add_overheads(block["modes"])
     finally:
+        if servers is not None:
+            servers.stop()
         if own is not None:
             own.stop()
     report["wall_s"] = round(time.monotonic() - t0, 1)

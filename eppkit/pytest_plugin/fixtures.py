@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
-from eppkit.pytest_plugin.servers import ServerPool
 from eppkit.pytest_plugin.session import selected_runtimes, session_backend, session_topology, values
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
 
 if TYPE_CHECKING:
+    from eppkit.runtimes.vllm_servers import ServerPool
     from eppkit.topology import Topology
 
 
 def new_testbed(config: pytest.Config, runtime: str, jaeger, topology: "Topology | None", kwargs: dict,
-                servers: ServerPool | None = None):
+                servers: "ServerPool | None" = None):
     """The one way the plugin makes a testbed (not yet started): the session's options filled in, the
     session's Jaeger, the session's vLLM servers (``servers``) for the vllm backend. The caller records it
     where a failure report finds it, then starts it."""
@@ -103,14 +103,16 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
 
 @pytest.fixture(scope="session")
 def eppkit_vllm_servers(eppkit_jaeger):
-    """The vllm preset's servers of this runtime's session Jaeger (:class:`ServerPool`): none start until a
-    topology of the vllm backend needs them; every testbed then shares them. Stopped at the session's end."""
+    """The vllm preset's servers of this runtime's session Jaeger (eppkit.runtimes.vllm_servers.ServerPool): none
+    start until a topology of the vllm backend needs them; every testbed then shares them. Stopped at the end."""
+    from eppkit.runtimes.vllm_servers import ServerPool
+
     pool = ServerPool(eppkit_jaeger.otlp_grpc_endpoint)
     yield pool
     pool.stop()
 
 
-def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None, servers: ServerPool):
+def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None, servers: "ServerPool"):
     beds: list = []
 
     def make(topology: "Topology | None" = None, **kwargs: Any):
@@ -140,7 +142,7 @@ def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit
 class _SharedBeds:
     """One started testbed per distinct topology, for the tests of one module."""
 
-    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, servers: ServerPool):
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, servers: "ServerPool"):
         self._request, self._runtime, self._jaeger, self._servers = request, runtime, jaeger, servers
         self._beds: dict[str, Any] = {}
 

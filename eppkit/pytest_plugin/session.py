@@ -116,7 +116,7 @@ def envoy_version(config: pytest.Config) -> str | None:
 def session_topology(config: pytest.Config, topology: "Topology", servers=None) -> "Topology":
     """``topology`` with the session's options where it leaves them open: the Envoy version, an external
     EPP, the backend (a missing simulator binary or vLLM install is a missing prerequisite, :func:`require`);
-    a vllm backend gets the session's servers (``servers``, :class:`~eppkit.pytest_plugin.servers.ServerPool`)."""
+    a vllm backend gets the session's servers (``servers``, eppkit.runtimes.vllm_servers.ServerPool)."""
     from eppkit import flows
     from eppkit.backends import SIM, VLLM, Backend
     from eppkit.modes import external_epp
@@ -139,7 +139,14 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
     if topology.backend.kind == SIM:
         require_simulator()
     if topology.backend.kind == VLLM and not topology.backend.running and servers is not None:
-        topology = dataclasses.replace(topology, backend=servers.backend_for(topology))
+        from eppkit.runtimes.vllm_servers import TooManyPods
+
+        try:
+            topology = dataclasses.replace(topology, backend=servers.backend_for(topology))
+        except FileNotFoundError as exc:  # not installed, or half: how to get it
+            require(False, str(exc))
+        except TooManyPods as exc:  # by design: the session shares at most two servers
+            pytest.skip(str(exc))
     return topology
 
 

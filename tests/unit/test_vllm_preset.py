@@ -144,7 +144,7 @@ def test_the_preset_traces_llm_request_and_serves_aggregated_requests_only():
     backend = Backend.of(VLLM)
     assert (backend.kind, backend.external, backend.emits) == (VLLM, True, ex.LLM_REQUEST)
     assert backend.label.startswith("external: vLLM 0.32.0+cpu") and "started by the kit" in backend.label
-    assert "for the session" in Backend(preset=VLLM, running=("a=http://127.0.0.1:1@m",)).label
+    assert "started once" in Backend(preset=VLLM, running=("a=http://127.0.0.1:1@m",)).label
     backend.validate(flows.get("aggregated"))
     for flow in ("pd", "ttft"):
         with pytest.raises(ValueError, match="aggregated requests only"):

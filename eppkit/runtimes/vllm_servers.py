@@ -1,13 +1,14 @@
-"""The vllm preset's servers, started once and shared by every testbed of a session (one pool per session Jaeger).
+"""The vllm preset's servers, started once and shared by many testbeds (a pytest session's, a comparison's modes).
 
 A real vLLM takes 30-90 s to start on a busy 2-core machine and 3.7 GB of memory, so a testbed of the
-``vllm`` backend does not start its own: :class:`ServerPool` starts a server the first time a topology needs
+``vllm`` backend need not start its own: :class:`ServerPool` starts a server the first time a topology needs
 one — pod *i*'s name, model and seed — and hands the testbed the running servers (``Backend.running``). A later
 topology that needs the same pods reuses them. One whose pod *i* has another name, seed or flags gets a new
 server in its place. One whose pod *i* only serves another model name gets the server restarted serving that
 name as well (vLLM's ``--served-model-name`` takes several; its answers name the first): one restart per new
-name, not one per change (measured: a restart costs 40-110 s). Each server exports its spans to the session's
-Jaeger of its runtime, so there is one pool per runtime. Pod *i* listens on its own
+name, not one per change (measured: a restart costs 40-110 s). Each server exports its spans to one Jaeger
+(a pytest session has one per runtime, so one pool per runtime). The pytest plugin's ``eppkit_vllm_servers`` and
+``eppkit compare --backend vllm`` use it. Pod *i* listens on its own
 loopback address (127.0.0.2, 127.0.0.3, ...) on one port shared by the pool, as pods of an InferencePool do,
 so every mode can use it (gaie-epp's EPP reads pod addresses).
 """
@@ -19,13 +20,22 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from eppkit.pytest_plugin.state import require
+from eppkit.backends import real_vllm
+from eppkit.components.ports import PortAllocator
+from eppkit.components.process import ManagedProcess
+from eppkit.components.readiness import HttpReady
+from eppkit.core import procfs
+from eppkit.flows._servers import pod_hosts
 
 if TYPE_CHECKING:
-    from eppkit.components.process import ManagedProcess
+    from eppkit.backends import Backend
     from eppkit.topology import Topology
 
 MAX_SERVERS = 2  # two cores, 3.7 GB each: more would only slow each other down
+
+
+class TooManyPods(ValueError):
+    """A topology needs more servers than the pool runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,34 +60,25 @@ class _Server:
 class ServerPool:
     """The preset's servers of one session runtime, exporting to ``otlp_endpoint``; stopped by :meth:`stop`."""
 
-    def __init__(self, otlp_endpoint: str) -> None:
-        from eppkit.components.ports import PortAllocator
-        from eppkit.flows._servers import pod_hosts
-
+    def __init__(self, otlp_endpoint: str, run_dir=None) -> None:
         self.otlp_endpoint = otlp_endpoint
         self.hosts = pod_hosts(MAX_SERVERS)
         self.port = PortAllocator().shared_port(self.hosts)
         self._servers: dict[int, _Server] = {}  # by place
         self._lock = threading.Lock()
-        self._run_dir = None
+        self._run_dir = run_dir
         self._starts = 0
 
-    def backend_for(self, topology: "Topology"):
-        """``topology.backend`` with ``running`` set to its pods' servers, started now if need be (a skip
-        naming why when the topology needs more servers than the pool runs)."""
-        import pytest
-
-        from eppkit.backends import real_vllm
-
+    def backend_for(self, topology: "Topology") -> "Backend":
+        """``topology.backend`` with ``running`` set to its pods' servers, started now if need be.
+        FileNotFoundError when the preset is not installed (saying how to install it); TooManyPods when the
+        topology needs more servers than the pool runs."""
         backend = topology.backend
         if not backend.command:
-            try:
-                real_vllm.require()
-            except FileNotFoundError as exc:
-                require(False, str(exc))  # a skip on a laptop, a failure in CI
+            real_vllm.require()
         if len(topology.vllm) > MAX_SERVERS:
-            pytest.skip(f"the session's {real_vllm.NAME} servers are at most {MAX_SERVERS} "
-                        f"({real_vllm.SERVER_GB} GB and a core each); this topology has {len(topology.vllm)} pods")
+            raise TooManyPods(f"the shared {real_vllm.NAME} servers are at most {MAX_SERVERS} "
+                              f"({real_vllm.SERVER_GB} GB and a core each); this topology has {len(topology.vllm)} pods")
         wanted = [(_Key(i, spec.name, topology.seed, tuple(spec.extra_args), backend.command), spec.model)
                   for i, spec in enumerate(topology.vllm)]
         with self._lock:
@@ -86,10 +87,6 @@ class ServerPool:
         return dataclasses.replace(backend, running=running)
 
     def _start(self, wanted: list[tuple[_Key, str]]) -> None:
-        from eppkit.backends import real_vllm
-        from eppkit.components.process import ManagedProcess
-        from eppkit.components.readiness import HttpReady
-
         started = []
         for key, model in wanted:
             server = self._servers.get(key.index)
@@ -142,8 +139,6 @@ class ServerPool:
         import os
         import signal
 
-        from eppkit.core import procfs
-
         server = self.process(name)
         engines = [pid for pid in procfs.group_members(server.pid) if (procfs.name(pid) or "").startswith("VLLM::EngineCor")]
         if not engines:
@@ -157,6 +152,12 @@ class ServerPool:
 
             self._run_dir = new_run_dir("vllm-servers")
         return self._run_dir
+
+    def __enter__(self) -> "ServerPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def stop(self) -> None:
         with self._lock:
