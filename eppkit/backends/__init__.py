@@ -104,8 +104,9 @@ class Backend:
         n = len(self.urls) or len(self.prefill_urls) + len(self.decode_urls)
         return f"external: {n} server(s) by URL"
 
-    def validate(self, flow: FlowNeeds) -> None:
-        """ValueError naming what cannot work for ``flow`` (its registry entry, eppkit.flows.Flow)."""
+    def validate(self, flow: FlowNeeds, pod_addresses: bool = False) -> None:
+        """ValueError naming what cannot work for ``flow`` (its registry entry, eppkit.flows.Flow), in a mode
+        that puts each pod on its own loopback address (``pod_addresses``: eppkit.modes.Mode.pod_addresses)."""
         if self.preset not in PRESETS:
             raise ValueError(f"unknown backend {self.preset!r}; choose one of {', '.join(PRESETS)}, or give URLs")
         if self.spans is not None and self.spans not in BACKEND_SPANS:
@@ -114,6 +115,9 @@ class Backend:
             raise ValueError(f"--backend {self.preset} starts its own servers; it cannot be combined with backend URLs")
         if (self.command or self.running) and self.preset != VLLM:
             raise ValueError(f"a vLLM command is for --backend {VLLM} (got --backend {self.preset})")
+        if pod_addresses and self.kind == SIM:
+            raise ValueError(f"this mode puts each pod on its own loopback address, and {SIM} binds every interface: "
+                             f"use the kit's mocks or --backend {VLLM} there")
         if self.external and flow.mock_only:
             raise ValueError(f"--flow {flow.name} needs the kit's mock vLLM as backend ({flow.mock_only}); "
                              f"got {self.label}")

@@ -12,6 +12,8 @@ What it is given, and why (measured on a 2-core, 24 GB VM without a GPU; docs/br
   text is then the same alone and batched.
 - ``--max-model-len 2048`` and a 256 MiB KV cache: 3.6 GB of memory per server (a 1 GiB cache: 4.4 GB).
 - ``--enable-prompt-tokens-details``: its usage says how many prompt tokens its prefix cache held, as the mock's.
+- ``--enable-lora`` (one adapter slot, none loaded): vLLM exports ``vllm:lora_requests_info`` only then, and GAIE's
+  EPP reads it (it logs an error on every scrape without it); measured: the same memory, text and start time.
 - ``VLLM_CPU_OMP_THREADS_BIND``: pod *i*'s worker on core *i* modulo the cores; vLLM's ``auto`` binds every
   server's worker to core 0.
 - nothing leaves the machine: ``VLLM_NO_USAGE_STATS``, ``DO_NOT_TRACK`` (else it posts usage statistics),
@@ -70,7 +72,8 @@ def command(*, host: str, port: int, model: str | Sequence[str], seed: int, own:
         found = require()
         base = [str(found.vllm), "serve", str(found.model), "--dtype", "float32", "--enforce-eager",
                 "--max-model-len", str(MAX_MODEL_LEN), "--kv-cache-memory-bytes", str(KV_CACHE_BYTES),
-                "--enable-prompt-tokens-details"]  # usage.prompt_tokens_details.cached_tokens, as the mock reports
+                "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens, as the mock reports
+                "--enable-lora", "--max-loras", "1", "--max-lora-rank", "8"]  # vllm:lora_requests_info: GAIE's EPP reads it
     return [*base, "--host", host, "--port", str(port), "--served-model-name", *names, "--seed", str(seed),
             *map(str, extra)]
 

@@ -31,10 +31,7 @@ def instance(topology: Topology, ports: PortAllocator, name: str, role: str, mod
         port = port or ports.port()
         spec = real_vllm.service(name, index, host=host, port=port, model=model, seed=topology.seed,
                                  own=topology.backend.command, extra=extra)
-    elif topology.backend.kind == SIM:
-        if host != "127.0.0.1":
-            raise ValueError(f"the {topology.mode} mode puts each pod on its own loopback address, and "
-                             f"{inference_sim.NAME} binds every interface: use the kit's mocks there")
+    elif topology.backend.kind == SIM:  # never on a pod address of its own (Backend.validate refuses that)
         # It binds every interface: its port must be free there too, not only on loopback.
         port = ports.port(all_interfaces=True)
         argv = inference_sim.command(inference_sim.require_binary(), port=port, model=model, seed=topology.seed,

@@ -117,7 +117,7 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
     """``topology`` with the session's options where it leaves them open: the Envoy version, an external
     EPP, the backend (a missing simulator binary or vLLM install is a missing prerequisite, :func:`require`);
     a vllm backend gets the session's servers (``servers``, eppkit.runtimes.vllm_servers.ServerPool)."""
-    from eppkit import flows
+    from eppkit import flows, modes
     from eppkit.backends import SIM, VLLM, Backend
     from eppkit.modes import external_epp
     from eppkit.options import epp_options
@@ -132,7 +132,7 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
     if topology.backend == Backend():
         backend = session_backend(config)
         try:
-            backend.validate(flows.get(topology.flow))
+            backend.validate(flows.get(topology.flow), modes.get(topology.mode).pod_addresses)
         except ValueError as exc:  # by design: e.g. epd needs the mock's encoder cache
             pytest.skip(f"this session's backend ({backend.label}) cannot serve this test's topology: {exc}")
         topology = dataclasses.replace(topology, backend=backend)
