@@ -7,15 +7,17 @@ topology that needs the same pods reuses them. One whose pod *i* has another nam
 server in its place. One whose pod *i* only serves another model name gets the server restarted serving that
 name as well (vLLM's ``--served-model-name`` takes several; its answers name the first): one restart per new
 name, not one per change (measured: a restart costs 40-110 s). Each server exports its spans to one Jaeger
-(a pytest session has one per runtime, so one pool per runtime). The pytest plugin's ``eppkit_vllm_servers`` and
-``eppkit compare --backend vllm`` use it. Pod *i* listens on its own
-loopback address (127.0.0.2, 127.0.0.3, ...) on one port shared by the pool, as pods of an InferencePool do,
-so every mode can use it (gaie-epp's EPP reads pod addresses).
+(a pytest session has one per runtime, so one pool per runtime). Pod *i* listens on its own loopback address
+(127.0.0.2, 127.0.0.3, ...) on one port shared by the pool, as pods of an InferencePool do, so every mode can
+use it (gaie-epp's EPP reads pod addresses). The pytest plugin's ``eppkit_vllm_servers`` and ``eppkit compare
+--backend vllm`` use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import sys
 import threading
 from typing import TYPE_CHECKING
@@ -58,7 +60,8 @@ class _Server:
 
 
 class ServerPool:
-    """The preset's servers of one session runtime, exporting to ``otlp_endpoint``; stopped by :meth:`stop`."""
+    """The preset's servers exporting to ``otlp_endpoint`` (one Jaeger), logs in ``run_dir``; stopped by :meth:`stop`
+    (each by its whole process group) or at the end of a ``with``."""
 
     def __init__(self, otlp_endpoint: str, run_dir=None) -> None:
         self.otlp_endpoint = otlp_endpoint
@@ -103,8 +106,8 @@ class ServerPool:
             self._starts += 1
             log = self._folder() / f"{key.name}-{self._starts}.log"
             env = real_vllm.env(key.name, key.index, own=bool(key.command))
-            sys.stderr.write(f"\neppkit: starting the session's vLLM {key.name} (serving {', '.join(models)}) on "
-                             f"{host}:{self.port}; log {log}\n")
+            sys.stderr.write(f"\neppkit: starting vLLM {key.name} (serving {', '.join(models)}) on {host}:{self.port}, "
+                             f"shared by the testbeds after it; log {log}\n")
             process = ManagedProcess(key.name, argv, log).with_env(**env).with_cwd(self._folder()).start()
             self._servers[key.index] = _Server(key, models, process)
             started.append(self._servers[key.index])
@@ -136,9 +139,6 @@ class ServerPool:
     def kill_engine(self, name: str) -> int:
         """SIGKILL the pod's engine process alone (vLLM's ``EngineCore``), as an engine crash: its API server
         then answers in-band errors and exits by itself. The engine's pid."""
-        import os
-        import signal
-
         server = self.process(name)
         engines = [pid for pid in procfs.group_members(server.pid) if (procfs.name(pid) or "").startswith("VLLM::EngineCor")]
         if not engines:

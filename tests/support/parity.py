@@ -238,7 +238,8 @@ def unexplained(found: dict[str, tuple[str, str]], known: Iterable[Known]) -> tu
     return new, gone
 
 
-# The differences each stand-in has from vLLM 0.32.0 (CPU, SmolLM2-135M), as the parity test finds them.
+# The differences each stand-in has from vLLM 0.32.0 (CPU, SmolLM2-135M, as the vllm preset runs it: LoRA enabled,
+# prompt token details on), as the parity test finds them.
 _D, _R = DELIBERATE, REMAINING
 _OPENAI_ERRORS = ("every answer of the kit's services is OpenAI-style JSON; vLLM's router answers an unknown path "
                   "or method with Starlette's `{\"detail\": ...}`")
@@ -281,8 +282,6 @@ KNOWN: dict[str, tuple[Known, ...]] = {
             ("client_cancellations", "counter {engine, model_name}"), ("injected_failures", "counter {}"),
             ("request_errors", "counter {engine, model_name, status}"),
             ("token_lateness_seconds", "histogram {engine, model_name}"))],
-        Known("metric.vllm:lora_requests_info", "gauge {max_lora, running_lora_adapters, waiting_lora_adapters}", ABSENT,
-              _D, "vLLM shows it only with `--enable-lora`; GAIE's EPP logs an error on every scrape without it"),
         *[Known(f"metric.http_{m}", ABSENT, v, _R, "vLLM's HTTP instrumentation (prometheus-fastapi-instrumentator): "
                 "nothing in the kit reads it, and it would cost the mock a middleware per request") for m, v in (
             ("request_duration_highr_seconds", "histogram {}"), ("request_duration_seconds", "histogram {handler, method}"),
@@ -329,7 +328,6 @@ KNOWN: dict[str, tuple[Known, ...]] = {
               "`finished_reason`"),
         Known("metric.vllm:cache_config_info", "gauge {block_size, num_gpu_blocks}", "*", _R,
               f"two of vLLM's labels"),
-        Known("metric.vllm:lora_requests_info", "*", ABSENT, _R, f"vLLM shows it only with `--enable-lora`"),
         Known("metric.vllm:*", "histogram {model_name}", ABSENT, _R, f"names vLLM 0.32 no longer uses "
               "(`max_num_generation_tokens`, `time_per_output_token_seconds`)"),
         Known("metric.*", ABSENT, "*", _R, f"families vLLM has and it has not (the process and Python "
