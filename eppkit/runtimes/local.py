@@ -19,7 +19,9 @@ from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess, service_argv
 from eppkit.components.readiness import GrpcHealthReady, HttpReady, TcpReady
 from eppkit.core.paths import runs_dir
+from eppkit.core.polling import poll
 from eppkit.gateway import config as envoy_config
+from eppkit.gateway import hop
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import user_filters
 from eppkit.gateway import versions as envoy_versions
@@ -130,6 +132,20 @@ class LocalTestbed:
         if expected is None:
             expected = self.expected_spans()
         return self.jaeger.wait_for_trace(trace_id, expected, timeout_s=timeout_s, **kwargs)
+
+    def hops(self) -> list[hop.Hop]:
+        """Every request Envoy has logged so far, as :class:`eppkit.gateway.hop.Hop` (oldest first)."""
+        if self.envoy is None:
+            return []
+        return hop.read(self.envoy.process.read_log().splitlines())
+
+    def hop(self, result_or_id, *, timeout_s: float = 5.0) -> hop.Hop:
+        """Envoy's record of one request (a ClientResult or a trace id): its phases, the EPP hop's per-phase
+        numbers. Envoy writes it within 100 ms of the request's end; PollTimeout after ``timeout_s``."""
+        trace_id = getattr(result_or_id, "trace_id", result_or_id)
+        found = poll(lambda: next((h for h in reversed(self.hops()) if h.trace_id == trace_id), None),
+                     timeout_s=timeout_s, interval_s=0.05, describe=f"Envoy's access log line of trace {trace_id}")
+        return found
 
     def healthy(self) -> bool:
         """Every component is still running."""
