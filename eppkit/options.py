@@ -53,6 +53,7 @@ GROUPS = {
     "workload": "workload",
     "picker": "picker",
     "report": "report",
+    "conformance": "conformance",
     "pytest": "eppkit testbeds",
 }
 
@@ -248,6 +249,17 @@ def _table() -> list[Option]:
                type=float, group="report"),
         Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
                group="report"),
+        # eppkit conformance
+        Option("--check", "run only this check (repeatable; default: every check)", S({CONFORMANCE}), default=[],
+               action="append", dest="checks", metavar="ID", group="conformance"),
+        Option("--shed-header", "a request header ('name: value') that makes the EPP shed the request (429); the "
+               "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),
+               metavar="'NAME: VALUE'", group="conformance"),
+        Option("--request-timeout", "seconds a check waits for one request (an EPP that never answers fails its check, "
+               "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=8.0, type=float,
+               dest="request_timeout_s", group="conformance"),
+        Option("--out", "report folder (default: reports/conformance-<time>/)", S({CONFORMANCE}), type=Path,
+               group="conformance"),
         # eppkit bootstrap
         Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
                action="store_true"),

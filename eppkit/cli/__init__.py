@@ -20,6 +20,7 @@ COMMANDS = {
     "up": "start a testbed and keep it running until Ctrl-C",
     "run": "start a testbed, send one traced request, print its waterfall",
     "compare": "drive a seeded workload through every mode; report each step's cost from the traces",
+    "conformance": "judge an EPP from Envoy's side: data plane, ext_proc protocol, tracing; a versioned report",
 }
 
 
@@ -33,14 +34,23 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for command, help_text in COMMANDS.items():
         extra = {"formatter_class": argparse.RawDescriptionHelpFormatter}
-        if command == "compare":
-            try:  # compare imports the testbed, and with it OTel's exporter (broken before `eppkit bootstrap`)
-                from eppkit.compare import __doc__ as compare_doc
-            except ImportError:
-                compare_doc = None
-            extra["description"] = compare_doc
+        if command in ("compare", "conformance"):
+            extra["description"] = _doc(command)
         options.add_arguments(sub.add_parser(command, help=help_text, **extra), command)
     return p
+
+
+def _doc(command: str) -> str | None:
+    """A command's description: its module's doc (None before `eppkit bootstrap`: the module imports the
+    testbed, and with it OTel's exporter, whose protos may still be broken)."""
+    try:
+        if command == "compare":
+            from eppkit.compare import __doc__ as doc
+        else:
+            from eppkit.conformance import __doc__ as doc
+    except ImportError:
+        return None
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,6 +97,8 @@ def _load(command: str):
         from eppkit.cli.up import main as run_main
     elif command == "run":
         from eppkit.cli.run import main as run_main
+    elif command == "conformance":
+        from eppkit.conformance import main as run_main
     else:
         from eppkit.compare import main as run_main
     return run_main

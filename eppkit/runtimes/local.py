@@ -21,9 +21,8 @@ from eppkit.components.readiness import GrpcHealthReady, HttpReady, TcpReady
 from eppkit.core.paths import runs_dir
 from eppkit.core.polling import poll
 from eppkit.gateway import config as envoy_config
-from eppkit.gateway import hop
+from eppkit.gateway import hop, user_filters
 from eppkit.gateway import process as envoy_process
-from eppkit.gateway import user_filters
 from eppkit.gateway import versions as envoy_versions
 from eppkit.observability import expected_spans
 from eppkit.observability.client import TracedClient
@@ -37,6 +36,7 @@ class ServiceHandle:
     name: str
     url: str
     process: ManagedProcess
+    spec: ServiceSpec | None = None  # how it was started (its ports: grpc_health_port, ...)
 
 
 def new_run_dir(label: str) -> Path:
@@ -246,7 +246,7 @@ class LocalTestbed:
             spec_env = {**env, **self.topology.standard_otel_env(self.otlp_endpoint, spec.name)} if spec.standard_otel else env
             proc = self._run_service(spec, spec_env)
             url = f"http://{spec.host}:{spec.port}"
-            self.services[spec.name] = ServiceHandle(spec.name, url, proc)
+            self.services[spec.name] = ServiceHandle(spec.name, url, proc, spec)
             started.append((spec, url, proc))
         for spec, url, proc in started:
             if spec.health_path:
