@@ -40,7 +40,7 @@ def target_from(args: argparse.Namespace) -> Target:
     """The EPP the command line names (its flags: eppkit.options, command conformance)."""
     epp = opt.epp_options(args)
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
-    return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None)
+    return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None).validate()
 
 
 def main(args: argparse.Namespace) -> int:

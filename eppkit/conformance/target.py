@@ -50,7 +50,12 @@ class Target:
             self.test_header_options = {"conformance": True}
         if self.shed_header is not None and ":" not in self.shed_header:
             raise ValueError(f"--shed-header {self.shed_header!r}: give 'name: value'")
-        modes.check(self.topology())  # a bad option is an error now, before any testbed starts
+
+    def validate(self) -> "Target":
+        """ValueError naming a bad mode option now, before any testbed starts (in pytest the plugin may still
+        fill in the EPP of an external-epp topology: --eppkit-epp-command)."""
+        modes.check(self.topology())
+        return self
 
     @property
     def label(self) -> str:

@@ -17,7 +17,7 @@ from eppkit.components.jaeger import Jaeger
 from eppkit.components.launchers import ProcessLauncher
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess, service_argv
-from eppkit.components.readiness import GrpcHealthReady, HttpReady, TcpReady
+from eppkit.components.readiness import GrpcHealthReady, HttpReady, ReadinessTimeout, TcpReady
 from eppkit.core.paths import runs_dir
 from eppkit.core.polling import poll
 from eppkit.gateway import config as envoy_config
@@ -64,7 +64,8 @@ class LocalTestbed:
         self.topology = topology
         # Its mode and flow (registry entries), checked: an unknown one, a flow the mode cannot run or an
         # option the mode does not know is a ValueError here, before anything starts.
-        self.mode, self.flow = modes.check(topology)
+        mode, self.flow = modes.check(topology)
+        self.mode = mode.specialized(mode.read_options(topology.options))
         self.run_dir = run_dir or new_run_dir(f"{topology.mode}-{topology.flow}")
         self.ports = PortAllocator()
         self._shared_jaeger = jaeger is not None
@@ -190,8 +191,13 @@ class LocalTestbed:
     def start(self) -> "LocalTestbed":
         try:
             self._start()
+        except ReadinessTimeout:
+            self.stop()  # the error names the component, its log's last lines and a hint: the whole story
+            raise
         except BaseException:
-            tails = self.log_tails()
+            # Any other failure: the last lines of the components that died (not every component's start-up log).
+            tails = "\n".join(f"=== {name} ({proc.log_path}) ===\n{proc.log_tail(20)}"
+                              for name, proc in self.processes().items() if not proc.is_running())
             self.stop()
             if tails:
                 print(f"\n--- testbed failed to start; logs in {self.run_dir} ---\n{tails}", file=sys.stderr)
@@ -248,6 +254,7 @@ class LocalTestbed:
             url = f"http://{spec.host}:{spec.port}"
             self.services[spec.name] = ServiceHandle(spec.name, url, proc, spec)
             started.append((spec, url, proc))
+        ready_timeout_s = self.mode.read_options(self.topology.options).ready_timeout_s
         for spec, url, proc in started:
             if spec.health_path:
                 strategy = HttpReady(url + spec.health_path)
@@ -257,6 +264,7 @@ class LocalTestbed:
                 strategy = TcpReady(spec.host, spec.port)
             hint = (f"check its command line: {' '.join(spec.argv)}" if spec.argv else
                     f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+            strategy.timeout_s = ready_timeout_s
             proc.wait_ready(strategy, hint=hint)
 
     # -- how each component runs: a process on this host ----------------------------------

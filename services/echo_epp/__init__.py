@@ -14,7 +14,7 @@ MISBEHAVIOURS = {
     "reply-out-of-order": "answers the request body before the request headers",
     "buffered-body-mutation": "answers body chunks with a whole-body mutation, not streamed ones",
     "drop-end-of-stream": "echoes the last body chunk without end_of_stream",
-    "drop-byte": "drops the first byte of the request body",
+    "change-body": "drops the request body's first space (still valid JSON, no longer the client's bytes)",
     "wait-for-body": "on a request without a body, waits for a body that never comes",
     "stall-response": "never answers the response body",
     "destination-mismatch": "names one endpoint in the header and another in the metadata",

@@ -77,8 +77,8 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
         msg = pb.ProcessingResponse()
         target = msg.response_body if response_path else msg.request_body
         data = body.body
-        if not response_path and first and self.misbehave == "drop-byte":
-            data = data[1:]
+        if not response_path and first and self.misbehave == "change-body":
+            data = data.replace(b" ", b"", 1)
         if not response_path and self.misbehave == "buffered-body-mutation":
             target.response.body_mutation.body = data
             return msg

@@ -94,6 +94,21 @@ def end_of_stream(h):
     return passed("Envoy finished the upstream request", evidence)
 
 
+@check("request-without-body", "a request without a body (GET /v1/models) is answered", category=PROTOCOL,
+       source=ENVOY_EXT_PROC)
+def request_without_body(h):
+    """``GET /v1/models``: the headers come with ``end_of_stream``; the EPP decides on them alone and the request
+    is served (no body will follow: an EPP that waits for one hangs the request)."""
+    bed = h.bed()
+    result = h.get(bed)
+    hop = h.hop(bed, result)
+    evidence = [evidence_of(hop), f"client: HTTP {result.status}{' ' + result.error if result.error else ''}"]
+    if result.status != 200:
+        return failed(f"GET /v1/models got {result.status or result.error}: answer request headers that carry "
+                      "end_of_stream at once (no body follows).", evidence)
+    return passed("served on the headers alone", evidence)
+
+
 # Sizes the bodies are checked at: empty, one small chunk, and well past one chunk (Envoy sends a big body
 # in many chunks of what the client wrote; 1.2 MB of JSON is ~20 of Envoy's 64 KiB reads).
 BODY_SIZES = (0, 200, 1_200_000)
@@ -111,7 +126,7 @@ def _body(size: int, model: str) -> bytes:
 
 
 @check("bodies-byte-for-byte", "bodies from 0 B to well past a chunk arrive upstream byte for byte",
-       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=ORDER_NEEDS)
+       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=ORDER_NEEDS + ("request-without-body",))
 def bodies_byte_for_byte(h):
     """Bodies of 0 B, 200 B and 1.2 MB (many chunks) through the EPP: the sha256 of what the backend received
     (the mock's ``x-mock-request-sha256``) equals the client's. An EPP that refuses a body (its own 4xx) is
@@ -138,21 +153,6 @@ def bodies_byte_for_byte(h):
     if not judged:
         return failed("the EPP refused every body size, the backend received none", evidence)
     return passed(f"{judged} body sizes arrived byte for byte", evidence)
-
-
-@check("request-without-body", "a request without a body (GET /v1/models) is answered", category=PROTOCOL,
-       source=ENVOY_EXT_PROC)
-def request_without_body(h):
-    """``GET /v1/models``: the headers come with ``end_of_stream``; the EPP decides on them alone and the request
-    is served (no body will follow: an EPP that waits for one hangs the request)."""
-    bed = h.bed()
-    result = h.get(bed)
-    hop = h.hop(bed, result)
-    evidence = [evidence_of(hop), f"client: HTTP {result.status}{' ' + result.error if result.error else ''}"]
-    if result.status != 200:
-        return failed(f"GET /v1/models got {result.status or result.error}: answer request headers that carry "
-                      "end_of_stream at once (no body follows).", evidence)
-    return passed("served on the headers alone", evidence)
 
 
 @check("response-phases", "a streamed response passes through the EPP's response phases", category=PROTOCOL,
