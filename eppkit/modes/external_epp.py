@@ -108,7 +108,7 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None) -> 
     health = numbers["health_port"] if "health_port" in command_placeholders(options.epp_command) else numbers["grpc_port"]
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
                       argv=epp_command(options.epp_command, numbers, backends), grpc_health_port=health,
-                      env={k: str(v) for k, v in options.epp_env.items()}, standard_otel=True)
+                      env={k: str(v) for k, v in options.epp_env.items()}, standard_otel=True, on_host=True)
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
 
 
