@@ -8,8 +8,6 @@ sits in a trace nobody finds from the request.
 
 from __future__ import annotations
 
-import time
-
 from eppkit.conformance.checks.registry import SHOULD, TRACING, check, failed, not_applicable, passed
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.observability import expected_spans as ex
@@ -18,6 +16,7 @@ from eppkit.observability.contract import Service
 # Services of the kit's testbed around the EPP, never the EPP itself.
 AROUND = {Service.CLIENT, Service.ENVOY, Service.VLLM, Service.PD_SIDECAR, Service.ENCODER}
 NEEDS = ("reply-order", "streamed-body-mutations", "end-of-stream")
+EXPORT_WAIT_S = 7.0  # OTel SDKs export in batches every 5 s by default
 
 
 @check("trace-context", "the EPP's spans join Envoy's trace", category=TRACING, level=SHOULD, needs=NEEDS,
@@ -29,14 +28,22 @@ def trace_context(h):
     result = h.chat(bed)
     call = ex.picker_call(bed.mode)
     trace = bed.wait_for_trace(result, [ex.ROOT, call] if call else [ex.ROOT], timeout_s=10)
-    call_spans = call.find(trace) if call else []
-    joined = [s for s in trace.spans if s.service not in AROUND and any(s.is_descendant_of(c) for c in call_spans)]
+
+    def joined_spans(found):
+        calls = call.find(found) if call else []
+        return [s for s in found.spans if s.service not in AROUND and any(s.is_descendant_of(c) for c in calls)]
+
+    try:  # an EPP's exporter batches its spans (OTel's default: every 5 s)
+        trace = poll(lambda: bed.jaeger.get_trace(trace.trace_id), until=lambda t: t is not None and joined_spans(t),
+                     timeout_s=EXPORT_WAIT_S, interval_s=0.3, describe="the EPP's spans under Envoy's call")
+    except PollTimeout:
+        pass
+    joined = joined_spans(trace)
     if joined:
         return passed(f"{len(joined)} span(s) of {joined[0].service!r} under Envoy's call",
-                      [f"{s.service}:{s.name} under {call_spans[0].label} in trace {trace.trace_id}" for s in joined[:5]])
+                      [f"{s.service}:{s.name} under {s.parent.label} in trace {trace.trace_id}" for s in joined[:5]])
     jaeger = bed.jaeger
     window = (trace.start_us - 1_000_000, trace.end_us + 2_000_000)
-    time.sleep(1.0)  # an EPP's exporter batches; give its spans a moment
 
     def own_spans():
         found = []
@@ -45,7 +52,7 @@ def trace_context(h):
         return found
 
     try:
-        elsewhere = poll(own_spans, timeout_s=4, interval_s=0.5, describe="the EPP's spans in other traces")
+        elsewhere = poll(own_spans, timeout_s=2, interval_s=0.5, describe="the EPP's spans in other traces")
     except PollTimeout:
         elsewhere = []
     if elsewhere:

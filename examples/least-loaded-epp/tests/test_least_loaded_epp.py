@@ -13,7 +13,9 @@ from eppkit.conformance.testing import conformance_tests
 COMMAND = (f"{sys.executable} -m least_loaded_epp --port {{grpc_port}} --health-port {{health_port}} "
            "--endpoints {endpoints} --shed-header x-shed")
 DECISION = "least-loaded-epp:least_loaded.pick"
-EPP = {"epp_command": COMMAND, "decision_span": DECISION}
+# Response processing on: the EPP's stream then lasts until the response ends, which is how it knows which
+# requests are still in flight on a pod.
+EPP = {"epp_command": COMMAND, "decision_span": DECISION, "epp_process_response": True}
 
 
 @pytest.mark.eppkit_topology(mode="external-epp", vllm=[VllmSpec("pod-a"), VllmSpec("pod-b")], options=EPP)
