@@ -89,9 +89,18 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
 
     async def Process(self, requests: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 (gRPC's name)
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
+        # one-stream counts requests in their request phase (headers to the body's end): a stream that is
+        # still closing after its response cannot fail the next request of a sequential client.
         if self.misbehave == "one-stream" and self._streams:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the echo EPP (one-stream) serves one stream")
         self._streams += 1
+        counted = True
+
+        def request_done() -> None:
+            nonlocal counted
+            if counted:
+                self._streams -= 1
+                counted = False
         parent = None if self.misbehave == "own-trace" else otel.extract(dict(context.invocation_metadata()))
         span = self.tracer.start_span(EchoEpp.PROCESS, context=parent, kind=SpanKind.SERVER, attributes={
             Rpc.SYSTEM: "grpc", Rpc.SERVICE: protocol.EXT_PROC_SERVICE, Rpc.METHOD: "Process",
@@ -122,8 +131,12 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                     if self.misbehave == "reply-out-of-order" and not request.request_headers.end_of_stream:
                         held = reply
                         continue
+                    if request.request_headers.end_of_stream:
+                        request_done()
                     yield reply
                 elif kind == "request_body":
+                    if request.request_body.end_of_stream:
+                        request_done()
                     yield self.echo(request.request_body, first=first_body)
                     first_body = False
                     if held is not None:
@@ -143,7 +156,7 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                 elif kind == "response_trailers":
                     yield protocol.trailers_response(response_path=True)
         finally:
-            self._streams -= 1
+            request_done()
             span.end()
 
 

@@ -74,3 +74,18 @@ def test_a_target_names_a_mode_behind_ext_proc_and_knows_how_the_kits_epp_sheds(
 
 def test_the_echo_epp_names_its_faults():
     assert "none" in MISBEHAVIOURS and all(MISBEHAVIOURS.values())
+
+
+def test_the_guide_lists_every_check_with_its_level():
+    """bring-your-own-epp.md's table of checks is the registry's: same ids, same levels."""
+    import re
+
+    from tests.support.imports import ROOT
+
+    text = (ROOT / "docs" / "bring-your-own-epp.md").read_text().split("## Judge your EPP")[1]
+    documented: dict[str, str] = {}
+    for ids, levels in re.findall(r"^\| (`[a-z0-9-]+`(?:, `[a-z0-9-]+`)*) \| ([a-z, ]+) \|", text, re.MULTILINE):
+        names = re.findall(r"`([a-z0-9-]+)`", ids)
+        marks = [level.strip() for level in levels.split(",")]
+        documented.update(zip(names, marks * len(names) if len(marks) == 1 else marks))
+    assert documented == {check.name: check.level for check in CHECKS.all()}
