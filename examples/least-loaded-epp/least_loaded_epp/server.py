@@ -75,17 +75,19 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         self.picker = picker
         self.shed_header = shed_header
 
-    def _decide(self, headers: dict[str, str], subset: list[str] | None, span) -> tuple[pb.ProcessingResponse, str]:
-        if self.shed_header and self.shed_header in headers:
-            return error(429, "request shed"), ""
-        forced = [v.strip() for v in headers[TEST_HEADER].split(",")] if TEST_HEADER in headers else None
-        try:
-            chosen = self.picker.pick(subset, forced)
-        except NoEndpoint as exc:
-            span.set_attribute("least_loaded.error", str(exc))
-            return error(503, str(exc)), ""
-        span.set_attribute("least_loaded.endpoint", chosen[0])
-        return decision(chosen), chosen[0]
+    def _decide(self, headers: dict[str, str], subset: list[str] | None, parent) -> tuple[pb.ProcessingResponse, str]:
+        """The reply to the request headers (a decision or an immediate response), and the endpoint picked."""
+        with tracer.start_as_current_span(SPAN, context=parent) as span:
+            if self.shed_header and self.shed_header in headers:
+                return error(429, "request shed"), ""
+            forced = [v.strip() for v in headers[TEST_HEADER].split(",")] if TEST_HEADER in headers else None
+            try:
+                chosen = self.picker.pick(subset, forced)
+            except NoEndpoint as exc:
+                span.set_attribute("least_loaded.error", str(exc))
+                return error(503, str(exc)), ""
+            span.set_attribute("least_loaded.endpoint", chosen[0])
+            return decision(chosen), chosen[0]
 
     async def Process(self, requests, context):  # noqa: N802 (gRPC's name)
         parent = propagate.extract(dict(context.invocation_metadata()))
@@ -98,29 +100,24 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                 if kind == "request_headers":
                     headers = headers_of(request.request_headers)
                     if request.request_headers.end_of_stream:  # no body follows: decide now
-                        with tracer.start_as_current_span(SPAN, context=parent) as span:
-                            reply, picked = self._decide(headers, subset, span)
+                        reply, picked = self._decide(headers, subset, parent)
                         yield reply
-                elif kind == "request_body":
-                    body += request.request_body.body
-                    if not request.request_body.end_of_stream:
-                        continue
-                    with tracer.start_as_current_span(SPAN, context=parent) as span:
-                        reply, picked = self._decide(headers, subset, span)
+                elif kind == "request_body" or (kind == "request_trailers" and not picked):
+                    # The decision waits for the whole body: its end_of_stream, or trailers that end it.
+                    ended_by_body = kind == "request_body"
+                    if ended_by_body:
+                        body += request.request_body.body
+                        if not request.request_body.end_of_stream:
+                            continue
+                    reply, picked = self._decide(headers, subset, parent)
                     yield reply
                     if reply.HasField("immediate_response"):
                         return
-                    for msg in body_replies(bytes(body), end_of_stream=True):
+                    for msg in body_replies(bytes(body), end_of_stream=ended_by_body):
                         yield msg
+                    if not ended_by_body:
+                        yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
                 elif kind == "request_trailers":
-                    if not picked:  # the body ended without end_of_stream: trailers end it
-                        with tracer.start_as_current_span(SPAN, context=parent) as span:
-                            reply, picked = self._decide(headers, subset, span)
-                        yield reply
-                        if reply.HasField("immediate_response"):
-                            return
-                        for msg in body_replies(bytes(body), end_of_stream=False):
-                            yield msg
                     yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
                 elif kind == "response_headers":
                     yield pb.ProcessingResponse(response_headers=pb.HeadersResponse())
