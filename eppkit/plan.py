@@ -46,8 +46,10 @@ class ServiceSpec:
     # A program that takes the OTLP endpoint as a flag (vLLM's --otlp-traces-endpoint): the testbed appends
     # ``<otlp_flag> http://<its Jaeger's OTLP gRPC address>`` when tracing is on.
     otlp_flag: str | None = None
-    start_timeout_s: float | None = None  # how long it may take to be ready (None: the readiness check's default)
-    # A process of this host on every runtime (a real vLLM: its environment's Python is this host's).
+    # How long it may take to be ready at the least (a real vLLM: minutes); the mode's ready_timeout_s when longer.
+    start_timeout_s: float | None = None
+    # A program of yours (an EPP of your own) or a real vLLM: a process of this host on every runtime, in its own
+    # environment (the kit's services image holds only the kit's own packages; a vLLM's Python is this host's).
     on_host: bool = False
 
 
