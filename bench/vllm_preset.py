@@ -49,6 +49,7 @@ def cold_install() -> dict:
     cache = Path(tempfile.mkdtemp(prefix="eppkit-vllm-cold-"))
     old = os.environ.get("EPPKIT_CACHE")
     os.environ["EPPKIT_CACHE"] = str(cache)
+    os.environ["PIP_NO_CACHE_DIR"] = "1"  # cold: every wheel from PyPI
 
     def progress(line: str) -> None:
         nonlocal downloaded_mb
@@ -72,6 +73,7 @@ def cold_install() -> dict:
                 "loadavg_after": loadavg()}
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+        os.environ.pop("PIP_NO_CACHE_DIR", None)
         if old is None:
             os.environ.pop("EPPKIT_CACHE", None)
         else:

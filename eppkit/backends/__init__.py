@@ -42,6 +42,10 @@ DEFAULT_SPANS = {MOCK: FULL, SIM: NONE, VLLM: LLM_REQUEST, URLS: NONE}
 PROBE_TIMEOUT_S = 5.0
 
 
+class BackendMissing(FileNotFoundError):
+    """A preset the kit starts is not built or installed (or half-installed); the message says how to get it."""
+
+
 class FlowNeeds(Protocol):
     """What a backend is checked against: a flow's registry entry (eppkit.flows.Flow)."""
 
@@ -138,6 +142,17 @@ class Backend:
         elif self.prefill_urls or self.decode_urls:
             raise ValueError(f"--prefill-url / --decode-url are for the pd and ttft flows (got --flow {flow.name}); "
                              "use --backend-url")
+
+    def require_installed(self) -> None:
+        """BackendMissing, saying which command fixes it, when the servers this backend starts are not there:
+        llm-d-inference-sim not built, the vllm preset not (or half) installed. Checked before anything starts."""
+        try:
+            if self.kind == SIM:
+                inference_sim.require_binary()
+            elif self.kind == VLLM and not (self.command or self.running):
+                real_vllm.require()
+        except FileNotFoundError as exc:
+            raise BackendMissing(str(exc)) from None
 
     def running_endpoints(self) -> list[Endpoint]:
         """The preset's servers already started (``running``), as endpoints (role both)."""

@@ -7,6 +7,7 @@ import signal
 import sys
 
 from eppkit import modes, options
+from eppkit.backends import BackendMissing
 from eppkit.builds.dynmod import DynmodBuildError
 from eppkit.components.readiness import ReadinessTimeout
 from eppkit.gateway.config import EnvoyConfigInvalid
@@ -16,7 +17,7 @@ from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 # What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
 # A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout).
 USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
-               ReadinessTimeout)
+               ReadinessTimeout, BackendMissing)
 COMMANDS = {
     "doctor": "check every prerequisite",
     "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP); cached",

@@ -356,6 +356,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         progress: ProgressLine | None = None, create: Callable = create_testbed) -> dict:
     """Run every scenario through every mode; returns the report (not yet written)."""
     options.validate()
+    options.backend.require_installed()  # BackendMissing, saying how to get it, before anything starts
     progress = progress or _Quiet()
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()

@@ -218,6 +218,7 @@ class LocalTestbed:
 
     def _start(self) -> None:
         """The order every runtime follows; the ``_run_*`` hooks say how each component runs."""
+        self.topology.backend.require_installed()  # a preset not built or installed: said before anything starts
         # Before anything starts: the Envoy version (installed once) and the user's filters, built
         # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
         self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, _progress)

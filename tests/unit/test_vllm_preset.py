@@ -48,6 +48,21 @@ def test_a_missing_install_says_which_command_makes_it(cache):
         real_vllm.require()
 
 
+def test_a_missing_preset_is_one_message_naming_the_command_before_anything_starts(cache, capsys, tmp_path,
+                                                                                   monkeypatch):
+    from eppkit import cli
+    from eppkit.backends import BackendMissing
+
+    with pytest.raises(BackendMissing, match="eppkit bootstrap --backend vllm"):
+        Backend.of(VLLM).require_installed()
+    Backend(preset=VLLM, command="vllm serve mine").require_installed()  # your own vLLM: nothing to install
+    monkeypatch.setenv("EPPKIT_RUNS", str(tmp_path / "runs"))
+    assert cli.main(["run", "--backend", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("eppkit run: the vLLM preset is not installed. Run `eppkit bootstrap --backend vllm`")
+    assert "Traceback" not in err
+
+
 def test_a_half_finished_install_is_named_and_the_same_command_starts_it_over(cache):
     installed(cache)
     (vllm_cpu.model_dir() / vllm_cpu.MARKER).unlink()  # the conversion was interrupted
