@@ -48,7 +48,7 @@ LATENCY = MockLatency(time_to_first_token=5, inter_token_latency=1)
 POD = VllmSpec("vllm-0", model=parity.MODEL)  # the pod the mode tests' sessions start too: one server for all
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def vllm(eppkit_vllm_servers):
     """The session's vLLM server (started on first use), tracing into the session's Jaeger: its base URL."""
     backend = eppkit_vllm_servers.backend_for(Topology(backend="vllm", vllm=[POD]))
@@ -111,7 +111,7 @@ def observe_all(url: str, jaeger_url: str | None = None) -> dict[str, dict[str, 
     return out
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def vllm_seen(vllm, eppkit_jaeger):
     return observe_all(vllm, eppkit_jaeger.api_url)
 
