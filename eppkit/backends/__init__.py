@@ -66,7 +66,7 @@ class Backend:
     # VLLM: your own vLLM's command (e.g. "vllm serve my/model"; the kit adds --host, --port, --served-model-name,
     # --seed, --otlp-traces-endpoint) instead of the kit's CPU install.
     command: str = ""
-    # VLLM: the preset's servers, already started (the pytest plugin starts them once per session), one per pod
+    # VLLM: the preset's servers, already started (the pytest plugin and eppkit compare start them once), one per pod
     # of the topology in order, as name=http://host:port@model; the testbed then starts none.
     running: tuple[str, ...] = ()
 
