@@ -14,7 +14,7 @@ MAPPED = ("services", "observability", "envoy", "plugins")
 # templates, the HTML pages' assets, the Lua filter, the dynamic module's Go sources).
 DATA = ["py.typed", "*.j2", "templates/*.j2", "templates/*.css", "templates/*.js", "dockerfiles/*.Dockerfile",
         "lua/*.lua", "dynamic_module/go.mod", "dynamic_module/go.sum", "dynamic_module/*.go",
-        "dynamic_module/internal/**/*.go", "dynamic_module/README.md"]
+        "dynamic_module/internal/**/*.go", "dynamic_module/README.md", "*_constraints.txt"]
 
 
 def packages() -> list[str]:

@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit.cli import bootstrap
 
-        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend)
+        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend,
+                              load_tools=args.load_tool)
     try:
         command = _load(args.command)
     except ImportError as exc:

