@@ -269,6 +269,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         measured, warm = with_model(measured, model), with_model(warm, model)
         client = bed.client(pool_size=max(10, options.concurrency))
         t_start = time.monotonic()
+        result["load_average"] = round(os.getloadavg()[0], 2)  # how busy the machine was: client times move with it
         progress.update(f"{label} {mode:<15} warming up ({len(warm)} requests) ...")
         for req in warm:
             client.chat(req.body, timeout_s=options.request_timeout_s)

@@ -144,7 +144,7 @@ def table(block: dict, slo_text: str) -> Table | None:
                      fmt(good.get("requests_per_s"))])
     if not rows:
         return None
-    notes = [f"Goodput: the share of sent requests that succeeded with {slo_text} (`--slo`)."]
+    notes = [f"Goodput: the share of sent requests that succeeded with {slo_text} (--slo)."]
     unmeasured = {((r.get("load_metrics") or {}).get("goodput") or {}).get("why") for r in block["modes"].values()}
     notes += [f"Goodput not measured: {why}." for why in sorted(w for w in unmeasured if w)]
     return Table("Load figures, as load tools report them (ms; ITL pooled over every token gap, TPOT per request)",

@@ -273,6 +273,7 @@ def cross_check(tool: ip.LoadTool | None, *, reason: str, bed, kit: dict, planne
     if options.rate > 0:
         timeout_s += len(planned) / options.rate
     start, t0 = time.time(), time.monotonic()
+    out["load_average"] = round(os.getloadavg()[0], 2)
     try:
         summary = run_tool(tool, cfg, folder, timeout_s=timeout_s)
     except (LoadToolError, OSError, ValueError) as exc:
@@ -285,6 +286,11 @@ def cross_check(tool: ip.LoadTool | None, *, reason: str, bed, kit: dict, planne
     if out["traced"]["envoy_rooted_traces"] < ok:
         out["differences"].append(f"only {out['traced']['envoy_rooted_traces']} of {ok} {ip.NAME} requests have a "
                                   "trace in Jaeger")
+    busy = max(kit.get("load_average") or 0.0, out["load_average"])
+    if out["differences"] and busy > (os.cpu_count() or 1):
+        out["note"] = (f"the machine was busy (load average {kit.get('load_average')} during the kit's run, "
+                                  f"{out['load_average']} during {ip.NAME}'s, on {os.cpu_count()} CPUs): client-side "
+                                  "times such as TTFT and e2e move with it, and the two runs were not simultaneous")
     return out
 
 
@@ -313,7 +319,7 @@ def table(block: dict) -> Table | None:
         verdict = "agree" if not lt["differences"] else f"{len(lt['differences'])} differ"
         if lt["differences"]:
             bad.add(len(rows))
-            notes += [f"{mode}: {d}" for d in lt["differences"]]
+            notes += [f"{mode}: {d}" for d in lt["differences"]] + ([f"{mode}: {lt['note']}"] if lt.get("note") else [])
         rows.append([mode, *cells, f"{traced.get('envoy_rooted_traces')}/{traced.get('ok')}", verdict])
     first = next(iter(results.values()))
     tolerances = "; ".join(f"{f.name} {f.tolerance_text()}" for f in FIGURES if f.name in SHOWN)

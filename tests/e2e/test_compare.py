@@ -1,6 +1,7 @@
 """`eppkit compare` end to end: a small seeded workload through every mode, then the report's numbers
 checked against the spans in Jaeger, read independently of the code that computed them."""
 
+import json
 import re
 import statistics
 
@@ -14,7 +15,9 @@ from eppkit.backends import SIM, Backend
 from eppkit.compare import output
 from eppkit.compare import report as rp
 from eppkit.modes import kit_names
+from eppkit.builds import inference_perf
 from eppkit.pytest_plugin.session import require_simulator
+from eppkit.pytest_plugin.state import require
 from tests.support import chromium as _chromium
 
 pytestmark = pytest.mark.e2e
@@ -120,3 +123,35 @@ def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, 
             assert s["ttft_ms"] == pytest.approx(ttfts[-1], abs=0.01), "client clock and span event agree"
         assert result["steps"]["ttft"]["p50"] == pytest.approx(statistics.median(ttfts), abs=1e-3)
         assert 50 <= result["steps"]["ttft"]["p50"] < result["steps"]["e2e"]["p50"]
+
+
+@pytest.mark.eppkit_needs_mock("holds the load tool's inter-token latency against the mock's configured one")
+def test_inference_perf_sends_the_same_requests_and_agrees_with_the_kit(tmp_path, eppkit_jaeger, eppkit_runtime):
+    """The CI cross-check: inference-perf drives each mode's testbed with the kit's requests; both tools' TTFT p50
+    within max(5 ms, 5 %) of each other, and both ITL means within 10 % of the mock's configured 10 ms. A check
+    of the measurement, not a speed target."""
+    require(inference_perf.find() is not None, inference_perf.missing())
+    requests, itl = 24, MockLatency().inter_token_latency
+    options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("stream",), requests=requests,
+                                     concurrency=4, warmup=1, runtime=eppkit_runtime, trace_timeout_s=20,
+                                     load_tool=inference_perf.NAME)
+    out = tmp_path / "report"
+    report = compare.run(options, out, jaeger=eppkit_jaeger)
+    output.write(report, out, charts=False)
+    for mode, result in report["scenarios"]["stream"]["modes"].items():
+        assert result["status"] == "ok", (mode, result.get("error"))
+        checked = result["load_tool"]
+        assert checked["status"] == "ok", (mode, checked.get("error") or checked.get("reason"))
+        # the tool's own summary, read here rather than through the report's copy of it
+        summary = json.loads((out / "load-tool" / f"stream-{mode}" / "reports" / "summary_lifecycle_metrics.json")
+                             .read_text())["successes"]
+        assert summary["count"] == requests and summary["token_count_mismatches"] == 0, mode
+        assert summary["output_tokens"]["total"] == sum(s["tokens"] for s in result["samples"]), "the same requests"
+        kit_ttft, tool_ttft = result["steps"]["ttft"]["p50"], summary["latency"]["time_to_first_token"]["median"] * 1000
+        assert abs(kit_ttft - tool_ttft) <= max(5.0, 0.05 * kit_ttft), (mode, kit_ttft, tool_ttft)
+        kit_itl = statistics.mean(gap for s in result["samples"] for gap in s["itl_ms"])
+        tool_itl = summary["latency"]["inter_token_latency"]["mean"] * 1000
+        assert abs(kit_itl - itl) <= 0.1 * itl and abs(tool_itl - itl) <= 0.1 * itl, (mode, kit_itl, tool_itl)
+        assert checked["traced"]["envoy_rooted_traces"] == requests, "Envoy started a trace for each of its requests"
+    summary_md = (out / "summary.md").read_text()
+    assert f"Cross-check: the same requests sent by {inference_perf.NAME}" in summary_md
