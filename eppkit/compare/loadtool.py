@@ -37,7 +37,7 @@ import requests
 import yaml
 
 from eppkit.builds import inference_perf as ip
-from eppkit.compare.loadmetrics import Slo
+from eppkit.compare.loadmetrics import STREAMED_ONLY, Slo
 from eppkit.compare.tables import Table, fmt, pct
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.observability.contract import Envoy, Service
@@ -265,9 +265,13 @@ def cross_check(tool: ip.LoadTool | None, *, reason: str, bed, kit: dict, planne
     data = folder / "requests.sharegpt.json"
     data.write_text(json.dumps(sharegpt(planned)))
     stream = bool(planned and planned[0].stream)
+    slo = Slo.parse(options.slo)
+    if not stream:  # as the kit's own goodput: TTFT and TPOT limits cannot be met by answers that are not streamed
+        slo = Slo(tuple((k, v) for k, v in slo.limits if k not in STREAMED_ONLY))
+        configured_itl_ms = None
     cfg = config(tool, url=bed.envoy_url, model=model, data=data, out=folder / "reports", requests=len(planned),
                  concurrency=options.concurrency, rate=options.rate, stream=stream,
-                 request_timeout_s=options.request_timeout_s, seed=options.seed, slo=Slo.parse(options.slo))
+                 request_timeout_s=options.request_timeout_s, seed=options.seed, slo=slo)
     out.update(api="completion", stream=stream, load=cfg["load"], python=tool.python_version)
     timeout_s = STARTUP_S + options.max_duration_s + options.request_timeout_s + TEARDOWN_GRACE_S
     if options.rate > 0:
