@@ -33,7 +33,7 @@ def markdown(table: Table) -> list[str]:
     lines = [f"{table.title}:", "", "| " + " | ".join(table.columns) + " |",
              "|" + "|".join("---" if i == 0 else "--:" for i in range(len(table.columns))) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table.rows]
-    return lines + ([""] + table.notes if table.notes else [])
+    return lines + ([""] + [f"- {note}" for note in table.notes] if table.notes else [])
 
 
 def console(table: Table) -> list[str]:
