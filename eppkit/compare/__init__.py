@@ -3,8 +3,10 @@
 For each scenario, for each mode in turn: start a testbed (sharing one Jaeger), send a few
 warm-up requests (not counted), drive the workload (eppkit.workload), read every request's
 trace back, turn it into step durations (eppkit.observability.steps) and a completeness verdict
-(eppkit.observability.expected_spans), keep the representative trace, stop the testbed. Then the
-report (eppkit.compare.report): report.json, summary.md, charts.
+(eppkit.observability.expected_spans), keep the representative trace, work out what load tools report
+(ITL, TPOT, goodput: eppkit.compare.loadmetrics), with ``--load-tool`` send the same requests once more
+with inference-perf and set its figures beside the kit's (eppkit.compare.loadtool), stop the testbed.
+Then the report (eppkit.compare.report): report.json, summary.md, charts.
 
 A mode that fails to start (or to serve a single request) is reported as failed, with its
 error and log tails, and the run goes on with the next mode. Exit codes: 0 ok, 1 a
