@@ -36,12 +36,17 @@ def markdown(table: Table) -> list[str]:
     return lines + ([""] + [f"- {note}" for note in table.notes] if table.notes else [])
 
 
-def console(table: Table) -> list[str]:
-    rows = [list(table.columns)] + table.rows
-    widths = [max(len(row[i]) for row in rows) for i in range(len(table.columns))]
-    lines = [f"  {table.title}:"]
+def aligned(rows: list[list[str]], left: int) -> list[str]:
+    """Rows as columns: the first ``left`` ones left-aligned, the rest right-aligned, a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = []
     for n, row in enumerate(rows):
-        lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        out.append("  ".join(cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
         if n == 0:
-            lines.append("  " + "  ".join("-" * w for w in widths))
-    return lines + ["  " + note for note in table.notes]
+            out.append("  ".join("-" * w for w in widths))
+    return out
+
+
+def console(table: Table) -> list[str]:
+    lines = aligned([list(table.columns)] + table.rows, left=1)
+    return [f"  {table.title}:"] + ["  " + line for line in lines] + ["  " + note for note in table.notes]

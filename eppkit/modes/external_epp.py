@@ -14,13 +14,14 @@ Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
 | ``epp_address`` | "" | ``host:port`` of an EPP already running (exactly one of the two) |
 | ``epp_env`` | {} | more environment for the started EPP |
 | ``max_fallbacks`` | 2 | how many fallbacks after the primary Envoy tries (the EPP's list) |
+| ``decision_span`` | "" | the EPP's span that holds its decision, ``service:name``: trace checks find it (``request_path``, expected spans, compare) |
 
 Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_proc, the port Envoy
 connects to), ``{health_port}`` (grpc.health.v1; readiness waits for SERVING there, or on the gRPC
 port when the command does not use it), ``{metrics_port}``, ``{endpoints}`` (the pool,
 ``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``). The started EPP gets the
-standard OpenTelemetry environment (OTLP to the testbed's Jaeger, every trace sampled, service name
-``epp``). An EPP already running is ready when its port accepts connections.
+standard OpenTelemetry environment (OTLP over gRPC to the testbed's Jaeger, every trace sampled, service
+name ``epp``). An EPP already running is ready when its port accepts connections.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
     epp_address: str = ""
     epp_env: dict = field(default_factory=dict)
     max_fallbacks: int = 2
+    # The EPP's own span that holds its decision, "service:name" (e.g. "myepp:myepp.pick"): trace checks then
+    # find it (request_path's decision, the expected spans, compare's decision step).
+    decision_span: str = ""
 
     def validate(self) -> "ExternalEppOptions":
         if bool(self.epp_command) == bool(self.epp_address):
@@ -60,7 +64,17 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
             split_address(self.epp_address)
         if self.max_fallbacks < 0:
             raise ValueError("max_fallbacks cannot be negative")
+        if self.decision_span:
+            split_span(self.decision_span)
         return self
+
+
+def split_span(value: str) -> tuple[str, str]:
+    """``"service:name"`` as (service, name); ValueError otherwise."""
+    service, sep, name = value.partition(":")
+    if not sep or not service.strip() or not name.strip():
+        raise ValueError(f"decision_span {value!r}: give service:span, e.g. myepp:myepp.pick")
+    return service.strip(), name.strip()
 
 
 def command_placeholders(template: str) -> set[str]:
@@ -94,7 +108,7 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None) -> 
     health = numbers["health_port"] if "health_port" in command_placeholders(options.epp_command) else numbers["grpc_port"]
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
                       argv=epp_command(options.epp_command, numbers, backends), grpc_health_port=health,
-                      env={k: str(v) for k, v in options.epp_env.items()}, standard_otel=True)
+                      env={k: str(v) for k, v in options.epp_env.items()}, standard_otel=True, on_host=True)
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
 
 

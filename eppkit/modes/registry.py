@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from eppkit.components.ports import PortAllocator
@@ -50,6 +50,16 @@ class Mode:
     def picker(self) -> str | None:
         """The service Envoy talks to (EPP or callout)."""
         return self.pickers[0] if self.pickers else None
+
+    def specialized(self, options: Any) -> "Mode":
+        """This mode as a testbed with ``options`` runs it: an EPP of your own that names its decision span
+        (option ``decision_span``, "service:name") has that span as its decision, and every request has it."""
+        span = getattr(options, "decision_span", "")
+        if not span:
+            return self
+        service, _, name = span.partition(":")
+        decision = (service.strip(), name.strip())
+        return replace(self, decision=decision, spans=self.spans + (decision,))
 
     def read_options(self, raw: dict[str, Any]) -> Any:
         """``raw`` (Topology.options) as this mode's options; ValueError naming what is wrong."""
