@@ -45,6 +45,19 @@ class ServiceSpec:
     standard_otel: bool = False
 
 
+@dataclass(frozen=True)
+class PoolTarget:
+    """Where a mode's EPP finds its InferencePool: one namespace of the testbed's Kubernetes control plane.
+
+    The runtime makes it before the mode's plan (only for a mode whose EPP watches a pool:
+    :meth:`eppkit.modes.Mode.watches_pool`), and creates the pool and one Pod per backend before the EPP starts.
+    """
+
+    kubeconfig: str  # a file in the run folder (every service's working directory)
+    namespace: str
+    name: str = "vllm-pool"
+
+
 @dataclass
 class ModePlan:
     """What a mode adds to the testbed: its services and the variables its Envoy template needs."""

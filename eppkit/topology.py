@@ -49,6 +49,9 @@ class Topology:
     # What serves inference (eppkit.backends): the kit's mock (default), "llm-d-inference-sim" (a
     # preset the kit starts in the mocks' places), or Backend(urls=...) for servers you run.
     backend: Backend | str = field(default_factory=Backend)
+    # A mode whose EPP watches an InferencePool (gaie-epp; external-epp with {kubeconfig}) gets a namespace of the
+    # session's Kubernetes control plane; True: a control plane of its own, started and stopped with the testbed.
+    own_control_plane: bool = False
 
     def __post_init__(self) -> None:
         self.backend = Backend.of(self.backend)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eppkit.backends import SIM, URLS, inference_sim
+from eppkit.components.inference_pool import pod_address
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
 from eppkit.plan import Endpoint, ServiceSpec
@@ -11,9 +12,7 @@ from eppkit.topology import Topology
 
 def pod_hosts(n: int) -> list[str]:
     """One loopback address per pod, 127.0.0.2 upwards (Linux routes all of 127/8 to lo)."""
-    if n > 250:
-        raise ValueError("at most 250 pods on their own loopback addresses")
-    return [f"127.0.0.{i + 2}" for i in range(n)]
+    return [pod_address(i) for i in range(n)]
 
 
 def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list[str]) -> list[str]:

@@ -89,7 +89,7 @@ def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_
     }
 
 
-def plan(topology, options: ExtProcOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: ExtProcOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     epp_port = ports.port()
     services = [] if options.epp_disabled else [epp_service(topology, options, epp_port, backends, pools)]
     return ModePlan(services=services, envoy_vars=envoy_vars(topology, options, backends, epp_port))

@@ -18,9 +18,13 @@ Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
 Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_proc, the port Envoy
 connects to), ``{health_port}`` (grpc.health.v1; readiness waits for SERVING there, or on the gRPC
 port when the command does not use it), ``{metrics_port}``, ``{endpoints}`` (the pool,
-``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``). The started EPP gets the
-standard OpenTelemetry environment (OTLP to the testbed's Jaeger, every trace sampled, service name
-``epp``). An EPP already running is ready when its port accepts connections.
+``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``), and for a controller EPP that
+watches an InferencePool: ``{kubeconfig}`` (a kubeconfig file of the testbed's Kubernetes control plane),
+``{pool_name}``, ``{pool_namespace}``. A command that uses any of these three gets the control plane: the
+testbed's namespace holds the InferencePool and one Pod per mock (each on its own loopback address, all on
+one target port), and ``KUBECONFIG`` is set too. The started EPP gets the standard OpenTelemetry
+environment (OTLP to the testbed's Jaeger, every trace sampled, service name ``epp``). An EPP already
+running is ready when its port accepts connections.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from eppkit.modes.ext_proc import EnvoyExtProcOptions, envoy_vars
 from eppkit.modes.options import CommonOptions, FailOpenOptions
 from eppkit.modes.registry import Mode, register
 from eppkit.observability.contract import Cluster, Envoy, Service
-from eppkit.plan import Endpoint, ModePlan, ServiceSpec
+from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 
-PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints")
+POOL_PLACEHOLDERS = ("kubeconfig", "pool_name", "pool_namespace")  # any of them: the EPP watches an InferencePool
+PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints", *POOL_PLACEHOLDERS)
 
 
 @dataclass
@@ -79,22 +84,35 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint]) -> list[str]:
+def watches_pool(options: ExternalEppOptions) -> bool:
+    """A command that uses {kubeconfig}, {pool_name} or {pool_namespace} starts a controller EPP."""
+    return bool(options.epp_command) and bool(command_placeholders(options.epp_command) & set(POOL_PLACEHOLDERS))
+
+
+def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint], pool: PoolTarget | None = None) -> list[str]:
     """The command line: ``template`` with its placeholders filled, split as a shell would."""
     values = {**ports, "endpoints": ",".join(ep.address for ep in backends),
               "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends)}
+    if pool is not None:
+        values.update(kubeconfig=pool.kubeconfig, pool_name=pool.name, pool_namespace=pool.namespace)
     return shlex.split(template.format(**values))
 
 
-def plan(topology, options: ExternalEppOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kube: PoolTarget | None = None) -> ModePlan:
     if options.epp_address:
         host, port = split_address(options.epp_address)
         return ModePlan(envoy_vars=envoy_vars(topology, options, backends, port, epp_host=host))
+    if watches_pool(options) and kube is None:
+        raise ValueError("mode external-epp: a command with {kubeconfig}/{pool_name}/{pool_namespace} needs the "
+                         "testbed's control plane (PoolTarget)")
     numbers = {"grpc_port": ports.port(), "health_port": ports.port(), "metrics_port": ports.port()}
     health = numbers["health_port"] if "health_port" in command_placeholders(options.epp_command) else numbers["grpc_port"]
+    env = {k: str(v) for k, v in options.epp_env.items()}
+    if kube is not None:
+        env.setdefault("KUBECONFIG", kube.kubeconfig)
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
-                      argv=epp_command(options.epp_command, numbers, backends), grpc_health_port=health,
-                      env={k: str(v) for k, v in options.epp_env.items()}, standard_otel=True)
+                      argv=epp_command(options.epp_command, numbers, backends, kube), grpc_health_port=health,
+                      env=env, standard_otel=True)
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
 
 
@@ -105,4 +123,5 @@ MODE = register(Mode(
     template="ext_proc.yaml.j2", options=ExternalEppOptions, plan=plan, color="#8c564b",
     pickers=(Service.EPP,), picker_call=Envoy.EXT_PROC_CALL, spans=((Service.ENVOY, Envoy.EXT_PROC_CALL),),
     upstream=Envoy.router(Cluster.PICKED), fallback_upstream=Envoy.router(Cluster.POOL), external=True,
+    kubernetes=watches_pool,
 ))
