@@ -7,16 +7,19 @@ import signal
 import sys
 
 from eppkit import modes, options
+from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
+from eppkit.components.controlplane import ControlPlaneError
 from eppkit.gateway.config import EnvoyConfigInvalid
 from eppkit.gateway.user_filters import UserFilterError
 from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 
 # What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
-USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError)
+USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
+               ControlPlaneBuildError, ControlPlaneError)
 COMMANDS = {
     "doctor": "check every prerequisite",
-    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP); cached",
+    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP, etcd and kube-apiserver); cached",
     "up": "start a testbed and keep it running until Ctrl-C",
     "run": "start a testbed, send one traced request, print its waterfall",
     "compare": "drive a seeded workload through every mode; report each step's cost from the traces",
