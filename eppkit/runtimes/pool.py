@@ -7,7 +7,7 @@ written and Envoy has the pool's endpoints (the testbed is the gateway's control
 
     bed.pool.add_pod()                         # a new mock on the next loopback address, then its Pod, Ready
     bed.pool.set_ready("vllm-0", False)        # what a failing readiness probe writes; its mock keeps running
-    bed.pool.set_ready("vllm-0", False, stop_server=True)   # ... and its mock stops (a crashed pod)
+    bed.pool.set_ready("vllm-0", False, stop_server=True)   # its mock killed, then not Ready (a crashed pod)
     bed.pool.set_ready("vllm-0", True)         # its mock started again if it was stopped, then Ready
     bed.pool.remove_pod("vllm-1")              # the Pod deleted, Envoy told, then its mock stopped
     bed.pool.edit(target_ports=[...], selector={...})
@@ -106,14 +106,15 @@ class InferencePoolHandle:
         self._models.pop(name, None)
 
     def set_ready(self, name: str, ready: bool, *, stop_server: bool = False) -> None:
-        """Write the pod's Ready condition. ``ready=False, stop_server=True`` also stops its mock (a crashed
-        pod); ``ready=True`` first starts its mock again if it was stopped."""
+        """Write the pod's Ready condition. ``ready=False, stop_server=True`` kills its mock first (SIGKILL:
+        requests in flight there break), then writes not Ready (a crash its readiness probe then notices);
+        ``ready=True`` first starts its mock again if it was stopped."""
         pod = self.objects.pod(name)
         if ready and not self._serving(name):
             self._start_server(name, pod.ip, self.objects.target_ports()[0], self._models.get(name))
-        self.objects.set_ready(name, ready)
         if not ready and stop_server:
-            self._stop_server(name, required=True)
+            self._stop_server(name, required=True, crash=True)
+        self.objects.set_ready(name, ready)
 
     def edit(self, *, target_ports: list[int] | None = None, selector: dict[str, str] | None = None) -> None:
         """Change the InferencePool; Envoy then routes to the pods it selects, on its target ports."""
@@ -166,7 +167,7 @@ class InferencePoolHandle:
         self._servers[pod] = pod
         bed.backends = [ep for ep in bed.backends if ep.name != pod] + [endpoint]
 
-    def _stop_server(self, pod: str, *, required: bool) -> None:
+    def _stop_server(self, pod: str, *, required: bool, crash: bool = False) -> None:
         service = self._servers.get(pod)
         shared = [p for p, s in self._servers.items() if s == service and p != pod]
         if service is None or shared:
@@ -177,7 +178,7 @@ class InferencePoolHandle:
             return
         handle = self._bed.services.get(service)
         if handle is not None:
-            handle.process.stop()
+            handle.process.kill() if crash else handle.process.stop()
         if not required:
             self._servers.pop(pod, None)
             self._bed.services.pop(service, None)
