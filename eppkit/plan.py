@@ -65,3 +65,5 @@ class ModePlan:
     services: list[ServiceSpec] = field(default_factory=list)
     envoy_vars: dict[str, Any] = field(default_factory=dict)
     envoy_env: dict[str, str] = field(default_factory=dict)  # e.g. ENVOY_DYNAMIC_MODULES_SEARCH_PATH
+    # CRD manifests (files) to install into the control plane before the EPP starts: an EPP's own kinds.
+    crds: list[str] = field(default_factory=list)

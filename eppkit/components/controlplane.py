@@ -275,20 +275,33 @@ class ControlPlane:
         session.headers["Authorization"] = f"Bearer {self.token}"
         return session
 
-    def _crd_manifests(self) -> list[dict]:
+    def _crd_manifests(self, files: list[Path] | None = None) -> list[dict]:
         import yaml
 
-        return [doc for f in self.binaries.crd_files() for doc in yaml.safe_load_all(f.read_text()) if doc]
+        files = self.binaries.crd_files() if files is None else files
+        return [doc for f in files for doc in yaml.safe_load_all(Path(f).read_text()) if doc]
 
-    def _apply_crds(self, timeout_s: float = 60.0) -> None:
+    def apply_crds(self, files: list[Path]) -> list[str]:
+        """Install CRD manifests (an EPP's own kinds) and wait until each is Established; their names.
+        One already there is left as it is. A file that is no CRD is a ControlPlaneError."""
+        manifests = self._crd_manifests(files)
+        bad = [m.get("kind") for m in manifests if m.get("kind") != "CustomResourceDefinition"]
+        if bad:
+            raise ControlPlaneError(f"not CRDs: {', '.join(map(str, bad))} in {', '.join(map(str, files))}")
+        self._apply_crds(manifests=manifests)
+        self._warm_custom_types(manifests)
+        return [m["metadata"]["name"] for m in manifests]
+
+    def _apply_crds(self, timeout_s: float = 60.0, manifests: list[dict] | None = None) -> None:
+        manifests = self._crd_manifests() if manifests is None else manifests
         with self._session() as http:
-            for crd in self._crd_manifests():
+            for crd in manifests:
                 resp = http.post(f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd,
                                  timeout=30)
                 if resp.status_code not in (201, 409):
                     raise ControlPlaneError(f"the API server refused CRD {crd['metadata']['name']}: "
                                             f"{resp.status_code} {resp.text[:500]}")
-            for crd in self._crd_manifests():
+            for crd in manifests:
                 name = crd["metadata"]["name"]
                 self._until(http, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
                             lambda r: r.status_code == 200 and any(
@@ -296,10 +309,10 @@ class ControlPlane:
                                 for c in r.json().get("status", {}).get("conditions", [])),
                             f"CRD {name} Established", timeout_s)
 
-    def _warm_custom_types(self, timeout_s: float = 30.0) -> None:
+    def _warm_custom_types(self, manifests: list[dict] | None = None, timeout_s: float = 30.0) -> None:
         """Read each custom resource type once, so no EPP meets the 429 of a watch cache still initialising."""
         with self._session() as http:
-            for crd in self._crd_manifests():
+            for crd in self._crd_manifests() if manifests is None else manifests:
                 spec = crd["spec"]
                 for version in (v["name"] for v in spec["versions"] if v.get("served")):
                     path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}?limit=1"
@@ -319,8 +332,10 @@ class ControlPlane:
                                 f"Hint: read {self.run_dir / 'kube-apiserver.log'}")
 
     def served_crds(self) -> list[str]:
-        """The CRDs it serves (``plural.group``), GAIE's."""
-        return sorted(f"{c['spec']['names']['plural']}.{c['spec']['group']}" for c in self._crd_manifests())
+        """The CRDs it serves now (``plural.group``): GAIE's, and any a testbed installed."""
+        with self._session() as http:
+            answer = http.get(f"{self.server}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", timeout=10)
+        return sorted(item["metadata"]["name"] for item in answer.json().get("items", []))
 
     def processes(self) -> dict[str, ManagedProcess]:
         return {p.name: p for p in (self.etcd, self.apiserver) if p is not None}

@@ -13,6 +13,7 @@ Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
 | ``epp_command`` | "" | the EPP's command line, with placeholders (below); the kit starts it |
 | ``epp_address`` | "" | ``host:port`` of an EPP already running (exactly one of the two) |
 | ``epp_env`` | {} | more environment for the started EPP |
+| ``crds`` | [] | CRD manifest files the control plane gets before the EPP starts (a controller EPP's own kinds) |
 | ``max_fallbacks`` | 2 | how many fallbacks after the primary Envoy tries (the EPP's list) |
 
 Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_proc, the port Envoy
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import shlex
 import string
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from eppkit.modes.ext_proc import EnvoyExtProcOptions, envoy_vars
@@ -48,6 +50,7 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
     epp_command: str = ""
     epp_address: str = ""
     epp_env: dict = field(default_factory=dict)
+    crds: list = field(default_factory=list)
     max_fallbacks: int = 2
 
     def validate(self) -> "ExternalEppOptions":
@@ -65,6 +68,12 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
             split_address(self.epp_address)
         if self.max_fallbacks < 0:
             raise ValueError("max_fallbacks cannot be negative")
+        if self.crds and not watches_pool(self):
+            raise ValueError("crds go into the control plane of a controller EPP: its epp_command must use "
+                             "{kubeconfig}, {pool_name} or {pool_namespace}")
+        missing = [str(f) for f in self.crds if not Path(f).is_file()]
+        if missing:
+            raise ValueError(f"crds: no such file: {', '.join(missing)}")
         return self
 
 
@@ -113,7 +122,8 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kub
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
                       argv=epp_command(options.epp_command, numbers, backends, kube), grpc_health_port=health,
                       env=env, standard_otel=True)
-    return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
+    return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port),
+                    crds=[str(Path(f).resolve()) for f in options.crds])
 
 
 # The EPP's own spans are its business (an upstream EPP may start its own trace): what every request

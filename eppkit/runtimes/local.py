@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eppkit import flows, modes
+from eppkit.builds import controlplane as controlplane_build
 from eppkit.components.controlplane import ControlPlane, ControlPlaneError, SharedControlPlane
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.launchers import ProcessLauncher
@@ -84,8 +85,9 @@ class LocalTestbed:
         # A mode whose EPP watches an InferencePool: the control plane (the shared one unless the topology asks
         # for its own, or none is shared), and the pool in this testbed's namespace.
         self._shared_plane = None if topology.own_control_plane else control_plane
-        self.control_plane: ControlPlane | None = None
+        self.control_plane: ControlPlane | None = None  # its own (None: the shared one, or none)
         self.pool: InferencePoolHandle | None = None
+        self._plane_binaries: controlplane_build.ControlPlaneBinaries | None = None
 
     # -- handles ----------------------------------------------------------------------
     @property
@@ -202,6 +204,10 @@ class LocalTestbed:
         # Before anything starts: the Envoy version (installed once) and the user's filters, built
         # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
         self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, _progress)
+        options = self.mode.read_options(self.topology.options)
+        watches_pool = self.mode.watches_pool(options)
+        if watches_pool:  # etcd and kube-apiserver (built now if need be): a missing one fails before anything runs
+            self._plane_binaries = controlplane_build.build(_progress)
         self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, _progress)
         if self._jaeger is None:
             self._jaeger = self._run_jaeger()
@@ -209,8 +215,6 @@ class LocalTestbed:
         # Two tiers, each started at once and then waited on: a Python service takes ~0.4 s to
         # import and bind, so one after another was most of a testbed's start. The pickers come
         # second because their first metrics scrape must find the backends up.
-        options = self.mode.read_options(self.topology.options)
-        watches_pool = self.mode.watches_pool(options)
         layout = self.flow.plan(self.topology, self.ports, self.run_dir, watches_pool)
         self._start_services(layout.services, env)
         self.layout = layout
@@ -253,7 +257,8 @@ class LocalTestbed:
             self.control_plane = None
             plane = self._shared_plane.get()
         else:
-            self.control_plane = plane = ControlPlane(self.run_dir / "control-plane", ports=self.ports).start()
+            self.control_plane = plane = ControlPlane(self.run_dir / "control-plane", ports=self.ports,
+                                                      binaries=self._plane_binaries).start()
         namespace = plane.new_namespace(self.run_dir.name)
         kubeconfig = plane.write_kubeconfig(self.run_dir / "kubeconfig", namespace)
         target = PoolTarget(str(kubeconfig), namespace)
@@ -262,6 +267,8 @@ class LocalTestbed:
 
     def _create_pool(self, target: PoolTarget, plan: ModePlan) -> None:
         """The InferencePool and one Pod per backend, before the EPP starts (it lists them at once)."""
+        if plan.crds:
+            self.pool.plane.apply_crds([Path(f) for f in plan.crds])
         picker = next((spec.port for spec in plan.services if spec.name == self.mode.picker), 0)
         self.pool.create(self.backends, picker or int(plan.envoy_vars.get("epp_port", 0)), plan.envoy_vars["pools"])
 
@@ -275,7 +282,8 @@ class LocalTestbed:
         served = ", ".join(self.pool.plane.served_crds())
         return ControlPlaneError(
             f"the EPP watches {kind} ({version}), but the control plane has no CRD for it (it serves {served}).\n"
-            f"Hint: check the EPP's flags (e.g. --pool-group); its log is {self.run_dir / 'epp.log'}.")
+            f"Hint: check the EPP's flags (e.g. --pool-group), or give the CRD's manifest: the external-epp option "
+            f"crds=[file]. Its log: {self.run_dir / 'epp.log'}.")
 
     def _start_services(self, specs: list[ServiceSpec], env: dict[str, str]) -> None:
         """Start every service of one tier, then wait until each is ready."""

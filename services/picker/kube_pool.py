@@ -24,7 +24,10 @@ log = logging.getLogger("picker.kube_pool")
 # lightkube's HTTP client logs every request at INFO, watches included: one line per event.
 logging.getLogger("httpx2").setLevel(logging.WARNING)
 
-GROUP, VERSION, KIND, PLURAL = "inference.networking.k8s.io", "v1", "InferencePool", "inferencepools"
+KIND, PLURAL = "InferencePool", "inferencepools"
+# The InferencePool's API group (GAIE's --pool-group) and the version served in it.
+VERSIONS = {"inference.networking.k8s.io": "v1", "inference.networking.x-k8s.io": "v1alpha2"}
+DEFAULT_GROUP = "inference.networking.k8s.io"
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -62,9 +65,11 @@ def endpoints_for(pool_spec: dict | None, pods: dict[str, Any]) -> list[tuple[st
 class KubePool:
     """Keeps ``pool.endpoints`` equal to what the InferencePool selects (see the module docstring)."""
 
-    def __init__(self, pool: Pool, kubeconfig: str, namespace: str, name: str) -> None:
+    def __init__(self, pool: Pool, kubeconfig: str, namespace: str, name: str, group: str = DEFAULT_GROUP) -> None:
+        if group not in VERSIONS:
+            raise ValueError(f"--pool-group {group}: one of {', '.join(VERSIONS)}")
         self.pool = pool
-        self.kubeconfig, self.namespace, self.name = kubeconfig, namespace, name
+        self.kubeconfig, self.namespace, self.name, self.group = kubeconfig, namespace, name, group
         self.spec: dict | None = None
         self.pods: dict[str, Any] = {}
         self._client = None
@@ -76,11 +81,21 @@ class KubePool:
         from lightkube.resources.core_v1 import Pod
 
         self._client = AsyncClient(KubeConfig.from_file(self.kubeconfig), namespace=self.namespace, trust_env=False)
-        pool_kind = create_namespaced_resource(GROUP, VERSION, KIND, PLURAL)
+        pool_kind = create_namespaced_resource(self.group, VERSIONS[self.group], KIND, PLURAL)
         selects_ours = {"metadata.name": self.name}
         pools = self._client.list(pool_kind, fields=selects_ours)
-        async for obj in pools:
-            self.spec = dict(_get(obj, "spec") or {})
+        try:
+            async for obj in pools:
+                self.spec = dict(_get(obj, "spec") or {})
+        except Exception as exc:  # lightkube's ApiError, or the HTTP client's own error for a 404 without a Status
+            status = getattr(getattr(exc, "status", None), "code", None) or getattr(
+                getattr(exc, "response", None), "status_code", None)
+            if status != 404:
+                raise
+            # controller-runtime's words, so whoever reads EPP logs finds it the same way for every EPP
+            log.error('no matches for kind "%s" in version "%s/%s": the cluster has no CRD for it',
+                      KIND, self.group, VERSIONS[self.group])
+            raise SystemExit(1) from None
         pods = self._client.list(Pod)
         async for pod in pods:
             self.pods[pod.metadata.name] = pod

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from eppkit.services.picker import scorers
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.endpoints import Named, format_endpoints, parse_endpoints
-from eppkit.services.picker.kube_pool import KubePool
+from eppkit.services.picker.kube_pool import DEFAULT_GROUP, VERSIONS, KubePool
 from eppkit.services.picker.pool import RUNNING_METRIC, WAITING_METRIC, Pool
 from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.picker.stages import StagePicker
@@ -82,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> No
                    help="learn the pool from this InferencePool (inference.networking.k8s.io/v1) and the Ready pods it "
                         "selects, kept up to date by a watch")
     k.add_argument("--pool-namespace", default="default", help="its namespace (default: %(default)s)")
+    k.add_argument("--pool-group", default=DEFAULT_GROUP, choices=sorted(VERSIONS),
+                   help="its API group (default: %(default)s; inference.networking.x-k8s.io: v1alpha2 pools)")
     k.add_argument("--kubeconfig", default="",
                    help="the cluster's kubeconfig (default: $KUBECONFIG)")
     g.add_argument("--scorer", choices=scorers.types(), default=DEFAULTS.scorer, help="scorer type (default: %(default)s)")
@@ -138,7 +140,7 @@ def build(args: argparse.Namespace) -> tuple[Picker, list]:
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG", "")
     if not kubeconfig:
         raise ValueError("--pool-name needs a kubeconfig: --kubeconfig or $KUBECONFIG")
-    return picker, [KubePool(picker.pool, kubeconfig, args.pool_namespace, args.pool_name), *scrapers]
+    return picker, [KubePool(picker.pool, kubeconfig, args.pool_namespace, args.pool_name, args.pool_group), *scrapers]
 
 
 def build_or_exit(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:
