@@ -98,7 +98,7 @@ class KubePool:
             raise SystemExit(1) from None
         pods = self._client.list(Pod)
         async for pod in pods:
-            self.pods[pod.metadata.name] = pod
+            self.pods[_get(pod, "metadata", "name")] = pod
         if self.spec is None:
             log.warning("no InferencePool %s in namespace %s (yet): the pool is empty", self.name, self.namespace)
         self._apply()
@@ -133,9 +133,9 @@ class KubePool:
 
     def _on_pod(self, event: str, obj: Any) -> None:
         if event == "DELETED":
-            self.pods.pop(obj.metadata.name, None)
+            self.pods.pop(_get(obj, "metadata", "name"), None)
         else:
-            self.pods[obj.metadata.name] = obj
+            self.pods[_get(obj, "metadata", "name")] = obj
 
     def _apply(self) -> None:
         """The pool's endpoints as the objects say, keeping the known ones (and their load figures)."""
