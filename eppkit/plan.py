@@ -35,7 +35,7 @@ class ServiceSpec:
     args: list[str] = field(default_factory=list)
     health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
     env: dict[str, str] = field(default_factory=dict)  # wins over the testbed's (e.g. OTEL_SERVICE_NAME)
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # or a comma list (a mock serving many pods' addresses; ready on the first)
     # A program that is not a kit service (a backend binary, an external EPP): its whole command line
     # (then ``module`` and ``args`` are not used).
     argv: list[str] | None = None

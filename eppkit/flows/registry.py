@@ -29,6 +29,8 @@ class FlowPlan:
     routable: list[Endpoint] = field(default_factory=list)  # what pickers choose from / Envoy routes to
     prefill: list[Endpoint] = field(default_factory=list)
     encoders: list[Endpoint] = field(default_factory=list)
+    # The service serving each endpoint when it is not the endpoint's own (Topology.pods_per_mock > 1).
+    servers: dict[str, str] = field(default_factory=dict)
 
 
 # (topology, ports, run folder, pod_addresses) -> the plan; pod_addresses: each vLLM on its own loopback

@@ -270,7 +270,8 @@ class LocalTestbed:
         if plan.crds:
             self.pool.plane.apply_crds([Path(f) for f in plan.crds])
         picker = next((spec.port for spec in plan.services if spec.name == self.mode.picker), 0)
-        self.pool.create(self.backends, picker or int(plan.envoy_vars.get("epp_port", 0)), plan.envoy_vars["pools"])
+        self.pool.create(self.backends, picker or int(plan.envoy_vars.get("epp_port", 0)), plan.envoy_vars["pools"],
+                         self.layout.servers)
 
     def _missing_kind(self, exc: ReadinessTimeout) -> Exception:
         """An EPP that never got ready because the control plane has no CRD for a kind it watches: say which."""
@@ -291,7 +292,7 @@ class LocalTestbed:
         for spec in specs:
             spec_env = {**env, **self.topology.standard_otel_env(self.otlp_endpoint, spec.name)} if spec.standard_otel else env
             proc = self._run_service(spec, spec_env)
-            url = f"http://{spec.host}:{spec.port}"
+            url = f"http://{spec.host.split(',')[0]}:{spec.port}"  # a mock of many pods: its first address
             self.services[spec.name] = ServiceHandle(spec.name, url, proc)
             started.append((spec, url, proc))
         for spec, url, proc in started:

@@ -48,14 +48,15 @@ class InferencePoolHandle:
         self._next_index = 0
 
     # -- what the testbed does at start and stop -----------------------------------------------
-    def create(self, backends: list[Endpoint], epp_port: int, pools: list[dict]) -> None:
-        """The InferencePool on the backends' shared port, one Ready Pod per backend, Envoy's first endpoints."""
+    def create(self, backends: list[Endpoint], epp_port: int, pools: list[dict], servers: dict[str, str]) -> None:
+        """The InferencePool on the backends' shared port, one Ready Pod per backend, Envoy's first endpoints.
+        ``servers``: the mock serving a pod when it is not the pod's own (many pods per mock)."""
         ports = {ep.port for ep in backends}
         if len(ports) != 1:
             raise ValueError(f"the pods of an InferencePool share one target port; got {sorted(ports)}")
         for ep in backends:
             check_pod_ip(ep.host)
-            self._servers[ep.name] = ep.name
+            self._servers[ep.name] = servers.get(ep.name, ep.name)
             self._models[ep.name] = ep.model
         self._clusters.update({pool["cluster"]: pool["model"] for pool in pools})
         self._next_index = len(backends)
