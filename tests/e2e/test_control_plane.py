@@ -17,7 +17,8 @@ from eppkit.components.controlplane import ControlPlaneError
 from eppkit.components.inference_pool import POOL_CRD
 from tests.support.churn import KIT_EPP_CONTROLLER_COMMAND, watcher_topology
 from tests.support.cli import EPPKIT, REPO_ROOT
-from tests.support.reliability import chat_body, topology
+from eppkit.builds import gaie as gaie_build
+from tests.support.reliability import chat_body, require_gaie_epp, topology
 
 pytestmark = pytest.mark.e2e
 
@@ -35,6 +36,18 @@ def test_each_testbed_has_its_namespace_with_its_pool_and_a_ready_pod_per_mock(e
     assert bed.kubeconfig == bed.run_dir / "kubeconfig" and bed.kubeconfig.is_file()
     result = bed.client().chat(chat_body())
     assert result.status == 200 and result.headers.get("x-inference-pod") in {"vllm-0", "vllm-1"}, result.body
+
+
+def test_gaies_epp_runs_as_a_controller_epp_of_your_own_would(eppkit_testbed_factory):
+    require_gaie_epp()
+    binary = gaie_build.build()
+    command = (f"{binary} --pool-name {{pool_name}} --pool-namespace {{pool_namespace}} --grpc-port {{grpc_port}} "
+               "--grpc-health-port {health_port} --metrics-port {metrics_port} --secure-serving=false")
+    bed = eppkit_testbed_factory(topology("external-epp", vllm=("vllm-0", "vllm-1"), epp_command=command))
+    client = bed.client()
+    answered = {client.chat(chat_body(f"{i} which pod?")).headers.get("x-inference-pod") for i in range(6)}
+    assert answered <= {"vllm-0", "vllm-1"} and answered, answered
+    assert f'"pool-namespace":"{bed.pool.target.namespace}"' in (bed.run_dir / "epp.log").read_text()
 
 
 def test_a_pod_address_outside_loopback_is_refused_before_anything_starts(eppkit_testbed_factory):
