@@ -8,6 +8,7 @@ build on :class:`Component`; each keeps its own :class:`LiveSet`, stopped at exi
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
@@ -49,6 +50,19 @@ class Component:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.read_log().splitlines()[-lines:])
+
+
+def start_whole(whole, what: str) -> None:
+    """``whole._start()`` of something made of components (a testbed, a control plane); if it fails, the
+    log tails of its parts on stderr, then ``whole.stop()``, then the error."""
+    try:
+        whole._start()
+    except BaseException:
+        tails = whole.log_tails()
+        whole.stop()
+        if tails:
+            print(f"\n--- {what} failed to start; logs in {whole.run_dir} ---\n{tails}", file=sys.stderr, flush=True)
+        raise
 
 
 class LiveSet(Generic[C]):

@@ -47,6 +47,7 @@ from typing import Callable
 import requests
 
 from eppkit.builds import controlplane as builds
+from eppkit.components.base import start_whole
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import ApiServerReady, HttpReady
@@ -193,14 +194,7 @@ class ControlPlane:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "ControlPlane":
         started = time.monotonic()
-        try:
-            self._start()
-        except BaseException:
-            tails = self.log_tails()
-            self.stop()
-            if tails:
-                _progress(f"--- the control plane failed to start; logs in {self.run_dir} ---\n{tails}")
-            raise
+        start_whole(self, "the control plane")
         self.started_s = time.monotonic() - started
         return self
 
