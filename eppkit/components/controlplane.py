@@ -397,7 +397,9 @@ def snapshot(binaries: builds.ControlPlaneBinaries, progress: Callable[[str], ob
 
 class SharedControlPlane:
     """One control plane for many testbeds (a pytest session's): started by the first testbed that needs it,
-    stopped with :meth:`stop`. Each testbed gets its own namespace in it."""
+    stopped with :meth:`stop`. Each testbed gets its own namespace in it. Call :meth:`get` from a thread that
+    lives as long as the control plane should: its processes die with the thread that started them
+    (PR_SET_PDEATHSIG, :mod:`eppkit.components.process`)."""
 
     def __init__(self, run_dir: Callable[[], Path], **kwargs) -> None:
         self._run_dir = run_dir  # called once, at the start: where its logs go

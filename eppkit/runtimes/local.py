@@ -203,20 +203,19 @@ class LocalTestbed:
         if watches_pool:  # etcd and kube-apiserver (built now if need be): a missing one fails before anything runs
             self._plane_binaries = controlplane_build.build(_progress)
         self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, _progress)
-        # The control plane (~1.5 s to start) comes up while Jaeger and the backends do.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="control-plane") as background:
-            pool_target = background.submit(self._pool_target) if watches_pool else None
-            if self._jaeger is None:
-                self._jaeger = self._run_jaeger()
-            env = self.topology.service_env(self.otlp_endpoint)
-            # Two tiers, each started at once and then waited on: a Python service takes ~0.4 s to
-            # import and bind, so one after another was most of a testbed's start. The pickers come
-            # second because their first metrics scrape must find the backends up.
-            layout = self.flow.plan(self.topology, self.ports, self.run_dir, watches_pool)
-            self._start_services(layout.services, env)
-            self.layout = layout
-            self.backends = layout.routable
-            target = pool_target.result() if pool_target is not None else None
+        if self._jaeger is None:
+            self._jaeger = self._run_jaeger()
+        env = self.topology.service_env(self.otlp_endpoint)
+        # Two tiers, each started at once and then waited on: a Python service takes ~0.4 s to
+        # import and bind, so one after another was most of a testbed's start. The pickers come
+        # second because their first metrics scrape must find the backends up.
+        layout = self.flow.plan(self.topology, self.ports, self.run_dir, watches_pool)
+        self._start_services(layout.services, env)
+        self.layout = layout
+        self.backends = layout.routable
+        # On this thread, not beside the backends' start in a worker thread: a child's parent-death signal
+        # (ManagedProcess) follows the thread that started it, and a session's control plane outlives any worker.
+        target = self._pool_target() if watches_pool else None
 
         plan = self.mode.plan(self.topology, options, self.ports, self.backends, layout, target)
         if target is not None:
