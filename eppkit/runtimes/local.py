@@ -163,6 +163,9 @@ class LocalTestbed:
                 continue
             front = fronted.get(svc.url.removeprefix("http://"))
             lines.append(f"  {name:<12} {svc.url}" + (f"  (Envoy routes here; in front of {front})" if front else ""))
+        if self.pool is not None:
+            lines.append(f"  kubeconfig   {self.pool.target.kubeconfig}  (InferencePool {self.pool.target.name} in namespace "
+                         f"{self.pool.target.namespace}; kube-apiserver {self.pool.plane.server})")
         lines.append(f"  logs         {self.run_dir}")
         return "\n".join(lines)
 
