@@ -352,7 +352,7 @@ def markdown(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.controlplane", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="1,100,1000", help="pool sizes (default: %(default)s)")
+    ap.add_argument("--sizes", default="1,100,1000", help="pool sizes; '' for none (default: %(default)s)")
     ap.add_argument("--starts", type=int, default=5, help="control plane starts per EPP (default: %(default)s)")
     ap.add_argument("--picks", type=int, default=300, help="picks per EPP and size (default: %(default)s)")
     ap.add_argument("--flips", type=int, default=5, help="not Ready / Ready flips per EPP and size (default: %(default)s)")
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.sizes, args.starts, args.picks, args.flips = "1,100", 2, 100, 2
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]  # "": the start per session only
     if not all(1 <= s <= 5000 for s in sizes) or not 1 <= args.starts <= 20 or not 1 <= args.flips <= 20:
         ap.error("--sizes each 1..5000, --starts 1..20, --flips 1..20")
     binaries = cp_build.build(print)
@@ -375,11 +375,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.cold_build:
             result.setdefault("build", {})["cold"] = cold_build(work / "cold")
         result["start"] = {which: start_per_session(work, which, args.starts) for which in EPPS}
-        plane = ControlPlane(work / "control-plane", progress=lambda _: None).start()
-        try:
-            result["sizes"] = [per_size(work, plane, n, args.picks, args.flips) for n in sizes]
-        finally:
-            plane.stop()
+        if sizes:
+            plane = ControlPlane(work / "control-plane", progress=lambda _: None).start()
+            try:
+                result["sizes"] = [per_size(work, plane, n, args.picks, args.flips) for n in sizes]
+            finally:
+                plane.stop()
     finally:
         result["loadavg_at_end"] = loadavg()
         RESULTS.mkdir(exist_ok=True)
