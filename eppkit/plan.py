@@ -43,6 +43,9 @@ class ServiceSpec:
     tier: int = 0  # a mode's services start tier by tier (0 first): a later tier needs an earlier one up
     # Also the standard OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, ...; see standard_otel_env)
     standard_otel: bool = False
+    # A program of yours (an EPP of your own): a process of this host on every runtime, in your environment
+    # (the kit's services image holds only the kit's own packages).
+    on_host: bool = False
 
 
 @dataclass(frozen=True)

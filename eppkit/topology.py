@@ -79,6 +79,9 @@ class Topology:
         # The specification's endpoint is a URL: Go's SDK does not parse a bare host:port (and then
         # silently exports to its default localhost:4317).
         url = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
+        # OTLP over gRPC, said for traces too: OTel's default is http/protobuf, and an SDK that reads the
+        # traces-specific variable first would otherwise post HTTP to the gRPC port and lose every span.
         return {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": url,
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
                 "OTEL_TRACES_SAMPLER_ARG": "1", "OTEL_SERVICE_NAME": service_name}

@@ -79,11 +79,12 @@ class TracedClient:
     def flush(self) -> None:
         self._provider.force_flush(5000)
 
-    def chat(self, body: dict, *, path: str = "/v1/chat/completions", headers: dict | None = None,
+    def chat(self, body: dict | None, *, path: str = "/v1/chat/completions", headers: dict | None = None,
              timeout_s: float = 120.0, raw_body: bytes | None = None,
-             content_type: str = "application/json") -> ClientResult:
-        """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer."""
-        attributes = {Eppkit.MODE: self.mode, Eppkit.FLOW: self.flow, Http.REQUEST_METHOD: "POST",
+             content_type: str = "application/json", method: str = "POST") -> ClientResult:
+        """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer; with
+        ``method="GET"`` (``GET /v1/models``) no body is sent."""
+        attributes = {Eppkit.MODE: self.mode, Eppkit.FLOW: self.flow, Http.REQUEST_METHOD: method,
                       Http.URL_PATH: path}
         # One instant, read on both clocks: the span's wall-clock times and the result's monotonic
         # ones then tell the same story (a report's TTFT equals the first_token event's offset).
@@ -92,13 +93,13 @@ class TracedClient:
                                                 start_time=started_ns) as span:
             trace_id = format(span.get_span_context().trace_id, "032x")
             self.trace_ids.append(trace_id)
-            out_headers = {"content-type": content_type, **(headers or {})}
+            out_headers = {"content-type": content_type, **(headers or {})} if method != "GET" else dict(headers or {})
             propagate.inject(out_headers)
             result = ClientResult(trace_id=trace_id, status=0, headers={}, started_s=started_s)
-            data = raw_body if raw_body is not None else json.dumps(body).encode()
+            data = None if method == "GET" else raw_body if raw_body is not None else json.dumps(body).encode()
             try:
-                with self._session.post(self.base_url + path, data=data, headers=out_headers,
-                                        stream=True, timeout=timeout_s) as resp:
+                with self._session.request(method, self.base_url + path, data=data, headers=out_headers,
+                                           stream=True, timeout=timeout_s) as resp:
                     result.status = resp.status_code
                     result.headers = {k.lower(): v for k, v in resp.headers.items()}
                     span.set_attribute(Http.RESPONSE_STATUS_CODE, resp.status_code)

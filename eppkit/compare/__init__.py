@@ -279,7 +279,10 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
             progress.update(f"{label} {mode:<15} reading traces {have}/{want} ...")
 
         raws = collect_traces(bed.jaeger, samples, rules, timeout_s=options.trace_timeout_s, on_poll=on_poll)
+        hops = {h.trace_id: h for h in bed.hops()}  # Envoy's record of each request: the EPP hop, phase by phase
         for s in samples:
+            if s["trace_id"] in hops:
+                s["hop"] = hops[s["trace_id"]].phases()
             raw = raws.get(s["trace_id"])
             s["steps"] = {k: round(v, 3) for k, v in st.step_durations(from_jaeger_json(raw), bed.mode).items()} if raw else {}
         result.update(rp.summarize_mode(samples, planned=len(measured), wall_s=work.wall_s, stopped=work.stopped))

@@ -58,6 +58,7 @@ def _scenario_context(name: str, block: dict, out_dir: Path) -> dict:
         "name": name, "description": block.get("description", ""), "workload": block.get("workload", {}),
         "summary_columns": rp.SUMMARY_COLUMNS, "summary_rows": rp.summary_rows(block),
         "step_modes": modes, "step_rows": step_rows, "charts": charts,
+        "hop_modes": rp.hop_table(block)[0], "hop_rows": rp.hop_table(block)[1],
         "representatives": representatives, "failed": failed,
     }
 

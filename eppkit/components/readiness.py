@@ -175,14 +175,14 @@ def wait_until_ready(process: "ManagedProcess", strategy: WaitStrategy, hint: st
         if exited is not None:
             raise ReadinessTimeout(
                 f"{process.name} exited with code {exited} before it was ready ({strategy.describe()}).\n"
-                f"--- last lines of {process.log_path} ---\n{process.log_tail()}\n"
+                f"--- last lines of {process.log_path} ---\n{process.log_tail(20)}\n"
                 + (f"Hint: {hint}" if hint else "")
             )
         if time.monotonic() >= deadline:
             raise ReadinessTimeout(
                 f"{process.name} not ready after {strategy.timeout_s:.0f}s ({strategy.describe()}); "
                 f"process is still running (pid {process.pid}).\n"
-                f"--- last lines of {process.log_path} ---\n{process.log_tail()}\n"
+                f"--- last lines of {process.log_path} ---\n{process.log_tail(20)}\n"
                 + (f"Hint: {hint}" if hint else "Hint: read the whole log above; raise the timeout if the machine is busy.")
             )
         time.sleep(strategy.poll_interval_s)

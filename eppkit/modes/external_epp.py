@@ -15,6 +15,7 @@ Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
 | ``epp_env`` | {} | more environment for the started EPP |
 | ``crds`` | [] | CRD manifest files the control plane gets before the EPP starts (a controller EPP's own kinds) |
 | ``max_fallbacks`` | 2 | how many fallbacks after the primary Envoy tries (the EPP's list) |
+| ``decision_span`` | "" | the EPP's span that holds its decision, ``service:name``: trace checks find it (``request_path``, expected spans, compare) |
 
 Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_proc, the port Envoy
 connects to), ``{health_port}`` (grpc.health.v1; readiness waits for SERVING there, or on the gRPC
@@ -24,8 +25,8 @@ watches an InferencePool: ``{kubeconfig}`` (a kubeconfig file of the testbed's K
 ``{pool_name}``, ``{pool_namespace}``. A command that uses any of these three gets the control plane: the
 testbed's namespace holds the InferencePool and one Pod per mock (each on its own loopback address, all on
 one target port), and ``KUBECONFIG`` is set too. The started EPP gets the standard OpenTelemetry
-environment (OTLP to the testbed's Jaeger, every trace sampled, service name ``epp``). An EPP already
-running is ready when its port accepts connections.
+environment (OTLP over gRPC to the testbed's Jaeger, every trace sampled, service name ``epp``). An EPP
+already running is ready when its port accepts connections.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
     epp_env: dict = field(default_factory=dict)
     crds: list = field(default_factory=list)
     max_fallbacks: int = 2
+    # The EPP's own span that holds its decision, "service:name" (e.g. "myepp:myepp.pick"): trace checks then
+    # find it (request_path's decision, the expected spans, compare's decision step).
+    decision_span: str = ""
 
     def validate(self) -> "ExternalEppOptions":
         if bool(self.epp_command) == bool(self.epp_address):
@@ -74,7 +78,17 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
         missing = [str(f) for f in self.crds if not Path(f).is_file()]
         if missing:
             raise ValueError(f"crds: no such file: {', '.join(missing)}")
+        if self.decision_span:
+            split_span(self.decision_span)
         return self
+
+
+def split_span(value: str) -> tuple[str, str]:
+    """``"service:name"`` as (service, name); ValueError otherwise."""
+    service, sep, name = value.partition(":")
+    if not sep or not service.strip() or not name.strip():
+        raise ValueError(f"decision_span {value!r}: give service:span, e.g. myepp:myepp.pick")
+    return service.strip(), name.strip()
 
 
 def command_placeholders(template: str) -> set[str]:
@@ -121,7 +135,7 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kub
         env.setdefault("KUBECONFIG", kube.kubeconfig)
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
                       argv=epp_command(options.epp_command, numbers, backends, kube), grpc_health_port=health,
-                      env=env, standard_otel=True)
+                      env=env, standard_otel=True, on_host=True)
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port),
                     crds=[str(Path(f).resolve()) for f in options.crds])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from eppkit.components.ports import PortAllocator
@@ -57,6 +57,16 @@ class Mode:
     def watches_pool(self, options: Any) -> bool:
         """Whether this mode, with these options (its dataclass), runs an EPP that watches an InferencePool."""
         return bool(self.kubernetes(options) if callable(self.kubernetes) else self.kubernetes)
+
+    def specialized(self, options: Any) -> "Mode":
+        """This mode as a testbed with ``options`` runs it: an EPP of your own that names its decision span
+        (option ``decision_span``, "service:name") has that span as its decision, and every request has it."""
+        span = getattr(options, "decision_span", "")
+        if not span:
+            return self
+        service, _, name = span.partition(":")
+        decision = (service.strip(), name.strip())
+        return replace(self, decision=decision, spans=self.spans + (decision,))
 
     def read_options(self, raw: dict[str, Any]) -> Any:
         """``raw`` (Topology.options) as this mode's options; ValueError naming what is wrong."""

@@ -136,7 +136,7 @@ def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
     given = epp_options(values(config))
     if (given and topology.mode == external_epp.MODE.name
             and not any(topology.options.get(k) for k in ("epp_command", "epp_address"))):
-        topology = dataclasses.replace(topology, options={**topology.options, **given})
+        topology = dataclasses.replace(topology, options={**given, **topology.options})  # its own win
     if topology.backend == Backend():
         backend = session_backend(config)
         try:

@@ -23,9 +23,10 @@ from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess, service_argv
 from eppkit.components.readiness import GrpcHealthReady, HttpReady, ReadinessTimeout, TcpReady
 from eppkit.core.paths import runs_dir
+from eppkit.core.polling import poll
 from eppkit.gateway import config as envoy_config
+from eppkit.gateway import hop, user_filters
 from eppkit.gateway import process as envoy_process
-from eppkit.gateway import user_filters
 from eppkit.gateway import versions as envoy_versions
 from eppkit.observability import expected_spans
 from eppkit.observability.client import TracedClient
@@ -40,6 +41,7 @@ class ServiceHandle:
     name: str
     url: str
     process: ManagedProcess
+    spec: ServiceSpec | None = None  # how it was started (its ports: grpc_health_port, ...)
 
 
 def new_run_dir(label: str) -> Path:
@@ -67,7 +69,8 @@ class LocalTestbed:
         self.topology = topology
         # Its mode and flow (registry entries), checked: an unknown one, a flow the mode cannot run or an
         # option the mode does not know is a ValueError here, before anything starts.
-        self.mode, self.flow = modes.check(topology)
+        mode, self.flow = modes.check(topology)
+        self.mode = mode.specialized(mode.read_options(topology.options))
         self.run_dir = run_dir or new_run_dir(f"{topology.mode}-{topology.flow}")
         self.ports = PortAllocator()
         self._shared_jaeger = jaeger is not None
@@ -141,6 +144,20 @@ class LocalTestbed:
         if expected is None:
             expected = self.expected_spans()
         return self.jaeger.wait_for_trace(trace_id, expected, timeout_s=timeout_s, **kwargs)
+
+    def hops(self) -> list[hop.Hop]:
+        """Every request Envoy has logged so far, as :class:`eppkit.gateway.hop.Hop` (oldest first)."""
+        if self.envoy is None:
+            return []
+        return hop.read(self.envoy.process.read_log().splitlines())
+
+    def hop(self, result_or_id, *, timeout_s: float = 5.0) -> hop.Hop:
+        """Envoy's record of one request (a ClientResult or a trace id): its phases, the EPP hop's per-phase
+        numbers. Envoy writes it within 100 ms of the request's end; PollTimeout after ``timeout_s``."""
+        trace_id = getattr(result_or_id, "trace_id", result_or_id)
+        found = poll(lambda: next((h for h in reversed(self.hops()) if h.trace_id == trace_id), None),
+                     timeout_s=timeout_s, interval_s=0.05, describe=f"Envoy's access log line of trace {trace_id}")
+        return found
 
     def healthy(self) -> bool:
         """Every component is still running."""
@@ -292,8 +309,9 @@ class LocalTestbed:
             spec_env = {**env, **self.topology.standard_otel_env(self.otlp_endpoint, spec.name)} if spec.standard_otel else env
             proc = self._run_service(spec, spec_env)
             url = f"http://{spec.host.split(',')[0]}:{spec.port}"  # a mock of many pods: its first address
-            self.services[spec.name] = ServiceHandle(spec.name, url, proc)
+            self.services[spec.name] = ServiceHandle(spec.name, url, proc, spec)
             started.append((spec, url, proc))
+        ready_timeout_s = self.mode.read_options(self.topology.options).ready_timeout_s
         for spec, url, proc in started:
             if spec.health_path:
                 strategy = HttpReady(url + spec.health_path)
@@ -303,6 +321,7 @@ class LocalTestbed:
                 strategy = TcpReady(spec.host, spec.port)
             hint = (f"check its command line: {' '.join(spec.argv)}" if spec.argv else
                     f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+            strategy.timeout_s = ready_timeout_s
             proc.wait_ready(strategy, hint=hint)
 
     # -- how each component runs: a process on this host ----------------------------------

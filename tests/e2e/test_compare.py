@@ -3,9 +3,10 @@ checked against the spans in Jaeger, read independently of the code that compute
 
 import re
 import statistics
+import sys
 
 import pytest
-from eppkit.observability.contract import Callout, Client, Epp, Eppkit, Frontend, Service, Stream, Vllm
+from eppkit.observability.contract import Callout, Client, EchoEpp, Epp, Eppkit, Frontend, Service, Stream, Vllm
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.services.vllm.config import MockLatency
 
@@ -120,3 +121,30 @@ def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, 
             assert s["ttft_ms"] == pytest.approx(ttfts[-1], abs=0.01), "client clock and span event agree"
         assert result["steps"]["ttft"]["p50"] == pytest.approx(statistics.median(ttfts), abs=1e-3)
         assert 50 <= result["steps"]["ttft"]["p50"] < result["steps"]["e2e"]["p50"]
+
+
+def test_compare_of_three_epps_shows_each_decision_and_the_hop_phase_by_phase(tmp_path, eppkit_jaeger, eppkit_runtime):
+    """The kit's EPP, GAIE's and one of your own (the echo EPP, its decision span named): every mode has a
+    decision where one is named, and Envoy's per-phase record of the hop (an EPP need not trace for that)."""
+    echo = f"{sys.executable} -m eppkit.services.echo_epp --port {{grpc_port}} --endpoints {{endpoints}}"
+    modes = ("ext_proc", "gaie-epp", "external-epp")
+    report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=modes, scenarios=("chat",),
+                       mode_sets={"external-epp": {"epp_command": echo,
+                                                   "decision_span": f"echo-epp:{EchoEpp.PROCESS}"}})
+    results = report["scenarios"]["chat"]["modes"]
+    failed = {m: r["error"] for m, r in results.items() if r["status"] != "ok"}
+    assert not failed, f"modes failed to run (logs under {out}/logs): {failed}"
+    for mode in modes:
+        steps, hop = results[mode]["steps"], results[mode]["hop"]
+        if mode != "gaie-epp":  # GAIE's EPP v1.5.0 names no decision span the kit knows
+            assert steps["decision"]["n"] == REQUESTS, (mode, steps.keys())
+            assert steps["decision"]["p50"] <= steps["roundtrip"]["p50"] + 0.5, mode
+        for phase in ("upload", "hold", "epp_decision", "epp_release", "upstream", "response"):
+            assert hop[phase]["n"] == REQUESTS, (mode, phase, hop.keys())
+        for sample in results[mode]["samples"]:
+            if sample.get("ok"):  # the upstream starts after the decision: Envoy held the request for it
+                phases = sample["hop"]
+                assert phases["upload"] + phases["hold"] + 0.2 >= phases["epp_decision"], (mode, phases)
+    modes_shown, rows = rp.hop_table(report["scenarios"]["chat"])
+    assert modes_shown == list(modes) and {row[0] for row in rows} >= {"hold", "epp_decision"}
+    assert "epp_decision" in (out / "summary.md").read_text()

@@ -79,6 +79,9 @@ class FakeBed:
     def log_tails(self, lines=60):
         return "=== epp ===\nepp: address already in use"
 
+    def hops(self):
+        return []  # Envoy's record of each request: none here (tests/unit/test_hop.py reads real lines)
+
     def stop(self):
         self.stopped = True
 
