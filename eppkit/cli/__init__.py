@@ -7,19 +7,22 @@ import signal
 import sys
 
 from eppkit import modes, options
+from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
+from eppkit.components.controlplane import ControlPlaneError
 from eppkit.components.readiness import ReadinessTimeout
 from eppkit.gateway.config import EnvoyConfigInvalid
 from eppkit.gateway.user_filters import UserFilterError
 from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 
 # What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
-# A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout).
+# A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout); so does a
+# control plane that cannot be built or started, or refuses what the testbed asks of it.
 USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
-               ReadinessTimeout)
+               ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError)
 COMMANDS = {
     "doctor": "check every prerequisite",
-    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP); cached",
+    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP, etcd and kube-apiserver); cached",
     "up": "start a testbed and keep it running until Ctrl-C",
     "run": "start a testbed, send one traced request, print its waterfall",
     "compare": "drive a seeded workload through every mode; report each step's cost from the traces",

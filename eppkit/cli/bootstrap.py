@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from eppkit.builds import controlplane as controlplane_build
 from eppkit.builds import gaie as gaie_build
 from eppkit.builds import jaeger, python_deps
 from eppkit.gateway import process as envoy_process
@@ -41,6 +42,15 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
         epp = gaie_build.build(progress)
         progress(f"gaie-epp: {gaie_build.version_line(epp)} at {epp}")
     except gaie_build.GaieBuildError as exc:
+        progress(str(exc))
+        return 1
+    try:  # the Kubernetes control plane of EPPs that watch an InferencePool, and its snapshot
+        from eppkit.components.controlplane import snapshot
+
+        plane = controlplane_build.build(progress)
+        progress(f"control plane: {controlplane_build.versions(plane)} ({plane.source}: {plane.etcd.parent})")
+        progress(f"control plane: snapshot {snapshot(plane, progress).parent}")
+    except controlplane_build.ControlPlaneBuildError as exc:
         progress(str(exc))
         return 1
     if ui:
