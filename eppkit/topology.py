@@ -49,6 +49,12 @@ class Topology:
     # What serves inference (eppkit.backends): the kit's mock (default), "llm-d-inference-sim" (a
     # preset the kit starts in the mocks' places), or Backend(urls=...) for servers you run.
     backend: Backend | str = field(default_factory=Backend)
+    # A mode whose EPP watches an InferencePool (gaie-epp; external-epp with {kubeconfig}) gets a namespace of the
+    # session's Kubernetes control plane; True: a control plane of its own, started and stopped with the testbed.
+    own_control_plane: bool = False
+    # Pools of many pods: one mock process serves this many pods' addresses (a process per pod costs ~50 MB).
+    # Its x-inference-pod names the process's first pod; the endpoint that served is Envoy's served header.
+    pods_per_mock: int = 1
 
     def __post_init__(self) -> None:
         self.backend = Backend.of(self.backend)

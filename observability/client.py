@@ -29,6 +29,7 @@ class ClientResult:
     headers: dict[str, str]
     body: Any = None  # parsed JSON for non-streaming (or error) responses
     tokens: list[str] = field(default_factory=list)  # content deltas, in arrival order
+    token_times_s: list[float] = field(default_factory=list)  # monotonic arrival time of each content delta
     events: list[dict] = field(default_factory=list)  # every SSE data object
     started_s: float = 0.0
     first_token_s: float | None = None  # monotonic time the first content delta arrived
@@ -52,6 +53,19 @@ class ClientResult:
     @property
     def e2e_ms(self) -> float:
         return (self.finished_s - self.started_s) * 1000
+
+    @property
+    def itl_ms(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive content chunks' arrivals (a chunk is a token,
+        as the kit's mock and vLLM stream them), as load tools such as inference-perf measure them."""
+        times = self.token_times_s
+        return [(b - a) * 1000 for a, b in zip(times, times[1:])]
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first: (last token's arrival - first's) / (tokens - 1)."""
+        times = self.token_times_s
+        return (times[-1] - times[0]) * 1000 / (len(times) - 1) if len(times) > 1 else None
 
 
 class TracedClient:
@@ -138,7 +152,9 @@ class TracedClient:
                 delta = choice.get("delta") or {}
                 piece = delta.get("content") if "delta" in choice else choice.get("text")
                 if piece:
+                    now = time.monotonic()
                     if result.first_token_s is None:
-                        result.first_token_s = time.monotonic()
-                        span.add_event(Stream.FIRST_TOKEN, timestamp=started_ns + round((result.first_token_s - result.started_s) * 1e9))
+                        result.first_token_s = now
+                        span.add_event(Stream.FIRST_TOKEN, timestamp=started_ns + round((now - result.started_s) * 1e9))
                     result.tokens.append(piece)
+                    result.token_times_s.append(now)

@@ -110,7 +110,8 @@ class Backend:
 
     def validate(self, flow: FlowNeeds, pod_addresses: bool = False) -> None:
         """ValueError naming what cannot work for ``flow`` (its registry entry, eppkit.flows.Flow), in a mode
-        that puts each pod on its own loopback address (``pod_addresses``: eppkit.modes.Mode.pod_addresses)."""
+        that puts each pod on its own loopback address (``pod_addresses``: its EPP watches an InferencePool,
+        eppkit.modes.Mode.watches_pool)."""
         if self.preset not in PRESETS:
             raise ValueError(f"unknown backend {self.preset!r}; choose one of {', '.join(PRESETS)}, or give URLs")
         if self.spans is not None and self.spans not in BACKEND_SPANS:

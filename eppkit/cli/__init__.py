@@ -8,19 +8,22 @@ import sys
 
 from eppkit import modes, options
 from eppkit.backends import BackendMissing
+from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
+from eppkit.components.controlplane import ControlPlaneError
 from eppkit.components.readiness import ReadinessTimeout
 from eppkit.gateway.config import EnvoyConfigInvalid
 from eppkit.gateway.user_filters import UserFilterError
 from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 
 # What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
-# A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout).
+# A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout); so does a
+# control plane that cannot be built or started, or refuses what the testbed asks of it.
 USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
-               ReadinessTimeout, BackendMissing)
+               ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing)
 COMMANDS = {
     "doctor": "check every prerequisite",
-    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP); cached",
+    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP, etcd and kube-apiserver); cached",
     "up": "start a testbed and keep it running until Ctrl-C",
     "run": "start a testbed, send one traced request, print its waterfall",
     "compare": "drive a seeded workload through every mode; report each step's cost from the traces",
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit.cli import bootstrap
 
-        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend)
+        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend,
+                              load_tools=args.load_tool)
     try:
         command = _load(args.command)
     except ImportError as exc:

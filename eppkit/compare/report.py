@@ -24,6 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from eppkit import modes
+from eppkit.compare import loadmetrics as lm
+from eppkit.compare import loadtool
+from eppkit.compare import tables
+from eppkit.compare.tables import aligned as _aligned
+from eppkit.compare.tables import fmt as _f
+from eppkit.compare.tables import pct
 from eppkit.gateway import hop
 from eppkit.observability import steps as st
 from eppkit.observability.html import service_color
@@ -177,6 +183,15 @@ def compare_to_baseline(report: dict, baseline: dict, *, threshold: float = 0.25
             b = (now.get("throughput") or {}).get("requests_per_s")
             if a and b is not None and b < a * (1 - threshold):
                 add(scenario, mode, "requests_per_s", a, b, f"< -{threshold:.0%}")
+            (lat_then, rate_then), (lat_now, rate_now) = lm.gate_values(then), lm.gate_values(now)
+            for metric, b in lat_now.items():
+                a = lat_then.get(metric)
+                if a is not None and b is not None and b > a * (1 + threshold) and b - a > floor_ms:
+                    add(scenario, mode, metric, a, b, f"> +{threshold:.0%} and > +{floor_ms:g} ms")
+            for metric, b in rate_now.items():
+                a = rate_then.get(metric)
+                if a and b is not None and b < a * (1 - threshold):
+                    add(scenario, mode, metric, a, b, f"< -{threshold:.0%}")
             a, b = then.get("error_rate") or 0.0, now.get("error_rate") or 0.0
             if b > a:
                 add(scenario, mode, "error_rate", a, b, "rose")
@@ -195,16 +210,6 @@ def load(path: str | Path) -> dict:
 
 
 # -- text -------------------------------------------------------------------------------------------
-
-def _f(x: float | None, digits: int = 1, signed: bool = False) -> str:
-    if x is None:
-        return "–"
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def pct(x: float | None) -> str:
-    return "–" if x is None else f"{x * 100:.0f}%"
-
 
 def _q(result: dict, step: str, q: str) -> float | None:
     return (result.get("steps", {}).get(step) or {}).get(q)
@@ -251,6 +256,12 @@ def step_table(block: dict) -> tuple[list[str], list[list[str]]]:
     return modes, rows
 
 
+def extra_tables(report: dict, block: dict) -> list[tables.Table]:
+    """A scenario's tables beyond the summary and the steps: the load figures, the load tool's cross-check."""
+    slo = lm.Slo.parse((report.get("config") or {}).get("slo") or "")
+    return [t for t in (lm.table(block, slo.text), loadtool.table(block)) if t is not None]
+
+
 def hop_table(block: dict) -> tuple[list[str], list[list[str]]]:
     """The modes that ran, and one row per phase of the EPP hop any of them has (Envoy's record):
     phase, then "p50 / p90" per mode."""
@@ -285,23 +296,14 @@ def format_table(report: dict) -> str:
         if hop_rows:
             out.append("  the EPP hop as Envoy recorded it (eppkit.gateway.hop), p50 / p90:")
             out += ["  " + line for line in _aligned([["phase"] + modes] + hop_rows, left=1)]
+        for extra in extra_tables(report, block):
+            out += [""] + tables.console(extra)
         out.append("")
     regressions = (report.get("baseline") or {}).get("regressions")
     if regressions:
         out.append(f"REGRESSIONS against {report['baseline']['file']}:")
         out += ["  " + _regression_text(r) for r in regressions]
     return "\n".join(out).rstrip() + "\n"
-
-
-def _aligned(rows: list[list[str]], left: int) -> list[str]:
-    """Rows as columns: the first ``left`` ones left-aligned, the rest right-aligned, a rule under the header."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    out = []
-    for n, row in enumerate(rows):
-        out.append("  ".join(cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-        if n == 0:
-            out.append("  ".join("-" * w for w in widths))
-    return out
 
 
 def _regression_text(r: dict) -> str:
@@ -368,6 +370,8 @@ def render_markdown(report: dict) -> str:
         lines.append("| step | " + " | ".join(modes) + " |")
         lines.append("|---|" + "|".join("--:" for _ in modes) + "|")
         lines += ["| " + " | ".join(row) + " |" for row in rows]
+        for extra in extra_tables(report, block):
+            lines += [""] + tables.markdown(extra)
         incomplete = {m: block["modes"][m]["completeness"]["missing"] for m in modes
                       if block["modes"][m]["completeness"]["missing"]}
         if incomplete:

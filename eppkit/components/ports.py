@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import socket
+import threading
 
 
 def _free(host: str, port: int) -> bool:
@@ -34,6 +35,7 @@ class PortAllocator:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._given: set[int] = set()
         self._rng = rng or random.Random()
+        self._lock = threading.Lock()  # a testbed starts its control plane in a thread of its own
         low, _ = _ephemeral_range()
         self._range = (max(1024, low - 12000), max(2048, low - 1)) if low > 3072 else (20000, 30000)
 
@@ -48,12 +50,13 @@ class PortAllocator:
     def port(self, *, all_interfaces: bool = False) -> int:
         """A free loopback port; ``all_interfaces``: free on 0.0.0.0 too (for a server that cannot be
         told to bind loopback only, such as llm-d-inference-sim)."""
-        for _ in range(200):
-            port = self._rng.randint(*self._range)
-            if port in self._given:
-                continue
-            if not _free("0.0.0.0" if all_interfaces else "127.0.0.1", port):
-                continue
-            self._given.add(port)
-            return port
+        with self._lock:
+            for _ in range(200):
+                port = self._rng.randint(*self._range)
+                if port in self._given:
+                    continue
+                if not _free("0.0.0.0" if all_interfaces else "127.0.0.1", port):
+                    continue
+                self._given.add(port)
+                return port
         raise RuntimeError(f"no free loopback port in {self._range} after 200 tries")

@@ -44,6 +44,7 @@ def target_from(args: argparse.Namespace) -> Target:
 
 
 def main(args: argparse.Namespace) -> int:
+    from eppkit.components.controlplane import SharedControlPlane
     from eppkit.runtimes import create, create_jaeger
     from eppkit.runtimes.local import new_run_dir
 
@@ -59,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     beds = []
 
     def make_bed(topology):
-        bed = create(topology, runtime=args.runtime, jaeger=jaeger)
+        bed = create(topology, runtime=args.runtime, jaeger=jaeger, control_plane=plane)
         beds.append(bed)
         return bed.start()
 
@@ -67,7 +68,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"  {rp.SYMBOL[result.status]} {check.name:<24} {result.status}"
               + (f": {result.message}" if result.status != "pass" else ""), flush=True)
 
-    with create_jaeger(args.runtime, new_run_dir("jaeger-conformance")) as jaeger:
+    # One Jaeger, and one control plane (started by the first testbed whose EPP watches a pool), for every testbed.
+    with create_jaeger(args.runtime, new_run_dir("jaeger-conformance")) as jaeger, \
+            SharedControlPlane(lambda: new_run_dir("control-plane")) as plane:
         try:
             report = run(target, make_bed, checks=checks, runtime=args.runtime, on_result=show,
                          request_timeout_s=args.request_timeout_s)

@@ -105,7 +105,7 @@ def subset_hint(hint: list | str | None, backends: list[Endpoint]) -> list | str
     return ",".join(resolved) if isinstance(hint, str) else resolved
 
 
-def plan(topology, options: ExtProcOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: ExtProcOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     epp_port = ports.port()
     services = [] if options.epp_disabled else [epp_service(topology, options, epp_port, backends, pools)]
     return ModePlan(services=services, envoy_vars=envoy_vars(topology, options, backends, epp_port))

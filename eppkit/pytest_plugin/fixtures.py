@@ -1,5 +1,5 @@
-"""The plugin's fixtures: the session's runtimes and Jaegers, testbeds (one per test, or shared by a module's
-tests), their topology and a traced client, the live UI and the session's backend."""
+"""The plugin's fixtures: the session's runtimes and Jaegers, its Kubernetes control plane, testbeds (one per test,
+or shared by a module's tests), their topology and a traced client, the live UI and the session's backend."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
-from eppkit.pytest_plugin.session import selected_runtimes, session_backend, session_topology, values
+from eppkit.pytest_plugin.session import (require_control_plane, selected_runtimes, session_backend, session_topology,
+                                          values)
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
 
 if TYPE_CHECKING:
@@ -17,16 +18,16 @@ if TYPE_CHECKING:
     from eppkit.topology import Topology
 
 
-def new_testbed(config: pytest.Config, runtime: str, jaeger, topology: "Topology | None", kwargs: dict,
+def new_testbed(config: pytest.Config, runtime: str, jaeger, plane, topology: "Topology | None", kwargs: dict,
                 servers: "ServerPool | None" = None):
     """The one way the plugin makes a testbed (not yet started): the session's options filled in, the
-    session's Jaeger, the session's vLLM servers (``servers``) for the vllm backend. The caller records it
-    where a failure report finds it, then starts it."""
+    session's Jaeger and control plane, the session's vLLM servers (``servers``) for the vllm backend. The
+    caller records it where a failure report finds it, then starts it."""
     from eppkit.runtimes import create
     from eppkit.topology import Topology
 
-    topology = session_topology(config, topology or Topology(), servers)
-    return create(topology, runtime=runtime, jaeger=jaeger, **kwargs)
+    return create(session_topology(config, topology or Topology(), servers), runtime=runtime, jaeger=jaeger,
+                  control_plane=plane, **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -102,21 +103,40 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
 
 
 @pytest.fixture(scope="session")
+def _eppkit_shared_control_plane():
+    """The session's control plane, started by the first testbed (or test) that needs one."""
+    from eppkit.components.controlplane import SharedControlPlane
+    from eppkit.runtimes.local import new_run_dir
+
+    with SharedControlPlane(lambda: new_run_dir("control-plane")) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="session")
+def eppkit_control_plane(_eppkit_shared_control_plane):
+    """The session's Kubernetes control plane (etcd and kube-apiserver on loopback, GAIE's CRDs), started now:
+    ``.kubeconfig``, ``.client()`` (lightkube), ``.new_namespace(name)``. Every testbed whose EPP watches an
+    InferencePool has its own namespace in it."""
+    require_control_plane()
+    return _eppkit_shared_control_plane.get()
+
+
+@pytest.fixture(scope="session")
 def eppkit_vllm_servers(eppkit_jaeger):
     """The vllm preset's servers of this runtime's session Jaeger (eppkit.runtimes.vllm_servers.ServerPool): none
     start until a topology of the vllm backend needs them; every testbed then shares them. Stopped at the end."""
     from eppkit.runtimes.vllm_servers import ServerPool
 
-    pool = ServerPool(eppkit_jaeger.otlp_grpc_endpoint)
-    yield pool
-    pool.stop()
+    with ServerPool(eppkit_jaeger.otlp_grpc_endpoint) as pool:
+        yield pool
 
 
-def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None, servers: "ServerPool"):
+def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, plane, owner: pytest.Item | None,
+             servers: "ServerPool"):
     beds: list = []
 
     def make(topology: "Topology | None" = None, **kwargs: Any):
-        bed = new_testbed(request.config, runtime, jaeger, topology, kwargs, servers)
+        bed = new_testbed(request.config, runtime, jaeger, plane, topology, kwargs, servers)
         beds.append(bed)
         item = owner or request.node
         item.stash.setdefault(BEDS, []).append(bed)
@@ -126,12 +146,14 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest
 
 
 @pytest.fixture
-def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str, eppkit_vllm_servers):
+def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str,
+                           _eppkit_shared_control_plane, eppkit_vllm_servers):
     """Call with a Topology (and runtime keyword arguments); returns a started testbed, stopped after the test.
 
-    Use it for tests that change their testbed (kill a component, restart one, load it).
+    Use it for tests that change their testbed (kill a component, restart one, load it, change its pool).
     """
-    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, None, eppkit_vllm_servers)
+    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane, None,
+                          eppkit_vllm_servers)
     yield make
     if beds and failed(request.node) and values(request.config).keep_on_failure:
         keep_until_interrupted(request.config, request.node, beds)
@@ -142,8 +164,8 @@ def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit
 class _SharedBeds:
     """One started testbed per distinct topology, for the tests of one module."""
 
-    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, servers: "ServerPool"):
-        self._request, self._runtime, self._jaeger, self._servers = request, runtime, jaeger, servers
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, plane, servers: "ServerPool"):
+        self._request, self._runtime, self._jaeger, self._plane, self._servers = request, runtime, jaeger, plane, servers
         self._beds: dict[str, Any] = {}
 
     def __call__(self, topology: "Topology | None" = None, **kwargs: Any):
@@ -152,7 +174,7 @@ class _SharedBeds:
         if bed is None or not bed.healthy():
             if bed is not None:  # a test stopped or broke it after all: a fresh one for the next
                 bed.stop()
-            bed = new_testbed(self._request.config, self._runtime, self._jaeger, topology, kwargs,
+            bed = new_testbed(self._request.config, self._runtime, self._jaeger, self._plane, topology, kwargs,
                               self._servers).start()
             self._beds[key] = bed
         return bed
@@ -176,8 +198,9 @@ class _SharedBeds:
 
 
 @pytest.fixture(scope="module")
-def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str, eppkit_vllm_servers):
-    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger, eppkit_vllm_servers)
+def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str,
+                        _eppkit_shared_control_plane, eppkit_vllm_servers):
+    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane, eppkit_vllm_servers)
     yield beds
     beds.stop()
 

@@ -100,6 +100,15 @@ def require_simulator() -> None:
     require(inference_sim.find() is not None, inference_sim.MISSING)
 
 
+def require_control_plane() -> None:
+    """etcd and kube-apiserver are built, or Go is there to build them (:func:`require`)."""
+    import shutil
+
+    from eppkit.builds import controlplane
+
+    require(controlplane.find() is not None or shutil.which("go") is not None, controlplane.missing_message())
+
+
 def envoy_version(config: pytest.Config) -> str | None:
     """--eppkit-envoy-version (or the ini key): the Envoy of testbeds whose Topology names none."""
     from eppkit.gateway.versions import EnvoyVersionError, check_version_string
@@ -129,10 +138,15 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
     if (given and topology.mode == external_epp.MODE.name
             and not any(topology.options.get(k) for k in ("epp_command", "epp_address"))):
         topology = dataclasses.replace(topology, options={**given, **topology.options})  # its own win
+    try:
+        mode = modes.get(topology.mode)
+        watches_pool = mode.watches_pool(mode.read_options(topology.options))
+    except ValueError:  # a bad mode or option: the testbed says so when it is made
+        watches_pool = False
     if topology.backend == Backend():
         backend = session_backend(config)
         try:
-            backend.validate(flows.get(topology.flow), modes.get(topology.mode).pod_addresses)
+            backend.validate(flows.get(topology.flow), watches_pool)
         except ValueError as exc:  # by design: e.g. epd needs the mock's encoder cache
             pytest.skip(f"this session's backend ({backend.label}) cannot serve this test's topology: {exc}")
         topology = dataclasses.replace(topology, backend=backend)
@@ -147,6 +161,8 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
             require(False, str(exc))
         except TooManyPods as exc:  # by design: the session shares at most two servers
             pytest.skip(str(exc))
+    if watches_pool:
+        require_control_plane()
     return topology
 
 

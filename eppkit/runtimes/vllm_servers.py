@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 from eppkit.backends import real_vllm
 from eppkit.components.ports import PortAllocator
+from eppkit.components.inference_pool import pod_address
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
 from eppkit.core import procfs
-from eppkit.flows._servers import pod_hosts
 
 if TYPE_CHECKING:
     from eppkit.backends import Backend
@@ -65,7 +65,7 @@ class ServerPool:
 
     def __init__(self, otlp_endpoint: str, run_dir=None) -> None:
         self.otlp_endpoint = otlp_endpoint
-        self.hosts = pod_hosts(MAX_SERVERS)
+        self.hosts = [pod_address(i) for i in range(MAX_SERVERS)]
         self.port = PortAllocator().shared_port(self.hosts)
         self._servers: dict[int, _Server] = {}  # by place
         self._lock = threading.Lock()

@@ -80,7 +80,7 @@ def test_a_backend_that_cannot_serve_the_flow_is_refused(backend, flow, why):
 
 def test_the_simulator_is_refused_where_pods_have_addresses_of_their_own_and_vllm_is_not():
     gaie = modes.get("gaie-epp")
-    assert gaie.pod_addresses
+    assert gaie.watches_pool(gaie.read_options({}))
     with pytest.raises(ValueError, match="binds every interface"):
         modes.check(Topology(mode=gaie.name, backend=SIM))
     Backend(preset=VLLM).validate(flows.get("aggregated"), pod_addresses=True)  # vLLM binds the address it is given

@@ -36,7 +36,7 @@ def no_build(monkeypatch):
 def render(mode: str, **options) -> dict:
     if mode == "external-epp":
         options.setdefault("epp_address", "127.0.0.1:9002")
-    plan = modes.plan(Topology(mode=mode, options=options), PortAllocator(), BACKENDS)
+    plan = kit.plan_mode(Topology(mode=mode, options=options), BACKENDS)
     return yaml.safe_load(kit.render(mode, {**BASE_VARS, **plan.envoy_vars}))
 
 
