@@ -210,7 +210,7 @@ def render(r: dict) -> str:
               f"| straight to vLLM | {q['vllm_alone_p50']} | {q['vllm_alone_min']} |",
               f"| through the kit's Envoy (direct mode), as its client sees it | {q['through_envoy_p50']} | "
               f"{q['through_envoy_min']} |",
-              f"| Envoy's ingress span around vLLM's `llm_request` (from each trace; max {q['envoy_around_vllm_max']}) "
+              f"| Envoy's `ingress` minus vLLM's `llm_request`, from each trace (max {q['envoy_around_vllm_max']}) "
               f"| {q['envoy_around_vllm_p50']} | |"]
     return "\n".join(lines)
 
