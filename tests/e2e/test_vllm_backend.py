@@ -32,6 +32,7 @@ from eppkit.observability.contract import Service, Vllm
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.services.vllm.config import MockLatency
 
+from eppkit import compare
 from eppkit.backends import inference_sim
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess, ServiceProcess
@@ -139,6 +140,29 @@ def test_the_mock_answers_traces_and_counts_as_vllm_does_but_for_the_differences
 
 def test_the_simulator_answers_and_counts_as_vllm_does_but_for_the_differences_it_lists(sim, vllm_seen):
     check(inference_sim.NAME, observe_all(sim), vllm_seen, spans=False)
+
+
+# -- eppkit compare in front of a real vLLM -------------------------------------------------------------
+
+def test_compare_reports_each_modes_steps_in_front_of_a_real_vllm(tmp_path, eppkit_jaeger, eppkit_runtime,
+                                                                   eppkit_vllm_servers):
+    """The report's numbers for a real engine: queue, prefill and decode from its span's attributes, the kit's
+    own steps (gateway, the decision, the picker's round trip) from Envoy's and the picker's spans. The session's
+    server is handed in (``Backend.running``): compare then starts none of its own."""
+    backend = eppkit_vllm_servers.backend_for(Topology(backend="vllm", vllm=[POD]))
+    options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("chat",), requests=3, warmup=1,
+                                     concurrency=2, runtime=eppkit_runtime, backend=backend, trace_timeout_s=30,
+                                     charts=False)
+    report = compare.run(options, tmp_path / "report", jaeger=eppkit_jaeger)
+    assert report["backend"]["spans"] == "llm_request" and "vLLM" in report["backend"]["label"]
+    for mode, result in report["scenarios"]["chat"]["modes"].items():
+        assert result["status"] == "ok", (mode, result.get("error"))
+        assert result["requests"]["ok"] == 3 and result["completeness"]["ratio"] == 1.0, (mode, result)
+        steps = result["steps"]
+        assert {"gateway", "e2e", "queue", "prefill", "decode"} <= set(steps), (mode, steps)
+        assert "kv" not in steps  # nothing a real vLLM reports
+        assert ("decision" in steps and "roundtrip" in steps) == (mode != "direct"), (mode, steps)
+        assert steps["prefill"]["p50"] + steps["decode"]["p50"] < steps["e2e"]["p50"], (mode, steps)
 
 
 # -- a backend dying mid-request -----------------------------------------------------------------------
