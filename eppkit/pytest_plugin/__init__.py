@@ -40,8 +40,10 @@ put into topologies), :mod:`~eppkit.pytest_plugin.fixtures`, :mod:`~eppkit.pytes
 """
 
 pytest_plugins = [
+    "eppkit.pytest_plugin.parallel",
     "eppkit.pytest_plugin.session",
     "eppkit.pytest_plugin.failures",
     "eppkit.pytest_plugin.fixtures",
     "eppkit.pytest_plugin.leaks",
+    "eppkit.pytest_plugin.alone",
 ]

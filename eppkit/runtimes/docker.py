@@ -165,6 +165,7 @@ class DockerTestbed(LocalTestbed):
                 list(pool.map(lambda h: self._quietly(h.process.stop), handles))
         if self._jaeger is not None and not self._shared_jaeger:
             self._quietly(self._jaeger.stop)
+        self.ports.release()
 
     @staticmethod
     def _quietly(stop) -> None:
