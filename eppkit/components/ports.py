@@ -10,10 +10,10 @@ testbed's stop) or the holder's end — the kernel drops the locks of a process 
 crashed worker leaks no lease. An allocator skips every port another holder leases; two
 allocators therefore never hand out the same port, by construction, whatever the worker count.
 
-Ports come from *below* the kernel's ephemeral range: a port the kernel hands out for some
-outgoing connection's source port would make our service's bind fail; ports outside that range
-are never handed out that way. Programs that are not eppkit's and bind a fixed port are what the
-bind check is still there for.
+Ports come from *below* the kernel's ephemeral range (:func:`port_range`): a port the kernel hands
+out for some outgoing connection's source port would make our service's bind fail; ports outside
+that range are never handed out that way. Programs that are not eppkit's and bind a fixed port are
+what the bind check is still there for.
 """
 
 from __future__ import annotations
@@ -47,6 +47,17 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+def port_range() -> tuple[int, int]:
+    """12,000 ports below the 12,000 just under the kernel's ephemeral range ([8768, 20767] with Linux's
+    default 32768-60999). The 12,000 just under it are where eppkit picked before ports were leased:
+    a process of such an older eppkit on the same machine (another checkout's test run) knows no lease,
+    so the leased ports keep out of its way."""
+    low, _ = _ephemeral_range()
+    if low >= 26000:
+        return low - 24000, low - 12001
+    return (max(1024, low - 12000), max(2048, low - 1)) if low > 3072 else (20000, 30000)
+
+
 class PortAllocator:
     """Hands out free loopback ports, each leased machine-wide until :meth:`release` (see the module docstring)."""
 
@@ -56,8 +67,7 @@ class PortAllocator:
         self._lock = threading.Lock()
         self._rng = rng or random.Random()
         self._lease_dir = Path(leases) if leases is not None else port_leases_dir()
-        low, _ = _ephemeral_range()
-        self._range = (max(1024, low - 12000), max(2048, low - 1)) if low > 3072 else (20000, 30000)
+        self._range = port_range()
 
     def shared_port(self, hosts: list[str]) -> int:
         """One port free on every address of ``hosts`` (pods of an InferencePool share a target port)."""

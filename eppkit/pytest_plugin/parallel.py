@@ -8,7 +8,7 @@
 | session Jaegers | one per runtime per worker (session fixtures are per worker) |
 | the live UI (``--eppkit-ui``) | one per run: the controller starts Zipkin's server and prints its URL, every worker feeds its Jaegers into it |
 | run folders | ``<runs>/<time>-<worker id>-<label>`` (:func:`eppkit.runtimes.local.new_run_dir`) |
-| shared testbeds | the tests of a module that use ``eppkit_shared_testbed_factory`` form one ``xdist_group`` per runtime: under ``--dist loadgroup`` they run on one worker and share its testbeds |
+| shared testbeds | the tests of a module that use ``eppkit_shared_testbed_factory`` form one ``xdist_group`` per runtime (``eppkit_share_per("mode")``: per runtime and mode): under ``--dist loadgroup`` they run on one worker and share its testbeds |
 | tests that must run alone | ``@pytest.mark.eppkit_alone("why")``: no other test of the run runs meanwhile; all of them one ``xdist_group``, run back to back (:mod:`eppkit.pytest_plugin.alone`) |
 | ``--eppkit-keep-on-failure`` | refused: a worker has no terminal to wait on |
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 import uuid
 from pathlib import Path
@@ -30,11 +31,13 @@ from eppkit.core.procfs import SESSION_TAG
 
 INPUT_TAG = "eppkit_session"  # workerinput: the controller's session tag
 INPUT_UI = "eppkit_ui_zipkin"  # workerinput: the URL of the run's Zipkin (--eppkit-ui)
+INPUT_HOST = "eppkit_ui_host"  # workerinput: the machine it runs on
 RUN_ZIPKIN = pytest.StashKey[object]()  # controller: the run's Zipkin server
 WORKER_LEAKS = "eppkit_leaks"  # workeroutput: what a worker's leak check found, for the controller to report
 REPORTED = pytest.StashKey[list]()  # controller: the leak lines its workers reported
 SHARED_FIXTURE = "eppkit_shared_testbed_factory"
 ALONE = "eppkit_alone"  # the marker of a test that runs while no other does (eppkit.pytest_plugin.alone)
+SHARE_PER = "eppkit_share_per"  # the marker that splits a module's shared-testbed group by parameters
 
 
 def worker_id(config: pytest.Config) -> str | None:
@@ -79,8 +82,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def run_ui_url(config: pytest.Config) -> str | None:
-    """In a worker of a run with --eppkit-ui: the run's Zipkin, which the controller started."""
-    return (getattr(config, "workerinput", None) or {}).get(INPUT_UI)
+    """In a worker of a run with --eppkit-ui: the run's Zipkin, which the controller started, when this worker
+    runs on the controller's machine (it listens on 127.0.0.1 only; a --tx remote worker starts its own)."""
+    workerinput = getattr(config, "workerinput", None) or {}
+    url, host = workerinput.get(INPUT_UI), workerinput.get(INPUT_HOST)
+    return url if url and host == socket.gethostname() else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist starts the workers, which must know the UI's URL
@@ -120,6 +126,7 @@ def pytest_configure_node(node) -> None:
     server = node.config.stash.get(RUN_ZIPKIN, None)
     if server is not None:
         node.workerinput[INPUT_UI] = server.url
+        node.workerinput[INPUT_HOST] = socket.gethostname()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -131,14 +138,19 @@ def pytest_testnodedown(node, error) -> None:
 
 def group(item: pytest.Item) -> str | None:
     """The ``xdist_group`` the plugin gives a test that names none: every alone test one group (they run
-    back to back on one worker); the tests of a module that use shared testbeds one group per runtime."""
+    back to back on one worker); the tests of a module that use shared testbeds one group per runtime, or
+    with ``@pytest.mark.eppkit_share_per("mode", ...)`` one per runtime and value of those parameters (the
+    testbeds of different modes share nothing, so each mode's tests can go to another worker)."""
     if item.get_closest_marker(ALONE) is not None:
         return ALONE
-    if SHARED_FIXTURE in getattr(item, "fixturenames", ()):
-        callspec = getattr(item, "callspec", None)
-        runtime = callspec.params.get("eppkit_runtime", "") if callspec is not None else ""
-        return f"eppkit-shared:{item.nodeid.split('::')[0]}:{runtime}"
-    return None
+    if SHARED_FIXTURE not in getattr(item, "fixturenames", ()):
+        return None
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    marker = item.get_closest_marker(SHARE_PER)
+    names = marker.args if marker is not None else ()  # a test lacking one of them is grouped by the others
+    key = "".join(f"-{params[name]}" for name in ("eppkit_runtime", *names) if name in params)
+    return f"eppkit-shared:{item.nodeid.split('::')[0]}[{key.lstrip('-')}]"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns xdist_group marks into node id suffixes

@@ -26,6 +26,8 @@ MARKERS = (
     "reason against another --eppkit-backend",
     "eppkit_alone(reason): runs while no other test of the run runs (timing assertions, load); under pytest-xdist "
     "the other workers wait",
+    "eppkit_share_per(*params): under pytest-xdist, the module's tests that use eppkit_shared_testbed_factory are "
+    "grouped per runtime and per value of these parameters (default: per runtime)",
 )
 
 

@@ -24,7 +24,8 @@ import requests
 from tests.support.hostile import CODEC_CASES, Stalled, body_stops_half_way, exchange, short_body, unfinished_headers
 from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
-pytestmark = pytest.mark.e2e
+# Under pytest-xdist each (mode, flow)'s shared testbed is a group of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("mode", "flow")]
 
 REQUEST_TIMEOUT_S = 2.0
 HEADERS_TIMEOUT_S = 1.0
