@@ -211,4 +211,36 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
                     self._groups.update(json.loads(path.read_text()))
             return self._groups.get(nodeid) or super()._split_scope(nodeid)
 
+        # pytest-xdist 3.8's loadscope/loadgroup can hang for good once a crashed worker is replaced: the dead
+        # worker's finished groups go back on the queue as work with nothing to run (pytest-xdist#1323, #1378),
+        # and a worker can be left holding a single test, which it only starts once it knows the next one or
+        # that none comes (#1327); and the test a worker died on is run again by each replacement until the
+        # restarts are spent (#1371). Fixed, or proposed, on xdist's main branch, not released: done here too.
+        def remove_node(self, node) -> str | None:
+            workload = self.assigned_work.pop(node)
+            crashed = next((nodeid for unit in workload.values() for nodeid, done in unit.items() if not done), None)
+            if crashed is None:
+                return None
+            for unit in workload.values():
+                if crashed in unit:
+                    unit[crashed] = True  # xdist reports it as failed: not run again
+            self.workqueue.update({scope: unit for scope, unit in workload.items() if not all(unit.values())})
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashed
+
+        def _assign_work_unit(self, node) -> None:
+            while self.workqueue and all(next(iter(self.workqueue.values())).values()):
+                self.workqueue.popitem(last=False)  # every test of it ran already
+            if self.workqueue:
+                super()._assign_work_unit(node)
+
+        def _reschedule(self, node) -> None:
+            super()._reschedule(node)
+            while not node.shutting_down and self._pending_of(self.assigned_work.get(node, {})) < 2:
+                if not self.workqueue:
+                    node.shutdown()
+                    break
+                self._assign_work_unit(node)
+
     return GroupScheduling(config, log)

@@ -24,7 +24,9 @@ import pytest
 
 from tests.support.reliability import MODES, run_load, topology
 
-pytestmark = [pytest.mark.e2e, pytest.mark.load]
+# One load test at a time, on one worker (pytest-xdist): each saturates the machine on purpose, two at once
+# would each take twice as long; the eppkit_alone tests never run beside one.
+pytestmark = [pytest.mark.e2e, pytest.mark.load, pytest.mark.xdist_group("load")]
 
 SIZES = {"local": (2000, 100), "docker": (2000, 100)}  # runtime -> (requests, concurrency)
 INJECT_EVERY = 100

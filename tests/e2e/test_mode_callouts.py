@@ -182,6 +182,7 @@ def test_callout_down_fails_closed_with_a_502_by_default(eppkit_testbed_factory,
     check_outcome(check, callout, "failure")
 
 
+@pytest.mark.eppkit_alone("the call within 30 ms of its timeout")
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_a_callout_slower_than_its_timeout_counts_as_down(eppkit_testbed_factory, callout):
     bed = eppkit_testbed_factory(callout_topology(callout, callout_timeout_ms=100, pick_latency_ms=400))
