@@ -112,21 +112,29 @@ def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path, worke
     assert not procfs.alive(pid), "the orphan must be killed by the check"
 
 
-def test_a_container_left_running_fails_the_session_and_is_removed(tmp_path, workers):
-    require_docker()
-    name_file = tmp_path / "name"
-    code, out = run_session(tmp_path, f"""
-        import json
+def leave_a_container(name: str, out, then: str = "", labels: str = "{}") -> str:
+    """An inner test that starts a container (the services image, sleeping), writes its name and labels to
+    ``out``, and leaves it running; ``then``: what the test does after; ``labels``: extra labels (an expression)."""
+    return f"""
+        import json, os, signal
         from eppkit.runtimes import images
+        from eppkit.components import container
         from eppkit.components.container import ManagedContainer
 
-        def test_forgets_to_stop_a_container(tmp_path):
+        def test_leaves_a_container(tmp_path):
             image = images.ensure(print).services
-            c = ManagedContainer("leaky", image, ["python", "-c", "import time; time.sleep(120)"],
-                                 tmp_path / "leaky.log").start()
-            open({str(name_file)!r}, "w").write(json.dumps([c.container_name, c.docker_container.labels]))
-    """, *WORKERS[workers])
-    name, labels = json.loads(name_file.read_text())
+            c = ManagedContainer({name!r}, image, ["python", "-c", "import time; time.sleep(120)"],
+                                 tmp_path / "c.log", extra_labels={labels}).start()
+            open({str(out)!r}, "w").write(json.dumps([c.container_name, c.docker_container.labels]))
+            {then}
+    """
+
+
+def test_a_container_left_running_fails_the_session_and_is_removed(tmp_path, workers):
+    require_docker()
+    out_file = tmp_path / "container"
+    code, out = run_session(tmp_path, leave_a_container("leaky", out_file), *WORKERS[workers])
+    name, labels = json.loads(out_file.read_text())
     assert code == 1, out
     assert re.search(leak(workers, "eppkit containers still there at session end (now removed): leaky"), out), out
     assert container_gone(name), f"{name} is still there"
@@ -158,23 +166,13 @@ def test_under_xdist_a_container_of_a_dead_worker_and_watchdog_is_removed_by_the
     # The worker's watchdog would remove the container when its worker dies; here both die at once,
     # so only the container's label, which names this run's worker, finds it.
     require_docker()
-    name_file = tmp_path / "name"
-    code, out = run_session(tmp_path, f"""
-        import os, signal
-        from eppkit.runtimes import images
-        from eppkit.components import container
-        from eppkit.components.container import ManagedContainer
-
-        def test_dies_leaving_a_container(tmp_path):
-            image = images.ensure(print).services
-            c = ManagedContainer("stray", image, ["python", "-c", "import time; time.sleep(120)"],
-                                 tmp_path / "stray.log").start()
-            open({str(name_file)!r}, "w").write(c.container_name)
-            os.kill(container._reaper.pid, signal.SIGKILL)
-            container._reaper.wait()
-            os._exit(3)
-    """, "-n", "2", "--max-worker-restart", "0")
-    name = name_file.read_text()
+    out_file = tmp_path / "container"
+    # Owned, as its label says, by the controller (alive until its check): another session's sweep of
+    # orphaned containers (this suite's other workers) must not remove it first.
+    code, out = run_session(tmp_path, leave_a_container(
+        "stray", out_file, then="os.kill(container._reaper.pid, signal.SIGKILL); container._reaper.wait(); os._exit(3)",
+        labels='{"eppkit.owner": container.owner_id(os.getppid())}'), "-n", "2", "--max-worker-restart", "0")
+    name, _ = json.loads(out_file.read_text())
     assert code == 1, out
     assert "LEAK: containers of this run's workers still there at its end (now removed): " in out, out
     assert name in out, out
