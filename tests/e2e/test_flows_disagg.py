@@ -165,7 +165,8 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
     assert Pd.TRUE_TTFT_MS in check.one(Pd.REQUEST).attributes
 
 
-@pytest.mark.eppkit_alone("compares two flows' TTFT")
+# In the load tests' group: never beside a load test (compares two flows' TTFT; beside other tests that holds).
+@pytest.mark.xdist_group("load")
 def test_ttft_gain_against_the_same_flow_without_first_token_streaming(eppkit_testbed_factory, record_property):
     common = dict(latency=WITH_KV)
     ttft = {}
