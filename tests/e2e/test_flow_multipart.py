@@ -188,8 +188,7 @@ def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_ep
     assert check.one(Epp.INJECT).attributes[Epp.MULTIPART_TRIGGER] == "headers"
 
 
-# In the load tests' group: never beside a load test (prefill and hold within 30 ms; beside other tests that holds).
-@pytest.mark.xdist_group("load")
+@pytest.mark.eppkit_alone("prefill and hold within 30 ms")
 @pytest.mark.slow
 def test_multipart_thirty_second_prefill_keeps_the_request_open(eppkit_testbed_factory):
     """Part 1 held open for 30 s: longer than the ext_proc message timeout (10 s), which does not apply to it."""
