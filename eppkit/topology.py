@@ -49,6 +49,12 @@ class Topology:
     # What serves inference (eppkit.backends): the kit's mock (default), "llm-d-inference-sim" (a
     # preset the kit starts in the mocks' places), or Backend(urls=...) for servers you run.
     backend: Backend | str = field(default_factory=Backend)
+    # A mode whose EPP watches an InferencePool (gaie-epp; external-epp with {kubeconfig}) gets a namespace of the
+    # session's Kubernetes control plane; True: a control plane of its own, started and stopped with the testbed.
+    own_control_plane: bool = False
+    # Pools of many pods: one mock process serves this many pods' addresses (a process per pod costs ~50 MB).
+    # Its x-inference-pod names the process's first pod; the endpoint that served is Envoy's served header.
+    pods_per_mock: int = 1
 
     def __post_init__(self) -> None:
         self.backend = Backend.of(self.backend)
@@ -73,6 +79,9 @@ class Topology:
         # The specification's endpoint is a URL: Go's SDK does not parse a bare host:port (and then
         # silently exports to its default localhost:4317).
         url = otlp_endpoint if "://" in otlp_endpoint else f"http://{otlp_endpoint}"
+        # OTLP over gRPC, said for traces too: OTel's default is http/protobuf, and an SDK that reads the
+        # traces-specific variable first would otherwise post HTTP to the gRPC port and lose every span.
         return {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": url,
-                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc",
+                "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
                 "OTEL_TRACES_SAMPLER_ARG": "1", "OTEL_SERVICE_NAME": service_name}

@@ -52,7 +52,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "pd", False, (20, 200), (8, 24)),
 )}
 
-_WORDS = (
+PROMPT_WORDS = (
     "the a of to and in on for with about from into over under after before between through "
     "model token cache prefill decode route gateway envoy picker endpoint request answer prompt "
     "river mountain city light shadow garden window letter signal market engine bridge forest "
@@ -91,7 +91,7 @@ def plan_requests(scenario: Scenario, count: int, seed: int = 0, *, stream: bool
     out = []
     for i in range(count):
         words = rng.randint(*scenario.prompt_words)
-        text = " ".join(rng.choice(_WORDS) for _ in range(words))
+        text = " ".join(rng.choice(PROMPT_WORDS) for _ in range(words))
         items = rng.randint(*scenario.media_items)
         if items:
             content: str | list = [{"type": "text", "text": text}] + [
@@ -127,6 +127,10 @@ class Sample:
     tokens: int
     media_items: int
     pod: str | None = None
+    # Streamed answers: time per output token after the first, and every gap between two tokens' arrivals
+    # (ClientResult.tpot_ms / itl_ms); None when not streamed.
+    tpot_ms: float | None = None
+    itl_ms: list[float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -247,6 +251,8 @@ class Driver:
             error=classify(result, request.stream), detail=_detail(result), sent_s=round(sent, 4),
             e2e_ms=round(result.e2e_ms, 3), ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3),
             tokens=_tokens(result), media_items=request.media_items, pod=result.headers.get("x-inference-pod"),
+            tpot_ms=None if result.tpot_ms is None else round(result.tpot_ms, 3),
+            itl_ms=[round(gap, 3) for gap in result.itl_ms] if result.token_times_s else None,
         )
 
     def run(self, requests: Sequence[PlannedRequest]) -> WorkloadResult:

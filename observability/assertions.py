@@ -103,12 +103,29 @@ class TraceCheck:
         if problems:
             self.fail("expected each step exactly once; wrong counts: " + ", ".join(problems))
 
-    def follows_contract(self) -> None:
-        """Every span, attribute and event of the trace is one the trace contract declares for it."""
-        problems = [p for s in self.trace.spans for p in contract.violations(
-            s.name, s.attributes, {e.name: e.attributes for e in s.events}, service=s.service)]
+    def follows_contract(self, also: Iterable[str | tuple] = ()) -> None:
+        """Every span, attribute and event of the trace is one the trace contract declares for it
+        (eppkit.observability.contract), or one of ``also``: spans of your own, each ``"service:name"`` or
+        ``(service, name)`` (any attributes) or ``(service, name, [attribute, ...])`` (only those)."""
+        declared: dict[tuple[str, str], set[str] | None] = {}
+        for item in also:
+            if isinstance(item, str):
+                service, _, name = item.partition(":")
+                declared[(service, name)] = None
+            else:
+                declared[(item[0], item[1])] = set(item[2]) if len(item) > 2 else None
+        problems = []
+        for s in self.trace.spans:
+            if (s.service, s.name) in declared:
+                allowed = declared[(s.service, s.name)]
+                problems += [f"span '{s.service}:{s.name}': attribute {k!r} is not one you declared for it"
+                             for k in s.attributes if allowed is not None and k not in allowed]
+                continue
+            problems += contract.violations(s.name, s.attributes, {e.name: e.attributes for e in s.events},
+                                            service=s.service)
         if problems:
-            self.fail("the trace breaks the trace contract (observability/contract.py):\n" + "\n".join(problems))
+            self.fail("the trace breaks the trace contract (eppkit.observability.contract; declare spans of your own "
+                      "with follows_contract(also=[\"service:name\"])):\n" + "\n".join(problems))
 
     def absent(self, name: str, service: str | None = None) -> None:
         found = self.trace.find_all(name, service)

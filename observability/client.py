@@ -29,6 +29,7 @@ class ClientResult:
     headers: dict[str, str]
     body: Any = None  # parsed JSON for non-streaming (or error) responses
     tokens: list[str] = field(default_factory=list)  # content deltas, in arrival order
+    token_times_s: list[float] = field(default_factory=list)  # monotonic arrival time of each content delta
     events: list[dict] = field(default_factory=list)  # every SSE data object
     started_s: float = 0.0
     first_token_s: float | None = None  # monotonic time the first content delta arrived
@@ -52,6 +53,19 @@ class ClientResult:
     @property
     def e2e_ms(self) -> float:
         return (self.finished_s - self.started_s) * 1000
+
+    @property
+    def itl_ms(self) -> list[float]:
+        """Inter-token latencies: the gaps between consecutive content chunks' arrivals (a chunk is a token,
+        as the kit's mock and vLLM stream them), as load tools such as inference-perf measure them."""
+        times = self.token_times_s
+        return [(b - a) * 1000 for a, b in zip(times, times[1:])]
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first: (last token's arrival - first's) / (tokens - 1)."""
+        times = self.token_times_s
+        return (times[-1] - times[0]) * 1000 / (len(times) - 1) if len(times) > 1 else None
 
 
 class TracedClient:
@@ -79,11 +93,12 @@ class TracedClient:
     def flush(self) -> None:
         self._provider.force_flush(5000)
 
-    def chat(self, body: dict, *, path: str = "/v1/chat/completions", headers: dict | None = None,
+    def chat(self, body: dict | None, *, path: str = "/v1/chat/completions", headers: dict | None = None,
              timeout_s: float = 120.0, raw_body: bytes | None = None,
-             content_type: str = "application/json") -> ClientResult:
-        """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer."""
-        attributes = {Eppkit.MODE: self.mode, Eppkit.FLOW: self.flow, Http.REQUEST_METHOD: "POST",
+             content_type: str = "application/json", method: str = "POST") -> ClientResult:
+        """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer; with
+        ``method="GET"`` (``GET /v1/models``) no body is sent."""
+        attributes = {Eppkit.MODE: self.mode, Eppkit.FLOW: self.flow, Http.REQUEST_METHOD: method,
                       Http.URL_PATH: path}
         # One instant, read on both clocks: the span's wall-clock times and the result's monotonic
         # ones then tell the same story (a report's TTFT equals the first_token event's offset).
@@ -92,13 +107,13 @@ class TracedClient:
                                                 start_time=started_ns) as span:
             trace_id = format(span.get_span_context().trace_id, "032x")
             self.trace_ids.append(trace_id)
-            out_headers = {"content-type": content_type, **(headers or {})}
+            out_headers = {"content-type": content_type, **(headers or {})} if method != "GET" else dict(headers or {})
             propagate.inject(out_headers)
             result = ClientResult(trace_id=trace_id, status=0, headers={}, started_s=started_s)
-            data = raw_body if raw_body is not None else json.dumps(body).encode()
+            data = None if method == "GET" else raw_body if raw_body is not None else json.dumps(body).encode()
             try:
-                with self._session.post(self.base_url + path, data=data, headers=out_headers,
-                                        stream=True, timeout=timeout_s) as resp:
+                with self._session.request(method, self.base_url + path, data=data, headers=out_headers,
+                                           stream=True, timeout=timeout_s) as resp:
                     result.status = resp.status_code
                     result.headers = {k.lower(): v for k, v in resp.headers.items()}
                     span.set_attribute(Http.RESPONSE_STATUS_CODE, resp.status_code)
@@ -137,7 +152,9 @@ class TracedClient:
                 delta = choice.get("delta") or {}
                 piece = delta.get("content") if "delta" in choice else choice.get("text")
                 if piece:
+                    now = time.monotonic()
                     if result.first_token_s is None:
-                        result.first_token_s = time.monotonic()
-                        span.add_event(Stream.FIRST_TOKEN, timestamp=started_ns + round((result.first_token_s - result.started_s) * 1e9))
+                        result.first_token_s = now
+                        span.add_event(Stream.FIRST_TOKEN, timestamp=started_ns + round((now - result.started_s) * 1e9))
                     result.tokens.append(piece)
+                    result.token_times_s.append(now)

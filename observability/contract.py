@@ -92,6 +92,8 @@ class Service:
     PD_SIDECAR = _service("pd-sidecar", "the sidecar in front of each decoder that runs E/P/D")
     VLLM = _service("vllm", "the mock vLLM (prefill, decode or both)")
     ENCODER = _service("encoder", "the mock multimodal encoder (epd flow)")
+    ECHO_EPP = _service("echo-epp", "the echo EPP: answers every ext_proc message at once (the floor of an EPP hop), "
+                                    "can misbehave on purpose (conformance fixtures)")
 
 
 class ResourceAttributes:
@@ -300,6 +302,13 @@ class Epp:
     INJECT = _span("epp.inject", Service.EPP, "the answer to Envoy: headers, metadata, body (multipart: part 2)",
                    (ENDPOINT, MESSAGES, MULTIPART_METADATA, MULTIPART_METADATA_BYTES, MULTIPART_BOUNDARY,
                     MULTIPART_TRIGGER))
+
+
+class EchoEpp:
+    MISBEHAVIOUR = _attr("echo_epp.misbehaviour", "the protocol fault it was told to commit (none: it conforms)")
+    PROCESS = _span("echo_epp.process", Service.ECHO_EPP, "one ext_proc stream, headers to its end (SERVER)",
+                    (Rpc.SYSTEM, Rpc.SERVICE, Rpc.METHOD, Http.REQUEST_METHOD, Http.URL_PATH, Epp.ENDPOINT,
+                     Epp.REASON, MISBEHAVIOUR))
 
 
 class Callout:

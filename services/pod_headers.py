@@ -13,7 +13,19 @@ from aiohttp import web
 
 HEADER_POD = "x-inference-pod"
 HEADER_REQUEST_ID = "x-request-id"
+# The sha256 of the request body exactly as it arrived (mock answers only): what the conformance suite
+# compares with what the client sent, to prove the body went through the EPP byte for byte.
+HEADER_BODY_SHA256 = "x-mock-request-sha256"
 REQUEST_ID_KEY = web.RequestKey("eppkit_request_id", str) if hasattr(web, "RequestKey") else "eppkit_request_id"
+BODY_SHA256_KEY = web.RequestKey("eppkit_body_sha256", str) if hasattr(web, "RequestKey") else "eppkit_body_sha256"
+
+
+def response_headers(request: web.Request, instance: str) -> dict[str, str]:
+    """The pod, the request id and (once the body is read) the body's digest."""
+    out = {HEADER_POD: instance, HEADER_REQUEST_ID: request[REQUEST_ID_KEY]}
+    if BODY_SHA256_KEY in request:
+        out[HEADER_BODY_SHA256] = request[BODY_SHA256_KEY]
+    return out
 
 
 def pod_headers_middleware(instance: str, on_response: Callable[[web.StreamResponse], None] | None = None):
@@ -26,8 +38,7 @@ def pod_headers_middleware(instance: str, on_response: Callable[[web.StreamRespo
         request[REQUEST_ID_KEY] = rid
         resp = await handler(request)
         if not resp.prepared:
-            resp.headers[HEADER_POD] = instance
-            resp.headers[HEADER_REQUEST_ID] = rid
+            resp.headers.update(response_headers(request, instance))
         if on_response is not None:
             on_response(resp)
         return resp

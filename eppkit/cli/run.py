@@ -11,6 +11,7 @@ from eppkit.runtimes import create
 
 
 def main(args) -> int:
+    from eppkit.core.polling import PollTimeout
     from eppkit.observability import html, waterfall
     from eppkit.observability.jaeger_client import TraceIncomplete
 
@@ -27,29 +28,57 @@ def main(args) -> int:
         body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": content}],
                 "max_tokens": args.max_tokens, "stream": not args.no_stream}
         client = bed.client()
-        result = client.chat(body)
+        result = client.chat(body, headers=options.request_headers(args))
         client.flush()
-        print(f"HTTP {result.status} from {result.headers.get('x-inference-pod', '?')}: {result.text!r}")
+        served = result.status == 200
+        print(f"HTTP {result.status} from {result.headers.get('x-inference-pod', '?')}: "
+              + (repr(result.text) if served else json.dumps(result.body) if result.body is not None else result.error or ""))
         if result.ttft_ms is not None:
             print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")
-        # Every span the kit's own parts emit, and the backend's as far as it traces (--backend-spans).
-        expected = bed.expected_spans(media_items=args.images)
         try:
-            trace = bed.jaeger.wait_for_trace(result.trace_id, expected, timeout_s=15)
-        except TraceIncomplete as exc:
-            print(f"trace incomplete: {exc}", file=sys.stderr)
-            return 1
+            hop = bed.hop(result)
+        except PollTimeout:
+            hop = None
+        if hop is not None:
+            print(f"Envoy's record: {hop.describe()}")
+        if served:
+            # Every span the kit's own parts emit, and the backend's as far as it traces (--backend-spans).
+            try:
+                trace = bed.jaeger.wait_for_trace(result.trace_id, bed.expected_spans(media_items=args.images),
+                                                  timeout_s=15)
+            except TraceIncomplete as exc:
+                print(f"trace incomplete: {exc}", file=sys.stderr)
+                return 1
+        else:
+            # Refused on the way: the trace holds what happened up to there; wait until it is quiet.
+            trace = bed.jaeger.wait_for_trace(result.trace_id, (), quiet_s=1.0, timeout_s=15)
         print()
         print(waterfall.render(trace))
+        if not served:
+            print(f"\n{_where_it_stopped(trace, hop, result.status)}")
         saved = bed.run_dir / f"trace-{result.trace_id}.json"
         saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
         print(f"\ntrace {result.trace_id} saved as OTLP JSON (Jaeger /api/v3): {saved}")
-        page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace]),
+        page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace], mode=bed.mode),
                                      title=f"eppkit run: {bed.topology.mode}, {args.flow}, {args.runtime}")
         print(f"its waterfall, to open in a browser: {page}")
         _print_own_trace(bed, trace)
         client.close()
-        return 0 if result.status == 200 else 1
+        return 0 if served else 1
+
+
+def _where_it_stopped(trace, hop, status: int) -> str:
+    """Where a refused request stopped: the last span that was reached, and Envoy's own reason."""
+    from eppkit.observability import expected_spans as ex
+
+    reached_backend = any(ex.UPSTREAM.matches(s) for s in trace.spans)
+    last = max((s for s in trace.spans if s.service != "client"), key=lambda s: s.start_us, default=None)
+    where = ("the backend answered it" if reached_backend else
+             "it never left Envoy (no upstream request)" if last is None or last.service == "envoy" else
+             f"it stopped at {last.label}")
+    why = f"; Envoy says: {hop['details']}" + (f", flags {hop['flags']}" if hop["flags"] not in (None, "-") else "") \
+        if hop is not None else ""
+    return f"HTTP {status}: {where}{why}."
 
 
 def _print_own_trace(bed, trace) -> None:

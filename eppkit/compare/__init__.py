@@ -3,8 +3,10 @@
 For each scenario, for each mode in turn: start a testbed (sharing one Jaeger), send a few
 warm-up requests (not counted), drive the workload (eppkit.workload), read every request's
 trace back, turn it into step durations (eppkit.observability.steps) and a completeness verdict
-(eppkit.observability.expected_spans), keep the representative trace, stop the testbed. Then the
-report (eppkit.compare.report): report.json, summary.md, charts.
+(eppkit.observability.expected_spans), keep the representative trace, work out what load tools report
+(ITL, TPOT, goodput: eppkit.compare.loadmetrics), with ``--load-tool`` send the same requests once more
+with inference-perf and set its figures beside the kit's (eppkit.compare.loadtool), stop the testbed.
+Then the report (eppkit.compare.report): report.json, summary.md, charts.
 
 A mode that fails to start (or to serve a single request) is reported as failed, with its
 error and log tails, and the run goes on with the next mode. Exit codes: 0 ok, 1 a
@@ -30,7 +32,9 @@ import requests
 from eppkit import flows, modes
 from eppkit import options as opt
 from eppkit.backends import Backend
-from eppkit.compare import output
+from eppkit.builds import inference_perf
+from eppkit.compare import loadmetrics as lm
+from eppkit.compare import loadtool, output
 from eppkit.compare import report as rp
 from eppkit.components.jaeger import Jaeger
 from eppkit.core.paths import reports_dir
@@ -89,6 +93,10 @@ class CompareOptions:
     # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
     filters: tuple = ()
     envoy_version: str | None = None
+    # What load tools report: goodput against this objective (eppkit.compare.loadmetrics), and a load tool
+    # that sends each mode's requests once more, its figures set beside the kit's (eppkit.compare.loadtool).
+    slo: str = _default("slo")
+    load_tool: str = _default("load_tool")
 
     def validate(self) -> "CompareOptions":
         bad = [m for m in self.modes if m not in modes.names()]
@@ -110,6 +118,9 @@ class CompareOptions:
             raise ValueError("--rate and --warmup cannot be negative; --backends must be at least 1")
         for name in self.scenarios:
             self.backend.validate(flows.get(SCENARIOS[name].flow))
+        lm.Slo.parse(self.slo)
+        if self.load_tool not in ("none", inference_perf.NAME):
+            raise ValueError(f"--load-tool {self.load_tool}: choose none or {inference_perf.NAME}")
         return self
 
 
@@ -234,8 +245,11 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
 
 
 def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jaeger, out_dir: Path,
-             progress: ProgressLine, label: str, create: Callable = create_testbed) -> dict:
-    """Run one mode through one scenario; always returns a result (``status`` ok or failed)."""
+             progress: ProgressLine, label: str, create: Callable = create_testbed,
+             load_tool: tuple[inference_perf.LoadTool | None, str] | None = None) -> dict:
+    """Run one mode through one scenario; always returns a result (``status`` ok or failed).
+
+    ``load_tool``: (the installed tool or None, why not) when ``--load-tool`` asks for a cross-check."""
     t_mode = time.monotonic()
     measured = plan_requests(scenario, options.requests, options.seed, stream=options.stream)
     warm = plan_requests(scenario, options.warmup, options.seed + 1_000_003, stream=options.stream)
@@ -257,6 +271,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         measured, warm = with_model(measured, model), with_model(warm, model)
         client = bed.client(pool_size=max(10, options.concurrency))
         t_start = time.monotonic()
+        result["load_average"] = round(os.getloadavg()[0], 2)  # how busy the machine was: client times move with it
         progress.update(f"{label} {mode:<15} warming up ({len(warm)} requests) ...")
         for req in warm:
             client.chat(req.body, timeout_s=options.request_timeout_s)
@@ -279,10 +294,14 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
             progress.update(f"{label} {mode:<15} reading traces {have}/{want} ...")
 
         raws = collect_traces(bed.jaeger, samples, rules, timeout_s=options.trace_timeout_s, on_poll=on_poll)
+        hops = {h.trace_id: h for h in bed.hops()}  # Envoy's record of each request: the EPP hop, phase by phase
         for s in samples:
+            if s["trace_id"] in hops:
+                s["hop"] = hops[s["trace_id"]].phases()
             raw = raws.get(s["trace_id"])
             s["steps"] = {k: round(v, 3) for k, v in st.step_durations(from_jaeger_json(raw), bed.mode).items()} if raw else {}
         result.update(rp.summarize_mode(samples, planned=len(measured), wall_s=work.wall_s, stopped=work.stopped))
+        result["load_metrics"] = lm.summarize(samples, wall_s=work.wall_s, slo=lm.Slo.parse(options.slo))
         result["samples"] = samples
         result["startup_s"] = round(t_start - t_mode, 3)
         if result["requests"]["ok"] == 0:
@@ -299,6 +318,11 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
             result["representative"] = {"trace_id": rep["trace_id"], "index": rep["index"], "e2e_ms": rep["steps"]["e2e"],
                                         "file": str(path.relative_to(out_dir)),
                                         "jaeger_url": bed.jaeger.trace_url(rep["trace_id"])}
+        if load_tool is not None:
+            progress.update(f"{label} {mode:<15} {inference_perf.NAME}: the same {len(measured)} requests ...")
+            result["load_tool"] = loadtool.cross_check(
+                load_tool[0], reason=load_tool[1], bed=bed, kit=result, planned=measured, model=model, options=options,
+                folder=out_dir / "load-tool" / f"{scenario.name}-{mode}", configured_itl_ms=configured_itl(options))
         e2e = result["steps"].get("e2e", {})
         progress.done(f"{label} {mode:<15} {result['requests']['ok']}/{result['requests']['sent']} ok, "
                       f"{result['requests']['failed']} errors, e2e p50 {e2e.get('p50', 0):.1f} ms, "
@@ -312,6 +336,13 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         if client is not None:
             client.close()
         bed.stop()
+
+
+def configured_itl(options: CompareOptions) -> float | None:
+    """The inter-token latency every token gap should show: the mock's, when it does not change under load."""
+    if options.backend.external or options.latency.time_factor_under_load > 1.0:
+        return None
+    return options.latency.inter_token_latency
 
 
 def with_model(planned: list, model: str) -> list:
@@ -372,6 +403,12 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         progress.update(f"starting Jaeger ({options.runtime}) ...")
         own = jaeger = create_jaeger(options.runtime, new_run_dir("jaeger-compare")).start()
     report["jaeger_api_url"] = jaeger.api_url
+    tool = None
+    if options.load_tool != "none":
+        found = inference_perf.find()
+        tool = (found, "" if found else inference_perf.missing())
+        if found is None:
+            progress.message(f"eppkit compare: the {options.load_tool} cross-check is skipped: {tool[1]}")
     try:
         total = len(options.scenarios) * len(options.modes)
         n = 0
@@ -388,7 +425,8 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
             for mode in options.modes:
                 n += 1
                 label = f"[{n}/{total} {name}]"
-                block["modes"][mode] = run_mode(options, scenario, mode, jaeger, out_dir, progress, label, create)
+                block["modes"][mode] = run_mode(options, scenario, mode, jaeger, out_dir, progress, label, create,
+                                                load_tool=tool)
             rp.add_overheads(block["modes"])
     finally:
         if own is not None:
@@ -413,7 +451,7 @@ def options_from(args: argparse.Namespace) -> CompareOptions:
         backend=opt.backend(args), scorer=args.scorer, scorer_parameters=args.scorer_parameters,
         stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
         mode_sets={external_epp.MODE.name: opt.epp_options(args)},
-        filters=tuple(args.filters or ()), envoy_version=args.envoy_version,
+        filters=tuple(args.filters or ()), envoy_version=args.envoy_version, slo=args.slo, load_tool=args.load_tool,
     )
 
 

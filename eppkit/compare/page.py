@@ -33,7 +33,7 @@ def _data_uri(path: Path) -> str | None:
     return f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode()}"
 
 
-def _scenario_context(name: str, block: dict, out_dir: Path) -> dict:
+def _scenario_context(name: str, block: dict, out_dir: Path, report: dict) -> dict:
     charts = []
     for key, png in (block.get("charts") or {}).items():
         svg = out_dir / Path(png).with_suffix(".svg")
@@ -57,7 +57,8 @@ def _scenario_context(name: str, block: dict, out_dir: Path) -> dict:
     return {
         "name": name, "description": block.get("description", ""), "workload": block.get("workload", {}),
         "summary_columns": rp.SUMMARY_COLUMNS, "summary_rows": rp.summary_rows(block),
-        "step_modes": modes, "step_rows": step_rows, "charts": charts,
+        "step_modes": modes, "step_rows": step_rows, "extra_tables": rp.extra_tables(report, block), "charts": charts,
+        "hop_modes": rp.hop_table(block)[0], "hop_rows": rp.hop_table(block)[1],
         "representatives": representatives, "failed": failed,
     }
 
@@ -72,7 +73,7 @@ def report_page(report: dict, out_dir: str | Path) -> str:
                                 if x)}
     return environment(TEMPLATES).get_template("report.html.j2").render(
         run=run, config=config, baseline=report.get("baseline"),
-        scenarios=[_scenario_context(n, b, out_dir) for n, b in report.get("scenarios", {}).items()],
+        scenarios=[_scenario_context(n, b, out_dir, report) for n, b in report.get("scenarios", {}).items()],
         steps=st.STEPS, **assets())
 
 

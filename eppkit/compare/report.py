@@ -24,6 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from eppkit import modes
+from eppkit.compare import loadmetrics as lm
+from eppkit.compare import loadtool
+from eppkit.compare import tables
+from eppkit.compare.tables import aligned as _aligned
+from eppkit.compare.tables import fmt as _f
+from eppkit.compare.tables import pct
+from eppkit.gateway import hop
 from eppkit.observability import steps as st
 from eppkit.observability.html import service_color
 from eppkit.observability.trace_model import Trace, from_otlp
@@ -62,7 +69,11 @@ def summarize_mode(samples: list[dict], *, planned: int, wall_s: float, stopped:
             errors[s["error"]] = errors.get(s["error"], 0) + 1
     values: dict[str, list[float]] = {name: [] for name in st.STEP_NAMES}
     parts: dict[str, list[float]] = {name: [] for name in st.BREAKDOWN}
+    hops: dict[str, list[float]] = {name: [] for name in hop.PHASES}
     for s in ok:
+        for name, ms in (s.get("hop") or {}).items():
+            if name in hops:
+                hops[name].append(ms)
         for name, ms in (s.get("steps") or {}).items():
             if name in values and ms is not None:
                 values[name].append(ms)
@@ -93,6 +104,8 @@ def summarize_mode(samples: list[dict], *, planned: int, wall_s: float, stopped:
         },
         "steps": {name: st.summarize(v) for name, v in values.items() if v},
         "breakdown_mean_ms": {name: round(sum(v) / len(v), 3) for name, v in parts.items() if v},
+        # The EPP hop phase by phase as Envoy recorded each request (eppkit.gateway.hop), any EPP, traced or not.
+        "hop": {name: st.summarize(v) for name, v in hops.items() if v},
     }
 
 
@@ -170,6 +183,15 @@ def compare_to_baseline(report: dict, baseline: dict, *, threshold: float = 0.25
             b = (now.get("throughput") or {}).get("requests_per_s")
             if a and b is not None and b < a * (1 - threshold):
                 add(scenario, mode, "requests_per_s", a, b, f"< -{threshold:.0%}")
+            (lat_then, rate_then), (lat_now, rate_now) = lm.gate_values(then), lm.gate_values(now)
+            for metric, b in lat_now.items():
+                a = lat_then.get(metric)
+                if a is not None and b is not None and b > a * (1 + threshold) and b - a > floor_ms:
+                    add(scenario, mode, metric, a, b, f"> +{threshold:.0%} and > +{floor_ms:g} ms")
+            for metric, b in rate_now.items():
+                a = rate_then.get(metric)
+                if a and b is not None and b < a * (1 - threshold):
+                    add(scenario, mode, metric, a, b, f"< -{threshold:.0%}")
             a, b = then.get("error_rate") or 0.0, now.get("error_rate") or 0.0
             if b > a:
                 add(scenario, mode, "error_rate", a, b, "rose")
@@ -188,16 +210,6 @@ def load(path: str | Path) -> dict:
 
 
 # -- text -------------------------------------------------------------------------------------------
-
-def _f(x: float | None, digits: int = 1, signed: bool = False) -> str:
-    if x is None:
-        return "–"
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def pct(x: float | None) -> str:
-    return "–" if x is None else f"{x * 100:.0f}%"
-
 
 def _q(result: dict, step: str, q: str) -> float | None:
     return (result.get("steps", {}).get(step) or {}).get(q)
@@ -244,6 +256,27 @@ def step_table(block: dict) -> tuple[list[str], list[list[str]]]:
     return modes, rows
 
 
+def extra_tables(report: dict, block: dict) -> list[tables.Table]:
+    """A scenario's tables beyond the summary and the steps: the load figures, the load tool's cross-check."""
+    slo = lm.Slo.parse((report.get("config") or {}).get("slo") or "")
+    return [t for t in (lm.table(block, slo.text), loadtool.table(block)) if t is not None]
+
+
+def hop_table(block: dict) -> tuple[list[str], list[list[str]]]:
+    """The modes that ran, and one row per phase of the EPP hop any of them has (Envoy's record):
+    phase, then "p50 / p90" per mode."""
+    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok"]
+    rows = []
+    for phase in hop.PHASES:
+        cells = []
+        for m in modes:
+            v = (block["modes"][m].get("hop") or {}).get(phase)
+            cells.append("–" if not v else f"{_f(v['p50'], 2)} / {_f(v['p90'], 2)}")
+        if any(c != "–" for c in cells):
+            rows.append([phase] + cells)
+    return modes, rows
+
+
 def _one_line(text: str | None, width: int = 60) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= width else line[: width - 1] + "…"
@@ -258,11 +291,13 @@ def format_table(report: dict) -> str:
                    f"{'rate ' + str(wl.get('rate')) + '/s' if wl.get('rate') else 'no rate limit'}, "
                    f"stream={wl.get('stream')}  (times in ms; Δ = minus direct)")
         rows = [list(SUMMARY_COLUMNS)] + summary_rows(block)
-        widths = [max(len(row[i]) for row in rows) for i in range(len(SUMMARY_COLUMNS))]
-        for n, row in enumerate(rows):
-            out.append("  ".join(cell.ljust(w) if i < 5 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))))
-            if n == 0:
-                out.append("  ".join("-" * w for w in widths))
+        out += _aligned(rows, left=5)
+        modes, hop_rows = hop_table(block)
+        if hop_rows:
+            out.append("  the EPP hop as Envoy recorded it (eppkit.gateway.hop), p50 / p90:")
+            out += ["  " + line for line in _aligned([["phase"] + modes] + hop_rows, left=1)]
+        for extra in extra_tables(report, block):
+            out += [""] + tables.console(extra)
         out.append("")
     regressions = (report.get("baseline") or {}).get("regressions")
     if regressions:
@@ -323,11 +358,19 @@ def render_markdown(report: dict) -> str:
         lines.append("|" + "|".join("---" if i < 2 else "--:" for i in range(len(SUMMARY_COLUMNS))) + "|")
         for row in summary_rows(block):
             lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |")
+        modes_hop, hop_rows = hop_table(block)
+        if hop_rows:
+            lines += ["", "The EPP hop as Envoy recorded it (eppkit.gateway.hop: what each phase is), p50 / p90:", ""]
+            lines.append("| phase | " + " | ".join(modes_hop) + " |")
+            lines.append("|---|" + "|".join("--:" for _ in modes_hop) + "|")
+            lines += ["| " + " | ".join(row) + " |" for row in hop_rows]
         lines += ["", "Per step, p50 / p90 / p99:", ""]
         modes, rows = step_table(block)
         lines.append("| step | " + " | ".join(modes) + " |")
         lines.append("|---|" + "|".join("--:" for _ in modes) + "|")
         lines += ["| " + " | ".join(row) + " |" for row in rows]
+        for extra in extra_tables(report, block):
+            lines += [""] + tables.markdown(extra)
         incomplete = {m: block["modes"][m]["completeness"]["missing"] for m in modes
                       if block["modes"][m]["completeness"]["missing"]}
         if incomplete:

@@ -8,11 +8,12 @@ build on :class:`Component`; each keeps its own :class:`LiveSet`, stopped at exi
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
 from pathlib import Path
 from typing import Callable, Generic, TypeVar
 
-from eppkit.components.readiness import WaitStrategy, wait_until_ready
+from eppkit.components.readiness import ReadinessTimeout, WaitStrategy, wait_until_ready
 
 C = TypeVar("C", bound="Component")
 
@@ -49,6 +50,25 @@ class Component:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.read_log().splitlines()[-lines:])
+
+
+def start_whole(whole, what: str) -> None:
+    """``whole._start()`` of something made of components (a testbed, a control plane); if it fails,
+    ``whole.stop()`` and the error. A component that did not get ready tells its own story (ReadinessTimeout:
+    which, its log's last lines, a hint); for any other failure the last lines of the parts that died go to
+    stderr (not every part's start-up log)."""
+    try:
+        whole._start()
+    except ReadinessTimeout:
+        whole.stop()
+        raise
+    except BaseException:
+        tails = "\n".join(f"=== {name} ({proc.log_path}) ===\n{proc.log_tail(20)}"
+                          for name, proc in whole.processes().items() if not proc.is_running())
+        whole.stop()
+        if tails:
+            print(f"\n--- {what} failed to start; logs in {whole.run_dir} ---\n{tails}", file=sys.stderr, flush=True)
+        raise
 
 
 class LiveSet(Generic[C]):

@@ -64,7 +64,7 @@ class PortAllocator:
     def __init__(self, rng: random.Random | None = None, *, leases: Path | None = None) -> None:
         self._given: set[int] = set()
         self._leases: list[FileLock] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # a testbed starts its control plane in a thread of its own
         self._rng = rng or random.Random()
         self._lease_dir = Path(leases) if leases is not None else port_leases_dir()
         self._range = port_range()
@@ -93,25 +93,26 @@ class PortAllocator:
             lease.release(force=True)
 
     def _pick(self, hosts: list[str], failure: str) -> int:
-        for _ in range(TRIES):
-            port = self._rng.randint(*self._range)
-            if self._take(port, hosts):
-                return port
+        with self._lock:
+            for _ in range(TRIES):
+                port = self._rng.randint(*self._range)
+                if self._take(port, hosts):
+                    return port
         raise RuntimeError(f"{failure} (leases in {self._lease_dir})")
 
     def _take(self, port: int, hosts: list[str]) -> bool:
-        with self._lock:
-            if port in self._given:
-                return False
-            lease = FileLock(self._lease_dir / f"{port}.lock", timeout=0, thread_local=False, mode=0o666)
-            try:
-                lease.acquire()
-            except (Timeout, OSError):  # held by another process (or a file of another user's we cannot open)
-                return False
-            # Leased first, checked second: no other eppkit process can pass this check for this port now.
-            if not all(_free(host, port) for host in hosts):
-                lease.release(force=True)
-                return False
-            self._given.add(port)
-            self._leases.append(lease)
-            return True
+        """Lease ``port`` if no one holds it and it is free on every host (with ``_lock`` held)."""
+        if port in self._given:
+            return False
+        lease = FileLock(self._lease_dir / f"{port}.lock", timeout=0, thread_local=False, mode=0o666)
+        try:
+            lease.acquire()
+        except (Timeout, OSError):  # held by another process (or a file of another user's we cannot open)
+            return False
+        # Leased first, checked second: no other eppkit process can pass this check for this port now.
+        if not all(_free(host, port) for host in hosts):
+            lease.release(force=True)
+            return False
+        self._given.add(port)
+        self._leases.append(lease)
+        return True

@@ -103,6 +103,37 @@ class GrpcHealthReady:
 
 
 @dataclass
+class ApiServerReady:
+    """Ready when a kube-apiserver's ``/readyz`` answers 200 over TLS (its CA, a bearer token).
+
+    ``exclude``: checks left out. The kit leaves out the PriorityClass post-start hook: it sleeps 1 s
+    before its first try (``wait.Poll``) and nothing the kit runs uses PriorityClasses."""
+
+    url: str  # https://127.0.0.1:PORT
+    ca_file: str
+    token: str
+    exclude: tuple[str, ...] = ()
+    timeout_s: float = 60.0
+    poll_interval_s: float = 0.05
+
+    def describe(self) -> str:
+        return f"GET {self.url}/readyz -> 200"
+
+    def is_ready(self, process: "ManagedProcess") -> bool:
+        query = "&".join(f"exclude={check}" for check in self.exclude)
+        session = requests.Session()
+        session.trust_env = False  # loopback: never through a proxy the environment names
+        try:
+            resp = session.get(f"{self.url}/readyz" + (f"?{query}" if query else ""), verify=self.ca_file,
+                               headers={"Authorization": f"Bearer {self.token}"}, timeout=1.0)
+        except requests.RequestException:
+            return False
+        finally:
+            session.close()
+        return resp.status_code == 200
+
+
+@dataclass
 class LogLineReady:
     """Ready when the process's log contains a line matching ``pattern``."""
 
@@ -144,14 +175,14 @@ def wait_until_ready(process: "ManagedProcess", strategy: WaitStrategy, hint: st
         if exited is not None:
             raise ReadinessTimeout(
                 f"{process.name} exited with code {exited} before it was ready ({strategy.describe()}).\n"
-                f"--- last lines of {process.log_path} ---\n{process.log_tail()}\n"
+                f"--- last lines of {process.log_path} ---\n{process.log_tail(20)}\n"
                 + (f"Hint: {hint}" if hint else "")
             )
         if time.monotonic() >= deadline:
             raise ReadinessTimeout(
                 f"{process.name} not ready after {strategy.timeout_s:.0f}s ({strategy.describe()}); "
                 f"process is still running (pid {process.pid}).\n"
-                f"--- last lines of {process.log_path} ---\n{process.log_tail()}\n"
+                f"--- last lines of {process.log_path} ---\n{process.log_tail(20)}\n"
                 + (f"Hint: {hint}" if hint else "Hint: read the whole log above; raise the timeout if the machine is busy.")
             )
         time.sleep(strategy.poll_interval_s)

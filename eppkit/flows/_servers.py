@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from eppkit.backends import SIM, URLS, inference_sim
+from eppkit.components.inference_pool import pod_address
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
 from eppkit.plan import Endpoint, ServiceSpec
@@ -11,9 +12,7 @@ from eppkit.topology import Topology
 
 def pod_hosts(n: int) -> list[str]:
     """One loopback address per pod, 127.0.0.2 upwards (Linux routes all of 127/8 to lo)."""
-    if n > 250:
-        raise ValueError("at most 250 pods on their own loopback addresses")
-    return [f"127.0.0.{i + 2}" for i in range(n)]
+    return [pod_address(i) for i in range(n)]
 
 
 def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list[str]) -> list[str]:
@@ -43,17 +42,35 @@ def instance(topology: Topology, ports: PortAllocator, name: str, role: str, mod
 
 
 def pool(topology: Topology, ports: PortAllocator, pod_addresses: bool) -> FlowPlan:
-    """The topology's vLLMs (role both) as one pool Envoy routes to; servers given by URL start nothing."""
+    """The topology's vLLMs (role both) as one pool Envoy routes to; servers given by URL start nothing.
+
+    With pod addresses each vLLM is a pod on its own loopback address, all on one port; ``pods_per_mock``
+    pods share one mock process (its instance is its first pod's name)."""
     out = FlowPlan()
     if topology.backend.kind == URLS:
         out.routable = topology.backend.endpoints("both")
         return out
-    hosts = pod_hosts(len(topology.vllm)) if pod_addresses else None
-    shared = ports.shared_port(hosts) if hosts else None
-    for i, spec in enumerate(topology.vllm):
-        host, port = (hosts[i], shared) if hosts else ("127.0.0.1", None)
-        service, endpoint = instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args,
-                                     host=host, port=port)
+    if topology.pods_per_mock < 1:
+        raise ValueError("pods_per_mock must be at least 1")
+    if not pod_addresses:
+        for spec in topology.vllm:
+            service, endpoint = instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args)
+            out.services.append(service)
+            out.routable.append(endpoint)
+        return out
+    hosts = pod_hosts(len(topology.vllm))
+    shared = ports.shared_port(hosts)
+    per = topology.pods_per_mock
+    for start in range(0, len(topology.vllm), per):
+        group, group_hosts = topology.vllm[start:start + per], hosts[start:start + per]
+        first = group[0]
+        if per > 1 and len({(s.role, s.model, tuple(s.extra_args)) for s in group}) > 1:
+            raise ValueError(f"pods served by one mock share its role, model and flags: {[s.name for s in group]}")
+        service, _ = instance(topology, ports, first.name, first.role, first.model, first.extra_args,
+                              host=",".join(group_hosts), port=shared)
         out.services.append(service)
-        out.routable.append(endpoint)
+        for spec, host in zip(group, group_hosts):
+            out.routable.append(Endpoint(spec.name, host, shared, spec.role, spec.model))
+            if spec.name != service.name:
+                out.servers[spec.name] = service.name
     return out

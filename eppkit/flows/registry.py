@@ -29,10 +29,12 @@ class FlowPlan:
     routable: list[Endpoint] = field(default_factory=list)  # what pickers choose from / Envoy routes to
     prefill: list[Endpoint] = field(default_factory=list)
     encoders: list[Endpoint] = field(default_factory=list)
+    # The service serving each endpoint when it is not the endpoint's own (Topology.pods_per_mock > 1).
+    servers: dict[str, str] = field(default_factory=dict)
 
 
 # (topology, ports, run folder, pod_addresses) -> the plan; pod_addresses: each vLLM on its own loopback
-# address on one shared port (the mode's EPP reads an InferencePool: eppkit.modes.Mode.pod_addresses).
+# address on one shared port (the mode's EPP watches an InferencePool: eppkit.modes.Mode.watches_pool).
 Plan = Callable[[Topology, PortAllocator, Path, bool], FlowPlan]
 # (the topology, what its backend emits: eppkit.observability.expected_spans.BACKEND_SPANS, media items in the
 # request) -> the spans a successful request of this flow adds behind Envoy's upstream span.

@@ -8,7 +8,7 @@ from eppkit.modes.registry import Mode, register
 from eppkit.plan import ModePlan
 
 
-def plan(topology, options: CommonOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: CommonOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     # Nobody picks: the pd-sidecars fall back to their own prefill/encoder round robin.
     return ModePlan(services=[], envoy_vars=body_routing_vars(options.body_routing, backends))
 

@@ -49,7 +49,7 @@ def filter_config(options: DynmodOptions, backends: list[Endpoint]) -> dict[str,
     return config
 
 
-def plan(topology, options: DynmodOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: DynmodOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     callout = callout_service(options, ports.port(), backends, pools)
     lib = dynmod_build.build(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     return ModePlan(

@@ -10,6 +10,7 @@ and ``tracing`` come from :class:`eppkit.modes.options.PickerOptions`):
 | ``epp_keepalive_ms`` | 0 | HTTP/2 PING interval and timeout on the EPP connection: a hung EPP fails its requests (500) after twice this; 0: off |
 | ``epp_health_check_interval_ms`` | 500 | Envoy's TCP health check of the EPP; 0: none (then fail-open cannot work for requests with a body, see docs/modes-ext_proc.md) |
 | ``epp_process_response`` | False | also send response headers/body through the EPP |
+| ``epp_subset_hint`` | None | the EPP protocol's subset hint on every request: ``["ip:port", ...]`` or ``"ip:port,ip:port"``; an entry naming a backend (``vllm-1``) is its address |
 | ``epp_disabled`` | False | do not start the EPP (Envoy still points at its port): the EPP-down case |
 | ``epp_args`` | [] | extra command-line arguments for the EPP |
 | ``multipart_trigger`` | ``first-token`` | multipart flow: part 2 on a streamed request's first token, or always on the response ``headers`` |
@@ -43,6 +44,9 @@ class EnvoyExtProcOptions:
     epp_keepalive_ms: int = 0
     epp_health_check_interval_ms: int = 500
     epp_process_response: bool = False
+    # The EPP protocol's subset hint on every request (envoy.lb.subset_hint): a list of "ip:port", or the
+    # same as one comma-separated string; None: none (the EPP picks from its whole pool).
+    epp_subset_hint: list | str | None = None
 
 
 @dataclass
@@ -86,10 +90,22 @@ def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_
         **picked_vars(options.max_fallbacks),
         "epp_health_check_interval_ms": options.epp_health_check_interval_ms,
         "epp_keepalive_ms": options.epp_keepalive_ms,
+        "epp_subset_hint": subset_hint(options.epp_subset_hint, backends),
     }
 
 
-def plan(topology, options: ExtProcOptions, ports, backends, pools=None) -> ModePlan:
+def subset_hint(hint: list | str | None, backends: list[Endpoint]) -> list | str | None:
+    """The subset hint with each entry that names a backend ("vllm-1") as that backend's "ip:port"; other
+    entries as they are (an address outside the pool is how a test asks for "no endpoint fits")."""
+    if hint is None:
+        return None
+    by_name = {ep.name: ep.address for ep in backends}
+    items = hint.split(",") if isinstance(hint, str) else list(hint)
+    resolved = [by_name.get(str(item).strip(), str(item).strip()) for item in items]
+    return ",".join(resolved) if isinstance(hint, str) else resolved
+
+
+def plan(topology, options: ExtProcOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     epp_port = ports.port()
     services = [] if options.epp_disabled else [epp_service(topology, options, epp_port, backends, pools)]
     return ModePlan(services=services, envoy_vars=envoy_vars(topology, options, backends, epp_port))

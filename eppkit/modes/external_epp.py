@@ -13,29 +13,37 @@ Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
 | ``epp_command`` | "" | the EPP's command line, with placeholders (below); the kit starts it |
 | ``epp_address`` | "" | ``host:port`` of an EPP already running (exactly one of the two) |
 | ``epp_env`` | {} | more environment for the started EPP |
+| ``crds`` | [] | CRD manifest files the control plane gets before the EPP starts (a controller EPP's own kinds) |
 | ``max_fallbacks`` | 2 | how many fallbacks after the primary Envoy tries (the EPP's list) |
+| ``decision_span`` | "" | the EPP's span that holds its decision, ``service:name``: trace checks find it (``request_path``, expected spans, compare) |
 
 Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_proc, the port Envoy
 connects to), ``{health_port}`` (grpc.health.v1; readiness waits for SERVING there, or on the gRPC
 port when the command does not use it), ``{metrics_port}``, ``{endpoints}`` (the pool,
-``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``). The started EPP gets the
-standard OpenTelemetry environment (OTLP to the testbed's Jaeger, every trace sampled, service name
-``epp``). An EPP already running is ready when its port accepts connections.
+``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``), and for a controller EPP that
+watches an InferencePool: ``{kubeconfig}`` (a kubeconfig file of the testbed's Kubernetes control plane),
+``{pool_name}``, ``{pool_namespace}``. A command that uses any of these three gets the control plane: the
+testbed's namespace holds the InferencePool and one Pod per mock (each on its own loopback address, all on
+one target port), and ``KUBECONFIG`` is set too. The started EPP gets the standard OpenTelemetry
+environment (OTLP over gRPC to the testbed's Jaeger, every trace sampled, service name ``epp``). An EPP
+already running is ready when its port accepts connections.
 """
 
 from __future__ import annotations
 
 import shlex
 import string
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from eppkit.modes.ext_proc import EnvoyExtProcOptions, envoy_vars
 from eppkit.modes.options import CommonOptions, FailOpenOptions
 from eppkit.modes.registry import Mode, register
 from eppkit.observability.contract import Cluster, Envoy, Service
-from eppkit.plan import Endpoint, ModePlan, ServiceSpec
+from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 
-PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints")
+POOL_PLACEHOLDERS = ("kubeconfig", "pool_name", "pool_namespace")  # any of them: the EPP watches an InferencePool
+PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints", *POOL_PLACEHOLDERS)
 
 
 @dataclass
@@ -43,7 +51,11 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
     epp_command: str = ""
     epp_address: str = ""
     epp_env: dict = field(default_factory=dict)
+    crds: list = field(default_factory=list)
     max_fallbacks: int = 2
+    # The EPP's own span that holds its decision, "service:name" (e.g. "myepp:myepp.pick"): trace checks then
+    # find it (request_path's decision, the expected spans, compare's decision step).
+    decision_span: str = ""
 
     def validate(self) -> "ExternalEppOptions":
         if bool(self.epp_command) == bool(self.epp_address):
@@ -60,7 +72,23 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
             split_address(self.epp_address)
         if self.max_fallbacks < 0:
             raise ValueError("max_fallbacks cannot be negative")
+        if self.crds and not watches_pool(self):
+            raise ValueError("crds go into the control plane of a controller EPP: its epp_command must use "
+                             "{kubeconfig}, {pool_name} or {pool_namespace}")
+        missing = [str(f) for f in self.crds if not Path(f).is_file()]
+        if missing:
+            raise ValueError(f"crds: no such file: {', '.join(missing)}")
+        if self.decision_span:
+            split_span(self.decision_span)
         return self
+
+
+def split_span(value: str) -> tuple[str, str]:
+    """``"service:name"`` as (service, name); ValueError otherwise."""
+    service, sep, name = value.partition(":")
+    if not sep or not service.strip() or not name.strip():
+        raise ValueError(f"decision_span {value!r}: give service:span, e.g. myepp:myepp.pick")
+    return service.strip(), name.strip()
 
 
 def command_placeholders(template: str) -> set[str]:
@@ -79,23 +107,37 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint]) -> list[str]:
+def watches_pool(options: ExternalEppOptions) -> bool:
+    """A command that uses {kubeconfig}, {pool_name} or {pool_namespace} starts a controller EPP."""
+    return bool(options.epp_command) and bool(command_placeholders(options.epp_command) & set(POOL_PLACEHOLDERS))
+
+
+def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint], pool: PoolTarget | None = None) -> list[str]:
     """The command line: ``template`` with its placeholders filled, split as a shell would."""
     values = {**ports, "endpoints": ",".join(ep.address for ep in backends),
               "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends)}
+    if pool is not None:
+        values.update(kubeconfig=pool.kubeconfig, pool_name=pool.name, pool_namespace=pool.namespace)
     return shlex.split(template.format(**values))
 
 
-def plan(topology, options: ExternalEppOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kube: PoolTarget | None = None) -> ModePlan:
     if options.epp_address:
         host, port = split_address(options.epp_address)
         return ModePlan(envoy_vars=envoy_vars(topology, options, backends, port, epp_host=host))
+    if watches_pool(options) and kube is None:
+        raise ValueError("mode external-epp: a command with {kubeconfig}/{pool_name}/{pool_namespace} needs the "
+                         "testbed's control plane (PoolTarget)")
     numbers = {"grpc_port": ports.port(), "health_port": ports.port(), "metrics_port": ports.port()}
     health = numbers["health_port"] if "health_port" in command_placeholders(options.epp_command) else numbers["grpc_port"]
+    env = {k: str(v) for k, v in options.epp_env.items()}
+    if kube is not None:
+        env.setdefault("KUBECONFIG", kube.kubeconfig)
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
-                      argv=epp_command(options.epp_command, numbers, backends), grpc_health_port=health,
-                      env={k: str(v) for k, v in options.epp_env.items()}, standard_otel=True)
-    return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
+                      argv=epp_command(options.epp_command, numbers, backends, kube), grpc_health_port=health,
+                      env=env, standard_otel=True, on_host=True)
+    return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port),
+                    crds=[str(Path(f).resolve()) for f in options.crds])
 
 
 # The EPP's own spans are its business (an upstream EPP may start its own trace): what every request
@@ -105,4 +147,5 @@ MODE = register(Mode(
     template="ext_proc.yaml.j2", options=ExternalEppOptions, plan=plan, color="#8c564b",
     pickers=(Service.EPP,), picker_call=Envoy.EXT_PROC_CALL, spans=((Service.ENVOY, Envoy.EXT_PROC_CALL),),
     upstream=Envoy.router(Cluster.PICKED), fallback_upstream=Envoy.router(Cluster.POOL), external=True,
+    kubernetes=watches_pool,
 ))

@@ -20,7 +20,7 @@ from eppkit.observability.contract import Callout, Cluster, Envoy, Service
 from eppkit.plan import ModePlan
 
 
-def plan(topology, options: CalloutOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: CalloutOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     callout = callout_service(options, ports.port(), backends, pools)
     config = {"cluster": Cluster.CALLOUT, "timeout_ms": options.callout_timeout_ms,
               "failure_mode_allow": options.failure_mode_allow, **callout_names()}

@@ -34,6 +34,9 @@ class CommonOptions:
     # within the second. Past either, Envoy answers 408. A slow backend is not bounded by these.
     request_headers_timeout_s: float = 10.0
     request_timeout_s: float = 60.0
+    # How long each service (a mock, a picker, an EPP of your own) may take to answer its readiness check
+    # before the testbed gives up and says which one, with its log's last lines.
+    ready_timeout_s: float = 30.0
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from eppkit.components.ports import PortAllocator
@@ -10,10 +10,11 @@ from eppkit.core.registry import Registry
 from eppkit.flows import Flow, FlowPlan
 from eppkit.flows import get as get_flow
 from eppkit.modes.options import read_options
-from eppkit.plan import Endpoint, ModePlan
+from eppkit.plan import Endpoint, ModePlan, PoolTarget
 from eppkit.topology import Topology
 
-Plan = Callable[[Topology, Any, PortAllocator, list[Endpoint], "FlowPlan | None"], ModePlan]
+# (topology, its options, ports, the backends, the flow's plan, the pool its EPP watches or None) -> the plan
+Plan = Callable[[Topology, Any, PortAllocator, list[Endpoint], "FlowPlan | None", "PoolTarget | None"], ModePlan]
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,11 @@ class Mode:
     # The picker is not one of the kit's services (an EPP of your own, an upstream EPP): its spans,
     # errors and steering headers are its own, so the checks of the kit's pickers do not apply.
     external: bool = False
-    # Each mock vLLM on its own loopback address (127.0.0.2, 127.0.0.3, ...), all on one port: the pods of
-    # a Kubernetes InferencePool share one target port (an upstream EPP reads its pool that way).
-    pod_addresses: bool = False
+    # Its EPP is a Kubernetes controller: it watches an InferencePool and its Pods in the testbed's control plane
+    # (eppkit.components.controlplane). The mocks are then that pool's pods, each on its own loopback address
+    # (127.0.0.2, 127.0.0.3, ...), all on the pool's one target port. A function of the mode's options when only
+    # some of its setups watch a pool (external-epp: a command that uses {kubeconfig}).
+    kubernetes: bool | Callable[[Any], bool] = False
     # The service name under which the picker exports each request's spans as a trace of its own (an
     # upstream EPP that reads no trace context): found by the request's time, see JaegerClient.spans_between.
     own_trace_service: str = ""
@@ -50,6 +53,20 @@ class Mode:
     def picker(self) -> str | None:
         """The service Envoy talks to (EPP or callout)."""
         return self.pickers[0] if self.pickers else None
+
+    def watches_pool(self, options: Any) -> bool:
+        """Whether this mode, with these options (its dataclass), runs an EPP that watches an InferencePool."""
+        return bool(self.kubernetes(options) if callable(self.kubernetes) else self.kubernetes)
+
+    def specialized(self, options: Any) -> "Mode":
+        """This mode as a testbed with ``options`` runs it: an EPP of your own that names its decision span
+        (option ``decision_span``, "service:name") has that span as its decision, and every request has it."""
+        span = getattr(options, "decision_span", "")
+        if not span:
+            return self
+        service, _, name = span.partition(":")
+        decision = (service.strip(), name.strip())
+        return replace(self, decision=decision, spans=self.spans + (decision,))
 
     def read_options(self, raw: dict[str, Any]) -> Any:
         """``raw`` (Topology.options) as this mode's options; ValueError naming what is wrong."""
@@ -92,6 +109,7 @@ def check(topology: Topology) -> tuple[Mode, Flow]:
     return mode, flow
 
 
-def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools: "FlowPlan | None" = None) -> ModePlan:
+def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools: "FlowPlan | None" = None,
+         kube: PoolTarget | None = None) -> ModePlan:
     mode = get(topology.mode)
-    return mode.plan(topology, mode.read_options(topology.options), ports, backends, pools)
+    return mode.plan(topology, mode.read_options(topology.options), ports, backends, pools, kube)

@@ -30,7 +30,7 @@ class SidecarOptions(ExtProcOptions):
     frontend_disabled: bool = False
 
 
-def plan(topology, options: SidecarOptions, ports, backends, pools=None) -> ModePlan:
+def plan(topology, options: SidecarOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     frontend_port, epp_port = ports.port(), ports.port()
     services = []
     if not options.frontend_disabled:

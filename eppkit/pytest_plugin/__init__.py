@@ -6,6 +6,7 @@ Installed with eppkit and loaded by pytest on its own (entry point ``pytest11``)
 |---|---|---|
 | ``eppkit_runtime`` | session | ``"local"`` or ``"docker"``; tests using a testbed run once per ``--eppkit-runtime`` |
 | ``eppkit_jaeger`` | session | one Jaeger per runtime, shared by every testbed of the session |
+| ``eppkit_control_plane`` | session | the session's Kubernetes control plane (etcd + kube-apiserver); testbeds whose EPP watches an InferencePool each get a namespace in it |
 | ``eppkit_testbed_factory`` | function | ``make(Topology(...))`` -> a started testbed, stopped after the test |
 | ``eppkit_shared_testbed_factory`` | module | the same, but one testbed per distinct topology, shared by the module's tests |
 | ``eppkit_topology`` | function | the topology ``eppkit_testbed`` starts: ``@pytest.mark.eppkit_topology(mode=...)`` or override it |

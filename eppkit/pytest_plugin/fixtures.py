@@ -1,5 +1,5 @@
-"""The plugin's fixtures: the session's runtimes and Jaegers, testbeds (one per test, or shared by a module's
-tests), their topology and a traced client, the live UI and the session's backend."""
+"""The plugin's fixtures: the session's runtimes and Jaegers, its Kubernetes control plane, testbeds (one per test,
+or shared by a module's tests), their topology and a traced client, the live UI and the session's backend."""
 
 from __future__ import annotations
 
@@ -10,20 +10,22 @@ import pytest
 
 from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
 from eppkit.pytest_plugin.parallel import run_ui_url, worker_id
-from eppkit.pytest_plugin.session import selected_runtimes, session_backend, session_topology, values
+from eppkit.pytest_plugin.session import (require_control_plane, selected_runtimes, session_backend, session_topology,
+                                          values)
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
 
 if TYPE_CHECKING:
     from eppkit.topology import Topology
 
 
-def new_testbed(config: pytest.Config, runtime: str, jaeger, topology: "Topology | None", kwargs: dict):
+def new_testbed(config: pytest.Config, runtime: str, jaeger, plane, topology: "Topology | None", kwargs: dict):
     """The one way the plugin makes a testbed (not yet started): the session's options filled in, the
-    session's Jaeger. The caller records it where a failure report finds it, then starts it."""
+    session's Jaeger and control plane. The caller records it where a failure report finds it, then starts it."""
     from eppkit.runtimes import create
     from eppkit.topology import Topology
 
-    return create(session_topology(config, topology or Topology()), runtime=runtime, jaeger=jaeger, **kwargs)
+    return create(session_topology(config, topology or Topology()), runtime=runtime, jaeger=jaeger,
+                  control_plane=plane, **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -102,11 +104,30 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
         yield proc
 
 
-def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest.Item | None):
+@pytest.fixture(scope="session")
+def _eppkit_shared_control_plane():
+    """The session's control plane, started by the first testbed (or test) that needs one."""
+    from eppkit.components.controlplane import SharedControlPlane
+    from eppkit.runtimes.local import new_run_dir
+
+    with SharedControlPlane(lambda: new_run_dir("control-plane")) as shared:
+        yield shared
+
+
+@pytest.fixture(scope="session")
+def eppkit_control_plane(_eppkit_shared_control_plane):
+    """The session's Kubernetes control plane (etcd and kube-apiserver on loopback, GAIE's CRDs), started now:
+    ``.kubeconfig``, ``.client()`` (lightkube), ``.new_namespace(name)``. Every testbed whose EPP watches an
+    InferencePool has its own namespace in it."""
+    require_control_plane()
+    return _eppkit_shared_control_plane.get()
+
+
+def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, plane, owner: pytest.Item | None):
     beds: list = []
 
     def make(topology: "Topology | None" = None, **kwargs: Any):
-        bed = new_testbed(request.config, runtime, jaeger, topology, kwargs)
+        bed = new_testbed(request.config, runtime, jaeger, plane, topology, kwargs)
         beds.append(bed)
         item = owner or request.node
         item.stash.setdefault(BEDS, []).append(bed)
@@ -116,12 +137,13 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, owner: pytest
 
 
 @pytest.fixture
-def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
+def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str,
+                           _eppkit_shared_control_plane):
     """Call with a Topology (and runtime keyword arguments); returns a started testbed, stopped after the test.
 
-    Use it for tests that change their testbed (kill a component, restart one, load it).
+    Use it for tests that change their testbed (kill a component, restart one, load it, change its pool).
     """
-    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, None)
+    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane, None)
     yield make
     if beds and failed(request.node) and values(request.config).keep_on_failure:
         keep_until_interrupted(request.config, request.node, beds)
@@ -132,8 +154,8 @@ def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit
 class _SharedBeds:
     """One started testbed per distinct topology, for the tests of one module."""
 
-    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger):
-        self._request, self._runtime, self._jaeger = request, runtime, jaeger
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, plane):
+        self._request, self._runtime, self._jaeger, self._plane = request, runtime, jaeger, plane
         self._beds: dict[str, Any] = {}
 
     def __call__(self, topology: "Topology | None" = None, **kwargs: Any):
@@ -142,7 +164,7 @@ class _SharedBeds:
         if bed is None or not bed.healthy():
             if bed is not None:  # a test stopped or broke it after all: a fresh one for the next
                 bed.stop()
-            bed = new_testbed(self._request.config, self._runtime, self._jaeger, topology, kwargs).start()
+            bed = new_testbed(self._request.config, self._runtime, self._jaeger, self._plane, topology, kwargs).start()
             self._beds[key] = bed
         return bed
 
@@ -165,8 +187,9 @@ class _SharedBeds:
 
 
 @pytest.fixture(scope="module")
-def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str):
-    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger)
+def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str,
+                        _eppkit_shared_control_plane):
+    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane)
     yield beds
     beds.stop()
 

@@ -103,6 +103,15 @@ def require_simulator() -> None:
     require(inference_sim.find() is not None, inference_sim.MISSING)
 
 
+def require_control_plane() -> None:
+    """etcd and kube-apiserver are built, or Go is there to build them (:func:`require`)."""
+    import shutil
+
+    from eppkit.builds import controlplane
+
+    require(controlplane.find() is not None or shutil.which("go") is not None, controlplane.missing_message())
+
+
 def envoy_version(config: pytest.Config) -> str | None:
     """--eppkit-envoy-version (or the ini key): the Envoy of testbeds whose Topology names none."""
     from eppkit.gateway.versions import EnvoyVersionError, check_version_string
@@ -119,7 +128,7 @@ def envoy_version(config: pytest.Config) -> str | None:
 def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
     """``topology`` with the session's options where it leaves them open: the Envoy version, an external
     EPP, the backend (a missing simulator binary is a missing prerequisite, :func:`require`)."""
-    from eppkit import flows
+    from eppkit import flows, modes
     from eppkit.backends import SIM, Backend
     from eppkit.modes import external_epp
     from eppkit.options import epp_options
@@ -130,7 +139,7 @@ def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
     given = epp_options(values(config))
     if (given and topology.mode == external_epp.MODE.name
             and not any(topology.options.get(k) for k in ("epp_command", "epp_address"))):
-        topology = dataclasses.replace(topology, options={**topology.options, **given})
+        topology = dataclasses.replace(topology, options={**given, **topology.options})  # its own win
     if topology.backend == Backend():
         backend = session_backend(config)
         try:
@@ -140,6 +149,13 @@ def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
         topology = dataclasses.replace(topology, backend=backend)
     if topology.backend.kind == SIM:
         require_simulator()
+    try:
+        mode = modes.get(topology.mode)
+        watches_pool = mode.watches_pool(mode.read_options(topology.options))
+    except ValueError:  # a bad mode or option: the testbed says so when it is made
+        watches_pool = False
+    if watches_pool:
+        require_control_plane()
     return topology
 
 

@@ -8,7 +8,9 @@ a dynamic module's .so, ...) are bind-mounted read-only at the same absolute pat
 config is rewritten.
 
 Images come from :mod:`eppkit.runtimes.images` (pulled when a registry answers, built from local
-artifacts when not). Start order and stop order are the local runtime's.
+artifacts when not). Start order and stop order are the local runtime's. The Kubernetes control plane of
+an EPP that watches an InferencePool runs as processes of this host on both runtimes; the EPP's container
+reads the kubeconfig in the run folder and reaches the API server on 127.0.0.1 (host networking).
 """
 
 from __future__ import annotations
@@ -98,8 +100,9 @@ class DockerTestbed(LocalTestbed):
     runtime = "docker"
 
     def __init__(self, topology: Topology, *, jaeger=None, run_dir: Path | None = None,
-                 envoy_env: dict[str, str] | None = None, image_set: images.ImageSet | None = None):
-        super().__init__(topology, jaeger=jaeger, run_dir=run_dir, envoy_env=envoy_env)
+                 envoy_env: dict[str, str] | None = None, image_set: images.ImageSet | None = None,
+                 control_plane=None):
+        super().__init__(topology, jaeger=jaeger, run_dir=run_dir, envoy_env=envoy_env, control_plane=control_plane)
         self.image_set = image_set
 
     def _labels(self) -> dict[str, str]:
@@ -110,6 +113,8 @@ class DockerTestbed(LocalTestbed):
         return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
+        if spec.on_host:  # a program of yours: your environment, not the kit's image
+            return super()._run_service(spec, env)
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
         if spec.argv and spec.argv[0] == sys.executable:
             # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
@@ -163,6 +168,8 @@ class DockerTestbed(LocalTestbed):
         if handles:
             with ThreadPoolExecutor(max_workers=min(8, len(handles))) as pool:
                 list(pool.map(lambda h: self._quietly(h.process.stop), handles))
+        # The control plane runs on this host on both runtimes (its processes, not containers).
+        self._stop_pool()
         if self._jaeger is not None and not self._shared_jaeger:
             self._quietly(self._jaeger.stop)
         self.ports.release()

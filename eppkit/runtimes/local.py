@@ -7,6 +7,7 @@ services (EPP, frontend, callout, ...), then Envoy. Each is waited on until real
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -14,20 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eppkit import flows, modes
+from eppkit.builds import controlplane as controlplane_build
+from eppkit.components.controlplane import ControlPlane, ControlPlaneError, SharedControlPlane
+from eppkit.components.base import start_whole
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.launchers import ProcessLauncher
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess, service_argv
-from eppkit.components.readiness import GrpcHealthReady, HttpReady, TcpReady
+from eppkit.components.readiness import GrpcHealthReady, HttpReady, ReadinessTimeout, TcpReady
 from eppkit.core.paths import runs_dir
+from eppkit.core.polling import poll
 from eppkit.gateway import config as envoy_config
+from eppkit.gateway import hop, user_filters
 from eppkit.gateway import process as envoy_process
-from eppkit.gateway import user_filters
 from eppkit.gateway import versions as envoy_versions
 from eppkit.observability import expected_spans
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
-from eppkit.plan import Endpoint, ServiceSpec
+from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
+from eppkit.runtimes.pool import InferencePoolHandle
 from eppkit.topology import Topology
 
 
@@ -36,6 +42,7 @@ class ServiceHandle:
     name: str
     url: str
     process: ManagedProcess
+    spec: ServiceSpec | None = None  # how it was started (its ports: grpc_health_port, ...)
 
 
 def new_run_dir(label: str) -> Path:
@@ -63,11 +70,12 @@ class LocalTestbed:
     runtime = "local"
 
     def __init__(self, topology: Topology, *, jaeger: Jaeger | None = None, run_dir: Path | None = None,
-                 envoy_env: dict[str, str] | None = None):
+                 envoy_env: dict[str, str] | None = None, control_plane: SharedControlPlane | None = None):
         self.topology = topology
         # Its mode and flow (registry entries), checked: an unknown one, a flow the mode cannot run or an
         # option the mode does not know is a ValueError here, before anything starts.
-        self.mode, self.flow = modes.check(topology)
+        mode, self.flow = modes.check(topology)
+        self.mode = mode.specialized(mode.read_options(topology.options))
         self.run_dir = run_dir or new_run_dir(f"{topology.mode}-{topology.flow}")
         self.ports = PortAllocator()
         self._shared_jaeger = jaeger is not None
@@ -83,6 +91,12 @@ class LocalTestbed:
         self.envoy_binary: envoy_versions.EnvoyBinary | None = None  # the Envoy (and version) this testbed runs
         self.user_filters: list[user_filters.PreparedFilter] = []
         self._clients: list[TracedClient] = []
+        # A mode whose EPP watches an InferencePool: the control plane (the shared one unless the topology asks
+        # for its own, or none is shared), and the pool in this testbed's namespace.
+        self._shared_plane = None if topology.own_control_plane else control_plane
+        self.control_plane: ControlPlane | None = None  # its own (None: the shared one, or none)
+        self.pool: InferencePoolHandle | None = None
+        self._plane_binaries: controlplane_build.ControlPlaneBinaries | None = None
 
     # -- handles ----------------------------------------------------------------------
     @property
@@ -136,6 +150,20 @@ class LocalTestbed:
             expected = self.expected_spans()
         return self.jaeger.wait_for_trace(trace_id, expected, timeout_s=timeout_s, **kwargs)
 
+    def hops(self) -> list[hop.Hop]:
+        """Every request Envoy has logged so far, as :class:`eppkit.gateway.hop.Hop` (oldest first)."""
+        if self.envoy is None:
+            return []
+        return hop.read(self.envoy.process.read_log().splitlines())
+
+    def hop(self, result_or_id, *, timeout_s: float = 5.0) -> hop.Hop:
+        """Envoy's record of one request (a ClientResult or a trace id): its phases, the EPP hop's per-phase
+        numbers. Envoy writes it within 100 ms of the request's end; PollTimeout after ``timeout_s``."""
+        trace_id = getattr(result_or_id, "trace_id", result_or_id)
+        found = poll(lambda: next((h for h in reversed(self.hops()) if h.trace_id == trace_id), None),
+                     timeout_s=timeout_s, interval_s=0.05, describe=f"Envoy's access log line of trace {trace_id}")
+        return found
+
     def healthy(self) -> bool:
         """Every component is still running."""
         return bool(self.processes()) and all(p.is_running() for p in self.processes().values())
@@ -157,11 +185,21 @@ class LocalTestbed:
                 continue
             front = fronted.get(svc.url.removeprefix("http://"))
             lines.append(f"  {name:<12} {svc.url}" + (f"  (Envoy routes here; in front of {front})" if front else ""))
+        if self.pool is not None:
+            lines.append(f"  kubeconfig   {self.pool.target.kubeconfig}  (InferencePool {self.pool.target.name} in namespace "
+                         f"{self.pool.target.namespace}; kube-apiserver {self.pool.plane.server})")
         lines.append(f"  logs         {self.run_dir}")
         return "\n".join(lines)
 
+    @property
+    def kubeconfig(self) -> Path | None:
+        """A kubeconfig of the control plane, in this testbed's namespace (None: its mode watches no pool)."""
+        return Path(self.pool.target.kubeconfig) if self.pool is not None else None
+
     def processes(self) -> dict[str, ManagedProcess]:
         procs = {name: h.process for name, h in self.services.items()}
+        if self.control_plane is not None:
+            procs.update(self.control_plane.processes())
         if self.envoy is not None:
             procs["envoy"] = self.envoy.process
         if self._jaeger is not None and self._jaeger.process is not None and not self._shared_jaeger:
@@ -177,14 +215,7 @@ class LocalTestbed:
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "LocalTestbed":
-        try:
-            self._start()
-        except BaseException:
-            tails = self.log_tails()
-            self.stop()
-            if tails:
-                print(f"\n--- testbed failed to start; logs in {self.run_dir} ---\n{tails}", file=sys.stderr)
-            raise
+        start_whole(self, "testbed")
         return self
 
     def _start(self) -> None:
@@ -192,6 +223,10 @@ class LocalTestbed:
         # Before anything starts: the Envoy version (installed once) and the user's filters, built
         # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
         self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, _progress)
+        options = self.mode.read_options(self.topology.options)
+        watches_pool = self.mode.watches_pool(options)
+        if watches_pool:  # etcd and kube-apiserver (built now if need be): a missing one fails before anything runs
+            self._plane_binaries = controlplane_build.build(_progress)
         self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, _progress)
         if self._jaeger is None:
             self._jaeger = self._run_jaeger()
@@ -199,15 +234,22 @@ class LocalTestbed:
         # Two tiers, each started at once and then waited on: a Python service takes ~0.4 s to
         # import and bind, so one after another was most of a testbed's start. The pickers come
         # second because their first metrics scrape must find the backends up.
-        layout = self.flow.plan(self.topology, self.ports, self.run_dir, self.mode.pod_addresses)
+        layout = self.flow.plan(self.topology, self.ports, self.run_dir, watches_pool)
         self._start_services(layout.services, env)
         self.layout = layout
         self.backends = layout.routable
+        # On this thread, not beside the backends' start in a worker thread: a child's parent-death signal
+        # (ManagedProcess) follows the thread that started it, and a session's control plane outlives any worker.
+        target = self._pool_target() if watches_pool else None
 
-        plan = self.mode.plan(self.topology, self.mode.read_options(self.topology.options), self.ports,
-                              self.backends, layout)
+        plan = self.mode.plan(self.topology, options, self.ports, self.backends, layout, target)
+        if target is not None:
+            self._create_pool(target, plan)
         for tier in sorted({spec.tier for spec in plan.services}):
-            self._start_services([spec for spec in plan.services if spec.tier == tier], env)
+            try:
+                self._start_services([spec for spec in plan.services if spec.tier == tier], env)
+            except ReadinessTimeout as exc:
+                raise (self._missing_kind(exc) if target is not None else exc) from None
 
         self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
         variables = {
@@ -221,6 +263,7 @@ class LocalTestbed:
             **envoy_config.client_timeouts(self.mode.read_options(self.topology.options)),
             **plan.envoy_vars,
             **user_filters.template_vars(self.user_filters),
+            "eds_dir": str(self.pool.eds_dir) if self.pool is not None else None,
             # envoy/_picked.j2: the served endpoint as envoy.lb metadata where this Envoy can.
             "served_metadata": self.envoy_binary.at_least(envoy_versions.SELECTED_HOST_KEY_SINCE),
         }
@@ -228,15 +271,52 @@ class LocalTestbed:
         self.envoy = self._run_envoy({**plan.envoy_env, **self._envoy_env})
         self.envoy.start()
 
+    # -- the control plane of an EPP that watches an InferencePool ----------------------------
+    def _pool_target(self) -> PoolTarget:
+        """This testbed's namespace in the control plane (started now if need be) and its kubeconfig."""
+        if self._shared_plane is not None:
+            self.control_plane = None
+            plane = self._shared_plane.get()
+        else:
+            self.control_plane = plane = ControlPlane(self.run_dir / "control-plane", ports=self.ports,
+                                                      binaries=self._plane_binaries).start()
+        namespace = plane.new_namespace(self.run_dir.name)
+        kubeconfig = plane.write_kubeconfig(self.run_dir / "kubeconfig", namespace)
+        target = PoolTarget(str(kubeconfig), namespace)
+        self.pool = InferencePoolHandle(self, plane, target, shared=self._shared_plane is not None)
+        return target
+
+    def _create_pool(self, target: PoolTarget, plan: ModePlan) -> None:
+        """The InferencePool and one Pod per backend, before the EPP starts (it lists them at once)."""
+        if plan.crds:
+            self.pool.plane.apply_crds([Path(f) for f in plan.crds])
+        picker = next((spec.port for spec in plan.services if spec.name == self.mode.picker), 0)
+        self.pool.create(self.backends, picker or int(plan.envoy_vars.get("epp_port", 0)), plan.envoy_vars["pools"],
+                         self.layout.servers)
+
+    def _missing_kind(self, exc: ReadinessTimeout) -> Exception:
+        """An EPP that never got ready because the control plane has no CRD for a kind it watches: say which."""
+        log = "\n".join(p.read_log() for name, p in self.processes().items() if name == self.mode.picker)
+        found = re.search(r'no matches for kind \\?"(\w+)\\?" in version \\?"([\w./-]+)\\?"', log)
+        if found is None or self.pool is None:
+            return exc
+        kind, version = found.groups()
+        served = ", ".join(self.pool.plane.served_crds())
+        return ControlPlaneError(
+            f"the EPP watches {kind} ({version}), but the control plane has no CRD for it (it serves {served}).\n"
+            f"Hint: check the EPP's flags (e.g. --pool-group), or give the CRD's manifest: the external-epp option "
+            f"crds=[file]. Its log: {self.run_dir / 'epp.log'}.")
+
     def _start_services(self, specs: list[ServiceSpec], env: dict[str, str]) -> None:
         """Start every service of one tier, then wait until each is ready."""
         started = []
         for spec in specs:
             spec_env = {**env, **self.topology.standard_otel_env(self.otlp_endpoint, spec.name)} if spec.standard_otel else env
             proc = self._run_service(spec, spec_env)
-            url = f"http://{spec.host}:{spec.port}"
-            self.services[spec.name] = ServiceHandle(spec.name, url, proc)
+            url = f"http://{spec.host.split(',')[0]}:{spec.port}"  # a mock of many pods: its first address
+            self.services[spec.name] = ServiceHandle(spec.name, url, proc, spec)
             started.append((spec, url, proc))
+        ready_timeout_s = self.mode.read_options(self.topology.options).ready_timeout_s
         for spec, url, proc in started:
             if spec.health_path:
                 strategy = HttpReady(url + spec.health_path)
@@ -246,6 +326,7 @@ class LocalTestbed:
                 strategy = TcpReady(spec.host, spec.port)
             hint = (f"check its command line: {' '.join(spec.argv)}" if spec.argv else
                     f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
+            strategy.timeout_s = ready_timeout_s
             proc.wait_ready(strategy, hint=hint)
 
     # -- how each component runs: a process on this host ----------------------------------
@@ -280,12 +361,23 @@ class LocalTestbed:
                 pass
         self._clients.clear()
 
+    def _stop_pool(self) -> None:
+        """The pool's objects (on a shared control plane) and a control plane of its own, after the EPP stopped."""
+        if self.pool is not None:
+            try:
+                self.pool.close()
+            except Exception as exc:  # the objects of a stopped control plane: nothing to clean
+                print(f"warning: removing the testbed's pool failed: {exc}", file=sys.stderr)
+        if self.control_plane is not None:
+            self.control_plane.stop()
+
     def stop(self) -> None:
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
         self._close_clients()
         if self.envoy is not None:
             self.envoy.stop()
         self._stop_services()
+        self._stop_pool()
         if self._jaeger is not None and not self._shared_jaeger:
             self._jaeger.stop()
         self.ports.release()

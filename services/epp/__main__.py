@@ -4,7 +4,11 @@
         --scorer prefix-cache-scorer
 
 The picking is the picker core's (eppkit.services.picker): the pool and scorer flags are the
-same in every transport. Sidecar mode (the Dynamo proposal): add ``--frontend-url
+same in every transport. As a Kubernetes controller, like GAIE's EPP, it learns its pool from an
+InferencePool instead (eppkit.services.picker.kube_pool):
+
+    python -m eppkit.services.epp --port 9002 --kubeconfig kubeconfig --pool-namespace default --pool-name vllm-pool
+ Sidecar mode (the Dynamo proposal): add ``--frontend-url
 http://127.0.0.1:PORT`` and every decoder decision is asked of the frontend with
 ``x-routing-request: true``. Disaggregated flows: ``--prefill-endpoints`` / ``--encoder-endpoints``
 make the EPP choose a prefiller and encoders too, passed as ``x-prefiller-host-port`` /

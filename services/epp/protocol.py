@@ -22,12 +22,35 @@ from eppkit.services.openai_errors import error_body
 from eppkit.services.picker import headers
 from google.protobuf import struct_pb2
 
+# The gRPC health services an EPP serves (grpc.health.v1): the server as a whole (""), and the three the
+# EPP protocol names (GAIE's protocol doc, "Health Checking"): liveness, readiness, the ext_proc service.
+EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+HEALTH_SERVICES = ("", "liveness", "readiness", EXT_PROC_SERVICE)
+
 METADATA_NAMESPACE = headers.LB_METADATA
 METADATA_KEY = headers.DESTINATION
 
 # Envoy's ext_proc stream closes the gRPC stream early and our message size stays modest;
 # send bodies back in chunks no larger than this.
 MAX_CHUNK = 1 << 20
+
+
+def subset_hint(request: pb.ProcessingRequest) -> tuple[str, ...] | None:
+    """The data plane's subset hint in a request's metadata (``envoy.lb.subset_hint`` /
+    ``x-gateway-destination-endpoint-subset``): a list of "ip:port", or one comma-separated string;
+    None when the message carries none."""
+    namespace = request.metadata_context.filter_metadata.get(headers.SUBSET_METADATA)
+    if namespace is None or headers.SUBSET not in namespace.fields:
+        return None
+    value = namespace.fields[headers.SUBSET]
+    kind = value.WhichOneof("kind")
+    if kind == "list_value":
+        items = [v.string_value for v in value.list_value.values if v.WhichOneof("kind") == "string_value"]
+    elif kind == "string_value":
+        items = value.string_value.split(",")
+    else:
+        items = []
+    return tuple(item.strip() for item in items if item.strip())
 
 
 def header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:

@@ -9,11 +9,12 @@ from typing import Sequence
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.observability import otel
+from eppkit.services.epp import protocol
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.epp.stream import StreamProcessor
 from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.runner import until_stopped
-from grpc_health.v1 import health, health_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
 
 log = logging.getLogger("epp")
@@ -72,8 +73,12 @@ async def start(host: str, port: int, picker: Picker, scrapers: Sequence[Metrics
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                       ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker, tracer, multipart=multipart, multipart_trigger=multipart_trigger), server)
-    # grpc.health.v1 on the same port, as upstream EPPs serve it: SERVING once the server runs.
-    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    # grpc.health.v1 on the same port, SERVING once the server runs, for the server ("") and the three
+    # services the EPP protocol names: liveness, readiness and the ext_proc service itself.
+    health_servicer = health.aio.HealthServicer()
+    for service in protocol.HEALTH_SERVICES:
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind {host}:{port}")

@@ -74,6 +74,8 @@ class FrontendPicker:
             return forced
         path = request.path if request.path.startswith("/") else "/" + request.path
         headers = {"content-type": "application/json", h.ROUTING_REQUEST: "true"}
+        if request.subset is not None:  # the data plane's subset hint: the frontend picks within it
+            headers[h.SUBSET] = ",".join(request.subset)
         otel.inject(headers)
         url = f"{self.frontend_url}{path.split('?', 1)[0]}"
         try:

@@ -97,10 +97,15 @@ class StreamProcessor:
         self.decision: Decision | None = None
         self.error: PickError | None = None
         self._span: trace.Span | None = None
+        self.subset: tuple[str, ...] | None = None  # the data plane's subset hint, when it sends one
 
     # ------------------------------------------------------------------ dispatch
     async def handle(self, request: pb.ProcessingRequest) -> Responses:
         kind = request.WhichOneof("request")
+        if kind in ("request_headers", "request_body"):
+            subset = protocol.subset_hint(request)
+            if subset is not None:
+                self.subset = subset
         handler = getattr(self, f"_on_{kind}", None)
         if handler is None:
             log.warning("ignoring unexpected ext_proc message %r in phase %s", kind, self.phase.value)
@@ -181,6 +186,7 @@ class StreamProcessor:
                         request = parse_request(self.headers, bytes(self.body))
                     except BadRequest as exc:
                         raise PickError(400, str(exc), code="invalid_json") from None
+                    request.subset = self.subset
                     self.request = request
                     if request.model:
                         pick_span.set_attribute(GenAi.REQUEST_MODEL, request.model)

@@ -85,6 +85,8 @@ async def handle_route(request: web.Request) -> web.Response:
     ) as span:
         try:
             llm_request = parse_request({k.lower(): v for k, v in request.headers.items()}, raw)
+            if h.SUBSET in request.headers:  # the EPP passes the data plane's subset hint on
+                llm_request.subset = tuple(v.strip() for v in request.headers[h.SUBSET].split(",") if v.strip())
         except BadRequest as exc:
             span.set_status(Status(StatusCode.ERROR, "invalid body"))
             raise OpenAIError(400, str(exc), code="invalid_json") from None

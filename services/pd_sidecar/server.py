@@ -206,6 +206,8 @@ class PdSidecar:
                 skip_duplicate = early
                 first_forwarded = False
                 async for event in _sse_events(upstream):
+                    if skip_duplicate and _is_role_only(event):
+                        continue  # the client has its role chunk already, sent with prefill's token
                     if _has_content(event):
                         if skip_duplicate:
                             skip_duplicate = False
@@ -337,27 +339,38 @@ async def _sse_events(upstream: aiohttp.ClientResponse):
         yield buf
 
 
-def _has_content(event: bytes) -> bool:
+def _choices(event: bytes) -> list:
+    """The ``choices`` of one SSE data event ([] for [DONE], errors and what is not JSON)."""
     if not event.startswith(b"data:") or event.startswith(b"data: [DONE]"):
-        return False
+        return []
     try:
         payload = json.loads(event[5:])
     except ValueError:
-        return False
-    for choice in payload.get("choices") or []:
-        if (choice.get("delta") or {}).get("content") or choice.get("text"):
-            return True
-    return False
+        return []
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    return [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+
+
+def _has_content(event: bytes) -> bool:
+    return any((c.get("delta") or {}).get("content") or c.get("text") for c in _choices(event))
+
+
+def _is_role_only(event: bytes) -> bool:
+    """A chat stream's opening chunk: a role and no content (vLLM sends it before the first token)."""
+    choices = _choices(event)
+    return bool(choices) and all((c.get("delta") or {}).get("role") and not (c.get("delta") or {}).get("content")
+                                 for c in choices)
 
 
 def _first_chunk(prefill_answer: dict, token: str, path: str) -> bytes:
+    """Prefill's token as the stream's first chunk(s); chat in vLLM's order: role only, then the content."""
     base = {"id": prefill_answer.get("id", ""), "created": prefill_answer.get("created", int(time.time())),
             "model": prefill_answer.get("model", "")}
     if path.endswith("/chat/completions"):
-        chunk = {**base, "object": "chat.completion.chunk",
-                 "choices": [{"index": 0, "delta": {"role": "assistant", "content": token}, "logprobs": None,
-                              "finish_reason": None}]}
+        chunks = [{**base, "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+                  for delta in ({"role": "assistant", "content": ""}, {"content": token})]
     else:
-        chunk = {**base, "object": "text_completion",
-                 "choices": [{"index": 0, "text": token, "logprobs": None, "finish_reason": None}]}
-    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+        chunks = [{**base, "object": "text_completion",
+                   "choices": [{"index": 0, "text": token, "logprobs": None, "finish_reason": None}]}]
+    return b"".join(b"data: " + json.dumps(c, separators=(",", ":")).encode() + b"\n\n" for c in chunks)

@@ -7,8 +7,8 @@
 2. force hook: ``x-eppkit-force-endpoint`` (or GAIE's ``test-epp-endpoint-selection``) names the
    endpoint (and fallbacks): the first named one in the pool that serves the requested model, health
    aside;
-3. candidates: the healthy endpoints serving the requested model (404 for a model nobody serves,
-   503 when none is up);
+3. candidates: the healthy endpoints serving the requested model, within the data plane's subset hint
+   when it gives one (404 for a model nobody serves, 503 when none is up or none is in the subset);
 4. shed hook: every candidate's waiting queue at ``shed_queue_threshold`` or over is a 429;
 5. the scorer picks; the rest of its order (up to ``max_fallbacks``) become the fallbacks;
 6. stages (pd / epd / ttft): the prefiller and encoders (:mod:`eppkit.services.picker.stages`).
@@ -41,6 +41,8 @@ def forced_decision(pool: Pool, request: LlmRequest) -> Decision | None:
         return None
     value = request.headers[header]
     found = forced(pool, header, value, every=False, scorer=FORCED)
+    if request.subset is not None:
+        found = [ep for ep in found if ep.address in request.subset]
     model = request.requested_model
     found = [ep for ep in found if ep.serves(model)]
     if not found:
@@ -56,10 +58,24 @@ def shed_by_header(request: LlmRequest, scorer: str) -> None:
         raise PickError(429, f"request shed by the routing service ({h.SHED})", code="shed", scorer=scorer)
 
 
+def in_subset(pool: Pool, request: LlmRequest, scorer: str) -> list[PoolEndpoint]:
+    """The pool's endpoints the data plane's subset hint allows (all without a hint); 503 when it allows none."""
+    if request.subset is None:
+        return pool.endpoints
+    allowed = set(request.subset)
+    endpoints = [ep for ep in pool.endpoints if ep.address in allowed]
+    if not endpoints:
+        raise PickError(503, f"no endpoint available: the subset hint ({h.SUBSET}: {', '.join(request.subset) or 'empty'}) "
+                             f"names no endpoint of the pool ({pool.names()})", code="no_endpoint", scorer=scorer,
+                        param=h.SUBSET)
+    return endpoints
+
+
 def candidates(pool: Pool, request: LlmRequest, scorer: str) -> list[PoolEndpoint]:
-    """Healthy endpoints serving the request's model; 404 for a model nobody serves, 503 for none up."""
+    """Healthy endpoints serving the request's model, within the subset hint; 404 for a model nobody serves,
+    503 for none up or none in the subset."""
     model = request.requested_model
-    endpoints = pool.endpoints
+    endpoints = in_subset(pool, request, scorer)
     if model and any(ep.models for ep in endpoints):
         endpoints = [ep for ep in endpoints if ep.serves(model)]
         if not endpoints:

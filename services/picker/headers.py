@@ -15,6 +15,10 @@ DESTINATION = "x-gateway-destination-endpoint"
 SERVED = "x-gateway-destination-endpoint-served"
 # The dynamic-metadata namespace of the EPP protocol (Envoy's load-balancer namespace).
 LB_METADATA = "envoy.lb"
+# The subset hint (the data plane to the EPP, in the ext_proc request's metadata): pick only among these
+# endpoints, "ip:port" each, as a list (the protocol) or a comma-separated string; none eligible: 503.
+SUBSET_METADATA = "envoy.lb.subset_hint"
+SUBSET = "x-gateway-destination-endpoint-subset"
 # Sidecar mode: the frontend's worker id, passed on next to the destination.
 WORKER_ID = "x-gateway-worker-id"
 # Set by the body-based router in front (if any); else the body's "model" is used.

@@ -24,6 +24,8 @@ class LlmRequest:
     stream: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     tokenized: Tokenized | None = None  # set by whoever tokenizes first (the frontend, in its own span)
+    # The data plane's subset hint (headers.SUBSET): only these "ip:port" endpoints may be picked; None: no hint.
+    subset: tuple[str, ...] | None = None
 
     @property
     def path(self) -> str:

@@ -40,11 +40,12 @@ class MetricsScraper:
     pool: Pool
     interval_s: float = 0.5
     timeout_s: float = 1.0
+    keep_when_empty: bool = False  # scrape a pool that starts empty too (one learned from Kubernetes grows later)
     _task: asyncio.Task | None = field(default=None, init=False)
     _session: aiohttp.ClientSession | None = field(default=None, init=False)
 
     async def start(self) -> None:
-        if self.interval_s <= 0 or not self.pool.endpoints:
+        if self.interval_s <= 0 or not (self.pool.endpoints or self.keep_when_empty):
             return
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
         await self.scrape_once()

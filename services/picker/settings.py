@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
@@ -19,6 +20,7 @@ from typing import Any, Iterable
 from eppkit.services.picker import scorers
 from eppkit.services.picker.core import Picker
 from eppkit.services.picker.endpoints import Named, format_endpoints, parse_endpoints
+from eppkit.services.picker.kube_pool import DEFAULT_GROUP, VERSIONS, KubePool
 from eppkit.services.picker.pool import RUNNING_METRIC, WAITING_METRIC, Pool
 from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.picker.stages import StagePicker
@@ -75,6 +77,15 @@ def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> No
         g.add_argument("--encoder-endpoints", default="",
                        help="disaggregated flows: encoders ([name=]host:port,...); a request with media also gets "
                             "x-encoder-hosts-ports (one encoder per item at most, rotating)")
+    k = parser.add_argument_group("the pool from Kubernetes (instead of --endpoints; the GAIE EPP's flag names)")
+    k.add_argument("--pool-name", default="",
+                   help="learn the pool from this InferencePool (inference.networking.k8s.io/v1) and the Ready pods it "
+                        "selects, kept up to date by a watch")
+    k.add_argument("--pool-namespace", default="default", help="its namespace (default: %(default)s)")
+    k.add_argument("--pool-group", default=DEFAULT_GROUP, choices=sorted(VERSIONS),
+                   help="its API group (default: %(default)s; inference.networking.x-k8s.io: v1alpha2 pools)")
+    k.add_argument("--kubeconfig", default="",
+                   help="the cluster's kubeconfig (default: $KUBECONFIG)")
     g.add_argument("--scorer", choices=scorers.types(), default=DEFAULTS.scorer, help="scorer type (default: %(default)s)")
     g.add_argument("--scorer-parameters", type=_json_object, default={}, metavar="JSON",
                    help="the scorer's parameters as a JSON object, e.g. '{\"hashBlockSize\": 32}' (default: none)")
@@ -113,12 +124,23 @@ def create_picker(settings: PickerSettings = DEFAULTS, endpoints: str = "", *, p
                   stages=stage_picker)
 
 
-def build(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:
-    """The picker the flags describe and one scraper per pool; ValueError names a bad flag value."""
+def build(args: argparse.Namespace) -> tuple[Picker, list]:
+    """The picker the flags describe and its background tasks (a :class:`KubePool` first with ``--pool-name``,
+    then one scraper per pool); ValueError names a bad flag value."""
     settings = settings_from_args(args)
+    watched = bool(getattr(args, "pool_name", ""))
+    if watched and args.endpoints:
+        raise ValueError("--endpoints and --pool-name are two sources of the pool: give one")
     picker = create_picker(settings, args.endpoints, prefill=getattr(args, "prefill_endpoints", ""),
                            encoders=getattr(args, "encoder_endpoints", ""))
-    return picker, [MetricsScraper(p, interval_s=settings.metrics_interval) for p in picker.pools()]
+    scrapers = [MetricsScraper(p, interval_s=settings.metrics_interval, keep_when_empty=watched and p is picker.pool)
+                for p in picker.pools()]
+    if not watched:
+        return picker, scrapers
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG", "")
+    if not kubeconfig:
+        raise ValueError("--pool-name needs a kubeconfig: --kubeconfig or $KUBECONFIG")
+    return picker, [KubePool(picker.pool, kubeconfig, args.pool_namespace, args.pool_name, args.pool_group), *scrapers]
 
 
 def build_or_exit(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:

@@ -27,9 +27,11 @@ class Renderer:
             + ',"model":' + json.dumps(model) + ',"choices":[{"index":0,'
         )
         if kind == CHAT:
-            self._first = 'data: ' + self._head + '"delta":{"role":"assistant","content":'
-            self._next = 'data: ' + self._head + '"delta":{"content":'
+            # vLLM's order: a role-only chunk (content "") first, then one chunk per token; both go out
+            # when the first token is ready, so TTFT is still the first *content* chunk's arrival.
             self._tail = '},"logprobs":null,"finish_reason":null}]}\n\n'
+            self._next = 'data: ' + self._head + '"delta":{"content":'
+            self._first = 'data: ' + self._head + '"delta":{"role":"assistant","content":""' + self._tail + self._next
         else:
             self._first = self._next = 'data: ' + self._head + '"text":'
             self._tail = ',"logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'

@@ -12,6 +12,7 @@ ended after it, so span times are the step's real times.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import logging
@@ -25,7 +26,14 @@ from eppkit.observability import otel
 from eppkit.observability.contract import Error, GenAi, Http, Mock, Stream, Vllm
 from eppkit.services.encoder.ec_cache import EncoderCache
 from eppkit.services.openai_errors import OpenAIError, error_body, openai_error_middleware
-from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
+from eppkit.services.pod_headers import (
+    BODY_SHA256_KEY,
+    HEADER_POD,
+    HEADER_REQUEST_ID,
+    REQUEST_ID_KEY,
+    pod_headers_middleware,
+    response_headers,
+)
 from eppkit.services.vllm import api, handshake, multipart, tokens
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig
@@ -483,7 +491,9 @@ class MockVllm:
             if total > limit:
                 raise OpenAIError(413, f"request body exceeds the limit of {limit} bytes")
             chunks.append(chunk)
-        return b"".join(chunks)
+        body = b"".join(chunks)
+        request[BODY_SHA256_KEY] = hashlib.sha256(body).hexdigest()
+        return body
 
     def _ec_lookup(self, req: api.GenRequest) -> tuple[int, int]:
         if not req.media:
@@ -505,7 +515,8 @@ class MockVllm:
         return {HEADER_POD: self.c.instance, HEADER_REQUEST_ID: flow.request_id}
 
     async def _prepare(self, request: web.Request, flow: _Flow, sse: bool) -> None:
-        resp = web.StreamResponse(status=200, headers=self._headers(flow))
+        resp = web.StreamResponse(status=200, headers={**response_headers(request, self.c.instance),
+                                                        **self._headers(flow)})
         if request.version >= (1, 1):
             # explicit, so resp.chunked is true and _TokenWriter frames its direct writes
             resp.enable_chunked_encoding()

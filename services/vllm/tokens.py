@@ -14,23 +14,25 @@ import random
 import re
 from typing import Any
 
-_WORDS = (
+OUTPUT_WORDS = (
     "the quick brown fox jumps over lazy dog and then runs into forest where many tall trees "
     "stand quietly while birds sing bright songs about morning light falling on river stones "
     "near small village people walk slowly to market carrying bread fruit cheese wine honey "
     "every day brings new stories told by old friends sitting together under warm sun"
 ).split()
 
-_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+# The mock's tokenizer: a word or a single punctuation mark is one token. The tokenizer a load tool is given
+# (eppkit.builds.inference_perf) is made from this rule and OUTPUT_WORDS, so both count alike.
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
 
 def count_tokens(text: str) -> int:
     """A tokenizer stand-in: words and punctuation marks each count one token."""
-    return len(_TOKEN_RE.findall(text))
+    return len(TOKEN_RE.findall(text))
 
 
 def prompt_tokens(text: str) -> list[str]:
-    return _TOKEN_RE.findall(text)
+    return TOKEN_RE.findall(text)
 
 
 def prompt_text_of(body: dict[str, Any]) -> str:
@@ -70,7 +72,7 @@ def sequence_seed(seed: int, prompt: str) -> str:
 def output_tokens(seed: int, prompt: str, n: int) -> list[str]:
     """``n`` output tokens for (seed, prompt); the first has no leading space."""
     rng = random.Random(sequence_seed(seed, prompt))
-    words = [rng.choice(_WORDS) for _ in range(n)]
+    words = [rng.choice(OUTPUT_WORDS) for _ in range(n)]
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
 
 

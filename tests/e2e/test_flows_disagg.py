@@ -155,6 +155,8 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
     assert streamed.status == 200 and whole.status == 200
     assert streamed.text == whole.text, "first-token streaming changed the text"
     assert len(streamed.tokens) == 10, "decode's duplicate first token was not stripped (or a token was lost)"
+    roles = [i for i, e in enumerate(streamed.events) if any("role" in (c.get("delta") or {}) for c in e.get("choices", []))]
+    assert roles == [0], "one role-only chunk opens the stream (vLLM's order); decode's own is not forwarded"
 
     check = TraceCheck(bed.jaeger.wait_for_trace(streamed.trace_id, DISAGG_SPANS))
     client_first_token = check.one(Client.REQUEST).event(Stream.FIRST_TOKEN)

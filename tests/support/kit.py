@@ -12,6 +12,7 @@ from eppkit import flows, modes
 from eppkit.components.ports import PortAllocator
 from eppkit.gateway import config as envoy_config
 from eppkit.modes.options import CommonOptions
+from eppkit.plan import ModePlan, PoolTarget
 from eppkit.topology import Topology
 
 
@@ -25,7 +26,17 @@ def plan_flow(topology: Topology, ports: PortAllocator, run_dir: Path) -> flows.
     """The topology's flow's plan, as its testbed makes it (checked first, pods on their own addresses
     where the mode says so)."""
     mode, flow = modes.check(topology)
-    return flow.plan(topology, ports, run_dir, mode.pod_addresses)
+    return flow.plan(topology, ports, run_dir, mode.watches_pool(mode.read_options(topology.options)))
+
+
+POOL_TARGET = PoolTarget("/run/bed/kubeconfig", "bed-ns")  # what a testbed hands a mode whose EPP watches a pool
+
+
+def plan_mode(topology: Topology, backends: list, pools: flows.FlowPlan | None = None) -> ModePlan:
+    """The mode's plan as its testbed makes it (a pool to watch, :data:`POOL_TARGET`, where the mode wants one)."""
+    mode = modes.get(topology.mode)
+    kube = POOL_TARGET if mode.watches_pool(mode.read_options(topology.options)) else None
+    return modes.plan(topology, PortAllocator(), backends, pools, kube)
 
 
 def expected(mode: str, flow: str, media_items: int = 0, backend_spans: str = expected_spans.FULL, **topology):

@@ -79,6 +79,9 @@ class FakeBed:
     def log_tails(self, lines=60):
         return "=== epp ===\nepp: address already in use"
 
+    def hops(self):
+        return []  # Envoy's record of each request: none here (tests/unit/test_hop.py reads real lines)
+
     def stop(self):
         self.stopped = True
 
@@ -198,7 +201,7 @@ def test_exit_code_is_1_on_a_regression_against_the_baseline(tmp_path, monkeypat
     for q in ("p50", "p90"):  # the baseline was much faster before the upstream
         baseline["scenarios"]["chat"]["modes"]["ext_proc"]["steps"]["gateway"][q] = 0.5
     for mode in baseline["scenarios"]["chat"]["modes"].values():  # fake runs' throughput is noise: ungate it
-        mode["throughput"]["requests_per_s"] = None
+        mode["throughput"]["requests_per_s"] = mode["throughput"]["output_tokens_per_s"] = None
     (tmp_path / "old.json").write_text(json.dumps(baseline))
     assert compare.main(_args(tmp_path, baseline=tmp_path / "old.json")) == compare.EXIT_REGRESSION
     assert "REGRESSIONS against" in capsys.readouterr().out
@@ -206,7 +209,8 @@ def test_exit_code_is_1_on_a_regression_against_the_baseline(tmp_path, monkeypat
     assert {r["metric"] for r in saved["baseline"]["regressions"]} == {"gateway.p50_ms", "gateway.p90_ms"}
 
 
-@pytest.mark.parametrize("kw", [{"requests": 0}, {"concurrency": 1000}, {"max_duration_s": 0}, {"modes": ("bogus",)}])
+@pytest.mark.parametrize("kw", [{"requests": 0}, {"concurrency": 1000}, {"max_duration_s": 0}, {"modes": ("bogus",)},
+                                {"slo": "ttft=fast"}, {"load_tool": "locust"}])
 def test_options_refuse_unbounded_runs(kw):
     with pytest.raises(ValueError):
         options(**kw).validate()
@@ -235,3 +239,21 @@ def test_every_picker_mode_runs_the_same_scorer_and_the_report_says_which(tmp_pa
 def test_compare_refuses_an_unknown_scorer_before_starting_anything():
     with pytest.raises(ValueError, match="choose one of"):
         options(scorer="least-queue").validate()
+
+
+def test_with_no_stream_flag_every_scenario_streams_as_it_says():
+    # --stream / --no-stream once shared a dest as two flags, and the first one's default (False) won: the stream
+    # scenario was not streamed at all, and TTFT, ITL and TPOT were never measured.
+    assert compare.options_from(kit.parse("compare")).stream is None
+    assert kit.parse("compare", "--stream").stream is True and kit.parse("compare", "--no-stream").stream is False
+
+
+def test_the_load_figures_and_objective_reach_the_report(tmp_path, monkeypatch):
+    _canned(tmp_path, monkeypatch)
+    assert compare.main(_args(tmp_path, slo="e2e=1s")) == compare.EXIT_OK
+    saved = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert saved["config"]["slo"] == "e2e=1s" and saved["config"]["load_tool"] == "none"
+    for result in saved["scenarios"]["chat"]["modes"].values():
+        assert result["load_metrics"]["goodput"]["slo"] == {"e2e": 1000.0}
+        assert result["load_metrics"]["itl"] is None, "not streamed: no token gaps"
+        assert "load_tool" not in result

@@ -79,7 +79,8 @@ def test_template_speaks_the_epp_protocol():
 def test_body_routing_puts_the_model_router_before_the_epp_and_a_pool_per_model():
     p, text = render("ext_proc", body_routing=True)
     assert arg(p.services[0].args, "--endpoints") == "vllm-0=127.0.0.1:18001@mock-llm,vllm-1=127.0.0.1:18002@other"
-    assert text.index("eppkit.body_router.reject") < text.index("envoy.filters.http.ext_proc")  # bad models never reach the EPP
+    filters = text[text.index("http_filters:"):]
+    assert filters.index("eppkit.body_router.reject") < filters.index("- name: envoy.filters.http.ext_proc")  # bad models never reach the EPP
     assert "- name: pool_mock-llm" in text and "- name: pool_other" in text
     routes = text[text.index("routes:"):text.index("clusters:")]
     assert routes.index("- name: picked") < routes.index("eppkit.body")  # a decision beats the per-model default

@@ -1,21 +1,20 @@
-"""The gaie-epp mode: the GAIE EPP v1.5.0's command line, its fake Kubernetes API, pods on their own addresses."""
+"""The gaie-epp mode: the GAIE EPP v1.5.0's command line, the pool it watches, pods on their own addresses."""
 
 from pathlib import Path
 
 import pytest
-from eppkit.services.fake_kube.__main__ import read_args
-
 from eppkit import modes
 from eppkit.builds import gaie as gaie_build
 from eppkit.components.ports import PortAllocator
 from eppkit.modes import gaie_epp
-from eppkit.plan import Endpoint
+from eppkit.plan import Endpoint, PoolTarget
 from eppkit.topology import Topology, VllmSpec
 from tests.support import kit
 
 pytestmark = pytest.mark.unit
 
 BACKENDS = [Endpoint("vllm-0", "127.0.0.2", 18000), Endpoint("vllm-1", "127.0.0.3", 18000)]
+POOL = PoolTarget("/run/bed/kubeconfig", "bed-ns", "vllm-pool")
 
 
 @pytest.fixture(autouse=True)
@@ -24,27 +23,26 @@ def built(monkeypatch):
 
 
 def plan(backends=BACKENDS, flow="aggregated", **options):
-    return modes.plan(Topology(mode="gaie-epp", flow=flow, options=options), PortAllocator(), backends)
+    return modes.plan(Topology(mode="gaie-epp", flow=flow, options=options), PortAllocator(), backends, kube=POOL)
 
 
 def flag(argv, name):
     return argv[argv.index(name) + 1]
 
 
-def test_the_fake_api_starts_first_with_one_pod_per_mock_and_the_pool_on_their_shared_port():
-    kube, epp = plan().services
-    assert (kube.name, kube.tier, kube.health_path) == (gaie_epp.KUBE_API, 0, "/health")
-    args = read_args(kube.args)
-    assert args.pod == ["vllm-0=127.0.0.2", "vllm-1=127.0.0.3"] and args.target_port == [18000]
-    assert (args.pool_name, args.namespace, args.kubeconfig_out) == (gaie_epp.POOL, gaie_epp.NAMESPACE, gaie_epp.KUBECONFIG)
-    assert epp.tier == 1 and epp.env["KUBECONFIG"] == args.kubeconfig_out
+def test_the_epp_watches_the_testbeds_pool_through_its_kubeconfig():
+    (epp,) = plan().services
+    assert (flag(epp.argv, "--pool-name"), flag(epp.argv, "--pool-namespace")) == (POOL.name, POOL.namespace)
+    assert epp.env["KUBECONFIG"] == POOL.kubeconfig
+    assert modes.get("gaie-epp").watches_pool(modes.options_for(Topology(mode="gaie-epp")))
+    with pytest.raises(ValueError, match="watches an InferencePool"):
+        modes.plan(Topology(mode="gaie-epp"), PortAllocator(), BACKENDS)
 
 
 def test_the_epp_gets_its_pool_its_ports_plaintext_and_otel_and_is_ready_on_grpc_health():
-    _, epp = plan().services
+    (epp,) = plan().services
     argv = epp.argv
     assert argv[0] == "/cache/gaie-epp/v1.5.0/epp"
-    assert (flag(argv, "--pool-name"), flag(argv, "--pool-namespace")) == (gaie_epp.POOL, gaie_epp.NAMESPACE)
     assert flag(argv, "--grpc-port") == str(epp.port) and epp.grpc_health_port == int(flag(argv, "--grpc-health-port"))
     assert "--secure-serving=false" in argv and "--metrics-endpoint-auth=false" in argv
     assert "--config-text" not in argv and "--config-file" not in argv  # the EPP's built-in default plugins
@@ -53,15 +51,13 @@ def test_the_epp_gets_its_pool_its_ports_plaintext_and_otel_and_is_ready_on_grpc
 
 
 def test_conformance_and_a_config_of_your_own():
-    assert "header-based-testing-filter" in flag(plan(conformance=True).services[1].argv, "--config-text")
-    assert flag(plan(epp_config="/x/epp.yaml").services[1].argv, "--config-file") == "/x/epp.yaml"
+    assert "header-based-testing-filter" in flag(plan(conformance=True).services[0].argv, "--config-text")
+    assert flag(plan(epp_config="/x/epp.yaml").services[0].argv, "--config-file") == "/x/epp.yaml"
     with pytest.raises(ValueError, match="give one"):
         plan(conformance=True, epp_config="/x/epp.yaml")
 
 
-def test_pods_that_do_not_share_a_port_or_a_disaggregated_flow_are_refused():
-    with pytest.raises(ValueError, match="share one target port"):
-        plan([Endpoint("a", "127.0.0.2", 1), Endpoint("b", "127.0.0.3", 2)])
+def test_a_disaggregated_flow_is_refused():
     with pytest.raises(ValueError, match="runs the aggregated flow"):
         modes.check(Topology(mode="gaie-epp", flow="pd"))
 

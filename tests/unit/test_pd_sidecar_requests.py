@@ -1,10 +1,11 @@
 """How the P/D sidecar derives encoder, prefill and decode requests from the client's."""
 
+import json
 import re
 
 import pytest
 from eppkit.services.pd_sidecar import requests as derive
-from eppkit.services.pd_sidecar.server import _has_content
+from eppkit.services.pd_sidecar.server import _first_chunk, _has_content, _is_role_only
 
 pytestmark = pytest.mark.unit
 
@@ -69,3 +70,23 @@ def test_seed_is_the_clients_or_a_new_one():
 ])
 def test_has_content_finds_token_events(event, expected):
     assert _has_content(event) is expected
+
+
+@pytest.mark.parametrize("event,expected", [
+    (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n', True),
+    (b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n', True),
+    (b'data: {"choices":[{"delta":{"role":"assistant","content":"A"}}]}\n\n', False),
+    (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False),
+    (b'data: {"error":{"message":"boom"}}\n\n', False),
+    (b"data: [DONE]\n\n", False),
+])
+def test_is_role_only_finds_the_opening_chunk(event, expected):
+    assert _is_role_only(event) is expected
+
+
+def test_prefills_token_opens_a_chat_stream_in_vllms_order():
+    events = _first_chunk({"id": "p", "created": 1, "model": "m"}, "A", "/v1/chat/completions").split(b"\n\n")
+    deltas = [json.loads(e[len(b"data: "):])["choices"][0]["delta"] for e in events if e]
+    assert deltas == [{"role": "assistant", "content": ""}, {"content": "A"}]
+    (text,) = [e for e in _first_chunk({"id": "p"}, "A", "/v1/completions").split(b"\n\n") if e]
+    assert json.loads(text[len(b"data: "):])["choices"][0]["text"] == "A"

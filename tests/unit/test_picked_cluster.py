@@ -36,7 +36,7 @@ def no_build(monkeypatch):
 def render(mode: str, **options) -> dict:
     if mode == "external-epp":
         options.setdefault("epp_address", "127.0.0.1:9002")
-    plan = modes.plan(Topology(mode=mode, options=options), PortAllocator(), BACKENDS)
+    plan = kit.plan_mode(Topology(mode=mode, options=options), BACKENDS)
     return yaml.safe_load(kit.render(mode, {**BASE_VARS, **plan.envoy_vars}))
 
 
@@ -104,4 +104,5 @@ def test_the_epp_sees_the_lb_namespace_both_ways(mode):
         Topology(mode=mode, options={"epp_address": "127.0.0.1:9"} if mode == "external-epp" else {}),
         PortAllocator(), BACKENDS).envoy_vars})
     assert f"receiving_namespaces: {{untyped: [{headers.LB_METADATA}]}}" in text
-    assert f"forwarding_namespaces: {{untyped: [{headers.LB_METADATA}]}}" in text
+    # and the subset hint's namespace on the way to it
+    assert f"forwarding_namespaces: {{untyped: [{headers.LB_METADATA}, {headers.SUBSET_METADATA}]}}" in text

@@ -51,3 +51,49 @@ def test_ttft_equals_the_first_token_event_offset_in_the_root_span(server):
     assert result.ttft_ms >= 50
     # exact to the nanosecond's rounding, however long the client took between its steps
     assert (event.timestamp - root.start_time) / 1e6 == pytest.approx(result.ttft_ms, abs=1e-5)
+
+
+class _PacedChat(BaseHTTPRequestHandler):
+    """vLLM's chat stream over HTTP/1.1 chunked (as vLLM and Envoy send it): a role-only chunk, then a token
+    every GAP_S, then a usage chunk and [DONE]."""
+
+    GAP_S = 0.03
+    protocol_version = "HTTP/1.1"
+
+    def _event(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers["content-length"]))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self._event(b'data: {"choices": [{"delta": {"role": "assistant", "content": ""}}]}\n\n')
+        for i, piece in enumerate(("a", " b", " c")):
+            if i:
+                time.sleep(self.GAP_S)
+            self._event(b'data: {"choices": [{"delta": {"content": "%s"}}]}\n\n' % piece.encode())
+        self._event(b'data: {"choices": [], "usage": {"completion_tokens": 3}}\n\ndata: [DONE]\n\n')
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, *args):
+        pass
+
+
+def test_token_gaps_are_the_content_chunks_arrivals_and_the_role_chunk_is_no_token():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _PacedChat)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        client = TracedClient(f"http://127.0.0.1:{srv.server_address[1]}", None)
+        result = client.chat({"model": "m", "stream": True})
+        client.close()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert result.tokens == ["a", " b", " c"] and len(result.token_times_s) == 3
+    assert result.first_token_s == result.token_times_s[0], "TTFT is the first content chunk's arrival"
+    gap_ms = _PacedChat.GAP_S * 1000
+    assert len(result.itl_ms) == 2 and all(gap_ms * 0.9 <= g < gap_ms + 25 for g in result.itl_ms), result.itl_ms
+    assert result.tpot_ms == pytest.approx(sum(result.itl_ms) / 2)

@@ -1,6 +1,7 @@
 """Failure injection (by flag rate and by x-mock-failure) and client cancellations."""
 
 import asyncio
+import json
 
 import aiohttp
 import pytest
@@ -96,7 +97,7 @@ def test_rate_100_percent_fails_every_request():
 
 
 async def _stream_until_broken(c, headers, timeout=5.0):
-    """Read a stream; return (data events seen, saw [DONE], error name or None, seconds)."""
+    """Read a stream; return (tokens seen: events with content, saw [DONE], error name or None, seconds)."""
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     events, done, error = 0, False, None
@@ -106,8 +107,8 @@ async def _stream_until_broken(c, headers, timeout=5.0):
             async for line in r.content:
                 if line.startswith(b"data: [DONE]"):
                     done = True
-                elif line.startswith(b"data: "):
-                    events += 1
+                elif line.startswith(b"data: "):  # the role-only chunk first (vLLM's order) is no token
+                    events += bool(((json.loads(line[6:]).get("choices") or [{}])[0].get("delta") or {}).get("content"))
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionError) as exc:
         error = type(exc).__name__
     return events, done, error, loop.time() - t0

@@ -53,6 +53,8 @@ def test_two_phase_flow_streams_first_token_before_metadata_then_decodes():
             t0 = loop.time()
             r = await c.post("/v1/chat/completions", data=body.__aiter__(), headers=HEADERS)
             headers_at = loop.time() - t0
+            role = await r.content.readline()  # vLLM's order: a role-only chunk, then the first token's
+            await r.content.readline()  # the blank line that ends it
             first = await r.content.readline()
             first_at = loop.time() - t0
             await asyncio.sleep(0.2)  # the EPP takes its time before part 2
@@ -61,11 +63,12 @@ def test_two_phase_flow_streams_first_token_before_metadata_then_decodes():
             body.send(mp.closing(B))
             body.end()
             rest = await r.text()
-            return r, headers_at, first, first_at, rest
+            return r, headers_at, role, first, first_at, rest
 
-    resp, headers_at, first, first_at, rest = run(go())
+    resp, headers_at, role, first, first_at, rest = run(go())
     assert resp.status == 200 and resp.headers["x-inference-pod"] == "vllm-0"
     assert 0.09 < headers_at < 0.2 and first_at < 0.2
+    assert json.loads(role[len(b"data: "):])["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert json.loads(first[len(b"data: "):])["choices"][0]["delta"]["content"]
     events = sse_events(rest)
     assert events[-1] == "[DONE]"

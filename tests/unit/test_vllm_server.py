@@ -77,7 +77,7 @@ def test_streaming_chat_sends_tokens_usage_and_done_with_real_step_times():
     assert events[-1] == "[DONE]"
     content = [e["choices"][0]["delta"].get("content") for e in events[:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
     assert len(content) == 6
-    assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}, "vLLM's order: a role-only chunk first"
     assert events[-3]["choices"][0]["finish_reason"] == "length"
     assert events[-2]["usage"]["completion_tokens"] == 6 and events[-2]["choices"] == []
 

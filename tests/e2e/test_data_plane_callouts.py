@@ -1,5 +1,6 @@
 """The data-plane checks of the Gateway API Inference Extension's conformance suite, ported (the
-idea, not their code) and run against every picker mode through a real Envoy:
+idea, not their code) and run against the callout modes through a real Envoy (the EPPs behind ext_proc
+get the whole conformance suite: test_conformance_suite.py):
 
 - the gateway follows the picker's pick: GAIE's test header ``test-epp-endpoint-selection`` forces
   it, and the pod that answers is the one named;
@@ -15,14 +16,13 @@ from eppkit.observability.contract import Cluster, Envoy, Service
 from eppkit.services.picker import headers
 
 from eppkit import TraceCheck
-from eppkit.modes import gaie_epp
+from eppkit.conformance.target import EPP_MODES
 from tests.support.reliability import (
     EPP_PROTOCOL_MODES,
     TRAITS,
     chat_body,
     envoy_stat,
     kill,
-    require_gaie_epp,
     topology,
     wait_for_cluster_health,
 )
@@ -34,10 +34,12 @@ VLLM = ("vllm-0", "vllm-1", "vllm-2")
 POD = "x-inference-pod"
 
 
-@pytest.fixture(params=EPP_PROTOCOL_MODES)
+# The picker modes whose picker is not an EPP behind ext_proc: the callouts.
+CALLOUT_MODES = tuple(m for m in EPP_PROTOCOL_MODES if m not in EPP_MODES)
+
+
+@pytest.fixture(params=CALLOUT_MODES)
 def mode(request) -> str:
-    if request.param == gaie_epp.MODE.name:
-        require_gaie_epp()
     return request.param
 
 
@@ -52,8 +54,6 @@ def test_the_gateway_follows_the_pick_and_reports_the_endpoint_that_served(eppki
         result = client.chat(chat_body(), headers={headers.TEST_ENDPOINT_SELECTION: address(bed, name)})
         assert (result.status, result.headers.get(POD)) == (200, name), result.body
         assert result.headers.get(headers.SERVED) == address(bed, name)
-    if bed.topology.options.get("conformance"):
-        return  # GAIE's conformance config: only forced picks are served (the unforced ones get 429)
     # Unforced: whatever the picker chose, the served endpoint is the pod that answered.
     served = {}
     for _ in range(4):
@@ -67,10 +67,7 @@ def test_a_pick_whose_primary_is_down_is_served_by_its_fallback(eppkit_testbed_f
     bed = eppkit_testbed_factory(topology(mode, vllm=VLLM))
     kill(bed, "vllm-0")
     pick = f"{address(bed, 'vllm-0')},{address(bed, 'vllm-2')}"
-    # GAIE's conformance config hands the list to max-score-picker, which breaks ties of equal scores at
-    # random: about half its lists start with the fallback, so it gets more requests and at least one retry.
-    ordered = mode != gaie_epp.MODE.name
-    n = 3 if ordered else 16
+    n = 3
     client = bed.client()
     retries_before = envoy_stat(bed, f"cluster.{Cluster.PICKED}.upstream_rq_retry")
     results = [client.chat(chat_body(), headers={headers.TEST_ENDPOINT_SELECTION: pick}) for _ in range(n)]
@@ -79,7 +76,7 @@ def test_a_pick_whose_primary_is_down_is_served_by_its_fallback(eppkit_testbed_f
         [(200, "vllm-2", address(bed, "vllm-2"))] * n, [r.body for r in results]
     # A request whose list starts with the dead primary tried it first: one retry, down the list.
     retries = envoy_stat(bed, f"cluster.{Cluster.PICKED}.upstream_rq_retry") - retries_before
-    assert retries == n if ordered else 1 <= retries <= n, retries
+    assert retries == n, retries
 
     trace = bed.jaeger.wait_for_trace(results[-1].trace_id, [Envoy.INGRESS, TRAITS[mode].upstream])
     check = TraceCheck(trace)

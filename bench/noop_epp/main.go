@@ -1,0 +1,91 @@
+// The floor of an EPP hop: an ext_proc server that answers every message at once, in the order Envoy asks,
+// and picks nothing but a fixed list (header, envoy.lb metadata and a route refresh on the request headers;
+// every body chunk echoed as a streamed mutation with its own end_of_stream). What Envoy's gRPC stream to
+// an EPP costs on this machine, with no EPP logic at all: bench/epp_hop.py measures EPPs as multiples of it.
+package main
+
+import (
+	"flag"
+	"io"
+	"log"
+	"net"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+const destination = "x-gateway-destination-endpoint"
+
+type noop struct {
+	pb.UnimplementedExternalProcessorServer
+	pick     string
+	metadata *structpb.Struct
+}
+
+func (n *noop) decision() *pb.ProcessingResponse {
+	mutation := &pb.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+		Header:       &corev3.HeaderValue{Key: destination, RawValue: []byte(n.pick)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}}
+	return &pb.ProcessingResponse{
+		Response: &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{
+			Response: &pb.CommonResponse{ClearRouteCache: true, HeaderMutation: mutation}}},
+		DynamicMetadata: n.metadata}
+}
+
+func echo(body *pb.HttpBody) *pb.BodyResponse {
+	return &pb.BodyResponse{Response: &pb.CommonResponse{BodyMutation: &pb.BodyMutation{
+		Mutation: &pb.BodyMutation_StreamedResponse{StreamedResponse: &pb.StreamedBodyResponse{
+			Body: body.Body, EndOfStream: body.EndOfStream}}}}}
+}
+
+func (n *noop) Process(stream pb.ExternalProcessor_ProcessServer) error {
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		var out *pb.ProcessingResponse
+		switch r := req.Request.(type) {
+		case *pb.ProcessingRequest_RequestHeaders:
+			out = n.decision()
+		case *pb.ProcessingRequest_RequestBody:
+			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestBody{RequestBody: echo(r.RequestBody)}}
+		case *pb.ProcessingRequest_RequestTrailers:
+			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestTrailers{RequestTrailers: &pb.TrailersResponse{}}}
+		case *pb.ProcessingRequest_ResponseHeaders:
+			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_ResponseHeaders{ResponseHeaders: &pb.HeadersResponse{}}}
+		case *pb.ProcessingRequest_ResponseBody:
+			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_ResponseBody{ResponseBody: echo(r.ResponseBody)}}
+		case *pb.ProcessingRequest_ResponseTrailers:
+			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_ResponseTrailers{ResponseTrailers: &pb.TrailersResponse{}}}
+		}
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
+func main() {
+	port := flag.String("port", "9002", "the port to listen on (127.0.0.1)")
+	pick := flag.String("pick", "", "the destination every request gets: host:port[,host:port...]")
+	flag.Parse()
+	metadata, err := structpb.NewStruct(map[string]any{"envoy.lb": map[string]any{destination: *pick}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	listener, err := net.Listen("tcp", "127.0.0.1:"+*port)
+	if err != nil {
+		log.Fatal(err)
+	}
+	server := grpc.NewServer(grpc.MaxRecvMsgSize(80<<20), grpc.MaxSendMsgSize(80<<20))
+	pb.RegisterExternalProcessorServer(server, &noop{pick: *pick, metadata: metadata})
+	healthpb.RegisterHealthServer(server, health.NewServer()) // "" SERVING
+	log.Printf("noop-epp on 127.0.0.1:%s, picking %s", *port, *pick)
+	log.Fatal(server.Serve(listener))
+}

@@ -1,0 +1,28 @@
+"""The conformance checks: one module per kind (data plane, protocol, tracing), each check a function
+registered with :func:`eppkit.conformance.checks.registry.check` (rules, statuses and levels: that module).
+Adding a check is one decorated function in one of these modules, plus the broken EPP that fails it
+(``python -m eppkit.services.echo_epp --misbehave``) in tests/e2e/test_conformance_suite.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+from eppkit.conformance.checks.registry import CHECKS, STATUSES, Check, Result
+
+__all__ = ["CHECKS", "STATUSES", "Check", "Result"]
+
+
+# The order they run in: the protocol first (a check of the data plane needs the protocol's to pass), then
+# the data plane, then tracing; any module added later runs after these.
+ORDER = ("protocol", "data_plane", "tracing")
+
+
+def _load_all() -> None:
+    found = [m.name for m in pkgutil.iter_modules(__path__) if m.name != "registry"]
+    for name in sorted(found, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
+        importlib.import_module(f"{__name__}.{name}")
+
+
+_load_all()

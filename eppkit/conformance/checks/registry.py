@@ -1,0 +1,92 @@
+"""The conformance checks: one registry entry each, in the manner of GAIE's conformance tests.
+
+A check judges one rule from Envoy's side (its access log, its ext_proc stats, what reached the backend,
+the trace), never from the EPP's word. It returns a :class:`Result`: ``pass``, ``fail`` (with the evidence
+and what to do), ``n/a`` (the rule cannot apply to this EPP, and why), or ``not run`` (a check it needs
+failed first: an EPP that breaks the reply order fails that check, not every check that sends a body).
+
+Each check names where its rule comes from (``source``) and how binding it is (``level``): ``must`` (the
+EPP protocol of the Gateway API Inference Extension says MUST, or Envoy refuses the request), ``should``
+(GAIE's conformance mechanisms and what a gateway relies on).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+from eppkit.core.registry import Registry
+
+PASS, FAIL, NOT_APPLICABLE, NOT_RUN = "pass", "fail", "n/a", "not run"
+STATUSES = (PASS, FAIL, NOT_APPLICABLE, NOT_RUN)
+MUST, SHOULD = "must", "should"
+DATA_PLANE, PROTOCOL, TRACING = "data plane", "protocol", "tracing"
+# Where the rules come from (named once; the report links them).
+PROTOCOL_DOC = "GAIE EPP protocol (docs/proposals/004-endpoint-picker-protocol)"
+GAIE_CONFORMANCE = "GAIE conformance suite (conformance/tests)"
+ENVOY_EXT_PROC = "Envoy ext_proc, FULL_DUPLEX_STREAMED (ext_proc.proto)"
+
+
+@dataclass
+class Result:
+    status: str
+    message: str
+    evidence: list[str] = field(default_factory=list)  # Envoy's own words: log lines, stats, what arrived
+    seconds: float = 0.0
+
+
+def passed(message: str, evidence: list[str] | None = None) -> Result:
+    return Result(PASS, message, evidence or [])
+
+
+def failed(message: str, evidence: list[str] | None = None) -> Result:
+    return Result(FAIL, message, evidence or [])
+
+
+def not_applicable(why: str) -> Result:
+    return Result(NOT_APPLICABLE, why)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # the check's id: stable, kebab-case (reports and pytest ids use it)
+    title: str
+    category: str
+    level: str
+    source: str
+    order: int
+    run: Callable[..., Result]  # (harness) -> Result
+    needs: tuple[str, ...] = ()  # checks whose failure leaves this one not run
+
+    @property
+    def doc(self) -> str:
+        return (self.run.__doc__ or "").strip()
+
+
+CHECKS: Registry[Check] = Registry("conformance check")
+_order = iter(range(10_000))
+
+
+def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
+          needs: tuple[str, ...] = ()) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+    """Register the decorated function (``harness -> Result``) as check ``name``."""
+
+    def register(fn: Callable[..., Result]) -> Callable[..., Result]:
+        CHECKS.register(Check(name, title, category, level, source, next(_order), fn, needs))
+        return fn
+
+    return register
+
+
+def evidence_of(hop) -> str:
+    """One request as Envoy logged it, the fields a reader needs (eppkit.gateway.hop)."""
+    if hop is None:
+        return "Envoy logged no line for this request"
+    fields = {k: hop[k] for k in ("code", "details", "flags", "route", "upstream", "destination",
+                                  "destination_header", "served") if hop[k] not in (None, "", "-")}
+    statuses = hop.call_statuses()
+    if statuses:
+        fields["ext_proc call status"] = statuses
+    fields["phases (ms)"] = hop.phases()
+    return "Envoy's access log: " + json.dumps(fields, separators=(", ", ": "))

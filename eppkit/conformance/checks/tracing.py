@@ -1,0 +1,65 @@
+"""Tracing: the EPP's spans, if it makes any, join Envoy's trace through the gRPC metadata.
+
+Envoy traces its ext_proc call and puts the trace context (``traceparent``) into the gRPC stream's metadata;
+an EPP that extracts it makes its spans children of Envoy's call, so one request is one trace. An EPP that
+does not starts a trace of its own per request (GAIE EPP v1.5.0 does; llm-d-router #2828): its time then
+sits in a trace nobody finds from the request.
+"""
+
+from __future__ import annotations
+
+from eppkit.conformance.checks.registry import SHOULD, TRACING, check, failed, not_applicable, passed
+from eppkit.core.polling import PollTimeout, poll
+from eppkit.observability import expected_spans as ex
+from eppkit.observability.contract import Service
+
+# Services of the kit's testbed around the EPP, never the EPP itself.
+AROUND = {Service.CLIENT, Service.ENVOY, Service.VLLM, Service.PD_SIDECAR, Service.ENCODER}
+NEEDS = ("reply-order", "streamed-body-mutations", "end-of-stream")
+EXPORT_WAIT_S = 7.0  # OTel SDKs export in batches every 5 s by default
+
+
+@check("trace-context", "the EPP's spans join Envoy's trace", category=TRACING, level=SHOULD, needs=NEEDS,
+       source="W3C trace context in the ext_proc gRPC metadata (Envoy's tracer)")
+def trace_context(h):
+    """One request: spans of the EPP under Envoy's ext_proc call span pass; spans of a trace of its own (found
+    by the request's time) fail; no spans at all: not applicable."""
+    bed = h.bed()
+    result = h.chat(bed)
+    call = ex.picker_call(bed.mode)
+    trace = bed.wait_for_trace(result, [ex.ROOT, call] if call else [ex.ROOT], timeout_s=10)
+
+    def joined_spans(found):
+        calls = call.find(found) if call else []
+        return [s for s in found.spans if s.service not in AROUND and any(s.is_descendant_of(c) for c in calls)]
+
+    try:  # an EPP's exporter batches its spans (OTel's default: every 5 s)
+        trace = poll(lambda: bed.jaeger.get_trace(trace.trace_id), until=lambda t: t is not None and joined_spans(t),
+                     timeout_s=EXPORT_WAIT_S, interval_s=0.3, describe="the EPP's spans under Envoy's call")
+    except PollTimeout:
+        pass
+    joined = joined_spans(trace)
+    if joined:
+        return passed(f"{len(joined)} span(s) of {joined[0].service!r} under Envoy's call",
+                      [f"{s.service}:{s.name} under {s.parent.label} in trace {trace.trace_id}" for s in joined[:5]])
+    jaeger = bed.jaeger
+    window = (trace.start_us - 1_000_000, trace.end_us + 2_000_000)
+
+    def own_spans():
+        found = []
+        for service in set(jaeger.services()) - AROUND - {s.service for s in trace.spans}:
+            found += [s for s in jaeger.spans_between(service, *window) if s.trace_id != trace.trace_id]
+        return found
+
+    try:
+        elsewhere = poll(own_spans, timeout_s=2, interval_s=0.5, describe="the EPP's spans in other traces")
+    except PollTimeout:
+        elsewhere = []
+    if elsewhere:
+        return failed(f"the EPP's spans ({elsewhere[0].service}:{elsewhere[0].name}) start a trace of their own: "
+                      "extract the W3C trace context from the ext_proc stream's gRPC metadata (traceparent) and "
+                      "start the EPP's span as its child.",
+                      [f"{s.service}:{s.name} in trace {s.trace_id}, the request's is {trace.trace_id}"
+                       for s in elsewhere[:5]])
+    return not_applicable("the EPP exported no spans to the testbed's Jaeger (it gets the standard OTel "
+                          "environment: OTLP over gRPC to the testbed's Jaeger)")

@@ -1,0 +1,126 @@
+"""What the checks drive: the EPP's testbeds (one per variant, started once), requests through Envoy, and
+Envoy's own record of each request (its access-log line, its ext_proc stats, the trace).
+
+A check asks for a testbed by variant (``bed("responses", epp_process_response=True)``); the harness starts
+each variant once and stops them all at the end. Every request has a bound (``request_timeout_s``): an
+EPP that never answers makes a check fail with Envoy's evidence, never hangs the suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import requests
+
+from eppkit.conformance.target import Target
+from eppkit.core.polling import PollTimeout, poll
+from eppkit.gateway.hop import Hop
+from eppkit.observability.client import ClientResult
+from eppkit.services.pod_headers import HEADER_BODY_SHA256, HEADER_POD
+from eppkit.topology import Topology
+
+MakeBed = Callable[[Topology], Any]  # a started testbed of a topology (the plugin's factory, or create().start())
+
+
+class Harness:
+    def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = 8.0):
+        self.target = target
+        self.make_bed = make_bed
+        self.request_timeout_s = request_timeout_s
+        self._beds: dict[str, Any] = {}
+        self._clients: dict[int, Any] = {}
+
+    # -- testbeds ---------------------------------------------------------------------------------------
+    def bed(self, variant: str = "base", **options: Any):
+        """The EPP's testbed of ``variant`` (started on first use): the target's topology with ``options``."""
+        key = f"{variant}:{json.dumps(options, sort_keys=True, default=str)}"
+        if key not in self._beds:
+            self._beds[key] = self.make_bed(self.target.topology(**options))
+        return self._beds[key]
+
+    def forced_bed(self, variant: str = "forced", **options: Any):
+        """A testbed whose EPP honours GAIE's test header (the target's test_header_options)."""
+        return self.bed(variant, **{**self.target.test_header_options, **options})
+
+    def beds(self) -> list:
+        return list(self._beds.values())
+
+    def stop(self) -> None:
+        for client in self._clients.values():
+            try:
+                client.close()
+            except Exception:
+                pass
+        self._clients.clear()
+        self._beds.clear()  # the maker (a factory, or the suite's own create()) stops them
+
+    # -- requests -----------------------------------------------------------------------------------------
+    def client(self, bed):
+        if id(bed) not in self._clients:
+            self._clients[id(bed)] = bed.client(pool_size=32)
+        return self._clients[id(bed)]
+
+    def chat(self, bed, *, headers: dict[str, str] | None = None, stream: bool = False, max_tokens: int = 2,
+             prompt: str = "hello there", raw_body: bytes | None = None) -> ClientResult:
+        body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": max_tokens, "stream": stream}
+        return self.client(bed).chat(body, headers=headers, timeout_s=self.request_timeout_s, raw_body=raw_body)
+
+    def get(self, bed, path: str = "/v1/models", headers: dict[str, str] | None = None) -> ClientResult:
+        return self.client(bed).chat(None, path=path, method="GET", headers=headers, timeout_s=self.request_timeout_s)
+
+    def concurrently(self, bed, n: int, fn: Callable[[], ClientResult]) -> list[ClientResult]:
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            return list(pool.map(lambda _: fn(), range(n)))
+
+    def hop(self, bed, result: ClientResult, timeout_s: float = 3.0) -> Hop | None:
+        """Envoy's record of the request (None when Envoy logged none within ``timeout_s``)."""
+        try:
+            return bed.hop(result, timeout_s=timeout_s)
+        except PollTimeout:
+            return None
+
+    # -- Envoy's and the pool's side ------------------------------------------------------------------------
+    def stats(self, bed, prefix: str = "http.ingress.ext_proc.") -> dict[str, int]:
+        """Envoy's counters under ``prefix`` (its ext_proc filter's by default)."""
+        text = requests.get(f"{bed.envoy_admin_url}/stats?filter=^{re.escape(prefix)}", timeout=5).text
+        return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+): (\d+)$", text, re.M)}
+
+    def wait_epp_unhealthy(self, bed, timeout_s: float = 10.0) -> None:
+        """Until Envoy's active health check marks the EPP down (fail-open needs Envoy to know first)."""
+
+        def seen() -> bool:
+            text = requests.get(bed.envoy_admin_url + "/clusters", timeout=5).text
+            return any(line.startswith("epp::") and "::health_flags::" in line and "failed_active_hc" in line
+                       for line in text.splitlines())
+
+        poll(seen, timeout_s=timeout_s, interval_s=0.1, describe="Envoy marking the EPP unhealthy")
+
+    @staticmethod
+    def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+        return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+    @staticmethod
+    def address(bed, pod: str) -> str:
+        return next(ep.address for ep in bed.backends if ep.name == pod)
+
+    @staticmethod
+    def pod_of(bed, address: str) -> str | None:
+        return next((ep.name for ep in bed.backends if ep.address == address), None)
+
+    @staticmethod
+    def served_by(result: ClientResult) -> str | None:
+        return result.headers.get(HEADER_POD)
+
+    @staticmethod
+    def body_digest(result: ClientResult) -> str | None:
+        """The sha256 of the body the backend received (the mock says it)."""
+        return result.headers.get(HEADER_BODY_SHA256)
+
+    @staticmethod
+    def digest(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,98 @@
+"""Running the checks against one EPP: in order, a check whose needs failed not run, every testbed stopped after."""
+
+from __future__ import annotations
+
+import platform
+import time
+import traceback
+from dataclasses import asdict
+from importlib import metadata
+from typing import Any, Callable, Iterable
+
+from eppkit.conformance.checks import CHECKS, Check, Result
+from eppkit.conformance.checks.registry import FAIL, NOT_RUN
+from eppkit.conformance.harness import Harness, MakeBed
+from eppkit.conformance.target import Target
+from eppkit.gateway import hop as hop_mod
+from eppkit.observability import steps
+
+SCHEMA = "eppkit.conformance/1"  # the report's format; bumped when a field changes meaning
+
+
+def selected(only: Iterable[str] = (), categories: Iterable[str] = ()) -> list[Check]:
+    """The checks to run: every one, or those named (ValueError naming the known ones for a wrong name)."""
+    only, categories = list(only), list(categories)
+    for name in only:
+        CHECKS.get(name)
+    return [c for c in CHECKS.all() if (not only or c.name in only) and (not categories or c.category in categories)]
+
+
+def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Result:
+    blocked = [n for n in check.needs if n in results and results[n].status == FAIL]
+    if blocked:
+        return Result(NOT_RUN, f"not run: it needs {', '.join(blocked)}, which failed")
+    started = time.monotonic()
+    try:
+        result = check.run(harness)
+    except Exception as exc:  # a check's own error is its failure, with what happened, not the suite's end
+        result = Result(FAIL, f"the check could not complete: {type(exc).__name__}: {exc}",
+                        [line for line in traceback.format_exc().splitlines()[-6:]])
+    result.seconds = round(time.monotonic() - started, 2)
+    return result
+
+
+def hop_summary(beds: Iterable[Any]) -> dict[str, dict]:
+    """Every served request's EPP hop, phase by phase (p50/p90/n in ms), as Envoy recorded them."""
+    values: dict[str, list[float]] = {}
+    for bed in beds:
+        for hop in bed.hops():
+            if hop.code == 200:
+                for phase, ms in hop.phases().items():
+                    values.setdefault(phase, []).append(ms)
+    return {phase: steps.summarize(values[phase]) for phase in hop_mod.PHASES if phase in values}
+
+
+def versions(beds: list) -> dict[str, str]:
+    """Python's, eppkit's and the testbeds' Envoy's versions (the report names what judged)."""
+    try:
+        kit = metadata.version("eppkit")
+    except metadata.PackageNotFoundError:
+        kit = "unknown"
+    out = {"python": platform.python_version(), "eppkit": kit}
+    envoy = next((bed.envoy_binary for bed in beds if getattr(bed, "envoy_binary", None)), None)
+    if envoy is not None:
+        out["envoy"] = envoy.version
+    return out
+
+
+def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None, runtime: str = "local",
+        on_result: Callable[[Check, Result], None] | None = None, request_timeout_s: float = 8.0) -> dict:
+    """Every check against ``target``; the report (a dict: :func:`eppkit.conformance.report.write` writes it)."""
+    harness = Harness(target, make_bed, request_timeout_s=request_timeout_s)
+    checks = checks if checks is not None else CHECKS.all()
+    results: dict[str, Result] = {}
+    started = time.monotonic()
+    try:
+        for check in checks:
+            results[check.name] = run_check(check, harness, results)
+            if on_result is not None:
+                on_result(check, results[check.name])
+        hops = hop_summary(harness.beds())
+        judged_by = versions(harness.beds())
+    finally:
+        harness.stop()
+    counts = {status: sum(1 for r in results.values() if r.status == status) for status in
+              sorted({r.status for r in results.values()})}
+    return {
+        "schema": SCHEMA,
+        "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+        "epp": target.describe(),
+        "runtime": runtime,
+        "versions": judged_by,
+        "summary": counts,
+        "verdict": "conforms" if not counts.get(FAIL) else "does not conform",
+        "wall_s": round(time.monotonic() - started, 1),
+        "checks": [{"id": c.name, "title": c.title, "category": c.category, "level": c.level, "source": c.source,
+                    "rule": c.doc, **asdict(results[c.name])} for c in checks if c.name in results],
+        "hop": hops,
+    }

@@ -1,0 +1,121 @@
+"""The EPP hop phase by phase, from Envoy's own record of each request: any EPP, traced or not.
+
+Every testbed's Envoy writes one JSON line per request into its log (envoy/base.yaml.j2): where the
+request went, Envoy's timeline of it (µs from its first byte: request end, upstream start, first
+response byte, ...) and, with ext_proc, the filter's per-phase record of the gRPC exchange with the EPP
+(``FILTER_STATE(envoy.filters.http.ext_proc:TYPED)``: latency, call status, replies, bytes).
+
+What the ext_proc latencies mean in FULL_DUPLEX_STREAMED (measured on Envoy 1.40, checked against
+Envoy's debug log and the EPP's own spans): Envoy restarts its timer on every message it sends, so for
+an EPP that reads the whole body before it answers (the kit's, GAIE's), ``request_header_latency_us`` is
+*end of the request body → the decision arrived* and ``request_body_max_latency_us`` is *end of the body
+→ the body released*; for a request without a body (GET) the first is a true round trip. Envoy 1.36
+records no request-body phase in this mode (1.37 on does). ``total`` latencies add up overlapping
+intervals: the phases below use the maxima.
+
+The phases (:meth:`Hop.phases`, ms):
+
+| phase | from Envoy's record | meaning |
+|---|---|---|
+| ``upload`` | request end | the client's request (headers and body) into Envoy |
+| ``hold`` | upstream start − request end | what Envoy waited between the end of the request and the upstream's start: the EPP hop (and any filter's) |
+| ``epp_decision`` | request_header_latency | the EPP's answer to the headers (its decision), after the body ended |
+| ``epp_release`` | request_body_max_latency | the EPP's last body reply (the body handed back), after the body ended |
+| ``epp_response_headers`` | response_header_latency | the EPP's answer to the response headers (response processing) |
+| ``epp_response_body`` | response_body_max_latency | the slowest answer to one response body chunk |
+| ``upstream`` | upstream first byte − upstream start | the backend's time to its first response byte |
+| ``response`` | response end − response start | the response to the client |
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+MARKER = "eppkit_hop"  # the key that marks a hop line among Envoy's log lines
+# (phase, the timeline point it ends at, the point it starts at) for the phases read off Envoy's timeline.
+_TIMELINE = (("upload", "request_end_us", None), ("hold", "upstream_start_us", "request_end_us"),
+             ("upstream", "upstream_first_byte_us", "upstream_start_us"),
+             ("response", "response_end_us", "response_start_us"))
+# (phase, the ext_proc filter state's field) for the phases of the EPP hop itself.
+_EXT_PROC = (("epp_decision", "request_header_latency_us"), ("epp_release", "request_body_max_latency_us"),
+             ("epp_response_headers", "response_header_latency_us"),
+             ("epp_response_body", "response_body_max_latency_us"))
+PHASES = tuple(name for name, *_ in _TIMELINE[:2]) + tuple(name for name, _ in _EXT_PROC) + \
+    tuple(name for name, *_ in _TIMELINE[2:])
+# ext_proc's call status fields: a gRPC status per phase (0 OK; 9 FAILED_PRECONDITION: a spurious reply; 14: down).
+CALL_STATUS = ("request_header_call_status", "request_body_last_call_status", "request_trailer_call_status",
+               "response_header_call_status", "response_body_last_call_status", "response_trailer_call_status")
+
+
+def _number(value: Any) -> float | None:
+    if value is None or value == "" or value == "-":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Hop:
+    """One request as Envoy's access log records it (the line's fields as they are, numbers as numbers)."""
+
+    fields: dict[str, Any]
+    ext_proc: dict[str, Any] = field(default_factory=dict)  # the filter state; {} in modes without ext_proc
+
+    @property
+    def trace_id(self) -> str:
+        parts = str(self.fields.get("traceparent") or "").split("-")
+        return parts[1] if len(parts) == 4 else ""
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields.get(key)
+
+    @property
+    def code(self) -> int:
+        return int(_number(self.fields.get("code")) or 0)
+
+    def phases(self) -> dict[str, float]:
+        """The request's phases in ms (module doc); a phase Envoy did not record is left out."""
+        out: dict[str, float] = {}
+        for name, end, start in _TIMELINE:
+            until = _number(self.fields.get(end))
+            since = 0.0 if start is None else _number(self.fields.get(start))
+            if until is not None and since is not None:
+                out[name] = max(0.0, until - since) / 1000
+        for name, key in _EXT_PROC:
+            value = _number(self.ext_proc.get(key))
+            if value is not None:
+                out[name] = value / 1000
+        return {name: round(out[name], 3) for name in PHASES if name in out}
+
+    def call_statuses(self) -> dict[str, int]:
+        """ext_proc's gRPC status per phase that had a call (0: OK)."""
+        return {k: int(self.ext_proc[k]) for k in CALL_STATUS if _number(self.ext_proc.get(k)) is not None}
+
+    def describe(self) -> str:
+        """One line: the phases and what Envoy says about the request."""
+        phases = "  ".join(f"{k} {v:.2f}" for k, v in self.phases().items())
+        return f"{self.fields.get('code')} {self.fields.get('details')} route={self.fields.get('route')}  {phases} (ms)"
+
+
+def parse(line: str) -> Hop | None:
+    """A hop from one log line; None for any other line."""
+    line = line.strip()
+    if not line.startswith("{") or MARKER not in line:
+        return None
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or MARKER not in data:
+        return None
+    ext_proc = data.pop("ext_proc", None)
+    return Hop(data, ext_proc if isinstance(ext_proc, dict) else {})
+
+
+def read(lines: Iterable[str]) -> list[Hop]:
+    """Every hop among ``lines`` (an Envoy log), oldest first."""
+    return [hop for hop in map(parse, lines) if hop is not None]

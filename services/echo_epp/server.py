@@ -1,0 +1,179 @@
+"""The echo EPP's ext_proc server (grpc.aio): every message answered at once, in the order Envoy asked."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import AsyncIterator
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from eppkit.observability import otel
+from eppkit.observability.contract import EchoEpp, Epp, Http, Rpc
+from eppkit.services.epp import protocol
+from eppkit.services.picker import headers
+from eppkit.services.runner import until_stopped
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+log = logging.getLogger("echo-epp")
+MAX_MESSAGE_BYTES = 80 * 1024 * 1024
+# What the protocol check of the served endpoint reads back (GAIE's conformance EPP writes the same).
+SERVED_ECHO = "x-conformance-test-served-endpoint"
+
+
+class Pool:
+    """``ip:port`` endpoints in order; round robin over those a request may have."""
+
+    def __init__(self, endpoints: list[str]):
+        self.endpoints = endpoints
+        self._turn = itertools.count()
+
+    def pick(self, allowed: list[str], max_fallbacks: int) -> list[str]:
+        if not allowed:
+            return []
+        start = next(self._turn) % len(allowed)
+        ordered = allowed[start:] + allowed[:start]
+        return ordered[: 1 + max_fallbacks]
+
+
+def forced(pool: Pool, value: str) -> list[str]:
+    """GAIE's test header: "ip" or "ip:port" entries, in order, without repeats."""
+    out: list[str] = []
+    for item in (v.strip() for v in value.split(",") if v.strip()):
+        for ep in pool.endpoints:
+            if (ep == item or ep.rpartition(":")[0] == item) and ep not in out:
+                out.append(ep)
+    return out
+
+
+class EchoProcessor(pb_grpc.ExternalProcessorServicer):
+    def __init__(self, pool: Pool, tracer: trace.Tracer, *, misbehave: str = "none", max_fallbacks: int = 2,
+                 shed_header: str = ""):
+        self.pool, self.tracer, self.misbehave = pool, tracer, misbehave
+        self.max_fallbacks, self.shed_header = max_fallbacks, shed_header
+        self._streams = 0
+
+    def decide(self, request_headers: dict[str, str], subset: tuple[str, ...] | None) -> pb.ProcessingResponse:
+        """The decision on the request headers: 429 to shed, 503 when no endpoint fits, else the pick."""
+        if self.shed_header and self.shed_header in request_headers:
+            return protocol.immediate_response(429, f"request shed ({self.shed_header})", code="shed")
+        allowed = [ep for ep in self.pool.endpoints if subset is None or ep in subset]
+        test = request_headers.get(headers.TEST_ENDPOINT_SELECTION)
+        picked = [ep for ep in forced(self.pool, test) if ep in allowed] if test else \
+            self.pool.pick(allowed, self.max_fallbacks)
+        if not picked:
+            return protocol.immediate_response(503, "no endpoint available for this request", code="no_endpoint")
+        value = ",".join(picked)
+        header_value = self.pool.endpoints[-1] if self.misbehave == "destination-mismatch" else value
+        if self.misbehave == "destination-mismatch" and header_value == value:
+            header_value = self.pool.endpoints[0]
+        return protocol.headers_response({headers.DESTINATION: header_value}, clear_route_cache=True,
+                                         metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: value}})
+
+    def echo(self, body: pb.HttpBody, *, response_path: bool = False, first: bool = False) -> pb.ProcessingResponse:
+        msg = pb.ProcessingResponse()
+        target = msg.response_body if response_path else msg.request_body
+        data = body.body
+        if not response_path and first and self.misbehave == "change-body":
+            data = data.replace(b" ", b"", 1)
+        if not response_path and self.misbehave == "buffered-body-mutation":
+            target.response.body_mutation.body = data
+            return msg
+        target.response.body_mutation.streamed_response.body = data
+        keep_eos = response_path or self.misbehave != "drop-end-of-stream"
+        target.response.body_mutation.streamed_response.end_of_stream = body.end_of_stream and keep_eos
+        return msg
+
+    async def Process(self, requests: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 (gRPC's name)
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
+        # one-stream counts requests in their request phase (headers to the body's end): a stream that is
+        # still closing after its response cannot fail the next request of a sequential client.
+        if self.misbehave == "one-stream" and self._streams:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the echo EPP (one-stream) serves one stream")
+        self._streams += 1
+        counted = True
+
+        def request_done() -> None:
+            nonlocal counted
+            if counted:
+                self._streams -= 1
+                counted = False
+        parent = None if self.misbehave == "own-trace" else otel.extract(dict(context.invocation_metadata()))
+        span = self.tracer.start_span(EchoEpp.PROCESS, context=parent, kind=SpanKind.SERVER, attributes={
+            Rpc.SYSTEM: "grpc", Rpc.SERVICE: protocol.EXT_PROC_SERVICE, Rpc.METHOD: "Process",
+            EchoEpp.MISBEHAVIOUR: self.misbehave})
+        try:
+            held: pb.ProcessingResponse | None = None  # reply-out-of-order: the headers reply, sent late
+            subset: tuple[str, ...] | None = None
+            served = ""
+            first_body = True
+            async for request in requests:
+                kind = request.WhichOneof("request")
+                if kind in ("request_headers", "request_body"):
+                    subset = protocol.subset_hint(request) or subset
+                if kind == "request_headers":
+                    found = protocol.header_map(request.request_headers.headers)
+                    span.set_attribute(Http.REQUEST_METHOD, found.get(":method", ""))
+                    span.set_attribute(Http.URL_PATH, found.get(":path", ""))
+                    reply = self.decide(found, subset)
+                    if reply.HasField("request_headers"):
+                        decision = reply.dynamic_metadata.fields[protocol.METADATA_NAMESPACE].struct_value
+                        span.set_attribute(Epp.ENDPOINT, decision.fields[protocol.METADATA_KEY].string_value)
+                    if reply.HasField("immediate_response"):
+                        span.set_attribute(Epp.REASON, reply.immediate_response.details)
+                        yield reply
+                        return
+                    if request.request_headers.end_of_stream and self.misbehave == "wait-for-body":
+                        continue  # a body never comes: the request hangs, as such an EPP's would
+                    if self.misbehave == "reply-out-of-order" and not request.request_headers.end_of_stream:
+                        held = reply
+                        continue
+                    if request.request_headers.end_of_stream:
+                        request_done()
+                    yield reply
+                elif kind == "request_body":
+                    if request.request_body.end_of_stream:
+                        request_done()
+                    yield self.echo(request.request_body, first=first_body)
+                    first_body = False
+                    if held is not None:
+                        yield held
+                        held = None
+                elif kind == "request_trailers":
+                    yield protocol.trailers_response()
+                elif kind == "response_headers":
+                    namespace = request.metadata_context.filter_metadata.get(protocol.METADATA_NAMESPACE)
+                    if namespace is not None and headers.SERVED in namespace.fields:
+                        served = namespace.fields[headers.SERVED].string_value
+                    yield protocol.headers_response({SERVED_ECHO: served} if served else None, response_path=True)
+                elif kind == "response_body":
+                    if self.misbehave == "stall-response":
+                        continue
+                    yield self.echo(request.response_body, response_path=True)
+                elif kind == "response_trailers":
+                    yield protocol.trailers_response(response_path=True)
+        finally:
+            request_done()
+            span.end()
+
+
+async def serve(host: str, port: int, pool: Pool, tracer: trace.Tracer, *, misbehave: str, max_fallbacks: int,
+                shed_header: str) -> None:
+    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    pb_grpc.add_ExternalProcessorServicer_to_server(
+        EchoProcessor(pool, tracer, misbehave=misbehave, max_fallbacks=max_fallbacks, shed_header=shed_header), server)
+    health_servicer = health.aio.HealthServicer()
+    for service in ("",) if misbehave == "no-health-services" else protocol.HEALTH_SERVICES:
+        await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if server.add_insecure_port(f"{host}:{port}") == 0:
+        raise OSError(f"cannot bind {host}:{port}")
+    await server.start()
+    log.info("echo-epp listening on grpc://%s:%d (%d endpoints, misbehaviour: %s)", host, port, len(pool.endpoints),
+             misbehave)
+    await until_stopped()
+    await server.stop(1.0)

@@ -1,0 +1,61 @@
+"""`eppkit conformance` against every EPP the kit can host, through the real Envoy, on both runtimes.
+
+The kit's own EPP (ext_proc, sidecar, and started as an EPP of your own) conforms; GAIE's EPP v1.5.0 gets a
+verdict whose failures are its known deviations, each named with Envoy's evidence, never a crash or a
+timeout of the suite. The broken EPPs that prove each check: test_conformance_fixtures.py.
+"""
+
+from __future__ import annotations
+
+import json
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from eppkit.conformance import report as rp
+from eppkit.conformance.suite import SCHEMA, run
+from eppkit.conformance.target import Target
+from tests.support.reliability import KIT_EPP_COMMAND, require_gaie_epp
+
+pytestmark = pytest.mark.e2e
+
+
+def failures(report: dict) -> dict[str, str]:
+    return {c["id"]: c["message"] for c in report["checks"] if c["status"] == "fail"}
+
+
+@pytest.mark.parametrize("target", [
+    Target("ext_proc"),
+    Target("sidecar"),
+    Target("external-epp", {"epp_command": KIT_EPP_COMMAND}, shed_header="x-eppkit-shed: 1"),
+], ids=["ext_proc", "sidecar", "external-epp"])
+def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, eppkit_runtime, target, tmp_path):
+    report = run(target, eppkit_testbed_factory, runtime=eppkit_runtime)
+    assert report["verdict"] == "conforms", rp.text(report)
+    assert {c["status"] for c in report["checks"]} == {"pass"}, rp.text(report)
+    # The EPP hop as Envoy recorded it: the decision and the release after the body, before the upstream.
+    assert {"hold", "epp_decision", "epp_release", "upstream"} <= set(report["hop"]), report["hop"]
+    paths = rp.write(report, tmp_path)
+    assert json.loads(paths["json"].read_text())["schema"] == SCHEMA
+    suite = ET.fromstring(paths["junit"].read_text())
+    assert suite.get("tests") == str(len(report["checks"])) and suite.get("failures") == "0"
+    assert "conforms" in paths["html"].read_text()
+    assert report["versions"]["envoy"] and report["versions"]["eppkit"]
+
+
+def test_gaie_epp_gets_a_verdict_with_each_deviation_named_and_evidenced(eppkit_testbed_factory, eppkit_runtime):
+    require_gaie_epp()
+    report = run(Target("gaie-epp"), eppkit_testbed_factory, runtime=eppkit_runtime)
+    found = failures(report)
+    # GAIE EPP v1.5.0, read from its source (pkg/epp/handlers, requestcontrol/candidates.go):
+    assert set(found) == {
+        "bodies-byte-for-byte",  # it re-encodes the JSON body (json.Marshal of the parsed map)
+        "subset-string",  # a subset hint that is not a list is ignored: it picks from every pod
+        "trace-context",  # its span is a new root on every request: it reads no trace context
+    }, rp.text(report)
+    evidence = {c["id"]: c["evidence"] for c in report["checks"]}
+    assert any("backend received" in line for line in evidence["bodies-byte-for-byte"])
+    assert any("gaie-epp:gateway.request" in line for line in evidence["trace-context"])
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses["shed-429"] == "n/a" and statuses["several-ports"] == "n/a"
+    assert statuses["test-header"] == "pass" and statuses["fallbacks"] == "pass" and statuses["fail-open"] == "pass"

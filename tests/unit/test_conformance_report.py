@@ -1,0 +1,91 @@
+"""The conformance suite's machinery without a testbed: the registry, the order and needs of checks, the report."""
+
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from eppkit.conformance import report as rp
+from eppkit.conformance.checks import CHECKS
+from eppkit.conformance.checks.registry import FAIL, NOT_RUN, PASS, Check, Result
+from eppkit.conformance.suite import run, run_check, selected
+from eppkit.conformance.target import Target
+from eppkit.services.echo_epp import MISBEHAVIOURS
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_check_is_registered_once_with_its_rule_level_and_source():
+    checks = CHECKS.all()
+    assert len({c.name for c in checks}) == len(checks) >= 20
+    for c in checks:
+        assert c.doc and c.source and c.level in ("must", "should") and c.category in (
+            "data plane", "protocol", "tracing")
+        for need in c.needs:  # a check needs only checks that run before it
+            assert CHECKS.get(need).order < c.order, (c.name, need)
+
+
+def test_the_protocol_checks_run_first_and_an_unknown_check_is_refused():
+    categories = [c.category for c in CHECKS.all()]
+    assert categories.index("data plane") > max(i for i, c in enumerate(categories) if c == "protocol")
+    assert [c.name for c in selected(["reply-order"])] == ["reply-order"]
+    with pytest.raises(ValueError, match="unknown conformance check 'nope'"):
+        selected(["nope"])
+
+
+def test_a_check_whose_needs_failed_is_not_run():
+    ran = []
+    check = Check("b", "b", "protocol", "must", "here", 1, lambda h: ran.append(1) or Result(PASS, "ok"), ("a",))
+    result = run_check(check, harness=None, results={"a": Result(FAIL, "no")})
+    assert (result.status, ran) == (NOT_RUN, []) and "needs a" in result.message
+
+
+def test_a_check_that_raises_fails_with_what_happened():
+    check = Check("c", "c", "protocol", "must", "here", 1, lambda h: 1 / 0)
+    result = run_check(check, harness=None, results={})
+    assert result.status == FAIL and "ZeroDivisionError" in result.message
+
+
+def test_the_report_as_junit_text_and_html(tmp_path):
+    checks = [c for c in CHECKS.all() if c.name in ("reply-order", "end-of-stream")]
+    answers = {"reply-order": Result(PASS, "in order", ["Envoy's access log: {...}"]),
+               "end-of-stream": Result(FAIL, "never finished", ["no upstream_sent"])}
+    fake = [Check(c.name, c.title, c.category, c.level, c.source, c.order, lambda h, n=c.name: answers[n], ())
+            for c in checks]
+
+    report = run(Target("ext_proc"), make_bed=lambda t: None, checks=fake, runtime="local")
+    assert report["verdict"] == "does not conform" and report["summary"] == {"fail": 1, "pass": 1}
+    suite = ET.fromstring(rp.junit(report))
+    assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
+    failure = suite.find("testcase[@name='end-of-stream']/failure")
+    assert failure.get("message") == "never finished" and "no upstream_sent" in failure.text
+    assert "✗ fail     end-of-stream" in rp.text(report)
+    paths = rp.write(report, tmp_path)
+    assert "never finished" in paths["html"].read_text() and paths["json"].exists()
+
+
+def test_a_target_names_a_mode_behind_ext_proc_and_knows_how_the_kits_epp_sheds():
+    assert Target("ext_proc").shed() == {"x-eppkit-shed": "1"}
+    assert Target("gaie-epp").test_header_options == {"conformance": True}
+    with pytest.raises(ValueError, match="judges an EPP behind ext_proc"):
+        Target("lua-callout")
+    with pytest.raises(ValueError, match="exactly one of epp_command"):
+        Target("external-epp").validate()
+
+
+def test_the_echo_epp_names_its_faults():
+    assert "none" in MISBEHAVIOURS and all(MISBEHAVIOURS.values())
+
+
+def test_the_guide_lists_every_check_with_its_level():
+    """bring-your-own-epp.md's table of checks is the registry's: same ids, same levels."""
+    import re
+
+    from tests.support.imports import ROOT
+
+    text = (ROOT / "docs" / "bring-your-own-epp.md").read_text().split("## Judge your EPP")[1]
+    documented: dict[str, str] = {}
+    for ids, levels in re.findall(r"^\| (`[a-z0-9-]+`(?:, `[a-z0-9-]+`)*) \| ([a-z, ]+) \|", text, re.MULTILINE):
+        names = re.findall(r"`([a-z0-9-]+)`", ids)
+        marks = [level.strip() for level in levels.split(",")]
+        documented.update(zip(names, marks * len(names) if len(marks) == 1 else marks))
+    assert documented == {check.name: check.level for check in CHECKS.all()}
