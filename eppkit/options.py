@@ -301,11 +301,12 @@ def _table() -> list[Option]:
                "eppkit_runtime, else local)", S({PLUGIN}), default="local", metavar="local|docker|all|A,B", ini=True,
                group="pytest"),
         Option("--keep-on-failure", "at the first failing test, keep its testbed running and wait for Ctrl-C "
-               "(prints its URLs and run folder); not in CI", S({PLUGIN}), action="store_true", group="pytest"),
+               "(prints its URLs and run folder); not in CI, nor under pytest-xdist (-n 0)", S({PLUGIN}), action="store_true", group="pytest"),
         Option("--runs", "folder for the testbeds' run folders (configs, logs); default $EPPKIT_RUNS or ./runs",
                S({PLUGIN}), metavar="DIR", group="pytest"),
         Option("--ui", "also start a live trace UI (Zipkin's, fed from the session's Jaegers; needs Java 17+ and "
-               "`eppkit bootstrap --ui`) and print its URL; failed tests link their traces in it", S({PLUGIN}),
+               "`eppkit bootstrap --ui`) and print its URL; failed tests link their traces in it; under "
+               "pytest-xdist one UI for the run, fed by every worker", S({PLUGIN}),
                action="store_true", group="pytest"),
     ]
 

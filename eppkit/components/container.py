@@ -36,8 +36,10 @@ from pathlib import Path
 from typing import Sequence
 
 from eppkit.components.base import Component, LiveSet
+from eppkit.core.procfs import SESSION_TAG
 
 LABEL = "eppkit"
+TEST_SESSION_LABEL = f"{LABEL}.test-session"
 SESSION = uuid.uuid4().hex[:12]
 _counter = itertools.count(1)
 _reaper: subprocess.Popen | None = None
@@ -94,8 +96,18 @@ def owner_alive(owner: str) -> bool:
 
 
 def labels(component: str, **extra: str) -> dict[str, str]:
+    """``eppkit.test-session``: the test session's tag (:data:`eppkit.core.procfs.SESSION_TAG`; under
+    pytest-xdist it names the worker), so the run's end finds what any worker left."""
+    tag = os.environ.get(SESSION_TAG)
     return {LABEL: "1", f"{LABEL}.session": SESSION, f"{LABEL}.owner": owner_id(),
-            f"{LABEL}.owner-pid": str(os.getpid()), f"{LABEL}.component": component, **extra}
+            f"{LABEL}.owner-pid": str(os.getpid()), f"{LABEL}.component": component,
+            **({TEST_SESSION_LABEL: tag} if tag else {}), **extra}
+
+
+def remove_workers(tag: str) -> list[str]:
+    """Force-remove the containers of test session ``tag``'s workers (``<tag>/<worker id>``); their names."""
+    return _remove([c for c in _list({"label": [TEST_SESSION_LABEL]})
+                    if c.labels.get(TEST_SESSION_LABEL, "").startswith(f"{tag}/")])
 
 
 # -- the engine ------------------------------------------------------------------------------

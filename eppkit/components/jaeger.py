@@ -37,7 +37,9 @@ class Jaeger:
                 raise FileNotFoundError("Jaeger binary not found. Hint: run `eppkit bootstrap` (builds it once with Go).")
             launcher = ProcessLauncher(binary)
         self.launcher = launcher
-        alloc = ports or PortAllocator()
+        # Its own allocator's leases are given back at stop(); a testbed's allocator is the testbed's to release.
+        self._own_ports = None if ports is not None else PortAllocator()
+        alloc = ports or self._own_ports
         self.ports = JaegerPorts(alloc.port(), alloc.port(), alloc.port(), alloc.port(), alloc.port())
         self.max_traces = max_traces
         self.process: Component | None = None
@@ -77,6 +79,8 @@ class Jaeger:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
+        if self._own_ports is not None:
+            self._own_ports.release()
 
     def __enter__(self) -> "Jaeger":
         return self.start()

@@ -149,7 +149,8 @@ class ServiceProcess(ManagedProcess):
 
         self.module = module
         self.args = list(args)
-        self.port = port or PortAllocator().port()
+        self._ports = PortAllocator()  # its lease on the port lasts as long as this object
+        self.port = port or self._ports.port()
         self.startup_timeout = startup_timeout
         name = module.rsplit(".", 1)[-1]
         log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"eppkit-{name}-"))

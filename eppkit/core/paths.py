@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import tempfile
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
@@ -56,6 +57,20 @@ def cache_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def port_leases_dir() -> Path:
+    """Machine-wide: one lock file per port an eppkit process holds (:mod:`eppkit.components.ports`).
+
+    ``$EPPKIT_PORT_LEASES``, else ``<tmp>/eppkit-ports``, world-writable with the sticky bit like /tmp
+    itself, since ports are one namespace for every user of the machine.
+    """
+    path = Path(os.environ.get("EPPKIT_PORT_LEASES") or Path(tempfile.gettempdir()) / "eppkit-ports")
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # someone else's folder: theirs to set
+            path.chmod(0o1777)
+    return path
 
 
 def runs_dir() -> Path:

@@ -51,3 +51,35 @@ def name(pid: int) -> str | None:
             return f.read().strip()
     except OSError:
         return None
+
+
+# Every process a test session starts carries this variable (a ManagedProcess passes os.environ on, and
+# children inherit it, including what a CLI run as a subprocess starts); the pytest plugin's leak check
+# finds them by it, whether or not any registry knows them. Its value is the session's tag; under
+# pytest-xdist a worker's is ``<the controller's tag>/<worker id>`` (eppkit.pytest_plugin.parallel).
+SESSION_TAG = "EPPKIT_TEST_SESSION"
+
+
+def tagged(tag: str, *, workers: bool = False, spared: set[int] = frozenset()) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process carrying ``SESSION_TAG=<tag>`` (with ``workers``: a
+    worker's tag under it, ``<tag>/...``), except ``spared``; /proc holds a process's environment as it
+    was at its start."""
+    if not tag or not os.path.isdir("/proc"):
+        return []
+    needle = f"{SESSION_TAG}={tag}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in spared:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            if not any(v.startswith(needle + b"/") if workers else v == needle for v in env):
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if alive(int(entry)):
+            found.append((int(entry), cmdline))
+    return found

@@ -38,12 +38,16 @@ end of the session, any process or container the kit started and nobody stopped 
 The plugin's parts, each a module of this package (pytest loads them through ``pytest_plugins``):
 :mod:`~eppkit.pytest_plugin.session` (options from eppkit.options, markers, what the session's options
 put into topologies), :mod:`~eppkit.pytest_plugin.fixtures`, :mod:`~eppkit.pytest_plugin.failures`
-(log tails and trace pages of a failed test), :mod:`~eppkit.pytest_plugin.leaks` (the leak check).
+(log tails and trace pages of a failed test), :mod:`~eppkit.pytest_plugin.leaks` (the leak check),
+:mod:`~eppkit.pytest_plugin.parallel` (pytest-xdist: what each worker has of its own, the groups, the
+run's live UI), :mod:`~eppkit.pytest_plugin.alone` (``eppkit_alone`` tests).
 """
 
 pytest_plugins = [
+    "eppkit.pytest_plugin.parallel",
     "eppkit.pytest_plugin.session",
     "eppkit.pytest_plugin.failures",
     "eppkit.pytest_plugin.fixtures",
     "eppkit.pytest_plugin.leaks",
+    "eppkit.pytest_plugin.alone",
 ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
+from eppkit.pytest_plugin.parallel import run_ui_url, worker_id
 from eppkit.pytest_plugin.session import (require_control_plane, selected_runtimes, session_backend, session_topology,
                                           values)
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
@@ -59,7 +60,9 @@ def eppkit_ui(request: pytest.FixtureRequest):
     java, why = zipkin.find_java()
     require(java is not None, why)
     require(zipkin.find_jar() is not None, "Zipkin's server is not cached. Run `eppkit bootstrap --ui` (needs Maven).")
-    with live_ui.LiveUI(new_run_dir("trace-ui")) as ui:  # its JVM starts while Jaeger does
+    shared = run_ui_url(request.config)  # under pytest-xdist: the run's, the controller's
+    server = zipkin.RunningZipkin(shared) if shared else None
+    with live_ui.LiveUI(new_run_dir("trace-ui"), zipkin=server) as ui:  # its JVM starts while Jaeger does
         request.config.stash[UI] = ui
         yield ui
 
@@ -68,6 +71,8 @@ def _show_ui(request: pytest.FixtureRequest, ui, jaeger, runtime: str) -> None:
     if ui is None:
         return
     url = ui.attach(jaeger.api_url)
+    if worker_id(request.config) is not None:  # the controller printed the run's URL; a worker has no terminal
+        return
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         print(f"\neppkit: the {runtime} Jaeger's traces, live: {url}", flush=True)

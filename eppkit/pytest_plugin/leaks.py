@@ -2,7 +2,13 @@
 
 Processes are found three ways: the registries of managed processes and containers, and, for what no
 registry knows (grandchildren that left their group, processes of a CLI run as a subprocess), the
-session's tag in /proc (:data:`eppkit.pytest_plugin.state.SESSION_TAG`).
+session's tag in /proc (:data:`eppkit.core.procfs.SESSION_TAG`). Whatever is found is stopped, killed
+or removed, and reported as ``LEAK: ...``.
+
+Under pytest-xdist every worker checks its own session this way and hands its findings to the
+controller (``workeroutput``), which reports them and fails the run; the controller then looks for
+what any worker left that its own check could not see (a worker that crashed): processes and
+containers carrying a worker's tag of this run (:mod:`eppkit.pytest_plugin.parallel`).
 """
 
 from __future__ import annotations
@@ -14,63 +20,56 @@ import time
 
 import pytest
 
+from eppkit.core import procfs
+from eppkit.pytest_plugin.parallel import REPORTED, WORKER_LEAKS, is_controller, worker_id
 from eppkit.pytest_plugin.state import SESSION_TAG
 
+GRACE_S = 2.0  # for processes still exiting after their group was killed
+CONTROLLER_GRACE_S = 10.0  # for a finished worker's docker watchdog, which removes what its worker left, then exits
 
-def tagged_processes(tag: str | None = None) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process carrying this session's tag, this one excepted."""
+
+def tagged_processes(tag: str | None = None, *, workers: bool = False, grace_s: float = 0.0) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process carrying this session's tag (``workers``: a worker's tag
+    of this run), this process and its docker watchdog excepted; waits up to ``grace_s`` for them to go."""
     tag = tag or os.environ.get(SESSION_TAG, "")
-    if not tag or not os.path.isdir("/proc"):
-        return []
-    needle = f"{SESSION_TAG}={tag}".encode()
     spared = {os.getpid()}
     reaper = getattr(sys.modules.get("eppkit.components.container"), "_reaper", None)
     if reaper is not None:  # the docker watchdog: it must outlive this process, by design
         spared.add(reaper.pid)
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in spared:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-        found.append((int(entry), cmdline))
+    deadline = time.monotonic() + grace_s
+    found = procfs.tagged(tag, workers=workers, spared=spared)
+    while found and time.monotonic() < deadline:
+        time.sleep(0.1)
+        found = procfs.tagged(tag, workers=workers, spared=spared)
     return found
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session fixtures
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def _kill(found: list[tuple[int, str]]) -> None:
+    for pid, _ in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def own_leaks() -> list[str]:
+    """What this session (or this worker) left: stopped, killed or removed now; one line each kind."""
+    lines = []
     if "eppkit.components.process" in sys.modules:
         from eppkit.components.process import live_processes
 
         leaked = live_processes()
         if leaked:
-            names = ", ".join(f"{p.name}(pid {p.pid})" for p in leaked)
-            sys.stderr.write(f"\nLEAK: eppkit processes still running at session end: {names}\n")
+            lines.append("eppkit processes still running at session end: "
+                         + ", ".join(f"{p.name}(pid {p.pid})" for p in leaked))
             for p in leaked:
                 p.stop(grace_s=1)
-            session.exitstatus = 1
     # Whatever no registry knows: grandchildren that left their group, processes of a CLI subprocess.
-    # A moment's grace first for processes that are still exiting after their group was killed.
-    deadline = time.monotonic() + 2.0
-    orphans = tagged_processes()
-    while orphans and time.monotonic() < deadline:
-        time.sleep(0.1)
-        orphans = tagged_processes()
+    orphans = tagged_processes(grace_s=GRACE_S)
     if orphans:
-        listing = "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans)
-        sys.stderr.write(f"\nLEAK: processes of this session still running at its end (now killed): {listing}\n")
-        for pid, _ in orphans:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        session.exitstatus = 1
+        lines.append("processes of this session still running at its end (now killed): "
+                     + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans))
+        _kill(orphans)
     if "eppkit.components.container" in sys.modules:  # the docker runtime ran: the same check for containers
         from eppkit.components import container as containers
 
@@ -82,6 +81,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         except Exception:  # no engine answers (the docker tests skipped): nothing can be there
             strays = []
         if leaked_c or strays:
-            names = ", ".join([c.name for c in leaked_c] + strays)
-            sys.stderr.write(f"\nLEAK: eppkit containers still there at session end (now removed): {names}\n")
-            session.exitstatus = 1
+            lines.append("eppkit containers still there at session end (now removed): "
+                         + ", ".join([c.name for c in leaked_c] + strays))
+    return lines
+
+
+def workers_leaks(config: pytest.Config) -> list[str]:
+    """The controller's look, once every worker is gone: what workers reported, and what they left unseen."""
+    tag = os.environ.get(SESSION_TAG, "")
+    lines = list(config.stash.get(REPORTED, []))
+    orphans = tagged_processes(tag, workers=True, grace_s=CONTROLLER_GRACE_S)
+    if orphans:
+        lines.append("processes of this run's workers still running at its end (now killed): "
+                     + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans))
+        _kill(orphans)
+    try:
+        from eppkit.components import container as containers
+
+        removed = containers.remove_workers(tag)
+    except Exception:  # no engine answers: no container can be there
+        removed = []
+    if removed:
+        lines.append("containers of this run's workers still there at its end (now removed): " + ", ".join(removed))
+    return lines
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session fixtures (and xdist's of its workers)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    lines = workers_leaks(config) if is_controller(config) else own_leaks()
+    worker = worker_id(config)
+    if worker is not None:  # the controller reports it: a remote worker's stderr reaches no terminal
+        config.workeroutput[WORKER_LEAKS] = [f"[{worker}] {line}" for line in lines]
+    else:
+        for line in lines:
+            sys.stderr.write(f"\nLEAK: {line}\n")
+    if lines:
+        session.exitstatus = 1

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from eppkit.pytest_plugin.parallel import refuse_under_xdist, session_tag
 from eppkit.pytest_plugin.state import IN_CI, SESSION_TAG, require
 
 if TYPE_CHECKING:
@@ -24,6 +24,10 @@ MARKERS = (
     "eppkit_topology(**fields): the Topology the eppkit_testbed fixture starts",
     "eppkit_needs_mock(reason): needs the kit's mock vLLM (x-mock-* headers, its spans or faults); skipped with the "
     "reason against another --eppkit-backend",
+    "eppkit_alone(reason): runs while no other test of the run runs (timing assertions, load); under pytest-xdist "
+    "the other workers wait",
+    "eppkit_share_per(*params): under pytest-xdist, the module's tests that use eppkit_shared_testbed_factory are "
+    "grouped per runtime and per value of these parameters (default: per runtime)",
 )
 
 
@@ -48,15 +52,14 @@ def pytest_configure(config: pytest.Config) -> None:
             "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).")
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    # Its own tag even inside another session's test (a test that runs pytest): the outer session's
-    # processes are not this one's leaks, and what this one leaves (the docker watchdog outlives it
-    # by design) is its own check's business.
-    os.environ[SESSION_TAG] = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    os.environ[SESSION_TAG] = session_tag(config)  # every process this session starts carries it
     given = values(config)
     if given.runs:
         os.environ["EPPKIT_RUNS"] = str(Path(given.runs).resolve())
     if given.keep_on_failure and IN_CI:
         raise pytest.UsageError("--eppkit-keep-on-failure waits for Ctrl-C; it makes no sense with CI=true")
+    if given.keep_on_failure:
+        refuse_under_xdist(config, "--eppkit-keep-on-failure", "waits on the terminal for Ctrl-C at the first failure")
     selected_runtimes(config)  # a bad --eppkit-runtime is a usage error before anything starts
     try:  # so is a bad backend
         from eppkit import flows

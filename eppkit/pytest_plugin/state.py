@@ -7,11 +7,9 @@ from typing import Any
 
 import pytest
 
+from eppkit.core.procfs import SESSION_TAG  # noqa: F401  (the session's tag: its processes carry it)
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-# Every process a session starts carries this variable (ManagedProcess passes os.environ on, and
-# children inherit it, including what a CLI run as a subprocess starts); the leak check finds
-# them by it in /proc, whether or not any registry knows them.
-SESSION_TAG = "EPPKIT_TEST_SESSION"
 BEDS = pytest.StashKey[list]()  # item -> the testbeds its test used
 TRACE_MARKS = pytest.StashKey[dict]()  # id(testbed) -> how many requests it had served before the test
 UI = pytest.StashKey[Any]()  # config -> the live trace UI (--eppkit-ui)

@@ -172,6 +172,7 @@ class DockerTestbed(LocalTestbed):
         self._stop_pool()
         if self._jaeger is not None and not self._shared_jaeger:
             self._quietly(self._jaeger.stop)
+        self.ports.release()
 
     @staticmethod
     def _quietly(stop) -> None:

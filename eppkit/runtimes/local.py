@@ -6,6 +6,7 @@ services (EPP, frontend, callout, ...), then Envoy. Each is waited on until real
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -47,7 +48,11 @@ class ServiceHandle:
 
 
 def new_run_dir(label: str) -> Path:
+    """``<runs>/<time>-<label>``; in a pytest-xdist worker ``<runs>/<time>-<worker id>-<label>`` (xdist sets
+    PYTEST_XDIST_WORKER in each worker, and what the worker starts inherits it)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    label = f"{worker}-{label}" if worker else label
     base = runs_dir()
     for i in range(1000):
         path = base / f"{stamp}-{label}" if i == 0 else base / f"{stamp}-{label}-{i}"
@@ -394,6 +399,7 @@ class LocalTestbed:
         self._stop_pool()
         if self._jaeger is not None and not self._shared_jaeger:
             self._jaeger.stop()
+        self.ports.release()
 
     def __enter__(self) -> "LocalTestbed":
         return self.start()

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+import requests
+
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
@@ -156,7 +158,8 @@ class ZipkinServer:
 
     def __init__(self, run_dir: Path, *, port: int | None = None, jar: Path | None = None):
         self.run_dir = Path(run_dir)
-        self.port = port or PortAllocator().port()
+        self._ports = PortAllocator()  # its lease on the port lasts as long as this object
+        self.port = port or self._ports.port()
         self.jar = jar or find_jar()
         self.process: ManagedProcess | None = None
         self.started_s = 0.0
@@ -212,4 +215,29 @@ class ZipkinServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class RunningZipkin(ZipkinServer):
+    """A Zipkin server that another process started and will stop (the pytest-xdist controller's, which
+    every worker's :class:`~eppkit.ui.live.LiveUI` feeds): start and stop leave it alone."""
+
+    def __init__(self, url: str):
+        self.port = int(url.rstrip("/").rsplit(":", 1)[1])
+        self.process = None
+        self.started_s = time.monotonic()
+        self.ready_after_s = None
+
+    def start(self) -> "RunningZipkin":
+        return self
+
+    def wait_ready(self, timeout_s: float = 90.0) -> "RunningZipkin":
+        from eppkit.core.polling import poll
+
+        poll(lambda: requests.get(f"{self.url}/health", timeout=2).text, until=lambda body: "UP" in body,
+             timeout_s=timeout_s, interval_s=0.2, retry_on=(requests.RequestException,),
+             describe=f"the run's Zipkin at {self.url} to be healthy")
+        return self
+
+    def stop(self) -> None:
+        pass
 

@@ -47,6 +47,7 @@ def start_sim(tmp_path, eppkit_runtime):
     yield start
     for proc in started:
         proc.stop()
+    ports.release()
 
 
 def chat(bed, **extra):

@@ -30,8 +30,10 @@ def body_routing_topology(**options) -> Topology:
 
 
 @pytest.fixture
-def bed(eppkit_testbed_factory):
-    return eppkit_testbed_factory(body_routing_topology())
+def bed(eppkit_shared_testbed_factory):
+    """One testbed for the tests that only send requests (round robin counts per pool, so any two turns of a
+    pool reach both its pods whatever came before)."""
+    return eppkit_shared_testbed_factory(body_routing_topology())
 
 
 def chat(model, **extra):

@@ -126,6 +126,7 @@ def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, 
         assert 50 <= result["steps"]["ttft"]["p50"] < result["steps"]["e2e"]["p50"]
 
 
+@pytest.mark.eppkit_alone("both tools' ITL within 10 % of the mock's 10 ms, their TTFT within 25 ms")
 @pytest.mark.eppkit_needs_mock("holds the load tool's inter-token latency against the mock's configured one")
 def test_inference_perf_sends_the_same_requests_and_agrees_with_the_kit(tmp_path, eppkit_jaeger, eppkit_runtime):
     """The CI cross-check: inference-perf drives each mode's testbed with the kit's requests: the same requests and

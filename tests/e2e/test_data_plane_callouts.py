@@ -27,7 +27,8 @@ from tests.support.reliability import (
     wait_for_cluster_health,
 )
 
-pytestmark = pytest.mark.e2e
+# Under pytest-xdist each mode's shared testbed is a group of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("mode")]
 
 VLLM = ("vllm-0", "vllm-1", "vllm-2")
 POD = "x-inference-pod"

@@ -5,15 +5,14 @@ Every container the kit starts is labelled with its owner process (``eppkit.owne
 and its testbed (``eppkit.testbed``), which is how these tests find what must be gone.
 """
 
-import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from eppkit.core.polling import poll
 from tests.support.cli import REPO_ROOT, start_up
+from tests.support.inner import PYTEST, session_env
 
 pytestmark = pytest.mark.e2e
 
@@ -78,10 +77,9 @@ def test_a_failing_test_leaves_no_container(docker, tmp_path):
             assert False, "deliberately failing"
     """))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         "--rootdir", str(tmp_path), "--eppkit-runtime", "docker", str(tmp_path / "test_fails.py")],
+        [*PYTEST, "--rootdir", str(tmp_path), "--eppkit-runtime", "docker", str(tmp_path / "test_fails.py")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-        env={**os.environ, "EPPKIT_RUNS": str(tmp_path / "runs"), "CI": "true"},
+        env=session_env(tmp_path, CI="true"),
     )
     try:
         out, _ = proc.communicate(timeout=600)

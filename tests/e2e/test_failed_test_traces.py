@@ -6,29 +6,27 @@ under test, then opens the page it names in headless Chromium.
 """
 
 import json
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from eppkit.pytest_plugin.state import SESSION_TAG, require
+from eppkit.pytest_plugin.state import require
 from eppkit.ui import zipkin
 from tests.support import chromium as _chromium
+from tests.support.inner import run_pytest
 
 pytestmark = pytest.mark.e2e
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
 INNER = """
     import json, time
+    import pytest
     import requests
     from eppkit.topology import Topology
 
-    def test_fails_after_two_requests(eppkit_testbed_factory, eppkit_ui):
+    @pytest.mark.parametrize("n", range({count}))
+    def test_fails_after_two_requests(eppkit_testbed_factory, eppkit_ui, n):
         bed = eppkit_testbed_factory(Topology(mode="ext_proc"))
         client = bed.client()
         results = [client.chat({{"model": "mock-llm", "max_tokens": 3, "messages": [{{"role": "user", "content": "hi"}}]}})
@@ -42,31 +40,39 @@ INNER = """
                 resp = requests.get(f"{{eppkit_ui.zipkin.url}}/zipkin/api/v2/trace/{{trace.trace_id}}")
                 got = {{s["id"] for s in resp.json()}} if resp.status_code == 200 else set()
                 time.sleep(0.1)
-            seen[trace.trace_id] = {{"jaeger": sorted(want), "ui": sorted(got)}}
-        open({out!r}, "w").write(json.dumps(seen))
+            seen[trace.trace_id] = {{"jaeger": sorted(want), "ui": sorted(got),
+                                     "zipkin": eppkit_ui.zipkin.url}}
+        open(f"{out}/seen-{{n}}.json", "w").write(json.dumps(seen))
         assert results[0].status == 599, "deliberately failing"
 """
 
 
-def test_a_failed_test_names_its_trace_page_and_links_the_live_ui(tmp_path, eppkit_runtime):
+def run_inner(tmp_path: Path, runtime: str, count: int, *args: str) -> str:
+    """A session of its own over ``count`` deliberately failing tests, with the live UI; its report."""
     require(zipkin.find_jar() is not None, "Zipkin's server jar is not cached. Run `eppkit bootstrap --ui`.")
-    out = tmp_path / "seen.json"
-    (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER.format(out=str(out))))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-         "--eppkit-runtime", eppkit_runtime, "--eppkit-ui", str(tmp_path / "test_inner.py")],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=600,
-        # A session of its own: its leak check must not take this session's Jaeger for one of its leaks.
-        env={**{k: v for k, v in os.environ.items() if k != SESSION_TAG}, "EPPKIT_RUNS": str(tmp_path / "runs")})
-    report = proc.stdout + proc.stderr
-    assert proc.returncode == 1 and "1 failed" in report and "deliberately failing" in report, report
+    (tmp_path / "test_inner.py").write_text(textwrap.dedent(INNER.format(out=str(tmp_path), count=count)))
+    code, report = run_pytest(tmp_path, "--eppkit-runtime", runtime, "--eppkit-ui", *args,
+                              str(tmp_path / "test_inner.py"))
+    assert code == 1 and f"{count} failed" in report and "deliberately failing" in report, report
     assert "LEAK" not in report, report
-    assert re.search(r"eppkit: the \w+ Jaeger's traces, live: http://127\.0\.0\.1:\d+/zipkin/", report), report
+    return report
 
-    seen = json.loads(out.read_text())
+
+def seen_in_ui(tmp_path: Path, report: str) -> dict:
+    """Every inner test's traces: each span Jaeger has is in the live UI, and the report links each trace there."""
+    seen = {}
+    for path in sorted(tmp_path.glob("seen-*.json")):
+        seen.update(json.loads(path.read_text()))
     for trace_id, spans in seen.items():
         assert spans["jaeger"] and set(spans["jaeger"]) <= set(spans["ui"]), f"the live UI lacks spans of {trace_id}"
-        assert re.search(rf"live: http://127\.0\.0\.1:\d+/zipkin/traces/{trace_id}", report), report
+        assert re.search(rf"live: {re.escape(spans['zipkin'])}/zipkin/traces/{trace_id}", report), report
+    return seen
+
+
+def test_a_failed_test_names_its_trace_page_and_links_the_live_ui(tmp_path, eppkit_runtime):
+    report = run_inner(tmp_path, eppkit_runtime, 1)
+    assert re.search(r"eppkit: the \w+ Jaeger's traces, live: http://127\.0\.0\.1:\d+/zipkin/", report), report
+    seen = seen_in_ui(tmp_path, report)
 
     section = report.split("eppkit traces (HTML, open in a browser)", 1)[1]
     page = Path(re.search(r"^(/\S+/failed-test_fails_after_two_requests[^/\s]*\.html)$", section, re.M).group(1))
@@ -77,3 +83,15 @@ def test_a_failed_test_names_its_trace_page_and_links_the_live_ui(tmp_path, eppk
     assert sorted(drawn) == sorted(i for spans in seen.values() for i in spans["jaeger"]), \
         "the page draws every span of both requests' traces"
     _chromium.screenshot(page.as_uri(), tmp_path / "failed-test.png")
+
+
+def test_under_xdist_the_run_has_one_live_ui_that_every_worker_feeds(tmp_path):
+    # Two failing tests on two workers: one URL printed by the controller, both workers' traces in that
+    # one UI, each failure linking its traces there, and each testbed's folder named by its worker.
+    report = run_inner(tmp_path, "local", 2, "-n", "2", "--dist", "load")
+    urls = re.findall(r"eppkit: every worker's traces, live: (http://127\.0\.0\.1:\d+)/zipkin/", report)
+    assert len(urls) == 1, report
+    seen = seen_in_ui(tmp_path, report)
+    assert len(seen) == 4 and {spans["zipkin"] for spans in seen.values()} == set(urls), seen
+    pages = re.findall(r"^/\S+/(\d{8}-\d{6}-(gw\d)-ext_proc-aggregated[^/\s]*)/failed-\S+\.html$", report, re.M)
+    assert {worker for _, worker in pages} == {"gw0", "gw1"}, report

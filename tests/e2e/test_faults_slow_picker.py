@@ -118,6 +118,7 @@ CALLOUT_CASES = [
 ]
 
 
+@pytest.mark.eppkit_alone("answered within 350 ms, the call within 40 ms of its timeout")
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("mode, failure_mode_allow, status", CALLOUT_CASES,
                          ids=[f"{m}-{'open' if f else 'closed'}" for m, f, _ in CALLOUT_CASES])

@@ -158,6 +158,7 @@ def run_one(bed, body, prefill_ms: float, *, headers=None):
     return result, check
 
 
+@pytest.mark.eppkit_alone("prefill and hold within 30 ms")
 @pytest.mark.eppkit_needs_mock("steers the mock with x-mock-* headers")
 def test_multipart_twelve_steps_in_order_with_100_and_300_ms_prefill(eppkit_testbed_factory):
     """100 ms from the mock's flag, 300 ms from the per-request x-mock-ttft-ms header; streamed."""
@@ -166,6 +167,7 @@ def test_multipart_twelve_steps_in_order_with_100_and_300_ms_prefill(eppkit_test
     run_one(bed, chat("two phases, longer prefill"), 300.0, headers={"x-mock-ttft-ms": "300"})
 
 
+@pytest.mark.eppkit_alone("prefill and hold within 30 ms")
 def test_multipart_not_streamed_injects_on_the_response_headers(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(multipart_topology(100.0))
     result, check = run_one(bed, chat("not streamed", stream=False), 100.0)
@@ -186,6 +188,7 @@ def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_ep
     assert check.one(Epp.INJECT).attributes[Epp.MULTIPART_TRIGGER] == "headers"
 
 
+@pytest.mark.eppkit_alone("prefill and hold within 30 ms")
 @pytest.mark.slow
 def test_multipart_thirty_second_prefill_keeps_the_request_open(eppkit_testbed_factory):
     """Part 1 held open for 30 s: longer than the ext_proc message timeout (10 s), which does not apply to it."""

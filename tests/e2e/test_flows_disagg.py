@@ -52,6 +52,7 @@ def _instance_span(check, name, instance):
     return steps[0]
 
 
+@pytest.mark.eppkit_alone("prefill and KV transfer within 25 ms")
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_pd_prefill_ends_before_decode_pulls_kv_and_decode_does_not_prefill(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(Topology(flow="pd", latency=WITH_KV))
@@ -166,6 +167,8 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
     assert Pd.TRUE_TTFT_MS in check.one(Pd.REQUEST).attributes
 
 
+# In the load tests' group: never beside a load test (compares two flows' TTFT; beside other tests that holds).
+@pytest.mark.xdist_group("load")
 def test_ttft_gain_against_the_same_flow_without_first_token_streaming(eppkit_testbed_factory, record_property):
     common = dict(latency=WITH_KV)
     ttft = {}

@@ -22,6 +22,7 @@ def direct_bed(eppkit_testbed_factory):
                                     latency=MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=ITL_MS)))
 
 
+@pytest.mark.eppkit_alone("prefill within 25 ms of its 300 ms")
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_streaming_request_through_envoy_is_traced_end_to_end(direct_bed):
     client = direct_bed.client()

@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
-pytestmark = pytest.mark.e2e
+# Under pytest-xdist each mode's shared testbed is a group of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("mode")]
 
 EXAMPLES = int(os.environ.get("EPPKIT_FUZZ_EXAMPLES", "150"))
 SECONDS = float(os.environ.get("EPPKIT_FUZZ_SECONDS", "90"))

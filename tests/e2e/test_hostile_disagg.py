@@ -18,7 +18,8 @@ import requests
 
 from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
-pytestmark = pytest.mark.e2e
+# Under pytest-xdist each (mode, flow)'s shared testbed is a group of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("mode", "flow")]
 
 PREFILLER = "x-prefiller-host-port"
 ENCODERS = "x-encoder-hosts-ports"

@@ -24,7 +24,8 @@ import requests
 from tests.support.hostile import CODEC_CASES, Stalled, body_stops_half_way, exchange, short_body, unfinished_headers
 from tests.support.reliability import MODES, assert_kit_healthy, assert_openai_error, chat_body, topology
 
-pytestmark = pytest.mark.e2e
+# Under pytest-xdist each (mode, flow)'s shared testbed is a group of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("mode", "flow")]
 
 REQUEST_TIMEOUT_S = 2.0
 HEADERS_TIMEOUT_S = 1.0
@@ -64,6 +65,9 @@ def test_envoys_own_refusals_are_openai_json(eppkit_shared_testbed_factory, mode
     assert good.status == 200, good.body
 
 
+# In the load tests' group: never beside a load test (good requests within 1.5 s, 408s within their
+# timeouts; beside other tests that holds).
+@pytest.mark.xdist_group("load")
 @pytest.mark.parametrize("mode, flow", TARGETS, ids=IDS)
 def test_slow_and_short_clients_get_a_408_and_good_requests_are_unaffected(eppkit_shared_testbed_factory, mode, flow):
     bed = bed_for(eppkit_shared_testbed_factory, mode, flow)

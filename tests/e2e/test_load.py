@@ -24,7 +24,10 @@ import pytest
 
 from tests.support.reliability import MODES, run_load, topology
 
-pytestmark = [pytest.mark.e2e, pytest.mark.load]
+# One load test at a time, on one worker (pytest-xdist's group "load"): each saturates the machine on purpose,
+# two at once would each take twice as long. The eppkit_alone tests never run beside one, and two longer
+# timing checks that held beside other tests but not beside a load test are in this group too.
+pytestmark = [pytest.mark.e2e, pytest.mark.load, pytest.mark.xdist_group("load")]
 
 SIZES = {"local": (2000, 100), "docker": (2000, 100)}  # runtime -> (requests, concurrency)
 INJECT_EVERY = 100

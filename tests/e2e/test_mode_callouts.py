@@ -29,7 +29,8 @@ from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
 from tests.support.served import backend_spans
 
-pytestmark = pytest.mark.e2e
+# Under pytest-xdist each callout mode's shared testbed is a group of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("callout")]
 
 MODEL = "mock-llm"
 PICKED_UPSTREAM = Envoy.router(Cluster.PICKED)
@@ -65,8 +66,10 @@ def callout_topology(callout: CalloutMode, **options) -> Topology:
 
 
 @pytest.fixture
-def bed(eppkit_testbed_factory, callout):
-    return eppkit_testbed_factory(callout_topology(callout))
+def bed(eppkit_shared_testbed_factory, callout):
+    """One testbed per callout mode for the tests that only send requests and read traces (a test that stops
+    the callout service takes its own)."""
+    return eppkit_shared_testbed_factory(callout_topology(callout))
 
 
 def served_trace(bed, callout: CalloutMode, result, *extra):
@@ -163,7 +166,8 @@ def test_callout_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_ups
 
 
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
-def test_callout_down_fails_closed_with_a_502_by_default(bed, callout):
+def test_callout_down_fails_closed_with_a_502_by_default(eppkit_testbed_factory, callout):
+    bed = eppkit_testbed_factory(callout_topology(callout))
     bed.services["callout"].process.stop()
     client = bed.client()
     result = client.chat(chat_body())
@@ -180,6 +184,7 @@ def test_callout_down_fails_closed_with_a_502_by_default(bed, callout):
     check_outcome(check, callout, "failure")
 
 
+@pytest.mark.eppkit_alone("the call within 30 ms of its timeout")
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_a_callout_slower_than_its_timeout_counts_as_down(eppkit_testbed_factory, callout):
     bed = eppkit_testbed_factory(callout_topology(callout, callout_timeout_ms=100, pick_latency_ms=400))

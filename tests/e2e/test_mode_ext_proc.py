@@ -58,8 +58,10 @@ def ext_proc_topology(vllm=None, **options) -> Topology:
 
 
 @pytest.fixture
-def bed(eppkit_testbed_factory):
-    return eppkit_testbed_factory(ext_proc_topology())
+def bed(eppkit_shared_testbed_factory):
+    """One testbed for the tests that only send requests and read traces; a test that stops the EPP or counts
+    Envoy's requests takes its own."""
+    return eppkit_shared_testbed_factory(ext_proc_topology())
 
 
 def served_trace(bed, result, *extra, upstream=PICKED_UPSTREAM):
@@ -181,7 +183,8 @@ def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_f
     assert "waiting queue" in check.one(Epp.PICK).attributes[Epp.REASON]
 
 
-def test_requests_without_a_body_are_picked_on_headers(bed):
+def test_requests_without_a_body_are_picked_on_headers(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(ext_proc_topology())  # its own: it counts the picked cluster's requests
     resp = requests.get(bed.envoy_url + "/v1/models", timeout=10)
     assert resp.status_code == 200
     assert bed.served_pod(resp.headers) in {"vllm-0", "vllm-1"}
@@ -219,7 +222,8 @@ def test_body_routing_in_front_picks_within_the_requested_model(eppkit_testbed_f
 
 
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
-def test_epp_down_fails_closed_by_default(bed):
+def test_epp_down_fails_closed_by_default(eppkit_testbed_factory):
+    bed = eppkit_testbed_factory(ext_proc_topology())
     bed.services["epp"].process.stop()
     wait_for_cluster_health(bed, "epp", healthy=False)
     client = bed.client()

@@ -16,7 +16,8 @@ from eppkit import TraceCheck
 from eppkit.backends import MOCK, SIM
 from tests.support.reliability import PICKER_MODES, TRAITS, chat_body, topology
 
-pytestmark = pytest.mark.e2e
+# Under pytest-xdist each (mode, backend) testbed is a group of its own.
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("mode", "backend")]
 
 FORCE = "x-eppkit-force-endpoint"
 # The picker's decision span and the attribute that says how it chose.
@@ -37,8 +38,9 @@ def backend(request) -> str:
 
 
 @pytest.fixture
-def bed(eppkit_testbed_factory, mode, backend):
-    return eppkit_testbed_factory(replace(topology(mode), backend=backend))
+def bed(eppkit_shared_testbed_factory, mode, backend):
+    """Both checks only send requests and read traces: one testbed per mode and backend serves them."""
+    return eppkit_shared_testbed_factory(replace(topology(mode), backend=backend))
 
 
 def test_force_header_sends_the_request_to_the_named_endpoint(bed, mode):

@@ -43,7 +43,8 @@ from eppkit.pytest_plugin.session import require_simulator
 from eppkit.topology import Topology, VllmSpec
 from tests.support import parity
 
-pytestmark = pytest.mark.e2e
+# One worker runs them all (pytest-xdist, --dist loadgroup): a worker's session starts its own vLLM servers, 3.7 GB each
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm")]
 
 LATENCY = MockLatency(time_to_first_token=5, inter_token_latency=1)
 POD = VllmSpec("vllm-0", model=parity.MODEL)  # the pod the mode tests' sessions start too: one server for all

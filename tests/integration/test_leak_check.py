@@ -1,64 +1,85 @@
 """The session-end leak check (eppkit's pytest plugin) is real: it catches what a test leaves running.
 
-Each case runs a whole pytest session in a subprocess, with the kit's pytest plugin, over one small
-test file, and looks at its exit status, its report and the process table afterwards:
+Each case runs a whole pytest session in a subprocess, with the kit's plugin, over one small
+test file, and looks at its exit status, its report and the process table afterwards; each case
+runs once as a plain session and once under pytest-xdist (``-n 2``), where the worker that ran the
+test checks and the controller reports, naming the worker:
 
 | the test leaves behind | expected |
 |---|---|
 | nothing (starts and stops a managed process) | exit 0, no LEAK |
-| a ManagedProcess it never stopped | exit 1, "LEAK: eppkit processes ...", the process is gone after |
-| a process no registry knows (started directly, in its own session) | exit 1, "LEAK: processes of this session ...", gone after |
-| a container it never stopped (docker runtime) | exit 1, "LEAK: eppkit containers ...", the container is removed |
+| a ManagedProcess it never stopped | exit 1, "LEAK: ([gwN] )eppkit processes ...", the process is gone after |
+| a process no registry knows (started directly, in its own session) | exit 1, "LEAK: ([gwN] )processes of this session ...", gone after |
+| a container it never stopped (docker runtime) | exit 1, "LEAK: ([gwN] )eppkit containers ...", the container is removed |
+| (xdist) an orphan, then its worker dies | exit 1, the controller finds it by the worker's tag: "processes of this run's workers ..." |
+| (xdist) a container, then its worker and the worker's watchdog die | exit 1, the controller finds it by its label: "containers of this run's workers ..." |
 
 These start processes (a ``sleep``, pytest itself), so they are marked integration.
 """
 
-import os
-import subprocess
+import json
+import re
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from eppkit.core import procfs
-from eppkit.pytest_plugin.state import SESSION_TAG
-
-REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses run from here
-
+from tests.support.inner import run_pytest
 
 pytestmark = pytest.mark.integration
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
+WORKERS = {"plain": (), "xdist": ("-n", "2")}
+
+
+@pytest.fixture(params=list(WORKERS))
+def workers(request) -> str:
+    return request.param
 
 
 def run_session(tmp_path, body: str, *extra_args: str) -> tuple[int, str]:
     test_file = tmp_path / "test_inner.py"
     test_file.write_text(textwrap.dedent(body))
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-         "--rootdir", str(tmp_path), *extra_args, str(test_file)],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
-        # its own session tag: inheriting this session's would make this session's processes (a shared
-        # Jaeger of earlier tests) the inner session's leaks
-        env={**{k: v for k, v in os.environ.items() if k != SESSION_TAG}, "EPPKIT_RUNS": str(tmp_path / "runs")},
-    )
-    return proc.returncode, proc.stdout + proc.stderr
+    return run_pytest(tmp_path, *extra_args, str(test_file), timeout_s=300)
 
 
-def test_a_clean_session_reports_no_leak(tmp_path):
+def leak(workers: str, what: str) -> str:
+    """The report's line for a leak: a worker's findings name the worker."""
+    return "LEAK: " + (r"\[gw\d\] " if workers == "xdist" else "") + re.escape(what)
+
+
+def require_docker() -> None:
+    from eppkit.pytest_plugin.state import require
+    from eppkit.runtimes import docker as docker_runtime
+
+    ok, detail = docker_runtime.available()
+    require(ok, detail)
+
+
+def container_gone(name: str) -> bool:
+    from eppkit.components import container as containers
+
+    client = containers.docker_client()
+    try:
+        return client.containers.list(all=True, filters={"name": name}) == []
+    finally:
+        client.close()
+
+
+def test_a_clean_session_reports_no_leak(tmp_path, workers):
     code, out = run_session(tmp_path, f"""
         from eppkit.components.process import ManagedProcess
 
         def test_starts_and_stops(tmp_path):
             with ManagedProcess("sleeper", {SLEEPER!r}, tmp_path / "sleeper.log") as proc:
                 assert proc.is_running()
-    """)
+    """, *WORKERS[workers])
     assert code == 0, out
     assert "LEAK" not in out, out
 
 
-def test_a_managed_process_left_running_fails_the_session_and_is_stopped(tmp_path):
+def test_a_managed_process_left_running_fails_the_session_and_is_stopped(tmp_path, workers):
     pid_file = tmp_path / "pid"
     code, out = run_session(tmp_path, f"""
         from eppkit.components.process import ManagedProcess
@@ -66,14 +87,14 @@ def test_a_managed_process_left_running_fails_the_session_and_is_stopped(tmp_pat
         def test_forgets_to_stop(tmp_path):
             proc = ManagedProcess("sleeper", {SLEEPER!r}, tmp_path / "sleeper.log").start()
             open({str(pid_file)!r}, "w").write(str(proc.pid))
-    """)
+    """, *WORKERS[workers])
     pid = int(pid_file.read_text())
     assert code == 1, out
-    assert f"LEAK: eppkit processes still running at session end: sleeper(pid {pid})" in out, out
+    assert re.search(leak(workers, f"eppkit processes still running at session end: sleeper(pid {pid})"), out), out
     assert not procfs.alive(pid), "the leaked process must be stopped by the check"
 
 
-def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path):
+def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path, workers):
     # Started directly (as a CLI subprocess would start its children) and in its own session, so
     # neither the registry nor a process-group kill reaches it; the inherited tag does.
     pid_file = tmp_path / "pid"
@@ -83,36 +104,76 @@ def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path):
         def test_leaves_an_orphan():
             proc = subprocess.Popen({SLEEPER!r}, start_new_session=True)
             open({str(pid_file)!r}, "w").write(str(proc.pid))
-    """)
+    """, *WORKERS[workers])
     pid = int(pid_file.read_text())
     assert code == 1, out
-    assert "LEAK: processes of this session still running at its end" in out and f"pid {pid}:" in out, out
+    assert re.search(leak(workers, "processes of this session still running at its end"), out), out
+    assert f"pid {pid}:" in out, out
     assert not procfs.alive(pid), "the orphan must be killed by the check"
 
 
-def test_a_container_left_running_fails_the_session_and_is_removed(tmp_path):
-    from eppkit.components import container as containers
-    from eppkit.pytest_plugin.state import require
-    from eppkit.runtimes import docker as docker_runtime
-
-    ok, detail = docker_runtime.available()
-    require(ok, detail)
-    name_file = tmp_path / "name"
-    code, out = run_session(tmp_path, f"""
+def leave_a_container(name: str, out, then: str = "", labels: str = "{}") -> str:
+    """An inner test that starts a container (the services image, sleeping), writes its name and labels to
+    ``out``, and leaves it running; ``then``: what the test does after; ``labels``: extra labels (an expression)."""
+    return f"""
+        import json, os, signal
         from eppkit.runtimes import images
+        from eppkit.components import container
         from eppkit.components.container import ManagedContainer
 
-        def test_forgets_to_stop_a_container(tmp_path):
+        def test_leaves_a_container(tmp_path):
             image = images.ensure(print).services
-            c = ManagedContainer("leaky", image, ["python", "-c", "import time; time.sleep(120)"],
-                                 tmp_path / "leaky.log").start()
-            open({str(name_file)!r}, "w").write(c.container_name)
-    """)
-    name = name_file.read_text()
+            c = ManagedContainer({name!r}, image, ["python", "-c", "import time; time.sleep(120)"],
+                                 tmp_path / "c.log", extra_labels={labels}).start()
+            open({str(out)!r}, "w").write(json.dumps([c.container_name, c.docker_container.labels]))
+            {then}
+    """
+
+
+def test_a_container_left_running_fails_the_session_and_is_removed(tmp_path, workers):
+    require_docker()
+    out_file = tmp_path / "container"
+    code, out = run_session(tmp_path, leave_a_container("leaky", out_file), *WORKERS[workers])
+    name, labels = json.loads(out_file.read_text())
     assert code == 1, out
-    assert "LEAK: eppkit containers still there at session end (now removed): leaky" in out, out
-    client = containers.docker_client()
-    try:
-        assert client.containers.list(all=True, filters={"name": name}) == [], f"{name} is still there"
-    finally:
-        client.close()
+    assert re.search(leak(workers, "eppkit containers still there at session end (now removed): leaky"), out), out
+    assert container_gone(name), f"{name} is still there"
+    # Tagged with its session, and under xdist with its worker (what the controller's own look goes by).
+    assert re.fullmatch(r"\d+-[0-9a-f]{12}" + (r"/gw\d" if workers == "xdist" else ""),
+                        labels["eppkit.test-session"]), labels
+
+
+def test_under_xdist_what_a_dead_worker_left_is_found_by_the_controller(tmp_path):
+    # The worker dies at once (no finally, no leak check of its own), leaving a process of its own
+    # session that no process group reaches: only its tag, which names this run, finds it.
+    pid_file = tmp_path / "pid"
+    code, out = run_session(tmp_path, f"""
+        import os, subprocess
+
+        def test_dies_leaving_an_orphan():
+            proc = subprocess.Popen({SLEEPER!r}, start_new_session=True)
+            open({str(pid_file)!r}, "w").write(str(proc.pid))
+            os._exit(3)
+    """, "-n", "2", "--max-worker-restart", "0")
+    pid = int(pid_file.read_text())
+    assert code == 1, out
+    assert "LEAK: processes of this run's workers still running at its end (now killed)" in out, out
+    assert f"pid {pid}:" in out, out
+    assert not procfs.alive(pid), "the orphan must be killed by the controller's check"
+
+
+def test_under_xdist_a_container_of_a_dead_worker_and_watchdog_is_removed_by_the_controller(tmp_path):
+    # The worker's watchdog would remove the container when its worker dies; here both die at once,
+    # so only the container's label, which names this run's worker, finds it.
+    require_docker()
+    out_file = tmp_path / "container"
+    # Owned, as its label says, by the controller (alive until its check): another session's sweep of
+    # orphaned containers (this suite's other workers) must not remove it first.
+    code, out = run_session(tmp_path, leave_a_container(
+        "stray", out_file, then="os.kill(container._reaper.pid, signal.SIGKILL); container._reaper.wait(); os._exit(3)",
+        labels='{"eppkit.owner": container.owner_id(os.getppid())}'), "-n", "2", "--max-worker-restart", "0")
+    name, _ = json.loads(out_file.read_text())
+    assert code == 1, out
+    assert "LEAK: containers of this run's workers still there at its end (now removed): " in out, out
+    assert name in out, out
+    assert container_gone(name), f"{name} is still there"

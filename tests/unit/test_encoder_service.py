@@ -41,6 +41,7 @@ def test_media_items_and_hashes_are_stable():
     assert items[0].size_bytes == len(IMG["image_url"]["url"])
 
 
+@pytest.mark.eppkit_alone("encode time within 30 ms")
 def test_encoder_spans_one_per_item_and_fills_the_cache(tmp_path):
     enc, rec = make_encoder(instance="e0", encode_latency=40, ec_cache_dir=str(tmp_path))
 
@@ -128,6 +129,7 @@ def test_encoder_bad_input(body, headers, status):
     assert got == status and "error" in payload and pod == "encoder-0"
 
 
+@pytest.mark.eppkit_alone("prefill time within 30 ms")
 def test_prefill_reports_encoder_cache_hits_and_misses(tmp_path):
     enc, _ = make_encoder(encode_latency=1, ec_cache_dir=str(tmp_path))
     p, p_spans = make_mock(role="prefill", time_to_first_token=10, ec_cache_dir=str(tmp_path), ec_miss_latency=50)

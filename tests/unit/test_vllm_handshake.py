@@ -21,6 +21,7 @@ def dur_ms(span):
     return (span.end_time - span.start_time) / 1e6
 
 
+@pytest.mark.eppkit_alone("KV transfer within 30 ms")
 def test_prefill_then_decode_handshake():
     p, p_spans = make_mock(instance="p0", role="prefill", time_to_first_token=120, inter_token_latency=10, kv_host="10.0.0.5", kv_port=5601)
     d, d_spans = make_mock(instance="d0", role="decode", time_to_first_token=999, inter_token_latency=10, kv_cache_transfer_latency=40)
@@ -73,6 +74,7 @@ def test_prefill_handshake_in_a_stream_puts_params_in_the_final_chunk():
     assert len([e for e in events[:-1] if e["choices"][0].get("text")]) == 1
 
 
+@pytest.mark.eppkit_alone("KV transfer within 30 ms")
 def test_kv_transfer_per_token_scales_with_prompt():
     d, spans = make_mock(kv_cache_transfer_time_per_token=2, inter_token_latency=0)
     params = handshake.prefill_response_params(instance="p", request_id="r", prompt_tokens=50, block_size=16, host="h", port=1)

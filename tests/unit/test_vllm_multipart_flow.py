@@ -41,6 +41,7 @@ def payload(**extra) -> bytes:
     return mp.encode_part(B, mp.PAYLOAD_PART, json.dumps(chat_body(max_tokens=4, **extra)).encode(), first=True)
 
 
+@pytest.mark.eppkit_alone("first token within 200 ms")
 def test_two_phase_flow_streams_first_token_before_metadata_then_decodes():
     mock, rec = make_mock(time_to_first_token=100, inter_token_latency=10)
 

@@ -58,6 +58,7 @@ def test_request_id_is_honoured_and_echoed():
     assert rec.one(Vllm.REQUEST).attributes[GenAi.REQUEST_ID] == "req-42"
 
 
+@pytest.mark.eppkit_alone("step times within 40 ms")
 def test_streaming_chat_sends_tokens_usage_and_done_with_real_step_times():
     mock, rec = make_mock(instance="v0", time_to_first_token=150, inter_token_latency=20)
 
@@ -278,6 +279,7 @@ def test_full_waiting_queue_answers_429():
     assert "overloaded" in body["error"]["message"]
 
 
+@pytest.mark.eppkit_alone("prefill times within 40 ms")
 def test_prefix_cache_makes_repeat_prompts_cheaper_under_per_token_prefill():
     long_prompt = " ".join(f"w{i}" for i in range(64))
     mock, rec = make_mock(prefill_overhead=10, prefill_time_per_token=2, block_size=16, inter_token_latency=0)
@@ -323,6 +325,7 @@ def test_metrics_use_vllm_names():
     assert 'vllm:request_success_total{engine="0",finished_reason="length",model_name="mock-llm"} 1.0' in text
 
 
+@pytest.mark.eppkit_alone("step times within 40 ms")
 def test_x_mock_latency_headers_override_flags():
     mock, rec = make_mock(time_to_first_token=500, inter_token_latency=100)
 
