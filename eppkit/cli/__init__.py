@@ -83,15 +83,16 @@ def main(argv: list[str] | None = None) -> int:
                               load_tools=args.load_tool)
     try:
         command = _load(args.command)
+        return command(args)  # a command imports most of what it uses when it runs
     except ImportError as exc:
+        if "opentelemetry.proto" not in str(exc):
+            raise
         # On a fresh install xds-protos may have overwritten opentelemetry-proto's files, so the OTLP
-        # exporter fails to import; bootstrap and doctor exist to repair and report that.
+        # protos fail to import; bootstrap and doctor exist to repair and report that.
         print(f"eppkit: cannot import the testbed ({exc}).\n"
               "Hint: run 'eppkit bootstrap' (it repairs the xds-protos / opentelemetry-proto clash), "
               "then 'eppkit doctor'.", file=sys.stderr)
         return 1
-    try:
-        return command(args)
     except KeyboardInterrupt:
         return 130
     except USER_ERRORS as exc:

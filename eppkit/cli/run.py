@@ -31,7 +31,8 @@ def main(args) -> int:
         result = client.chat(body, headers=options.request_headers(args))
         client.flush()
         served = result.status == 200
-        print(f"HTTP {result.status} from {bed.served_pod(result.headers) or '?'}: "
+        pod = bed.served_pod(result.headers)  # None when no pod answered
+        print(f"HTTP {result.status}" + (f" from {pod}" if pod else "") + ": "
               + (repr(result.text) if served else json.dumps(result.body) if result.body is not None else result.error or ""))
         if result.ttft_ms is not None:
             print(f"client TTFT {result.ttft_ms:.1f} ms, end to end {result.e2e_ms:.1f} ms, {len(result.tokens)} tokens")

@@ -67,6 +67,22 @@ def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path
     assert sorted(re.findall(r'data-span-id="([0-9a-f]+)"', page.read_text())) == sorted(s.span_id for s in trace.spans)
 
 
+def test_run_of_a_refused_request_shows_its_partial_trace_and_where_it_stopped(eppkit_jaeger, eppkit_runtime, tmp_path):
+    """A user filter that answers 401 itself: exit 1, the partial trace at once, and the place it stopped."""
+    refuse = tmp_path / "refuse.lua"
+    refuse.write_text('function envoy_on_request(h) h:respond({[":status"] = "401"}, "no key") end\n')
+    env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
+    started = time.monotonic()
+    proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--mode", "ext_proc", "--lua-filter", str(refuse)],
+                          capture_output=True, text=True, timeout=180, env=env, cwd=REPO_ROOT)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert re.search(r"^HTTP 401: ", proc.stdout, re.M), "no pod answered it: none is named"
+    assert "HTTP 401: it never left Envoy (no upstream request)" in proc.stdout, proc.stdout
+    assert "envoy:ingress" in proc.stdout and "trace incomplete" not in proc.stdout + proc.stderr, proc.stdout
+    assert list(tmp_path.glob("*/trace-*.json")), "the partial trace was not saved"
+    assert time.monotonic() - started < 60, "it waited for spans a refused request never has"
+
+
 # The simulator in the mocks' places, through the command a person types: every picker mode, and pd.
 # The kit's own picker modes: an external EPP needs a command of its own, and gaie-epp puts each pod
 # on its own loopback address, which the simulator (bound to every interface) refuses.
