@@ -148,7 +148,9 @@ def _list(filters: dict, client=None) -> list:
     own = client is None
     client = client or docker_client()
     try:
-        return client.containers.list(all=True, filters=filters)
+        # ignore_removed: a container removed between docker's list and its inspect (another worker's, a watchdog's)
+        # is skipped; docker-py raises NotFound for it otherwise
+        return client.containers.list(all=True, ignore_removed=True, filters=filters)
     finally:
         if own:
             client.close()

@@ -35,7 +35,7 @@ def _kit_children(pid: int, runtime: str) -> set:
 
     client = containers.docker_client()
     try:
-        return {c.name for c in client.containers.list(all=True, filters={"label": f"eppkit.owner-pid={pid}"})}
+        return {c.name for c in client.containers.list(all=True, ignore_removed=True, filters={"label": f"eppkit.owner-pid={pid}"})}
     finally:
         client.close()
 

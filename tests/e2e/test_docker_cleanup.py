@@ -35,7 +35,7 @@ def docker(request):
 
 
 def _containers(client, **labels) -> list[str]:
-    found = client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+    found = client.containers.list(all=True, ignore_removed=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
     return sorted(c.name for c in found)
 
 

@@ -62,7 +62,7 @@ def container_gone(name: str) -> bool:
 
     client = containers.docker_client()
     try:
-        return client.containers.list(all=True, filters={"name": name}) == []
+        return client.containers.list(all=True, ignore_removed=True, filters={"name": name}) == []
     finally:
         client.close()
 
