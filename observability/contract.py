@@ -90,7 +90,7 @@ class Service:
     FRONTEND = _service("frontend", "the KV-aware router the EPP asks in the sidecar mode")
     CALLOUT = _service("callout", "the HTTP /pick service of the callout modes")
     PD_SIDECAR = _service("pd-sidecar", "the sidecar in front of each decoder that runs E/P/D")
-    VLLM = _service("vllm", "the mock vLLM (prefill, decode or both)")
+    VLLM = _service("vllm", "the mock vLLM (prefill, decode or both), or a real vLLM (its llm_request only)")
     ENCODER = _service("encoder", "the mock multimodal encoder (epd flow)")
     ECHO_EPP = _service("echo-epp", "the echo EPP: answers every ext_proc message at once (the floor of an EPP hop), "
                                     "can misbehave on purpose (conformance fixtures)")

@@ -30,13 +30,15 @@ def setup_tracing(
     *,
     instance: str | None = None,
     schedule_delay_ms: int = 200,
+    scope: str | None = None,
 ) -> trace.Tracer:
     """Install a tracer provider that exports to Jaeger over OTLP gRPC.
 
     ``otlp_endpoint`` is ``host:port`` (or ``http://host:port``); when neither it
     nor ``$EPPKIT_OTLP_ENDPOINT`` is set, spans are created but not exported, so
     a service still runs outside the testbed. The short schedule delay makes
-    spans reach Jaeger within a fraction of a second, which tests rely on.
+    spans reach Jaeger within a fraction of a second, which tests rely on. ``scope``: the tracer's
+    instrumentation scope (default: the service's name).
     """
     global _provider
     attributes = {ResourceAttributes.SERVICE_NAME: service_name}
@@ -58,7 +60,7 @@ def setup_tracing(
         )
     trace.set_tracer_provider(provider)
     _provider = provider
-    return provider.get_tracer(service_name)
+    return provider.get_tracer(scope or service_name)
 
 
 def shutdown_tracing() -> None:

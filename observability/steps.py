@@ -13,6 +13,9 @@
 | prefill   | sum of ``vllm.prefill``                                                              |
 | kv        | sum of ``vllm.kv_transfer``                                                          |
 | decode    | sum of ``vllm.decode``                                                               |
+|           | (a real vLLM has no step spans: queue, prefill and decode are then the sums of its   |
+|           | ``llm_request``'s ``gen_ai.latency.time_in_queue`` / ``_in_model_prefill`` /          |
+|           | ``_in_model_decode``, which it measures inside the engine)                           |
 | ttft      | ``first_token`` event on ``client.request`` minus its start (streaming requests only)|
 | e2e       | ``client.request``                                                                   |
 
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from eppkit.observability import expected_spans as ex
-from eppkit.observability.contract import Encoder, Service, Stream, Vllm
+from eppkit.observability.contract import Encoder, GenAi, Service, Stream, Vllm
 from eppkit.observability.trace_model import Span, Trace
 
 
@@ -60,6 +63,9 @@ STEP_NAMES: tuple[str, ...] = tuple(s.name for s in STEPS)
 BREAKDOWN: tuple[str, ...] = ("decision", "picker call", "envoy", "encode", "queue", "prefill", "kv", "decode", "other")
 
 _VLLM_SUMS = {"queue": Vllm.QUEUE, "prefill": Vllm.PREFILL, "kv": Vllm.KV_TRANSFER, "decode": Vllm.DECODE}
+# What a real vLLM reports of the same steps on its one span (seconds).
+_VLLM_ATTRIBUTES = {"queue": GenAi.LATENCY_TIME_IN_QUEUE, "prefill": GenAi.LATENCY_TIME_IN_MODEL_PREFILL,
+                    "decode": GenAi.LATENCY_TIME_IN_MODEL_DECODE}
 
 
 def _ms(us: int | float) -> float:
@@ -99,6 +105,11 @@ def step_durations(trace: Trace, mode: ex.ModeSpans | None) -> dict[str, float]:
         out["encode"] = _ms(max(s.end_us for s in encodes) - min(s.start_us for s in encodes))
     for step, span_name in _VLLM_SUMS.items():
         out[step] = _sum_ms(trace.find_all(span_name, Service.VLLM))
+    requests = trace.find_all(Vllm.REQUEST, Service.VLLM)
+    if requests and not any(s.service == Service.VLLM and s.name != Vllm.REQUEST for s in trace.spans):
+        for step, attribute in _VLLM_ATTRIBUTES.items():  # a real vLLM: its own measures
+            seconds = [s.attributes[attribute] for s in requests if isinstance(s.attributes.get(attribute), (int, float))]
+            out[step] = sum(seconds) * 1000.0 if seconds else None
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -25,11 +25,16 @@ _TYPES = {
 }
 
 
-def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict:
+# vLLM's type for a body its request model (pydantic) refuses: not JSON, a field missing or of the wrong type.
+VALIDATION = "Bad Request"
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None,
+               type: str | None = None) -> dict:
     return {
         "error": {
             "message": message,
-            "type": _TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError"),
+            "type": type or _TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError"),
             "param": param,
             "code": code if code is not None else status,
         }
@@ -51,23 +56,29 @@ def upstream_message(text: str, limit: int = 300) -> str:
 
 
 def error_response(
-    status: int, message: str, *, param: str | None = None, code: str | None = None, headers=None
+    status: int, message: str, *, param: str | None = None, code: str | None = None, headers=None,
+    type: str | None = None,
 ) -> web.Response:
-    return web.json_response(error_body(status, message, param=param, code=code), status=status, headers=headers)
+    # "application/json" as vLLM (FastAPI) sends it, without aiohttp's "; charset=utf-8"
+    body = json.dumps(error_body(status, message, param=param, code=code, type=type)).encode()
+    return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
 class OpenAIError(Exception):
     """Raise from a handler to answer with an OpenAI-style error."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.type = type  # None: the status's (BadRequestError, NotFoundError, ...)
 
     def response(self, headers=None) -> web.Response:
-        return error_response(self.status, self.message, param=self.param, code=self.code, headers=headers)
+        return error_response(self.status, self.message, param=self.param, code=self.code, headers=headers,
+                              type=self.type)
 
 
 @web.middleware

@@ -117,15 +117,17 @@ def configure_logging(level: str) -> None:
 
 
 def run_mock(parser: argparse.ArgumentParser, argv: Sequence[str] | None, *, read_config: Callable,
-             config_error: type[Exception], service: str, make_app: Callable[[object, object], web.Application]) -> int:
+             config_error: type[Exception], service: str, make_app: Callable[[object, object], web.Application],
+             scope: str | None = None) -> int:
     """A mock's ``main``: its flags read into its config (a bad one is a usage error), logging,
-    tracing as ``service`` with the config's instance, then ``make_app(config, tracer)`` served."""
+    tracing as ``service`` with the config's instance (its spans in instrumentation ``scope``), then
+    ``make_app(config, tracer)`` served."""
     args = parser.parse_args(argv)
     try:
         config = read_config(args)
     except config_error as exc:
         parser.error(str(exc))
     configure_logging(args.log_level)
-    tracer = otel.setup_tracing(service, args.otlp_endpoint, instance=config.instance)
+    tracer = otel.setup_tracing(service, args.otlp_endpoint, instance=config.instance, scope=scope)
     serve(make_app(config, tracer), host=args.host, port=args.port, name=f"{service}[{config.instance}]")
     return 0

@@ -1,11 +1,12 @@
-"""What serves inference behind the pickers: the kit's mock vLLM, llm-d-inference-sim, or your servers.
+"""What serves inference behind the pickers: the kit's mock vLLM, llm-d-inference-sim, a real vLLM, or your servers.
 
-:class:`Backend` is ``Topology.backend``. Three kinds:
+:class:`Backend` is ``Topology.backend``. Four kinds:
 
 | kind | what | the kit starts | spans it emits (default) |
 |---|---|---|---|
 | ``mock`` | the kit's mock vLLM (eppkit.services.vllm) | one per instance | ``full``: llm_request > vllm.queue, prefill, kv_transfer, decode |
 | ``llm-d-inference-sim`` | the simulator, built from the Go module proxy (eppkit.backends.inference_sim) | one per instance | ``none`` |
+| ``vllm`` | a real vLLM: its CPU build and a small model from PyPI, or yours by its command (eppkit.backends.real_vllm) | one per instance, or none when ``running`` names the preset's servers already started | ``llm_request`` |
 | ``urls`` | any OpenAI-compatible servers you run (``urls``, or ``prefill_urls`` + ``decode_urls``) | nothing but the pd-sidecars | ``none`` (say ``llm_request`` for a vLLM that traces) |
 
 A URL is ``[name=]http://host:port[@model]``: ``name`` is what the picker calls it (default: the
@@ -27,17 +28,22 @@ from urllib.parse import urlsplit
 
 import requests
 
-from eppkit.backends import inference_sim
-from eppkit.observability.expected_spans import BACKEND_SPANS, FULL, NONE
+from eppkit.backends import inference_sim, real_vllm
+from eppkit.observability.expected_spans import BACKEND_SPANS, FULL, LLM_REQUEST, NONE
 from eppkit.plan import Endpoint
 from eppkit.services.picker.endpoints import parse_endpoints
 
 MOCK = "mock"
 SIM = "llm-d-inference-sim"
+VLLM = "vllm"
 URLS = "urls"
-PRESETS = (MOCK, SIM)  # what --backend names; URLs make the third kind
-DEFAULT_SPANS = {MOCK: FULL, SIM: NONE, URLS: NONE}
+PRESETS = (MOCK, SIM, VLLM)  # what --backend names; URLs make the fourth kind
+DEFAULT_SPANS = {MOCK: FULL, SIM: NONE, VLLM: LLM_REQUEST, URLS: NONE}
 PROBE_TIMEOUT_S = 5.0
+
+
+class BackendMissing(FileNotFoundError):
+    """A preset the kit starts is not built or installed (or half-installed); the message says how to get it."""
 
 
 class FlowNeeds(Protocol):
@@ -52,11 +58,17 @@ class FlowNeeds(Protocol):
 class Backend:
     """The inference servers behind the pickers (``Topology.backend``); ``Backend()`` is the kit's mock."""
 
-    preset: str = MOCK  # MOCK or SIM: the servers the kit starts (one per Topology.vllm / prefill / decode)
+    preset: str = MOCK  # MOCK, SIM or VLLM: the servers the kit starts (one per Topology.vllm / prefill / decode)
     urls: tuple[str, ...] = ()  # aggregated: servers you run, [name=]http://host:port[@model]
     prefill_urls: tuple[str, ...] = ()  # pd / ttft: your prefillers
     decode_urls: tuple[str, ...] = ()  # pd / ttft: your decoders (the kit's pd-sidecar in front of each)
     spans: str | None = None  # none | llm_request | full; None: the kind's default (DEFAULT_SPANS)
+    # VLLM: your own vLLM's command (e.g. "vllm serve my/model"; the kit adds --host, --port, --served-model-name,
+    # --seed, --otlp-traces-endpoint) instead of the kit's CPU install.
+    command: str = ""
+    # VLLM: the preset's servers, already started (the pytest plugin and eppkit compare start them once), one per pod
+    # of the topology in order, as name=http://host:port@model; the testbed then starts none.
+    running: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, value: "Backend | str | None") -> "Backend":
@@ -89,20 +101,35 @@ class Backend:
             return "the kit's mock vLLM"
         if self.kind == SIM:
             return f"external: llm-d-inference-sim {inference_sim.TOOL.version} (started by the kit)"
+        if self.kind == VLLM:
+            what = (f"vLLM by your command ({self.command.split()[0]})" if self.command else
+                    f"vLLM {real_vllm.version()} serving {real_vllm.MODEL}")
+            return f"external: {what} ({'started once, shared by the testbeds' if self.running else 'started by the kit'})"
         n = len(self.urls) or len(self.prefill_urls) + len(self.decode_urls)
         return f"external: {n} server(s) by URL"
 
-    def validate(self, flow: FlowNeeds) -> None:
-        """ValueError naming what cannot work for ``flow`` (its registry entry, eppkit.flows.Flow)."""
+    def validate(self, flow: FlowNeeds, pod_addresses: bool = False) -> None:
+        """ValueError naming what cannot work for ``flow`` (its registry entry, eppkit.flows.Flow), in a mode
+        that puts each pod on its own loopback address (``pod_addresses``: its EPP watches an InferencePool,
+        eppkit.modes.Mode.watches_pool)."""
         if self.preset not in PRESETS:
             raise ValueError(f"unknown backend {self.preset!r}; choose one of {', '.join(PRESETS)}, or give URLs")
         if self.spans is not None and self.spans not in BACKEND_SPANS:
             raise ValueError(f"backend spans {self.spans!r}: choose one of {', '.join(BACKEND_SPANS)}")
         if self.kind == URLS and self.preset != MOCK:
             raise ValueError(f"--backend {self.preset} starts its own servers; it cannot be combined with backend URLs")
+        if (self.command or self.running) and self.preset != VLLM:
+            raise ValueError(f"a vLLM command is for --backend {VLLM} (got --backend {self.preset})")
+        if pod_addresses and self.kind == SIM:
+            raise ValueError(f"this mode puts each pod on its own loopback address, and {SIM} binds every interface: "
+                             f"use the kit's mocks or --backend {VLLM} there")
         if self.external and flow.mock_only:
             raise ValueError(f"--flow {flow.name} needs the kit's mock vLLM as backend ({flow.mock_only}); "
                              f"got {self.label}")
+        if self.kind == VLLM and flow.disaggregated:
+            raise ValueError(f"--flow {flow.name}: the {VLLM} preset serves aggregated requests only (its CPU build "
+                             "has no KV connector to hand prefill's KV to decode); for vLLMs with one, give "
+                             "--prefill-url and --decode-url")
         if self.kind != URLS:
             return
         for spec in (*self.urls, *self.prefill_urls, *self.decode_urls):
@@ -116,6 +143,21 @@ class Backend:
         elif self.prefill_urls or self.decode_urls:
             raise ValueError(f"--prefill-url / --decode-url are for the pd and ttft flows (got --flow {flow.name}); "
                              "use --backend-url")
+
+    def require_installed(self) -> None:
+        """BackendMissing, saying which command fixes it, when the servers this backend starts are not there:
+        llm-d-inference-sim not built, the vllm preset not (or half) installed. Checked before anything starts."""
+        try:
+            if self.kind == SIM:
+                inference_sim.require_binary()
+            elif self.kind == VLLM and not (self.command or self.running):
+                real_vllm.require()
+        except FileNotFoundError as exc:
+            raise BackendMissing(str(exc)) from None
+
+    def running_endpoints(self) -> list[Endpoint]:
+        """The preset's servers already started (``running``), as endpoints (role both)."""
+        return [parse_url(spec, resolve=False) for spec in self.running]
 
     def endpoints(self, role: str) -> list[Endpoint]:
         """The URL servers of one role (``both``: --backend-url, ``prefill``, ``decode``) as endpoints,
@@ -210,3 +252,15 @@ def check_seed(endpoints: Iterable[Endpoint], *, seed: int = 4242, tries: int = 
             f"{seed} got different answers ({seen}); the client's text would be garbled. Use --flow pd, a "
             "server that honours seed (vLLM does), or --backend llm-d-inference-sim (the kit makes its output "
             "deterministic).")
+
+
+def install_preset(name: str, progress=print) -> str:
+    """Build or install a preset's servers into the cache (``eppkit bootstrap --backend NAME``); where they are."""
+    if name == SIM:
+        return str(inference_sim.build(progress))
+    if name == VLLM:
+        from eppkit.builds import vllm_cpu
+
+        found = vllm_cpu.install(progress)
+        return f"vLLM {real_vllm.version()} at {found.vllm}, model {vllm_cpu.MODEL} at {found.model}"
+    raise ValueError(f"no preset {name!r} to install; choose {SIM} or {VLLM}")

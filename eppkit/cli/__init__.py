@@ -7,6 +7,7 @@ import signal
 import sys
 
 from eppkit import modes, options
+from eppkit.backends import BackendMissing
 from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
 from eppkit.components.controlplane import ControlPlaneError
@@ -19,7 +20,7 @@ from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 # A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout); so does a
 # control plane that cannot be built or started, or refuses what the testbed asks of it.
 USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
-               ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError)
+               ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing)
 COMMANDS = {
     "doctor": "check every prerequisite",
     "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP, etcd and kube-apiserver); cached",

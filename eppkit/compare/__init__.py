@@ -31,7 +31,7 @@ import requests
 
 from eppkit import flows, modes
 from eppkit import options as opt
-from eppkit.backends import Backend
+from eppkit.backends import VLLM, Backend
 from eppkit.builds import inference_perf
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import loadtool, output
@@ -47,6 +47,7 @@ from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.observability.trace_model import from_jaeger_json
 from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
+from eppkit.runtimes.vllm_servers import ServerPool
 from eppkit.runtimes.local import new_run_dir
 from eppkit.services.picker.settings import PickerSettings
 from eppkit.services.vllm.config import MockLatency, latency_from_args
@@ -383,6 +384,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         progress: ProgressLine | None = None, create: Callable = create_testbed) -> dict:
     """Run every scenario through every mode; returns the report (not yet written)."""
     options.validate()
+    options.backend.require_installed()  # BackendMissing, saying how to get it, before anything starts
     progress = progress or _Quiet()
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -398,7 +400,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         "mode_colors": {m: modes.get(m).color for m in options.modes},
         "scenarios": {},
     }
-    own = None
+    own = servers = None
     if jaeger is None:
         progress.update(f"starting Jaeger ({options.runtime}) ...")
         own = jaeger = create_jaeger(options.runtime, new_run_dir("jaeger-compare")).start()
@@ -410,6 +412,13 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         if found is None:
             progress.message(f"eppkit compare: the {options.load_tool} cross-check is skipped: {tool[1]}")
     try:
+        if options.backend.kind == VLLM and not options.backend.running:
+            # A real vLLM starts in 30-90 s: the servers start once and every mode's testbed shares them.
+            progress.update(f"starting {options.backends} vLLM server(s) once for every mode (30-90 s) ...")
+            servers = ServerPool(jaeger.otlp_grpc_endpoint)
+            pods = Topology(vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)], seed=options.seed,
+                            backend=options.backend)
+            options = replace(options, backend=servers.backend_for(pods))
         total = len(options.scenarios) * len(options.modes)
         n = 0
         for name in options.scenarios:
@@ -429,6 +438,8 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
                                                 load_tool=tool)
             rp.add_overheads(block["modes"])
     finally:
+        if servers is not None:
+            servers.stop()
         if own is not None:
             own.stop()
     report["wall_s"] = round(time.monotonic() - t0, 1)

@@ -318,7 +318,8 @@ def backend_text(report: dict) -> str:
     if backend.get("spans") == "none":
         text += " (emits no spans: queue, prefill, kv and decode are not measured; its time is in 'other')"
     elif backend.get("spans") == "llm_request":
-        text += " (one llm_request span per request: queue, prefill, kv and decode are not measured)"
+        text += (" (one llm_request span per request: queue, prefill and decode are what it reports on it, "
+                 "measured inside its engine; kv is not measured)")
     return text
 
 

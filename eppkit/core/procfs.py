@@ -33,6 +33,26 @@ def children(pid: int) -> set[int]:
     return out
 
 
+def group_members(pgid: int) -> list[int]:
+    """Every live process of process group ``pgid`` (a server started in its own session and its children)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(entry)
+            if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
+                out.append(int(entry))
+    return sorted(out)
+
+
+def name(pid: int) -> str | None:
+    """The process's command name (/proc/<pid>/comm: vLLM renames its engine ``VLLM::EngineCore``), or None."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 # Every process a test session starts carries this variable (a ManagedProcess passes os.environ on, and
 # children inherit it, including what a CLI run as a subprocess starts); the pytest plugin's leak check
 # finds them by it, whether or not any registry knows them. Its value is the session's tag; under

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eppkit.backends import SIM, URLS, inference_sim
+from eppkit.backends import SIM, URLS, VLLM, inference_sim, real_vllm
 from eppkit.components.inference_pool import pod_address
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
@@ -21,13 +21,16 @@ def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list
 
 
 def instance(topology: Topology, ports: PortAllocator, name: str, role: str, model: str,
-             extra: list[str], host: str = "127.0.0.1", port: int | None = None) -> tuple[ServiceSpec, Endpoint]:
-    """One vLLM the kit starts: its mock, or the llm-d-inference-sim preset in its place.
-    ``host``/``port``: a pod address of its own (modes whose EPP sees an InferencePool)."""
-    if topology.backend.kind == SIM:
-        if host != "127.0.0.1":
-            raise ValueError(f"the {topology.mode} mode puts each pod on its own loopback address, and "
-                             f"{inference_sim.NAME} binds every interface: use the kit's mocks there")
+             extra: list[str], host: str = "127.0.0.1", port: int | None = None,
+             index: int = 0) -> tuple[ServiceSpec, Endpoint]:
+    """One vLLM the kit starts: its mock, or a preset (llm-d-inference-sim, a real vLLM) in its place.
+    ``host``/``port``: a pod address of its own (modes whose EPP sees an InferencePool); ``index``: its place
+    among the topology's vLLMs."""
+    if topology.backend.kind == VLLM:
+        port = port or ports.port()
+        spec = real_vllm.service(name, index, host=host, port=port, model=model, seed=topology.seed,
+                                 own=topology.backend.command, extra=extra)
+    elif topology.backend.kind == SIM:  # never on a pod address of its own (Backend.validate refuses that)
         # It binds every interface: its port must be free there too, not only on loopback.
         port = ports.port(all_interfaces=True)
         argv = inference_sim.command(inference_sim.require_binary(), port=port, model=model, seed=topology.seed,
@@ -50,11 +53,18 @@ def pool(topology: Topology, ports: PortAllocator, pod_addresses: bool) -> FlowP
     if topology.backend.kind == URLS:
         out.routable = topology.backend.endpoints("both")
         return out
+    if topology.backend.running:  # the preset's servers, already started and shared (eppkit.runtimes.vllm_servers)
+        out.routable = topology.backend.running_endpoints()
+        return out
     if topology.pods_per_mock < 1:
         raise ValueError("pods_per_mock must be at least 1")
+    if topology.backend.kind == VLLM:
+        if topology.pods_per_mock > 1:
+            raise ValueError(f"the {VLLM} preset runs one server per pod (pods_per_mock is the mock's)")
+        real_vllm.check_memory(len(topology.vllm), topology.backend.command)
     if not pod_addresses:
-        for spec in topology.vllm:
-            service, endpoint = instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args)
+        for i, spec in enumerate(topology.vllm):
+            service, endpoint = instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args, index=i)
             out.services.append(service)
             out.routable.append(endpoint)
         return out
@@ -67,7 +77,7 @@ def pool(topology: Topology, ports: PortAllocator, pod_addresses: bool) -> FlowP
         if per > 1 and len({(s.role, s.model, tuple(s.extra_args)) for s in group}) > 1:
             raise ValueError(f"pods served by one mock share its role, model and flags: {[s.name for s in group]}")
         service, _ = instance(topology, ports, first.name, first.role, first.model, first.extra_args,
-                              host=",".join(group_hosts), port=shared)
+                              host=",".join(group_hosts), port=shared, index=start)
         out.services.append(service)
         for spec, host in zip(group, group_hosts):
             out.routable.append(Endpoint(spec.name, host, shared, spec.role, spec.model))

@@ -104,8 +104,8 @@ def check(topology: Topology) -> tuple[Mode, Flow]:
     if mode.flows is not None and flow.name not in mode.flows:
         raise ValueError(f"mode {mode.name} runs the {' and '.join(mode.flows)} flow(s) (got --flow {flow.name})"
                          + (f": {mode.flows_why}" if mode.flows_why else ""))
-    topology.backend.validate(flow)
-    mode.read_options(topology.options)
+    options = mode.read_options(topology.options)
+    topology.backend.validate(flow, mode.watches_pool(options))
     return mode, flow
 
 

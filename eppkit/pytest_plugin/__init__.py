@@ -14,6 +14,7 @@ Installed with eppkit and loaded by pytest on its own (entry point ``pytest11``)
 | ``eppkit_client`` | function | a traced client of ``eppkit_testbed`` (each request is the root span of its trace) |
 | ``eppkit_ui`` | session | with ``--eppkit-ui``, the live trace UI (``.url``, ``.trace_url(trace_id)``); else None |
 | ``eppkit_backend`` | session | the session's backend (:class:`eppkit.backends.Backend`), from the ``--eppkit-backend*`` options |
+| ``eppkit_vllm_servers`` | session | the vllm preset's servers, started once when a topology first needs them and shared (:mod:`eppkit.runtimes.vllm_servers`) |
 
 Options: ``--eppkit-runtime local|docker|all|a,b`` (or the ini key ``eppkit_runtime``; default local),
 ``--eppkit-keep-on-failure`` (stop at the first failing test and leave its testbed running until
@@ -21,7 +22,7 @@ Ctrl-C), ``--eppkit-runs DIR`` (run folders; default ``./runs``), ``--eppkit-ui`
 Zipkin's, fed from the session's Jaegers; its URL is printed when it is up), ``--eppkit-envoy-version V`` (or
 the ini key ``eppkit_envoy_version``: the Envoy of every testbed whose Topology names none).
 
-Backends: ``--eppkit-backend llm-d-inference-sim`` (or ``--eppkit-backend-url [name=]http://host:port[@model]``,
+Backends: ``--eppkit-backend llm-d-inference-sim`` or ``vllm`` (or ``--eppkit-backend-url [name=]http://host:port[@model]``,
 repeatable; ``--eppkit-prefill-url`` / ``--eppkit-decode-url`` for pd and ttft; ``--eppkit-backend-spans``)
 puts that backend into every topology that does not name its own. A test that needs the kit's mock
 (``x-mock-*`` steering headers, the mock's spans, its fault injection) is marked

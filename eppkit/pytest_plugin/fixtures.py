@@ -15,16 +15,19 @@ from eppkit.pytest_plugin.session import (require_control_plane, selected_runtim
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
 
 if TYPE_CHECKING:
+    from eppkit.runtimes.vllm_servers import ServerPool
     from eppkit.topology import Topology
 
 
-def new_testbed(config: pytest.Config, runtime: str, jaeger, plane, topology: "Topology | None", kwargs: dict):
+def new_testbed(config: pytest.Config, runtime: str, jaeger, plane, topology: "Topology | None", kwargs: dict,
+                servers: "ServerPool | None" = None):
     """The one way the plugin makes a testbed (not yet started): the session's options filled in, the
-    session's Jaeger and control plane. The caller records it where a failure report finds it, then starts it."""
+    session's Jaeger and control plane, the session's vLLM servers (``servers``) for the vllm backend. The
+    caller records it where a failure report finds it, then starts it."""
     from eppkit.runtimes import create
     from eppkit.topology import Topology
 
-    return create(session_topology(config, topology or Topology()), runtime=runtime, jaeger=jaeger,
+    return create(session_topology(config, topology or Topology(), servers), runtime=runtime, jaeger=jaeger,
                   control_plane=plane, **kwargs)
 
 
@@ -123,11 +126,22 @@ def eppkit_control_plane(_eppkit_shared_control_plane):
     return _eppkit_shared_control_plane.get()
 
 
-def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, plane, owner: pytest.Item | None):
+@pytest.fixture(scope="session")
+def eppkit_vllm_servers(eppkit_jaeger):
+    """The vllm preset's servers of this runtime's session Jaeger (eppkit.runtimes.vllm_servers.ServerPool): none
+    start until a topology of the vllm backend needs them; every testbed then shares them. Stopped at the end."""
+    from eppkit.runtimes.vllm_servers import ServerPool
+
+    with ServerPool(eppkit_jaeger.otlp_grpc_endpoint) as pool:
+        yield pool
+
+
+def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, plane, owner: pytest.Item | None,
+             servers: "ServerPool"):
     beds: list = []
 
     def make(topology: "Topology | None" = None, **kwargs: Any):
-        bed = new_testbed(request.config, runtime, jaeger, plane, topology, kwargs)
+        bed = new_testbed(request.config, runtime, jaeger, plane, topology, kwargs, servers)
         beds.append(bed)
         item = owner or request.node
         item.stash.setdefault(BEDS, []).append(bed)
@@ -138,12 +152,13 @@ def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, plane, owner:
 
 @pytest.fixture
 def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str,
-                           _eppkit_shared_control_plane):
+                           _eppkit_shared_control_plane, eppkit_vllm_servers):
     """Call with a Topology (and runtime keyword arguments); returns a started testbed, stopped after the test.
 
     Use it for tests that change their testbed (kill a component, restart one, load it, change its pool).
     """
-    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane, None)
+    make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane, None,
+                          eppkit_vllm_servers)
     yield make
     if beds and failed(request.node) and values(request.config).keep_on_failure:
         keep_until_interrupted(request.config, request.node, beds)
@@ -154,8 +169,8 @@ def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit
 class _SharedBeds:
     """One started testbed per distinct topology, for the tests of one module."""
 
-    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, plane):
-        self._request, self._runtime, self._jaeger, self._plane = request, runtime, jaeger, plane
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, plane, servers: "ServerPool"):
+        self._request, self._runtime, self._jaeger, self._plane, self._servers = request, runtime, jaeger, plane, servers
         self._beds: dict[str, Any] = {}
 
     def __call__(self, topology: "Topology | None" = None, **kwargs: Any):
@@ -164,7 +179,8 @@ class _SharedBeds:
         if bed is None or not bed.healthy():
             if bed is not None:  # a test stopped or broke it after all: a fresh one for the next
                 bed.stop()
-            bed = new_testbed(self._request.config, self._runtime, self._jaeger, self._plane, topology, kwargs).start()
+            bed = new_testbed(self._request.config, self._runtime, self._jaeger, self._plane, topology, kwargs,
+                              self._servers).start()
             self._beds[key] = bed
         return bed
 
@@ -188,8 +204,8 @@ class _SharedBeds:
 
 @pytest.fixture(scope="module")
 def _eppkit_shared_beds(request: pytest.FixtureRequest, eppkit_jaeger, eppkit_runtime: str,
-                        _eppkit_shared_control_plane):
-    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane)
+                        _eppkit_shared_control_plane, eppkit_vllm_servers):
+    beds = _SharedBeds(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane, eppkit_vllm_servers)
     yield beds
     beds.stop()
 

@@ -125,11 +125,12 @@ def envoy_version(config: pytest.Config) -> str | None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
+def session_topology(config: pytest.Config, topology: "Topology", servers=None) -> "Topology":
     """``topology`` with the session's options where it leaves them open: the Envoy version, an external
-    EPP, the backend (a missing simulator binary is a missing prerequisite, :func:`require`)."""
+    EPP, the backend (a missing simulator binary or vLLM install is a missing prerequisite, :func:`require`);
+    a vllm backend gets the session's servers (``servers``, eppkit.runtimes.vllm_servers.ServerPool)."""
     from eppkit import flows, modes
-    from eppkit.backends import SIM, Backend
+    from eppkit.backends import SIM, VLLM, Backend
     from eppkit.modes import external_epp
     from eppkit.options import epp_options
 
@@ -140,20 +141,29 @@ def session_topology(config: pytest.Config, topology: "Topology") -> "Topology":
     if (given and topology.mode == external_epp.MODE.name
             and not any(topology.options.get(k) for k in ("epp_command", "epp_address"))):
         topology = dataclasses.replace(topology, options={**given, **topology.options})  # its own win
-    if topology.backend == Backend():
-        backend = session_backend(config)
-        try:
-            backend.validate(flows.get(topology.flow))
-        except ValueError as exc:  # by design: e.g. epd needs the mock's encoder cache
-            pytest.skip(f"this session's backend ({backend.label}) cannot serve this test's topology: {exc}")
-        topology = dataclasses.replace(topology, backend=backend)
-    if topology.backend.kind == SIM:
-        require_simulator()
     try:
         mode = modes.get(topology.mode)
         watches_pool = mode.watches_pool(mode.read_options(topology.options))
     except ValueError:  # a bad mode or option: the testbed says so when it is made
         watches_pool = False
+    if topology.backend == Backend():
+        backend = session_backend(config)
+        try:
+            backend.validate(flows.get(topology.flow), watches_pool)
+        except ValueError as exc:  # by design: e.g. epd needs the mock's encoder cache
+            pytest.skip(f"this session's backend ({backend.label}) cannot serve this test's topology: {exc}")
+        topology = dataclasses.replace(topology, backend=backend)
+    if topology.backend.kind == SIM:
+        require_simulator()
+    if topology.backend.kind == VLLM and not topology.backend.running and servers is not None:
+        from eppkit.runtimes.vllm_servers import TooManyPods
+
+        try:
+            topology = dataclasses.replace(topology, backend=servers.backend_for(topology))
+        except FileNotFoundError as exc:  # not installed, or half: how to get it
+            require(False, str(exc))
+        except TooManyPods as exc:  # by design: the session shares at most two servers
+            pytest.skip(str(exc))
     if watches_pool:
         require_control_plane()
     return topology

@@ -113,7 +113,7 @@ class DockerTestbed(LocalTestbed):
         return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
 
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
-        if spec.on_host:  # a program of yours: your environment, not the kit's image
+        if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
             return super()._run_service(spec, env)
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
         if spec.argv and spec.argv[0] == sys.executable:

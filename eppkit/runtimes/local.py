@@ -34,6 +34,8 @@ from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 from eppkit.runtimes.pool import InferencePoolHandle
+from eppkit.services.picker.headers import SERVED
+from eppkit.services.pod_headers import HEADER_POD
 from eppkit.topology import Topology
 
 
@@ -150,6 +152,16 @@ class LocalTestbed:
             expected = self.expected_spans()
         return self.jaeger.wait_for_trace(trace_id, expected, timeout_s=timeout_s, **kwargs)
 
+    def served_pod(self, headers) -> str | None:
+        """The name of the pod that served a response (its headers): in the backend's own words
+        (``x-inference-pod``: the mock on every answer, llm-d-inference-sim on completions), else in Envoy's
+        (``x-gateway-destination-endpoint-served``, the picked cluster's address, named as this testbed names
+        it). None when neither says: a backend without the header (a real vLLM) reached through the pool."""
+        if headers.get(HEADER_POD):
+            return headers[HEADER_POD]
+        address = headers.get(SERVED)
+        return {ep.address: ep.name for ep in self.backends}.get(address, address) if address else None
+
     def hops(self) -> list[hop.Hop]:
         """Every request Envoy has logged so far, as :class:`eppkit.gateway.hop.Hop` (oldest first)."""
         if self.envoy is None:
@@ -220,6 +232,7 @@ class LocalTestbed:
 
     def _start(self) -> None:
         """The order every runtime follows; the ``_run_*`` hooks say how each component runs."""
+        self.topology.backend.require_installed()  # a preset not built or installed: said before anything starts
         # Before anything starts: the Envoy version (installed once) and the user's filters, built
         # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
         self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, _progress)
@@ -326,7 +339,7 @@ class LocalTestbed:
                 strategy = TcpReady(spec.host, spec.port)
             hint = (f"check its command line: {' '.join(spec.argv)}" if spec.argv else
                     f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
-            strategy.timeout_s = ready_timeout_s
+            strategy.timeout_s = max(ready_timeout_s, spec.start_timeout_s or 0.0)
             proc.wait_ready(strategy, hint=hint)
 
     # -- how each component runs: a process on this host ----------------------------------
@@ -336,8 +349,14 @@ class LocalTestbed:
     def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
         """Start the service's process; :meth:`_start_services` waits for it."""
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, host=spec.host)
-        proc = ManagedProcess(spec.name, argv, self.run_dir / f"{spec.name}.log").with_env(**{**env, **spec.env})
-        return proc.with_cwd(self.run_dir).start()
+        proc = ManagedProcess(spec.name, [*argv, *self._otlp_args(spec)], self.run_dir / f"{spec.name}.log")
+        return proc.with_env(**{**env, **spec.env}).with_cwd(self.run_dir).start()
+
+    def _otlp_args(self, spec: ServiceSpec) -> list[str]:
+        """``spec.otlp_flag`` and the testbed's OTLP endpoint, when the program takes it so and tracing is on."""
+        if not spec.otlp_flag or not self.topology.tracing:
+            return []
+        return [spec.otlp_flag, f"http://{self.otlp_endpoint}"]
 
     def _run_envoy(self, envoy_env: dict[str, str]):
         """Envoy for the rendered config, validated first; the caller starts it."""

@@ -9,7 +9,7 @@ import sys
 from eppkit.observability.contract import Service
 from eppkit.services import runner
 from eppkit.services.vllm.config import ConfigError, add_args, from_args
-from eppkit.services.vllm.server import MockVllm
+from eppkit.services.vllm.server import TRACER_SCOPE, MockVllm
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +39,7 @@ def _app(config, tracer):
 
 def main(argv: list[str] | None = None) -> int:
     return runner.run_mock(build_parser(), argv, read_config=from_args, config_error=ConfigError,
-                           service=Service.VLLM, make_app=_app)
+                           service=Service.VLLM, make_app=_app, scope=TRACER_SCOPE)
 
 
 if __name__ == "__main__":

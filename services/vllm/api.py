@@ -1,8 +1,10 @@
 """OpenAI request bodies in, a checked :class:`GenRequest` out; errors as OpenAIError.
 
-Only what the mock acts on is checked, with vLLM's status codes: 400 for a body that is
-not JSON or has fields of the wrong type, 404 for a model not served, 400 with
-vLLM's message for a prompt plus max_tokens beyond ``--max-model-len``.
+Only what the mock acts on is checked, as vLLM 0.32.0 checks it: a body that is not JSON, or a field
+missing or of the wrong type, is 400 of type ``Bad Request`` with ``param`` the field's place
+(``body.messages``), as vLLM's request model (pydantic) refuses it; vLLM's own checks (max_tokens,
+temperature, the context length) are 400 ``BadRequestError`` naming the parameter; a model not served is
+404. A request without ``model`` is served by the first served model, as vLLM serves it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eppkit.services.encoder.media import MediaError, MediaItem, check_media, media_items
-from eppkit.services.openai_errors import OpenAIError
+from eppkit.services.openai_errors import VALIDATION, OpenAIError
 from eppkit.services.vllm import handshake, tokens
 
 CHAT = "chat"
@@ -42,14 +44,18 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise OpenAIError(400, f"Invalid JSON in request body: {exc}") from None
+        raise OpenAIError(400, f"Invalid JSON in request body: {exc}", param="body", type=VALIDATION) from None
     if not isinstance(body, dict):
-        raise OpenAIError(400, "Request body must be a JSON object")
+        raise OpenAIError(400, "Request body must be a JSON object", param="body", type=VALIDATION)
     return body
 
 
 def _type_error(name: str, expected: str) -> OpenAIError:
-    return OpenAIError(400, f"'{name}' must be {expected}", param=name)
+    return OpenAIError(400, f"'{name}' must be {expected}", param=f"body.{name}", type=VALIDATION)
+
+
+def _missing(name: str) -> OpenAIError:
+    return OpenAIError(400, f"'{name}' is a required property", param=f"body.{name}", type=VALIDATION)
 
 
 def _is_int(v: Any) -> bool:
@@ -63,7 +69,7 @@ def _is_number(v: Any) -> bool:
 def parse_request(kind: str, body: dict[str, Any], served_models: list[str], max_model_len: int) -> GenRequest:
     model = body.get("model")
     if model is None:
-        raise OpenAIError(400, "'model' is a required property", param="model")
+        model = served_models[0]
     if not isinstance(model, str):
         raise _type_error("model", "a string")
     if model not in served_models:
@@ -102,6 +108,10 @@ def parse_request(kind: str, body: dict[str, Any], served_models: list[str], max
     for name in ("temperature", "top_p", "frequency_penalty", "presence_penalty"):
         if body.get(name) is not None and not _is_number(body[name]):
             raise _type_error(name, "a number")
+    if body.get("temperature") is not None and body["temperature"] < 0:
+        value = float(body["temperature"])
+        raise OpenAIError(400, f"temperature must be non-negative, got {value}. (parameter=temperature, value={value})",
+                          param="temperature")
     seed = body.get("seed")
     if seed is not None and not _is_int(seed):
         raise _type_error("seed", "an integer")
@@ -110,7 +120,7 @@ def parse_request(kind: str, body: dict[str, Any], served_models: list[str], max
         if not _is_int(n):
             raise _type_error("n", "an integer")
         if n != 1:
-            raise OpenAIError(400, "the mock serves n=1 only", param="n")
+            raise OpenAIError(400, "the mock serves n=1 only")
 
     params = body.get("kv_transfer_params")
     try:
@@ -157,7 +167,7 @@ def context_length_error(prompt_tokens: int, max_tokens: int, max_model_len: int
 def _check_messages(body: dict[str, Any]) -> None:
     messages = body.get("messages")
     if messages is None:
-        raise OpenAIError(400, "'messages' is a required property", param="messages")
+        raise _missing("messages")
     if not isinstance(messages, list):
         raise _type_error("messages", "an array")
     if not messages:
@@ -182,7 +192,7 @@ def _check_messages(body: dict[str, Any]) -> None:
 def _check_prompt(body: dict[str, Any]) -> None:
     prompt = body.get("prompt")
     if prompt is None:
-        raise OpenAIError(400, "'prompt' is a required property", param="prompt")
+        raise OpenAIError(400, "Either prompt or prompt_embeds must be provided and non-empty.", param="prompt")
     if isinstance(prompt, str):
         return
     if isinstance(prompt, list) and prompt and all(

@@ -18,6 +18,7 @@ import json
 import logging
 import random
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ HEADER_TTFT = "x-mock-ttft-ms"
 HEADER_ITL = "x-mock-itl-ms"
 HEADER_KV_TRANSFER = "x-mock-kv-transfer-ms"
 HEADER_METADATA_TIMEOUT = "x-mock-metadata-timeout-ms"
+TRACER_SCOPE = "vllm.tracing.otel"  # the instrumentation scope of vLLM's own spans
 
 
 
@@ -90,7 +92,7 @@ class _Flow:
 class MockVllm:
     def __init__(self, config: VllmConfig, tracer: trace.Tracer | None = None) -> None:
         self.c = config
-        self.tracer = tracer or trace.get_tracer("vllm")
+        self.tracer = tracer or trace.get_tracer(TRACER_SCOPE)
         self.latency = LatencyModel(config)
         self.scheduler = Scheduler(config.max_num_seqs, config.max_waiting_queue_length)
         self.cache = PrefixCache(config.block_size, config.kv_cache_size)
@@ -105,6 +107,7 @@ class MockVllm:
             kv_usage=lambda: self.cache.usage,
             block_size=config.block_size,
             num_gpu_blocks=config.kv_cache_size,
+            max_model_len=config.max_model_len,
         )
         self.watcher = DisconnectWatcher()
         self.clock = TokenClock()
@@ -134,10 +137,11 @@ class MockVllm:
     async def models(self, request: web.Request) -> web.Response:
         created = int(time.time())
         data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "eppkit", "root": name, "parent": None, "max_model_len": self.c.max_model_len}
+            {"id": name, "object": "model", "created": created, "owned_by": "eppkit", "root": name, "parent": None,
+             "max_model_len": self.c.max_model_len, "permission": [_permission(created)]}
             for name in self.c.served_model_names
         ]
-        return web.json_response({"object": "list", "data": data})
+        return web.Response(body=json.dumps({"object": "list", "data": data}).encode(), content_type="application/json")
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -237,6 +241,7 @@ class MockVllm:
         try:
             await self.scheduler.acquire()
         except QueueFull as exc:
+            self.metrics.admission_rejections(reason="max_num_queued_reqs").inc()
             queue_span.set_status(Status(StatusCode.ERROR, str(exc)))
             queue_span.end()
             raise OpenAIError(429, f"the mock vLLM is overloaded: {exc}", code="queue_full") from None
@@ -270,6 +275,8 @@ class MockVllm:
             finally:
                 kv_span.end()
             self.cache.insert(req.prompt_token_list)  # the pulled blocks are now local
+            self.metrics.external_prefix_cache_queries.inc(req.prompt_tokens)
+            self.metrics.external_prefix_cache_hits.inc(req.prompt_tokens)
         else:
             cached = self.cache.cached_tokens(req.prompt_token_list)
             self.metrics.prefix_cache_queries.inc(req.prompt_tokens)
@@ -348,16 +355,21 @@ class MockVllm:
             extra["kv_transfer_params"] = None
         if metadata_report is not None:
             extra["multipart_metadata"] = metadata_report
-        use = usage(req.prompt_tokens, n_out, cached)
+        # vLLM reports the tokens a chat request put into its prefix cache (whole blocks not found there);
+        # its completions leave the field null.
+        created = (req.prompt_tokens // c.block_size) * c.block_size - cached if req.kind == api.CHAT else None
+        use = usage(req.prompt_tokens, n_out, cached, created if created is None else max(0, created))
         e2e = time.monotonic() - flow.arrival
         self._finish_attributes(span, req, n_out, finish_reason, time_in_queue, ttft, e2e, prefill_time, decode_time)
         self.metrics.e2e.observe(e2e)
         self.metrics.prompt_tokens.inc(req.prompt_tokens)
         self.metrics.generation_tokens.inc(n_out)
         self.metrics.request_success(finished_reason=finish_reason).inc()
+        self._count_tokens(req, n_out, cached, pulled=req.prompt_tokens if remote_prefill else 0,
+                           inference_s=prefill_time + decode_time)
 
         if req.stream:
-            tail = renderer.final_chunk(finish_reason, extra)
+            tail = renderer.final_chunk(finish_reason, extra, last=not req.include_usage)
             if req.include_usage:
                 tail += renderer.usage_chunk(use)
             await self._write_eof(flow, tail + DONE)
@@ -378,8 +390,12 @@ class MockVllm:
         n = len(out)
         stop = min(injected.after_tokens, n) if injected is not None else n  # tokens written in all
 
+        observe = self.metrics.inter_token_latency.observe
+
         def next_gap() -> float:
-            return self.latency.inter_token_ms(flow.rng, running=running, override=overrides.itl_ms) / 1000.0
+            gap = self.latency.inter_token_ms(flow.rng, running=running, override=overrides.itl_ms) / 1000.0
+            observe(gap)
+            return gap
 
         if stream and stop > 1:
             writer = _TokenWriter(self.clock, flow.response, request.transport, renderer, out, stop, next_gap, self.metrics.token_lateness.observe)
@@ -498,9 +514,11 @@ class MockVllm:
     def _ec_lookup(self, req: api.GenRequest) -> tuple[int, int]:
         if not req.media:
             return 0, 0
+        self.metrics.mm_cache_queries.inc(len(req.media))
         if self.ec_cache is None:
             return 0, len(req.media)
         hits = sum(1 for item in req.media if self.ec_cache.contains(item.hash))
+        self.metrics.mm_cache_hits.inc(hits)
         return hits, len(req.media) - hits
 
     def _output_length(self, req: api.GenRequest) -> int:
@@ -522,6 +540,7 @@ class MockVllm:
             resp.enable_chunked_encoding()
         if sse:
             resp.content_type = "text/event-stream"
+            resp.charset = "utf-8"  # as vLLM's (Starlette's) "text/event-stream; charset=utf-8"
             resp.headers["Cache-Control"] = "no-cache"
             # The first token follows at once: let aiohttp send the headers with it, one
             # send() instead of two (sends on loopback dominate the mock's CPU per request).
@@ -574,12 +593,15 @@ class MockVllm:
             GenAi.REQUEST_N: 1,
             Vllm.STREAM: req.stream,
             Vllm.API: req.kind,
+            # as vLLM: what the request may generate (the context's rest when it names no max_tokens)
+            GenAi.REQUEST_MAX_TOKENS: req.max_tokens or max(0, self.c.max_model_len - req.prompt_tokens),
         }
-        if req.max_tokens is not None:
-            attrs[GenAi.REQUEST_MAX_TOKENS] = req.max_tokens
+        # as vLLM: the sampling parameters in effect (1.0 when not given), each only when not zero
         for key, attribute in (("temperature", GenAi.REQUEST_TEMPERATURE), ("top_p", GenAi.REQUEST_TOP_P)):
-            if b.get(key) is not None:
-                attrs[attribute] = float(b[key])
+            value = b.get(key)
+            value = 1.0 if value is None else float(value)
+            if value:
+                attrs[attribute] = value
         if req.media:
             attrs[Vllm.MM_ITEMS] = len(req.media)
         params = req.kv_transfer_params
@@ -603,6 +625,26 @@ class MockVllm:
                 GenAi.RESPONSE_FINISH_REASONS: [finish_reason],
             }
         )
+
+    def _count_tokens(self, req: api.GenRequest, n_out: int, cached: int, pulled: int, inference_s: float) -> None:
+        """vLLM's per-request token histograms and where the prompt's KV came from: computed here, this
+        instance's prefix cache, or pulled from a prefiller (vLLM's p2p KV transfer)."""
+        m, computed = self.metrics, max(0, req.prompt_tokens - cached - pulled)
+        m.request_prompt_tokens.observe(req.prompt_tokens)
+        m.request_generation_tokens.observe(n_out)
+        limit = req.max_tokens or max(0, self.c.max_model_len - req.prompt_tokens)
+        m.request_max_num_generation_tokens.observe(limit)
+        m.request_params_max_tokens.observe(limit)
+        m.request_params_n.observe(1)
+        m.request_num_preemptions.observe(0)
+        m.request_prefill_kv_computed_tokens.observe(computed)
+        m.inference_time.observe(inference_s)
+        m.prompt_tokens_by_source(source="local_compute").inc(computed)
+        m.prompt_tokens_by_source(source="local_cache_hit").inc(cached)
+        m.prompt_tokens_by_source(source="external_kv_transfer").inc(pulled)
+        m.prompt_tokens_cached.inc(cached + pulled)
+        m.prompt_tokens_cached_by_source(source="device").inc(cached)
+        m.prompt_tokens_cached_by_source(source="p2p").inc(pulled)
 
     def _record_error(self, flow: _Flow, status: int, message: str) -> None:
         self.metrics.request_errors(status=str(status)).inc()
@@ -664,6 +706,14 @@ class _TokenWriter:
             return
         self.deadline += self.next_gap()
         self.clock.call_at(self.deadline, self._tick)
+
+
+def _permission(created: int) -> dict[str, Any]:
+    """vLLM's model permission card (OpenAI's legacy one), as every entry of its /v1/models carries it."""
+    return {"id": f"modelperm-{uuid.uuid4().hex[:16]}", "object": "model_permission", "created": created,
+            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
+            "group": None, "is_blocking": False}
 
 
 class _InjectedDrop(Exception):

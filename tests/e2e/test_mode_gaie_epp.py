@@ -24,11 +24,9 @@ from eppkit import TraceCheck
 from eppkit.core.polling import poll
 from eppkit.modes import gaie_epp
 from tests.support.reliability import chat_body, require_gaie_epp, topology
+from tests.support.served import backend_spans
 
 pytestmark = pytest.mark.e2e
-
-POD = "x-inference-pod"
-
 
 @pytest.fixture
 def bed(eppkit_shared_testbed_factory):
@@ -49,14 +47,16 @@ def test_a_request_goes_envoy_to_the_gaie_epp_to_the_pod_it_picked(bed):
     client.flush()
     assert result.status == 200, result.body
     by_name = {ep.name: ep.address for ep in bed.backends}
-    pod = result.headers.get(POD)
+    pod = bed.served_pod(result.headers)
     assert result.headers.get(headers.SERVED) == by_name[pod]  # the pod that answered is the one picked
 
     picked = Envoy.router(Cluster.PICKED)
-    trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, Envoy.EXT_PROC_CALL, picked, Vllm.REQUEST])
+    trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, Envoy.EXT_PROC_CALL, picked,
+                                                        *backend_spans(bed)])
     check = TraceCheck(trace)
     ingress = check.one(Envoy.INGRESS, Service.ENVOY)
-    assert check.one(Vllm.REQUEST, Service.VLLM).is_descendant_of(check.one(picked, Service.ENVOY))
+    for served in check.all(Vllm.REQUEST, Service.VLLM):  # a backend that traces: under the picked upstream
+        assert served.is_descendant_of(check.one(picked, Service.ENVOY))
     # v1.5.0's spans are not in the request's trace...
     assert gaie_epp.OTEL_SERVICE not in trace.services()
 
@@ -73,7 +73,7 @@ def test_a_request_goes_envoy_to_the_gaie_epp_to_the_pod_it_picked(bed):
     assert ingress.start_us <= scheduling.start_us <= ingress.end_us
 
 
-def test_the_mocks_serve_the_metric_families_the_gaie_epp_reads(bed):
+def test_the_backend_serves_the_metric_families_the_gaie_epp_reads(bed):
     client = bed.client()
     assert client.chat(chat_body()).status == 200
     log = (bed.run_dir / "epp.log").read_text()

@@ -112,6 +112,9 @@ def test_the_wheel_installs_outside_the_checkout_and_every_module_and_service_wo
     for service in services:
         out = _run([python, "-m", f"eppkit.services.{service}", "--help"], cwd=outside).stdout
         assert "usage:" in out, service
+    # Package data a module reads by its own path (not through importlib.resources): the vllm preset's pins.
+    _run([python, "-c", "from eppkit.builds import vllm_cpu; assert vllm_cpu.CONSTRAINTS.is_file(), vllm_cpu.CONSTRAINTS"],
+         cwd=outside)
     for command in ("up", "run", "compare", "bootstrap", "doctor"):
         assert "usage:" in _run([venv / "bin" / "eppkit", command, "--help"], cwd=outside).stdout
     for bare in ("services", "observability", "testbed"):

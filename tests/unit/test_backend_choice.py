@@ -15,7 +15,7 @@ from eppkit.services.picker.settings import DEFAULTS, PickerSettings, add_argume
 from eppkit.services.vllm.config import MockLatency
 
 from eppkit import backends, cli, compare, flows, modes, options
-from eppkit.backends import MOCK, SIM, Backend, inference_sim, parse_url
+from eppkit.backends import MOCK, SIM, VLLM, Backend, inference_sim, parse_url
 from eppkit.components.ports import PortAllocator
 from eppkit.topology import Topology, VllmSpec
 from tests.support import kit
@@ -62,7 +62,9 @@ def test_backend_kinds_labels_and_default_spans():
 
 
 @pytest.mark.parametrize("backend, flow, why", [
-    (Backend(preset="vllm"), "aggregated", "unknown backend"),
+    (Backend(preset="tgi"), "aggregated", "unknown backend"),
+    (Backend(preset=VLLM), "pd", "aggregated requests only"),
+    (Backend(command="vllm serve m"), "aggregated", "is for --backend vllm"),
     (Backend(spans="some"), "aggregated", "choose one of"),
     (Backend(preset=SIM, urls=("http://127.0.0.1:1",)), "aggregated", "cannot be combined"),
     (Backend(preset=SIM), "epd", "needs the kit's mock"),
@@ -74,6 +76,14 @@ def test_backend_kinds_labels_and_default_spans():
 def test_a_backend_that_cannot_serve_the_flow_is_refused(backend, flow, why):
     with pytest.raises(ValueError, match=why):
         backend.validate(flows.get(flow))
+
+
+def test_the_simulator_is_refused_where_pods_have_addresses_of_their_own_and_vllm_is_not():
+    gaie = modes.get("gaie-epp")
+    assert gaie.watches_pool(gaie.read_options({}))
+    with pytest.raises(ValueError, match="binds every interface"):
+        modes.check(Topology(mode=gaie.name, backend=SIM))
+    Backend(preset=VLLM).validate(flows.get("aggregated"), pod_addresses=True)  # vLLM binds the address it is given
 
 
 def test_the_cli_refuses_a_backend_that_cannot_serve_the_flow_as_a_usage_error(capsys):

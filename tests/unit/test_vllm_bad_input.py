@@ -27,7 +27,6 @@ CASES = [
     ("not-utf8", CHAT, b"\xff\xfe\x00", {}, 400, "Invalid JSON"),
     ("empty-body", CHAT, b"", {}, 400, "Invalid JSON"),
     ("json-array", CHAT, [1, 2], {}, 400, "must be a JSON object"),
-    ("missing-model", CHAT, {"messages": MSG}, {}, 400, "'model' is a required property"),
     ("model-not-string", CHAT, {"model": 3, "messages": MSG}, {}, 400, "'model' must be a string"),
     ("unknown-model", CHAT, {"model": "gpt-9", "messages": MSG}, {}, 404, "The model `gpt-9` does not exist."),
     ("missing-messages", CHAT, {"model": "mock-llm"}, {}, 400, "'messages' is a required property"),
@@ -51,7 +50,8 @@ CASES = [
     ("seed-float", CHAT, chat_body(seed=1.5), {}, 400, "'seed' must be an integer"),
     ("n-two", CHAT, chat_body(n=2), {}, 400, "n=1 only"),
     ("context-length", CHAT, chat_body(" ".join(["w"] * 60), max_tokens=50), {}, 400, "maximum context length is 100 tokens"),
-    ("missing-prompt", COMP, {"model": "mock-llm"}, {}, 400, "'prompt' is a required property"),
+    ("missing-prompt", COMP, {"model": "mock-llm"}, {}, 400, "Either prompt or prompt_embeds must be provided"),
+    ("temperature-negative", CHAT, chat_body(temperature=-1), {}, 400, "temperature must be non-negative, got -1.0"),
     ("prompt-object", COMP, {"model": "mock-llm", "prompt": {"a": 1}}, {}, 400, "'prompt' must be"),
     ("bad-ttft-header", CHAT, chat_body(), {"x-mock-ttft-ms": "soon"}, 400, "x-mock-ttft-ms must be a number"),
     ("negative-itl-header", CHAT, chat_body(), {"x-mock-itl-ms": "-1"}, 400, "x-mock-itl-ms cannot be negative"),
@@ -85,6 +85,38 @@ def test_bad_input_gets_openai_error(path, body, headers, status, text):
     assert after == 200
     errors = [s for s in rec.by_name(Vllm.REQUEST) if s.status.status_code.name == "ERROR"]
     assert len(errors) == 1 and errors[0].attributes[Http.RESPONSE_STATUS_CODE] == status
+
+
+@pytest.mark.parametrize("body, param", [
+    (b'{"model": ', "body"),  # not JSON
+    (b"[1, 2]", "body"),  # JSON, not an object
+    (json.dumps({"model": "mock-llm"}).encode(), "body.messages"),  # a field missing
+    (json.dumps({"model": "mock-llm", "messages": "hi"}).encode(), "body.messages"),  # of the wrong type
+    (json.dumps(chat_body(stream="yes")).encode(), "body.stream"),
+])
+def test_a_body_the_request_model_refuses_is_a_bad_request_naming_its_place_as_vllm_says_it(body, param):
+    mock, _ = make_mock()
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post(CHAT, data=body, headers={"Content-Type": "application/json"})
+            return r.status, r.headers["Content-Type"], await r.json()
+
+    status, content_type, payload = run(go())
+    assert (status, content_type) == (400, "application/json")  # without charset, as vLLM's
+    assert (payload["error"]["type"], payload["error"]["param"], payload["error"]["code"]) == ("Bad Request", param, 400)
+
+
+def test_a_request_without_a_model_is_served_by_the_first_served_model_as_vllm_serves_it():
+    mock, _ = make_mock(served_model_names=["first", "second"])
+
+    async def go():
+        async with in_process(mock.make_app()) as c:
+            r = await c.post(CHAT, json={"messages": MSG, "max_tokens": 2})
+            return r.status, await r.json()
+
+    status, payload = run(go())
+    assert status == 200 and payload["model"] == "first", payload
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])

@@ -208,7 +208,9 @@ def test_non_streaming_completion_and_usage():
     assert body["object"] == "text_completion"
     assert body["choices"][0]["finish_reason"] == "stop"
     assert len(body["choices"][0]["text"].split()) == 4
-    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8, "prompt_tokens_details": {"cached_tokens": 0}}
+    assert body["usage"] == {"prompt_tokens": 4, "completion_tokens": 4, "total_tokens": 8, "completion_tokens_details": None,
+                             "prompt_tokens_details": {"cached_tokens": 0, "created_cache_tokens": None,
+                                                       "multimodal_tokens": None}}  # vLLM's completions: created null
     assert [e.name for e in rec.one(Vllm.REQUEST).events] == [Stream.FIRST_TOKEN]
 
 
