@@ -106,7 +106,7 @@ def labels(component: str, **extra: str) -> dict[str, str]:
 
 def remove_workers(tag: str) -> list[str]:
     """Force-remove the containers of test session ``tag``'s workers (``<tag>/<worker id>``); their names."""
-    return _remove([c for c in _list({"label": [TEST_SESSION_LABEL]})
+    return _remove([c for c in find({"label": [TEST_SESSION_LABEL]})
                     if c.labels.get(TEST_SESSION_LABEL, "").startswith(f"{tag}/")])
 
 
@@ -144,7 +144,8 @@ def _configure_testcontainers() -> None:
     _configured = True
 
 
-def _list(filters: dict, client=None) -> list:
+def find(filters: dict, client=None) -> list:
+    """Every container (running or not) matching docker's ``filters``; with ``client``, through it."""
     own = client is None
     client = client or docker_client()
     try:
@@ -168,7 +169,7 @@ def _remove(containers: list) -> list[str]:
 
 
 def session_containers(session: str = SESSION) -> list:
-    return _list({"label": [f"{LABEL}.session={session}"]})
+    return find({"label": [f"{LABEL}.session={session}"]})
 
 
 def remove_session(session: str = SESSION) -> list[str]:
@@ -182,7 +183,7 @@ def sweep() -> list[str]:
     Containers owned by a live process (another developer's session, a running
     ``eppkit up``) are left alone.
     """
-    orphans = [c for c in _list({"label": [f"{LABEL}=1"]})
+    orphans = [c for c in find({"label": [f"{LABEL}=1"]})
                if not owner_alive(c.labels.get(f"{LABEL}.owner", ""))]
     return _remove(orphans)
 

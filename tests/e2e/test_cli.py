@@ -33,11 +33,7 @@ def _kit_children(pid: int, runtime: str) -> set:
         return procfs.children(pid)
     from eppkit.components import container as containers
 
-    client = containers.docker_client()
-    try:
-        return {c.name for c in client.containers.list(all=True, ignore_removed=True, filters={"label": f"eppkit.owner-pid={pid}"})}
-    finally:
-        client.close()
+    return {c.name for c in containers.find({"label": f"eppkit.owner-pid={pid}"})}
 
 
 def test_doctor_reports_every_prerequisite_found(eppkit_jaeger, eppkit_runtime):

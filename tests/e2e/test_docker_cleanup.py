@@ -35,7 +35,9 @@ def docker(request):
 
 
 def _containers(client, **labels) -> list[str]:
-    found = client.containers.list(all=True, ignore_removed=True, filters={"label": [f"{k}={v}" for k, v in labels.items()]})
+    from eppkit.components import container as containers
+
+    found = containers.find({"label": [f"{k}={v}" for k, v in labels.items()]}, client)
     return sorted(c.name for c in found)
 
 

@@ -60,11 +60,7 @@ def require_docker() -> None:
 def container_gone(name: str) -> bool:
     from eppkit.components import container as containers
 
-    client = containers.docker_client()
-    try:
-        return client.containers.list(all=True, ignore_removed=True, filters={"name": name}) == []
-    finally:
-        client.close()
+    return containers.find({"name": name}) == []
 
 
 def test_a_clean_session_reports_no_leak(tmp_path, workers):
