@@ -208,6 +208,21 @@ def _image(component: str) -> Callable[[], Check]:
     return check
 
 
+def _inotify() -> Check:
+    """Envoy watches a pool's endpoint files with one inotify instance each; many testbeds at once (pytest -n)
+    need room under the per-user limit, which every process of the user shares."""
+    from eppkit.core import procfs
+
+    limit, held = procfs.inotify_instances()
+    if limit is None:
+        return Check("inotify instances", True, "limit unknown", procfs.INOTIFY_LIMIT, required=False)
+    used = sum(held.values())
+    room = limit - used
+    return Check("inotify instances", room >= 64, f"{used} of {limit} in use", procfs.INOTIFY_LIMIT,
+                 "parallel runs may exhaust them (Envoy then aborts): sudo sysctl -w fs.inotify.max_user_instances=1024",
+                 required=False)
+
+
 CHECKS: list[Callable[[], Check]] = [
     _python,
     _envoy,
@@ -227,6 +242,7 @@ CHECKS: list[Callable[[], Check]] = [
     _vllm_preset,
     _load_tool,
     _docker,
+    _inotify,
     *[_image(c) for c in ("envoy", "jaeger", "python-base", "services-deps", "services")],
 ]
 

@@ -305,9 +305,14 @@ class ManagedContainer(Component):
         return self
 
     def _follow_logs(self, container, log_file) -> None:
-        """Copy the container's output into log_path as it comes (the file is what readiness reads)."""
+        """Copy the container's output into log_path as it comes (the file is what readiness reads).
+
+        Attached (its earlier output first), not ``logs(follow=True)``: the engine watches a followed log
+        file with an inotify instance of its own, one per container, and those count against the same
+        per-user limit (128 by default) as every Envoy's watched endpoint files; a parallel suite ran
+        out and Envoy aborted. An attached stream costs the engine none and ends when the container does."""
         try:
-            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+            for chunk in container.attach(stdout=True, stderr=True, stream=True, logs=True):
                 log_file.write(chunk)
         except Exception:  # the container was removed under us: nothing more to copy
             pass

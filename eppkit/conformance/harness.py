@@ -2,7 +2,11 @@
 Envoy's own record of each request (its access-log line, its ext_proc stats, the trace).
 
 A check asks for a testbed by variant (``bed("responses", epp_process_response=True)``); the harness starts
-each variant once and stops them all at the end. Every request has a bound (``request_timeout_s``): an
+each variant once. With ``keep`` (the suite's run) the base testbed and only the ``keep`` most recently used
+others stay up: an older one is stopped (its Envoy record kept for the hop summary) and started again if a later
+check asks for it.
+Every variant up at once was eight testbeds per EPP, and four suites in parallel ran some 30 Envoys, 120 mock
+servers and 80 followed container logs on two cores. Every request has a bound (``request_timeout_s``): an
 EPP that never answers makes a check fail with Envoy's evidence, never hangs the suite.
 """
 
@@ -23,40 +27,63 @@ from eppkit.observability.client import ClientResult
 from eppkit.services.pod_headers import HEADER_BODY_SHA256, HEADER_POD
 from eppkit.topology import Topology
 
+BASE = "base"  # the variant most checks use: never retired
 MakeBed = Callable[[Topology], Any]  # a started testbed of a topology (the plugin's factory, or create().start())
 
 
 class Harness:
-    def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = 8.0):
+    def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = 8.0, keep: int | None = None):
         self.target = target
         self.make_bed = make_bed
         self.request_timeout_s = request_timeout_s
-        self._beds: dict[str, Any] = {}
+        self.keep = keep
+        self._beds: dict[str, Any] = {}  # up, least recently used first
         self._clients: dict[int, Any] = {}
+        self._retired_hops: list[Hop] = []
+        self.envoy_binary = None  # the first testbed's (the report names the Envoy that judged)
 
     # -- testbeds ---------------------------------------------------------------------------------------
-    def bed(self, variant: str = "base", **options: Any):
-        """The EPP's testbed of ``variant`` (started on first use): the target's topology with ``options``."""
-        key = f"{variant}:{json.dumps(options, sort_keys=True, default=str)}"
-        if key not in self._beds:
-            self._beds[key] = self.make_bed(self.target.topology(**options))
-        return self._beds[key]
+    def bed(self, variant: str = BASE, topology: Topology | None = None, **options: Any):
+        """The EPP's testbed of ``variant`` (started on first use): the target's topology with ``options``, or
+        ``topology`` as given (a variant of another target: fail-open's unreachable EPP)."""
+        key = variant if topology is not None else f"{variant}:{json.dumps(options, sort_keys=True, default=str)}"
+        bed = self._beds.pop(key, None)
+        if bed is None:
+            if self.keep is not None and not key.startswith(BASE + ":"):
+                others = [k for k in self._beds if not k.startswith(BASE + ":")]
+                for old in others[:max(0, len(others) - self.keep + 1)]:
+                    self._retire(old)
+            bed = self.make_bed(topology if topology is not None else self.target.topology(**options))
+            self.envoy_binary = self.envoy_binary or getattr(bed, "envoy_binary", None)
+        self._beds[key] = bed  # most recently used last
+        return bed
 
     def forced_bed(self, variant: str = "forced", **options: Any):
         """A testbed whose EPP honours GAIE's test header (the target's test_header_options)."""
         return self.bed(variant, **{**self.target.test_header_options, **options})
 
-    def beds(self) -> list:
-        return list(self._beds.values())
+    def _retire(self, key: str) -> None:
+        bed = self._beds.pop(key)
+        self._close_client(bed)
+        self._retired_hops.extend(bed.hops())
+        bed.stop()  # stopped again by its maker at the end: a no-op
+
+    def hops(self) -> list[Hop]:
+        """Envoy's record of every request so far, the stopped testbeds' included."""
+        return [*self._retired_hops, *(h for bed in self._beds.values() for h in bed.hops())]
 
     def stop(self) -> None:
-        for client in self._clients.values():
+        for bed in list(self._beds.values()):
+            self._close_client(bed)
+        self._beds.clear()  # the maker (a factory, or the suite's own create()) stops them
+
+    def _close_client(self, bed) -> None:
+        client = self._clients.pop(id(bed), None)
+        if client is not None:
             try:
                 client.close()
             except Exception:
                 pass
-        self._clients.clear()
-        self._beds.clear()  # the maker (a factory, or the suite's own create()) stops them
 
     # -- requests -----------------------------------------------------------------------------------------
     def client(self, bed):

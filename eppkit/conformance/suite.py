@@ -41,25 +41,23 @@ def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Res
     return result
 
 
-def hop_summary(beds: Iterable[Any]) -> dict[str, dict]:
+def hop_summary(hops: Iterable[hop_mod.Hop]) -> dict[str, dict]:
     """Every served request's EPP hop, phase by phase (p50/p90/n in ms), as Envoy recorded them."""
     values: dict[str, list[float]] = {}
-    for bed in beds:
-        for hop in bed.hops():
-            if hop.code == 200:
-                for phase, ms in hop.phases().items():
-                    values.setdefault(phase, []).append(ms)
+    for hop in hops:
+        if hop.code == 200:
+            for phase, ms in hop.phases().items():
+                values.setdefault(phase, []).append(ms)
     return {phase: steps.summarize(values[phase]) for phase in hop_mod.PHASES if phase in values}
 
 
-def versions(beds: list) -> dict[str, str]:
+def versions(envoy: Any = None) -> dict[str, str]:
     """Python's, eppkit's and the testbeds' Envoy's versions (the report names what judged)."""
     try:
         kit = metadata.version("eppkit")
     except metadata.PackageNotFoundError:
         kit = "unknown"
     out = {"python": platform.python_version(), "eppkit": kit}
-    envoy = next((bed.envoy_binary for bed in beds if getattr(bed, "envoy_binary", None)), None)
     if envoy is not None:
         out["envoy"] = envoy.version
     return out
@@ -68,7 +66,8 @@ def versions(beds: list) -> dict[str, str]:
 def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None, runtime: str = "local",
         on_result: Callable[[Check, Result], None] | None = None, request_timeout_s: float = 8.0) -> dict:
     """Every check against ``target``; the report (a dict: :func:`eppkit.conformance.report.write` writes it)."""
-    harness = Harness(target, make_bed, request_timeout_s=request_timeout_s)
+    # Two testbeds up at a time: the base one most checks use, and the variant of the check at hand.
+    harness = Harness(target, make_bed, request_timeout_s=request_timeout_s, keep=1)
     checks = checks if checks is not None else CHECKS.all()
     results: dict[str, Result] = {}
     started = time.monotonic()
@@ -77,8 +76,8 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
             results[check.name] = run_check(check, harness, results)
             if on_result is not None:
                 on_result(check, results[check.name])
-        hops = hop_summary(harness.beds())
-        judged_by = versions(harness.beds())
+        hops = hop_summary(harness.hops())
+        judged_by = versions(harness.envoy_binary)
     finally:
         harness.stop()
     counts = {status: sum(1 for r in results.values() if r.status == status) for status in

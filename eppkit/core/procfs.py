@@ -83,3 +83,37 @@ def tagged(tag: str, *, workers: bool = False, spared: set[int] = frozenset()) -
         if alive(int(entry)):
             found.append((int(entry), cmdline))
     return found
+
+
+INOTIFY_LIMIT = "/proc/sys/fs/inotify/max_user_instances"
+
+
+def inotify_instances() -> tuple[int | None, dict[str, int]]:
+    """The per-user limit of inotify instances (None where unknown) and the instances this machine's
+    visible processes hold, by command name. Envoy takes one per watched endpoint file; the limit
+    counts every process of a user, containers' included (Linux's default is 128)."""
+    try:
+        with open(INOTIFY_LIMIT) as f:
+            limit: int | None = int(f.read())
+    except (OSError, ValueError):
+        limit = None
+    held: dict[str, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+            count = sum(1 for fd in fds if _readlink(f"/proc/{entry}/fd/{fd}") == "anon_inode:inotify")
+        except OSError:
+            continue
+        if count:
+            comm = name(int(entry)) or entry
+            held[comm] = held.get(comm, 0) + count
+    return limit, held
+
+
+def _readlink(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""

@@ -13,6 +13,7 @@ import jinja2
 import yaml
 
 from eppkit.core.paths import ENVOY_TEMPLATES
+from eppkit.gateway import process as envoy_process
 from eppkit.gateway.versions import EnvoyBinary, check_features
 from eppkit.services.picker import headers
 
@@ -96,9 +97,13 @@ def validate(envoy: EnvoyBinary | str | Path, config_path: Path, what: str | Non
     )
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
-        # Envoy puts the reason on the "error initializing configuration" line, then dumps the config.
+        why = envoy_process.cannot_watch(output)
+        if why is not None:  # not the config's fault: the machine's
+            raise envoy_process.EnvoyCannotWatch(why)
+        # Envoy puts the reason on the "error initializing configuration" line, then dumps the config;
+        # an assertion says its own on a "critical" line before the backtrace.
         reason = next((line for line in output.splitlines() if "error initializing configuration" in line
-                       or "Unable to parse" in line), output[-1500:])
+                       or "Unable to parse" in line or "assert failure" in line), output[-1500:])
         raise EnvoyConfigInvalid(f"envoy rejected {config_path}: {reason[:3000]}", envoy_messages(output) or reason)
 
 

@@ -9,9 +9,30 @@ from pathlib import Path
 from typing import Sequence
 
 from eppkit.components.launchers import Launcher
-from eppkit.components.readiness import AllReady, HttpReady, WaitStrategy
+from eppkit.components.readiness import AllReady, HttpReady, ReadinessTimeout, WaitStrategy
+from eppkit.core import procfs
 
 ENVOY_VERSION = "1.40.0"
+
+# Envoy's assertion when it gets no inotify instance (it takes one per watched file: a pool's endpoint
+# files); it aborts with a backtrace that says nothing more.
+_NO_INOTIFY = "inotify_fd_ >= 0"
+
+
+class EnvoyCannotWatch(RuntimeError):
+    """Envoy aborted: this user's inotify instances are used up (see :func:`cannot_watch`)."""
+
+
+def cannot_watch(output: str) -> str | None:
+    """When Envoy's ``output`` is its abort for want of an inotify instance: what failed and what to do."""
+    if _NO_INOTIFY not in output:
+        return None
+    limit, held = procfs.inotify_instances()
+    holders = ", ".join(f"{n} {comm}" for comm, n in sorted(held.items(), key=lambda kv: -kv[1])[:5]) or "none visible"
+    return (f"Envoy could not watch its endpoint files: this user's inotify instances are used up "
+            f"(fs.inotify.max_user_instances = {limit if limit is not None else '?'}; held now: {holders}).\n"
+            "Raise the limit (sudo sysctl -w fs.inotify.max_user_instances=1024) or run fewer testbeds at once "
+            "(fewer pytest-xdist workers).")
 
 
 def find() -> Path | None:
@@ -57,8 +78,14 @@ class Envoy:
         self.process.start()
         # The admin /ready check is the real one; Envoy logs at warning level by default so its log
         # holds what matters when a test fails (access log lines, warnings), not its start-up banner.
-        self.process.wait_ready(self.ready,
-                                hint="Envoy refused its config or could not bind; the rendered config is next to this log.")
+        try:
+            self.process.wait_ready(self.ready,
+                                    hint="Envoy refused its config or could not bind; the rendered config is next to this log.")
+        except ReadinessTimeout:
+            why = cannot_watch(self.process.read_log())
+            if why is not None:
+                raise ReadinessTimeout(f"{why}\n(Envoy's log: {self.process.log_path})") from None
+            raise
         return self
 
     def stop(self) -> None:

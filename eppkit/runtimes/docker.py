@@ -159,6 +159,9 @@ class DockerTestbed(LocalTestbed):
         return self.image_set
 
     def stop(self) -> None:
+        if self._stopped:  # once, as LocalTestbed.stop
+            return
+        self._stopped = True
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
         # The services stop together: each container stop is a round trip to the engine.
         self._close_clients()

@@ -74,6 +74,7 @@ class LocalTestbed:
     def __init__(self, topology: Topology, *, jaeger: Jaeger | None = None, run_dir: Path | None = None,
                  envoy_env: dict[str, str] | None = None, control_plane: SharedControlPlane | None = None):
         self.topology = topology
+        self._stopped = False
         # Its mode and flow (registry entries), checked: an unknown one, a flow the mode cannot run or an
         # option the mode does not know is a ValueError here, before anything starts.
         mode, self.flow = modes.check(topology)
@@ -227,6 +228,7 @@ class LocalTestbed:
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> "LocalTestbed":
+        self._stopped = False
         start_whole(self, "testbed")
         return self
 
@@ -391,6 +393,10 @@ class LocalTestbed:
             self.control_plane.stop()
 
     def stop(self) -> None:
+        # Once: a testbed stopped early (the conformance suite retires its variants) is stopped again at the end.
+        if self._stopped:
+            return
+        self._stopped = True
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
         self._close_clients()
         if self.envoy is not None:

@@ -89,6 +89,27 @@ def test_header(h):
     return passed("each named pod answered", evidence)
 
 
+@check("several-ports", "a pod's ports are picked exactly (data parallelism)", category=DATA_PLANE, level=SHOULD,
+       source=GAIE_CONFORMANCE, needs=NEEDS + ("test-header",))
+def several_ports(h):
+    """Pods that share an address on several ports (vLLM's data-parallel ranks): ``ip:port`` in the test header
+    names exactly that rank."""
+    bed = h.forced_bed()
+    hosts = {ep.host for ep in bed.backends}
+    if len(hosts) == len(bed.backends):
+        return not_applicable("every pod of this testbed has its own address and one port (an InferencePool with "
+                              "one target port)")
+    evidence, problems = [], []
+    for pod in h.target.pods:
+        result = h.chat(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)})
+        evidence.append(f"{h.address(bed, pod)} -> {h.served_by(result)} (HTTP {result.status})")
+        if h.served_by(result) != pod:
+            problems.append(f"{h.address(bed, pod)} was served by {h.served_by(result)}")
+    if problems:
+        return failed("a rank of a shared address was not picked exactly: " + "; ".join(problems), evidence)
+    return passed("each rank picked exactly", evidence)
+
+
 @check("fallbacks", "a pick whose primary is down is served by its fallback", category=DATA_PLANE,
        needs=NEEDS + ("test-header",))
 def fallbacks(h):
@@ -165,34 +186,13 @@ def shed(h):
     return passed("429", evidence)
 
 
-@check("several-ports", "a pod's ports are picked exactly (data parallelism)", category=DATA_PLANE, level=SHOULD,
-       source=GAIE_CONFORMANCE, needs=NEEDS + ("test-header",))
-def several_ports(h):
-    """Pods that share an address on several ports (vLLM's data-parallel ranks): ``ip:port`` in the test header
-    names exactly that rank."""
-    bed = h.forced_bed()
-    hosts = {ep.host for ep in bed.backends}
-    if len(hosts) == len(bed.backends):
-        return not_applicable("every pod of this testbed has its own address and one port (an InferencePool with "
-                              "one target port)")
-    evidence, problems = [], []
-    for pod in h.target.pods:
-        result = h.chat(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)})
-        evidence.append(f"{h.address(bed, pod)} -> {h.served_by(result)} (HTTP {result.status})")
-        if h.served_by(result) != pod:
-            problems.append(f"{h.address(bed, pod)} was served by {h.served_by(result)}")
-    if problems:
-        return failed("a rank of a shared address was not picked exactly: " + "; ".join(problems), evidence)
-    return passed("each rank picked exactly", evidence)
-
-
 @check("fail-open", "with the EPP unavailable and fail-open, requests are still served", category=DATA_PLANE,
        level=SHOULD, source=GAIE_CONFORMANCE)
 def fail_open(h):
     """The gateway's side of the protocol: with ``failure_mode_allow`` and no EPP answering, requests go round
     robin over the pool (GAIE's EppUnAvailableFailOpen), whoever the EPP would have been."""
     gone = Target(mode=external_epp.MODE.name, options={"epp_address": "127.0.0.1:1", "failure_mode_allow": True})
-    bed = h.make_bed(gone.topology())
+    bed = h.bed("fail-open", topology=gone.topology())
     h.wait_epp_unhealthy(bed)
     results = [h.chat(bed) for _ in range(4)]
     evidence = [evidence_of(h.hop(bed, results[-1]))]

@@ -1,0 +1,62 @@
+"""The conformance harness keeps the base testbed and one variant up: the others are stopped, their record kept."""
+
+from eppkit.conformance.harness import Harness
+from eppkit.conformance.target import Target
+
+
+class FakeBed:
+    def __init__(self, topology, log):
+        self.topology, self.log, self.stopped = topology, log, False
+        self.envoy_binary = "envoy-under-test"
+
+    def hops(self):
+        return [f"hop of {self.topology}"]
+
+    def stop(self):
+        self.log.append(("stop", self.topology))
+        self.stopped = True
+
+
+def harness(keep):
+    log, made = [], []
+
+    def make(topology):
+        bed = FakeBed(len(made), log)
+        made.append(bed)
+        log.append(("start", bed.topology))
+        return bed
+
+    return Harness(Target("ext_proc"), make, keep=keep), made, log
+
+
+def test_the_base_testbed_stays_and_one_variant_besides_it():
+    h, made, log = harness(keep=1)
+    base = h.bed()
+    forced = h.forced_bed()
+    assert h.forced_bed() is forced  # reused while up
+    responses = h.bed("responses", epp_process_response=True)
+    assert forced.stopped and not base.stopped and not responses.stopped
+    assert h.bed() is base  # the base is never retired
+    again = h.forced_bed()
+    assert again is not forced and responses.stopped and not base.stopped
+    assert [bed for bed in made if not bed.stopped] == [base, again]
+    # The stopped testbeds' Envoy record stays for the hop summary.
+    assert sorted(h.hops()) == sorted(f"hop of {i}" for i in range(len(made)))
+    assert h.envoy_binary == "envoy-under-test"
+
+
+def test_a_variant_with_its_own_topology_is_retired_like_the_others():
+    h, made, _ = harness(keep=1)
+    h.bed()
+    own = h.bed("fail-open", topology="another target's topology")
+    assert own.topology == 1 and made[1] is own
+    h.forced_bed()
+    assert own.stopped
+
+
+def test_without_keep_every_variant_stays_up_for_the_maker_to_stop():
+    h, made, log = harness(keep=None)
+    for variant in ("base", "a", "b", "c"):
+        h.bed(variant)
+    h.stop()
+    assert not any(bed.stopped for bed in made) and not any(entry[0] == "stop" for entry in log)
