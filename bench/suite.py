@@ -181,12 +181,16 @@ def measure(argv: list[str], cwd: Path, env: dict[str, str], log: Path) -> dict:
 # -- what to run -------------------------------------------------------------------------------------
 
 def example_venv(name: str, workdir: Path) -> tuple[Path, Path]:
-    """A fresh virtualenv outside the checkout with the kit (not editable) and the example installed, as CI
+    """A fresh virtualenv outside the checkout with the kit (not editable, with its xdist extra: an example
+    that does not ask for pytest-xdist itself is still run on workers here) and the example installed, as CI
     does; (its pytest, the example's folder)."""
     venv, project = workdir / "venv", workdir / name
+    if not (ROOT / "examples" / name / "pyproject.toml").is_file():
+        known = sorted(p.name for p in (ROOT / "examples").iterdir() if (p / "pyproject.toml").is_file())
+        raise SystemExit(f"bench.suite: no example {name!r}; the examples: {', '.join(known)}")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "pip"), "install", "--quiet"]
-    subprocess.run([*pip, str(ROOT)], check=True)
+    subprocess.run([*pip, f"{ROOT}[xdist]"], check=True)
     subprocess.run(["cp", "-r", str(ROOT / "examples" / name), str(project)], check=True)
     subprocess.run([*pip, "-e", str(project)], check=True)
     subprocess.run([str(venv / "bin" / "eppkit"), "bootstrap"], check=True, cwd=workdir)
