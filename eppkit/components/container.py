@@ -310,9 +310,15 @@ class ManagedContainer(Component):
         Attached (its earlier output first), not ``logs(follow=True)``: the engine watches a followed log
         file with an inotify instance of its own, one per container, and those count against the same
         per-user limit (128 by default) as every Envoy's watched endpoint files; a parallel suite ran
-        out and Envoy aborted. An attached stream costs the engine none and ends when the container does."""
+        out and Envoy aborted. An attached stream costs the engine none and ends when the container does;
+        but one attached to a container that has already exited never ends, so that case copies its log once."""
         try:
-            for chunk in container.attach(stdout=True, stderr=True, stream=True, logs=True):
+            stream = container.attach(stdout=True, stderr=True, stream=True, logs=True)
+            container.reload()  # after attaching: a container running now ends the stream when it exits
+            if container.status != "running":
+                log_file.write(container.logs(stdout=True, stderr=True))
+                return
+            for chunk in stream:
                 log_file.write(chunk)
         except Exception:  # the container was removed under us: nothing more to copy
             pass

@@ -104,3 +104,45 @@ def test_a_testbed_that_fails_to_start_removes_what_it_started(docker, tmp_path)
         bed.start()
     assert _containers(docker, **{"eppkit.testbed": "bed"}) == []
     assert "--no-such-flag" in (tmp_path / "bed" / "epp.log").read_text(), "the failing component's log is kept"
+
+
+
+def test_a_containers_whole_output_reaches_its_log(docker, tmp_path):
+    """The kit copies a container's output by attaching to it (a followed log costs the engine an inotify
+    instance per container): a container that exits while attached ends the stream with every line in the log."""
+    from eppkit.components.container import ManagedContainer
+    from eppkit.runtimes import images
+
+    lines = 3000
+    script = f"import time\nfor i in range({lines}): print('line', i, flush=True)\ntime.sleep(1)\n"
+    log = tmp_path / "c.log"
+    c = ManagedContainer("talker", images.ensure(print).services, ["python", "-c", script], log).start()
+    try:
+        poll(lambda: c.returncode() is not None, timeout_s=30, interval_s=0.1, describe="the container's exit")
+        c._follower.join(timeout=10)
+        assert not c._follower.is_alive(), "the output copier did not end with the container"
+        assert log.read_text().splitlines() == [f"line {i}" for i in range(lines)]
+    finally:
+        c.stop()
+
+
+def test_the_output_of_a_container_that_exited_before_the_copier_attached_is_copied(docker, tmp_path):
+    """An attach to a container that has already exited never ends: the copier sees that and copies the log
+    once (a component that dies at once must still show why in its log)."""
+    import threading
+
+    from eppkit.components.container import ManagedContainer
+    from eppkit.runtimes import images
+
+    c = docker.containers.run(images.ensure(print).services, ["python", "-c", "print('died at once: bad flag')"],
+                              detach=True, network_mode="host", labels={"eppkit.test": "exited-before-attach"})
+    try:
+        poll(lambda: c.reload() or c.status == "exited", timeout_s=30, interval_s=0.1, describe="the exit")
+        with open(tmp_path / "c.log", "ab", buffering=0) as log:
+            copier = threading.Thread(target=ManagedContainer._follow_logs, args=(None, c, log), daemon=True)
+            copier.start()
+            copier.join(timeout=10)
+        assert not copier.is_alive(), "the output copier waits forever on an exited container"
+        assert (tmp_path / "c.log").read_text() == "died at once: bad flag\n"
+    finally:
+        c.remove(force=True)
