@@ -307,18 +307,13 @@ class ManagedContainer(Component):
     def _follow_logs(self, container, log_file) -> None:
         """Copy the container's output into log_path as it comes (the file is what readiness reads).
 
-        Attached (its earlier output first), not ``logs(follow=True)``: the engine watches a followed log
-        file with an inotify instance of its own, one per container, and those count against the same
-        per-user limit (128 by default) as every Envoy's watched endpoint files; a parallel suite ran
-        out and Envoy aborted. An attached stream costs the engine none and ends when the container does;
-        but one attached to a container that has already exited never ends, so that case copies its log once."""
+        Followed from the engine's log file, not attached: an attached reader that falls behind (a busy test
+        process) blocks the container's own writes, and under a load test Envoy and Jaeger stalled (every
+        trace of a docker load run was lost). A follower costs the engine one inotify instance per container
+        (see eppkit.gateway.process.cannot_watch). A container that has exited already gives its log and the
+        copy ends."""
         try:
-            stream = container.attach(stdout=True, stderr=True, stream=True, logs=True)
-            container.reload()  # after attaching: a container running now ends the stream when it exits
-            if container.status != "running":
-                log_file.write(container.logs(stdout=True, stderr=True))
-                return
-            for chunk in stream:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
                 log_file.write(chunk)
         except Exception:  # the container was removed under us: nothing more to copy
             pass

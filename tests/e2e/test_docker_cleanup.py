@@ -108,8 +108,8 @@ def test_a_testbed_that_fails_to_start_removes_what_it_started(docker, tmp_path)
 
 
 def test_a_containers_whole_output_reaches_its_log(docker, tmp_path):
-    """The kit copies a container's output by attaching to it (a followed log costs the engine an inotify
-    instance per container): a container that exits while attached ends the stream with every line in the log."""
+    """The kit copies a container's output as it comes: a container that exits while followed ends the copy
+    with every line in the log."""
     from eppkit.components.container import ManagedContainer
     from eppkit.runtimes import images
 
@@ -127,8 +127,8 @@ def test_a_containers_whole_output_reaches_its_log(docker, tmp_path):
 
 
 def test_the_output_of_a_container_that_exited_before_the_copier_attached_is_copied(docker, tmp_path):
-    """An attach to a container that has already exited never ends: the copier sees that and copies the log
-    once (a component that dies at once must still show why in its log)."""
+    """A container that has exited before the copier starts still has its output copied, and the copier ends
+    (a component that dies at once must show why in its log; an attached stream would wait forever here)."""
     import threading
 
     from eppkit.components.container import ManagedContainer
@@ -142,7 +142,7 @@ def test_the_output_of_a_container_that_exited_before_the_copier_attached_is_cop
             copier = threading.Thread(target=ManagedContainer._follow_logs, args=(None, c, log), daemon=True)
             copier.start()
             copier.join(timeout=10)
-        assert not copier.is_alive(), "the output copier waits forever on an exited container"
+        assert not copier.is_alive(), "the output copier waits on an exited container"
         assert (tmp_path / "c.log").read_text() == "died at once: bad flag\n"
     finally:
         c.remove(force=True)
