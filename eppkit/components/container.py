@@ -299,12 +299,13 @@ class ManagedContainer(Component):
             self._remove()
             raise RuntimeError(f"cannot start container {cname} for {self.name}: {exc} (image {self.image})") from exc
         self._container = tc.get_wrapped_container()
-        self._follower = threading.Thread(target=self._follow_logs, args=(self._container, self._log_file),
+        self._follower = threading.Thread(target=self._copy_output, args=(self._container, self._log_file),
                                           name=f"logs-{self.name}", daemon=True)
         self._follower.start()
         return self
 
-    def _follow_logs(self, container, log_file) -> None:
+    @staticmethod
+    def _copy_output(container, log_file) -> None:
         """Copy the container's output into log_path as it comes (the file is what readiness reads).
 
         Followed from the engine's log file, not attached: an attached reader that falls behind (a busy test

@@ -37,7 +37,7 @@ class Harness:
         self.make_bed = make_bed
         self.request_timeout_s = request_timeout_s
         self.keep = keep
-        self._beds: dict[str, Any] = {}  # up, least recently used first
+        self._beds: dict[tuple[str, str | None], Any] = {}  # (variant, options) -> testbed up, least recently used first
         self._clients: dict[int, Any] = {}
         self._retired_hops: list[Hop] = []
         self.envoy_binary = None  # the first testbed's (the report names the Envoy that judged)
@@ -46,11 +46,11 @@ class Harness:
     def bed(self, variant: str = BASE, topology: Topology | None = None, **options: Any):
         """The EPP's testbed of ``variant`` (started on first use): the target's topology with ``options``, or
         ``topology`` as given (a variant of another target: fail-open's unreachable EPP)."""
-        key = variant if topology is not None else f"{variant}:{json.dumps(options, sort_keys=True, default=str)}"
+        key = (variant, None if topology is not None else json.dumps(options, sort_keys=True, default=str))
         bed = self._beds.pop(key, None)
         if bed is None:
-            if self.keep is not None and not key.startswith(BASE + ":"):
-                others = [k for k in self._beds if not k.startswith(BASE + ":")]
+            if self.keep is not None and variant != BASE:
+                others = [k for k in self._beds if k[0] != BASE]
                 for old in others[:max(0, len(others) - self.keep + 1)]:
                     self._retire(old)
             bed = self.make_bed(topology if topology is not None else self.target.topology(**options))
@@ -62,7 +62,7 @@ class Harness:
         """A testbed whose EPP honours GAIE's test header (the target's test_header_options)."""
         return self.bed(variant, **{**self.target.test_header_options, **options})
 
-    def _retire(self, key: str) -> None:
+    def _retire(self, key: tuple[str, str | None]) -> None:
         bed = self._beds.pop(key)
         self._close_client(bed)
         self._retired_hops.extend(bed.hops())

@@ -158,10 +158,7 @@ class DockerTestbed(LocalTestbed):
             self.image_set = images.ensure(progress)
         return self.image_set
 
-    def stop(self) -> None:
-        if self._stopped:  # once, as LocalTestbed.stop
-            return
-        self._stopped = True
+    def _stop(self) -> None:
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
         # The services stop together: each container stop is a round trip to the engine.
         self._close_clients()

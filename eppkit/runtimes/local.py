@@ -393,10 +393,13 @@ class LocalTestbed:
             self.control_plane.stop()
 
     def stop(self) -> None:
-        # Once: a testbed stopped early (the conformance suite retires its variants) is stopped again at the end.
-        if self._stopped:
-            return
-        self._stopped = True
+        """Once: a testbed stopped early (the conformance suite retires its variants) is stopped again at the end."""
+        if not self._stopped:
+            self._stopped = True
+            self._stop()
+
+    def _stop(self) -> None:
+        """The order every runtime stops in; a runtime overrides how its parts stop."""
         # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
         self._close_clients()
         if self.envoy is not None:

@@ -106,7 +106,6 @@ def test_a_testbed_that_fails_to_start_removes_what_it_started(docker, tmp_path)
     assert "--no-such-flag" in (tmp_path / "bed" / "epp.log").read_text(), "the failing component's log is kept"
 
 
-
 def test_a_containers_whole_output_reaches_its_log(docker, tmp_path):
     """The kit copies a container's output as it comes: a container that exits while followed ends the copy
     with every line in the log."""
@@ -126,7 +125,7 @@ def test_a_containers_whole_output_reaches_its_log(docker, tmp_path):
         c.stop()
 
 
-def test_the_output_of_a_container_that_exited_before_the_copier_attached_is_copied(docker, tmp_path):
+def test_the_output_of_a_container_that_exited_before_the_copy_began_is_copied(docker, tmp_path):
     """A container that has exited before the copier starts still has its output copied, and the copier ends
     (a component that dies at once must show why in its log; an attached stream would wait forever here)."""
     import threading
@@ -139,7 +138,7 @@ def test_the_output_of_a_container_that_exited_before_the_copier_attached_is_cop
     try:
         poll(lambda: c.reload() or c.status == "exited", timeout_s=30, interval_s=0.1, describe="the exit")
         with open(tmp_path / "c.log", "ab", buffering=0) as log:
-            copier = threading.Thread(target=ManagedContainer._follow_logs, args=(None, c, log), daemon=True)
+            copier = threading.Thread(target=ManagedContainer._copy_output, args=(c, log), daemon=True)
             copier.start()
             copier.join(timeout=10)
         assert not copier.is_alive(), "the output copier waits on an exited container"
