@@ -9,7 +9,6 @@ Guarantees that nothing outlives the kit:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -18,18 +17,9 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from eppkit.components import zygote
 from eppkit.components.base import Component, LiveSet
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except OSError:
-            pass
-
+from eppkit.core.procfs import die_with_parent
 
 class ManagedProcess(Component):
     def __init__(self, name: str, argv: Sequence[str], log_path: Path):
@@ -53,8 +43,17 @@ class ManagedProcess(Component):
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> "ManagedProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_file = open(self.log_path, "ab", buffering=0)
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        module = kit_service(self.argv)
+        if module is not None:
+            if zygote.enabled(env):  # forked from a warm interpreter (eppkit.components.zygote)
+                try:
+                    self._proc = zygote.zygote().spawn(module, self.argv[3:], env, self.cwd, self.log_path)
+                except OSError as exc:
+                    raise RuntimeError(f"cannot start {self.name}: {exc} (argv: {self.argv})") from exc
+                _live.add(self)
+                return self
+        self._log_file = open(self.log_path, "ab", buffering=0)
         try:
             self._proc = subprocess.Popen(
                 self.argv,
@@ -64,7 +63,7 @@ class ManagedProcess(Component):
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         except OSError as exc:
             self._log_file.close()
@@ -128,6 +127,13 @@ stop_all = _live.stop_all
 
 def live_processes() -> list[ManagedProcess]:
     return _live.snapshot(lambda p: p.is_running())
+
+
+def kit_service(argv: Sequence[str]) -> str | None:
+    """The module when ``argv`` starts a kit service with this interpreter (``python -m eppkit.services.<name>``)."""
+    if len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and argv[2].startswith("eppkit.services."):
+        return argv[2]
+    return None
 
 
 def service_argv(module: str, port: int, args: Sequence[str] = (), *, python: str = sys.executable,

@@ -5,7 +5,21 @@ A zombie (exited, not yet reaped) counts as gone: it runs nothing and holds no p
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent exits (PR_SET_PDEATHSIG); for a child between fork and exec."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _stat(pid: int | str) -> list[str] | None:

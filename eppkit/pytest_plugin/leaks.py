@@ -64,6 +64,9 @@ def own_leaks() -> list[str]:
                          + ", ".join(f"{p.name}(pid {p.pid})" for p in leaked))
             for p in leaked:
                 p.stop(grace_s=1)
+        from eppkit.components import zygote
+
+        zygote.stop()  # it kills any child of its own still running: the registry above has named them
     # Whatever no registry knows: grandchildren that left their group, processes of a CLI subprocess.
     orphans = tagged_processes(grace_s=GRACE_S)
     if orphans:

@@ -9,6 +9,7 @@ test checks and the controller reports, naming the worker:
 |---|---|
 | nothing (starts and stops a managed process) | exit 0, no LEAK |
 | a ManagedProcess it never stopped | exit 1, "LEAK: ([gwN] )eppkit processes ...", the process is gone after |
+| a kit service it never stopped (forked by the session's zygote) | the same; the zygote itself is no leak, and goes too |
 | a process no registry knows (started directly, in its own session) | exit 1, "LEAK: ([gwN] )processes of this session ...", gone after |
 | a container it never stopped (docker runtime) | exit 1, "LEAK: ([gwN] )eppkit containers ...", the container is removed |
 | (xdist) an orphan, then its worker dies | exit 1, the controller finds it by the worker's tag: "processes of this run's workers ..." |
@@ -88,6 +89,23 @@ def test_a_managed_process_left_running_fails_the_session_and_is_stopped(tmp_pat
     assert code == 1, out
     assert re.search(leak(workers, f"eppkit processes still running at session end: sleeper(pid {pid})"), out), out
     assert not procfs.alive(pid), "the leaked process must be stopped by the check"
+
+
+def test_a_kit_service_left_running_is_reported_and_stopped_and_its_zygote_is_no_leak(tmp_path, workers):
+    pids_file = tmp_path / "pids"
+    code, out = run_session(tmp_path, f"""
+        from eppkit.components import zygote
+        from eppkit.components.process import ServiceProcess
+
+        def test_forgets_to_stop(tmp_path):
+            proc = ServiceProcess("eppkit.services.vllm", log_dir=tmp_path).start()
+            open({str(pids_file)!r}, "w").write(f"{{proc.pid}} {{zygote.running_pid()}}")
+    """, *WORKERS[workers])
+    pid, zygote_pid = map(int, pids_file.read_text().split())
+    assert code == 1, out
+    assert re.search(leak(workers, f"eppkit processes still running at session end: vllm(pid {pid})"), out), out
+    assert "processes of this session still running" not in out, out
+    assert not procfs.alive(pid) and not procfs.alive(zygote_pid)
 
 
 def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path, workers):
