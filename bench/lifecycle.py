@@ -5,11 +5,15 @@ kit's main cost there. This starts and stops a testbed of each mode ``--rounds``
 way the pytest plugin does: with one Jaeger shared by the session (``--jaeger shared``, the
 default) or with a Jaeger of its own each time, as ``eppkit up`` / ``eppkit run`` do
 (``--jaeger own``). It also times Jaeger alone (start, and stop after its query API has been
-used) and reads Jaeger's log for a clean shutdown, which a SIGKILL would cut short.
+used) and reads Jaeger's log for a clean shutdown, which a SIGKILL would cut short, and one kit service
+alone, started both ways (``EPPKIT_SERVICE_START``): its own interpreter (``exec``) and forked from the
+session's zygote (``fork``, the default; eppkit.components.zygote): the CPU the service used by the time it was
+ready, and the wall time to ready. ``--service-start`` picks the way the testbeds' services start.
 
     python -m bench.lifecycle                       # every mode, 10 rounds, shared Jaeger
     python -m bench.lifecycle --modes direct --rounds 20 --jaeger own
     python -m bench.lifecycle --json bench/results/lifecycle.json
+    python -m bench.lifecycle --service-start exec  # the testbeds' services each in its own interpreter
 
 Only the local runtime: the docker runtime's start is dominated by the engine (see docs/docker.md).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -26,6 +31,8 @@ from pathlib import Path
 import requests
 
 from bench.system import loadavg, machine
+from eppkit.components import zygote
+from eppkit.components.process import ServiceProcess
 from eppkit.runtimes import create, create_jaeger
 from eppkit.topology import Topology
 
@@ -63,6 +70,36 @@ def time_jaeger(rounds: int, work: Path) -> dict:
     return {"start_s": summary(starts), "stop_s": summary(stops), "clean_shutdowns": f"{clean}/{rounds}"}
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_service_start(rounds: int, work: Path) -> dict:
+    """One kit service (the mock vLLM) started ``rounds`` times each way: its CPU at ready, and the wall time."""
+    out = {}
+    before = os.environ.get(zygote.ENV)
+    try:
+        for way in ("exec", "fork"):
+            os.environ[zygote.ENV] = way
+            cpus, walls = [], []
+            for i in range(rounds):
+                proc = ServiceProcess("eppkit.services.vllm", log_dir=work / f"service-{way}-{i}")
+                t0 = time.perf_counter()
+                with proc:
+                    walls.append(time.perf_counter() - t0)
+                    cpus.append(cpu_s(proc.pid))
+            out[way] = {"cpu_s": summary(cpus), "ready_s": summary(walls)}
+    finally:
+        if before is None:
+            os.environ.pop(zygote.ENV, None)
+        else:
+            os.environ[zygote.ENV] = before
+    return out
+
+
 def time_mode(mode: str, rounds: int, jaeger, work: Path) -> dict:
     starts, stops = [], []
     for i in range(rounds):
@@ -81,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--jaeger", choices=("shared", "own"), default="shared")
+    ap.add_argument("--service-start", choices=("fork", "exec"), default="fork",
+                    help="how the testbeds' kit services start (EPPKIT_SERVICE_START; default: %(default)s)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -88,6 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="eppkit-lifecycle-") as tmp:
         work = Path(tmp)
         out["jaeger_alone"] = time_jaeger(min(args.rounds, 5), work)
+        out["service_alone"] = time_service_start(args.rounds, work)
+        for way, figures in out["service_alone"].items():
+            print(f"{'vllm, ' + way:<15} CPU at ready p50 {figures['cpu_s']['p50']:.3f} s   ready p50 "
+                  f"{figures['ready_s']['p50']:.2f} s p90 {figures['ready_s']['p90']:.2f} s", flush=True)
+        out["service_start"] = os.environ[zygote.ENV] = args.service_start
         shared = create_jaeger("local", work / "jaeger-shared").start() if args.jaeger == "shared" else None
         try:
             for mode in modes:

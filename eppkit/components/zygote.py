@@ -15,6 +15,7 @@ of :class:`subprocess.Popen` a :class:`~eppkit.components.process.ManagedProcess
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -179,6 +180,10 @@ def stop() -> None:
         if _zygote is not None:
             _zygote.stop()
             _zygote = None
+
+
+# At exit, after the managed processes' own stop (registered later, so run first: each service gets its SIGINT).
+atexit.register(stop)
 
 
 # -- the zygote process itself --------------------------------------------------------------------------------

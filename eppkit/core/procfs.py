@@ -47,6 +47,17 @@ def children(pid: int) -> set[int]:
     return out
 
 
+def descendants(pid: int) -> set[int]:
+    """Every live process under ``pid``: its children, theirs, and so on."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        new = children(todo.pop()) - found
+        found |= new
+        todo.extend(new)
+    return found
+
+
 def group_members(pgid: int) -> list[int]:
     """Every live process of process group ``pgid`` (a server started in its own session and its children)."""
     out = []

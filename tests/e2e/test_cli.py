@@ -28,9 +28,10 @@ pytestmark = pytest.mark.e2e
 
 
 def _kit_children(pid: int, runtime: str) -> set:
-    """What `eppkit up` (process ``pid``) runs: its child processes, or its containers."""
+    """What `eppkit up` (process ``pid``) runs: the processes under it (the services forked by its zygote too), or its
+    containers."""
     if runtime == "local":
-        return procfs.children(pid)
+        return procfs.descendants(pid)
     from eppkit.components import container as containers
 
     return {c.name for c in containers.find({"label": f"eppkit.owner-pid={pid}"})}
