@@ -79,6 +79,7 @@ class Zygote:
         self._children: dict[int, ForkedChild] = {}
         self._early: dict[int, int] = {}  # exit statuses that came before the pid's reply was read
         self._next = 0
+        self.owner = os.getpid()  # a process forked from the session has a zygote of its own, if it needs one
         self._proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=None, start_new_session=True,
                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -164,22 +165,23 @@ def zygote() -> Zygote:
     """This process's zygote, started on first use (again if it died)."""
     global _zygote
     with _zygote_lock:
-        if _zygote is None or not _zygote.alive():
+        if _zygote is None or _zygote.owner != os.getpid() or not _zygote.alive():
             _zygote = Zygote()
         return _zygote
 
 
 def running_pid() -> int | None:
     """The pid of this process's zygote when one runs (the leak check spares it)."""
-    return _zygote.pid if _zygote is not None and _zygote.alive() else None
+    mine = _zygote is not None and _zygote.owner == os.getpid()
+    return _zygote.pid if mine and _zygote.alive() else None
 
 
 def stop() -> None:
     global _zygote
     with _zygote_lock:
-        if _zygote is not None:
+        if _zygote is not None and _zygote.owner == os.getpid():
             _zygote.stop()
-            _zygote = None
+        _zygote = None
 
 
 # At exit, after the managed processes' own stop (registered later, so run first: each service gets its SIGINT).

@@ -8,6 +8,7 @@
 | its zygote is killed | the service dies with it; its handle says it was killed |
 | a PYTHON* setting of its own, or EPPKIT_SERVICE_START=exec | its own interpreter, this process's child |
 | not a kit service (another program) | its own process, as always |
+| a process forked from the session starts one | a zygote of its own; the session's is left alone |
 """
 
 from __future__ import annotations
@@ -86,3 +87,20 @@ def test_exec_start_when_asked(tmp_path, monkeypatch):
 def test_another_program_is_not_forked(tmp_path):
     with ManagedProcess("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "s.log") as proc:
         assert ppid(proc.pid) == os.getpid()
+
+
+def test_a_process_forked_from_the_session_gets_a_zygote_of_its_own_and_leaves_the_sessions_alone(tmp_path):
+    with ServiceProcess("eppkit.services.vllm", log_dir=tmp_path) as proc:
+        sessions = zygote.running_pid()
+        pid = os.fork()
+        if pid == 0:  # the forked process: a service of its own, from a zygote of its own, then its exit's stop
+            code = 1
+            try:
+                with ServiceProcess("eppkit.services.vllm", log_dir=tmp_path / "forked") as its_own:
+                    code = 0 if ppid(its_own.pid) == zygote.running_pid() != sessions else 3
+                zygote.stop()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert zygote.running_pid() == sessions and procfs.alive(sessions) and proc.is_running()
