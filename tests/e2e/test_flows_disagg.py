@@ -167,8 +167,9 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
     assert Pd.TRUE_TTFT_MS in check.one(Pd.REQUEST).attributes
 
 
-# In the load tests' group: never beside a load test (compares two flows' TTFT; beside other tests that holds).
-@pytest.mark.xdist_group("load")
+# Alone: it compares two flows' TTFT medians of ~190 ms each; beside other tests at load 12-17 the gain once came
+# out at 10 ms instead of its ~40 (it held in every earlier run beside other tests, but not in that one).
+@pytest.mark.eppkit_alone("the TTFT gain within 20 % of the 40 ms KV transfer")
 def test_ttft_gain_against_the_same_flow_without_first_token_streaming(eppkit_testbed_factory, record_property):
     common = dict(latency=WITH_KV)
     ttft = {}

@@ -95,5 +95,7 @@ def test_token_gaps_are_the_content_chunks_arrivals_and_the_role_chunk_is_no_tok
     assert result.tokens == ["a", " b", " c"] and len(result.token_times_s) == 3
     assert result.first_token_s == result.token_times_s[0], "TTFT is the first content chunk's arrival"
     gap_ms = _PacedChat.GAP_S * 1000
-    assert len(result.itl_ms) == 2 and all(gap_ms * 0.9 <= g < gap_ms + 25 for g in result.itl_ms), result.itl_ms
+    # Two gaps of about GAP_S each (the role chunk, sent right before the first token, would add a third of ~0 ms).
+    # Measured on arrival, so a late first chunk on a busy machine shortens the next gap: 26.5 ms once at load 15.
+    assert len(result.itl_ms) == 2 and all(gap_ms * 0.5 <= g < gap_ms + 25 for g in result.itl_ms), result.itl_ms
     assert result.tpot_ms == pytest.approx(sum(result.itl_ms) / 2)
