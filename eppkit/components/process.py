@@ -21,6 +21,7 @@ from eppkit.components import zygote
 from eppkit.components.base import Component, LiveSet
 from eppkit.core.procfs import die_with_parent
 
+
 class ManagedProcess(Component):
     def __init__(self, name: str, argv: Sequence[str], log_path: Path):
         self.name = name

@@ -48,11 +48,17 @@ def children(pid: int) -> set[int]:
 
 
 def descendants(pid: int) -> set[int]:
-    """Every live process under ``pid``: its children, theirs, and so on."""
+    """Every live process under ``pid``: its children, theirs, and so on (one pass over /proc)."""
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(entry)
+            if fields is not None and fields[0] != "Z":
+                kids.setdefault(int(fields[1]), []).append(int(entry))
     found: set[int] = set()
     todo = [pid]
     while todo:
-        new = children(todo.pop()) - found
+        new = set(kids.get(todo.pop(), ())) - found
         found |= new
         todo.extend(new)
     return found
