@@ -25,8 +25,7 @@ import pytest
 from tests.support.reliability import MODES, run_load, topology
 
 # One load test at a time, on one worker (pytest-xdist's group "load"): each saturates the machine on purpose,
-# two at once would each take twice as long. The eppkit_alone tests never run beside one, and a longer timing
-# check that holds beside other tests but not beside a load test is in this group too (test_hostile_envoy.py).
+# two at once would each take twice as long. The eppkit_alone tests never run beside one.
 pytestmark = [pytest.mark.e2e, pytest.mark.load, pytest.mark.xdist_group("load")]
 
 SIZES = {"local": (2000, 100), "docker": (2000, 100)}  # runtime -> (requests, concurrency)
