@@ -16,6 +16,7 @@ of :class:`subprocess.Popen` a :class:`~eppkit.components.process.ManagedProcess
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -200,7 +201,7 @@ def _preload() -> None:
         if not info.name.endswith("__main__"):
             try:
                 importlib.import_module(info.name)
-            except Exception as exc:  # a child that needs it will say why
+            except Exception as exc:  # noqa: BLE001 - a child that needs it will say why
                 print(f"eppkit zygote: could not preload {info.name}: {exc}", file=sys.stderr)
 
 
@@ -238,10 +239,8 @@ def _child(request: dict, private_fds: list[int]) -> None:
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(Exception):  # a closed or broken log: nothing left to tell
                 stream.flush()
-            except Exception:
-                pass
         os._exit(code)
 
 
@@ -292,6 +291,8 @@ def main() -> None:
     selector = selectors.DefaultSelector()
     selector.register(requests_fd, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
+    if hasattr(selector, "fileno"):  # epoll's own descriptor: a child keeps none of the zygote's
+        private.append(selector.fileno())
     pending = b""
 
     def reply(message: dict) -> None:

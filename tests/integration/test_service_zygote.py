@@ -3,6 +3,7 @@
 | a kit service started by a ManagedProcess | expected |
 |---|---|
 | runs | a child of the zygote (not of this process), leading its own process group, its output in its log |
+| its open descriptors | none of the zygote's (its protocol pipes, its wake-up pipe, its epoll) |
 | exits by itself (``--help``, a bad flag) | its exit code: 0, 2 (argparse), as `python -m` gives |
 | stopped (SIGINT to its group) | a clean exit 0 |
 | its zygote is killed | the service dies with it; its handle says it was killed |
@@ -42,6 +43,26 @@ def test_a_kit_service_is_forked_from_the_zygote_in_its_own_group(tmp_path):
         code = proc.stop()
     assert code == 0, proc.read_log()
     assert not procfs.alive(proc.pid)
+
+
+def descriptors(pid: int) -> set[str]:
+    """What a process holds open: a pipe by its inode, an epoll by the inodes it watches."""
+    held = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if target == "anon_inode:[eventpoll]":  # every epoll reads the same here: name it by what it watches
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                watched = sorted(part[4:] for part in f.read().split() if part.startswith("ino:") and part != "ino:")
+            target = f"epoll watching {','.join(watched)}"
+        held.add(target)
+    return held
+
+
+def test_a_forked_service_keeps_none_of_the_zygotes_descriptors(tmp_path):
+    with ServiceProcess("eppkit.services.vllm", log_dir=tmp_path) as proc:
+        private = {d for d in descriptors(zygote.running_pid()) if d.startswith(("pipe:", "epoll"))}
+        assert any(d.startswith("epoll") for d in private), private
+        assert not descriptors(proc.pid) & private, descriptors(proc.pid) & private
 
 
 @pytest.mark.parametrize("args, code, says", [(["--help"], 0, "usage: python -m eppkit.services.vllm"),
