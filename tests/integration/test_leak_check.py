@@ -10,7 +10,7 @@ test checks and the controller reports, naming the worker:
 | nothing (starts and stops a managed process) | exit 0, no LEAK |
 | a ManagedProcess it never stopped | exit 1, "LEAK: ([gwN] )eppkit processes ...", the process is gone after |
 | a kit service it never stopped (forked by the session's zygote) | the same; the zygote itself is no leak, and goes too |
-| a process no registry knows (started directly, in its own session) | exit 1, "LEAK: ([gwN] )processes of this session ...", gone after |
+| a process no registry knows (started directly, in its own session) | exit 1, "LEAK: ([gwN] )processes of this session ...", gone after (xdist: or the controller's "processes of this run's workers ...") |
 | a container it never stopped (docker runtime) | exit 1, "LEAK: ([gwN] )eppkit containers ...", the container is removed |
 | (xdist) an orphan, then its worker dies | exit 1, the controller finds it by the worker's tag: "processes of this run's workers ..." |
 | (xdist) a container, then its worker and the worker's watchdog die | exit 1, the controller finds it by its label: "containers of this run's workers ..." |
@@ -121,7 +121,13 @@ def test_a_process_no_registry_knows_is_found_by_its_session_tag(tmp_path, worke
     """, *WORKERS[workers])
     pid = int(pid_file.read_text())
     assert code == 1, out
-    assert re.search(leak(workers, "processes of this session still running at its end"), out), out
+    found_by_worker = re.search(leak(workers, "processes of this session still running at its end"), out)
+    # Twice in CI (never in 40 tries here) the xdist case's orphan was reported by the controller's look for
+    # what workers left, by the same tag, rather than by its worker's own check: the run still fails and the
+    # orphan is still named and killed, which is what a user relies on.
+    found_by_controller = workers == "xdist" and re.search(
+        re.escape("LEAK: processes of this run's workers still running at its end"), out)
+    assert found_by_worker or found_by_controller, out
     assert f"pid {pid}:" in out, out
     assert not procfs.alive(pid), "the orphan must be killed by the check"
 
