@@ -36,29 +36,29 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
-def children(pid: int) -> set[int]:
-    """Every live process whose parent is ``pid``."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat(entry)
-            if fields is not None and int(fields[1]) == pid and fields[0] != "Z":
-                out.add(int(entry))
-    return out
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live process under ``pid``: its children, theirs, and so on (one pass over /proc)."""
-    kids: dict[int, list[int]] = {}
+def _live_children() -> dict[int, set[int]]:
+    """Every live process's pid, by its parent's pid (one pass over /proc)."""
+    kids: dict[int, set[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             fields = _stat(entry)
             if fields is not None and fields[0] != "Z":
-                kids.setdefault(int(fields[1]), []).append(int(entry))
+                kids.setdefault(int(fields[1]), set()).add(int(entry))
+    return kids
+
+
+def children(pid: int) -> set[int]:
+    """Every live process whose parent is ``pid``."""
+    return _live_children().get(pid, set())
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process under ``pid``: its children, theirs, and so on (one pass over /proc)."""
+    kids = _live_children()
     found: set[int] = set()
     todo = [pid]
     while todo:
-        new = set(kids.get(todo.pop(), ())) - found
+        new = kids.get(todo.pop(), set()) - found
         found |= new
         todo.extend(new)
     return found
