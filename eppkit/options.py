@@ -300,6 +300,11 @@ def _table() -> list[Option]:
         Option("--runtime", "testbed runtime(s): local, docker, all, or a comma list (default: the ini key "
                "eppkit_runtime, else local)", S({PLUGIN}), default="local", metavar="local|docker|all|A,B", ini=True,
                group="pytest"),
+        Option("--other-runtimes", "what runs on each runtime after the first one --eppkit-runtime names: every test "
+               "(all), or only the runtime contract (contract: the tests marked eppkit_runtime_contract, what depends "
+               "on the runtime); the first runtime always runs every test (default: the ini key "
+               "eppkit_other_runtimes, else all)", S({PLUGIN}), default="all", choices=lambda: OTHER_RUNTIMES,
+               ini=True, group="pytest"),
         Option("--keep-on-failure", "at the first failing test, keep its testbed running and wait for Ctrl-C "
                "(prints its URLs and run folder); not in CI, nor under pytest-xdist (-n 0)", S({PLUGIN}), action="store_true", group="pytest"),
         Option("--runs", "folder for the testbeds' run folders (configs, logs); default $EPPKIT_RUNS or ./runs",
@@ -310,6 +315,9 @@ def _table() -> list[Option]:
                action="store_true", group="pytest"),
     ]
 
+
+# --eppkit-other-runtimes: every test on every runtime, or the runtime contract on all but the first
+OTHER_RUNTIMES = ("all", "contract")
 
 OPTIONS: tuple[Option, ...] = tuple(_table())
 

@@ -132,19 +132,35 @@ def inotify_instances() -> tuple[int | None, dict[str, int]]:
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
             continue
-        try:
-            fds = os.listdir(f"/proc/{entry}/fd")
-            count = sum(1 for fd in fds if _readlink(f"/proc/{entry}/fd/{fd}") == "anon_inode:inotify")
-        except OSError:
-            continue
+        count = sum(1 for target in descriptors(int(entry)).values() if target == "anon_inode:inotify")
         if count:
             comm = name(int(entry)) or entry
             held[comm] = held.get(comm, 0) + count
     return limit, held
 
 
-def _readlink(path: str) -> str:
+def descriptors(pid: int) -> dict[int, str]:
+    """What ``pid`` holds open, by descriptor: what /proc/<pid>/fd/<n> links to (``pipe:[123]``,
+    ``anon_inode:[eventpoll]``, a path). A descriptor closed while this reads, or a process gone or not
+    ours to read, is left out: /proc changes between listing a folder and reading what is in it."""
     try:
-        return os.readlink(path)
+        fds = os.listdir(f"/proc/{pid}/fd")
     except OSError:
-        return ""
+        return {}
+    held = {}
+    for fd in fds:
+        try:
+            held[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except (OSError, ValueError):
+            continue
+    return held
+
+
+def epoll_watches(pid: int, fd: int) -> list[str] | None:
+    """The inodes an epoll descriptor of ``pid`` watches (/proc/<pid>/fdinfo/<fd>'s ``ino:`` fields), or
+    None when the descriptor is gone."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+            return sorted(part[4:] for part in f.read().split() if part.startswith("ino:") and part != "ino:")
+    except OSError:
+        return None

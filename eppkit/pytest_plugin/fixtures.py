@@ -160,10 +160,12 @@ def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit
     make, beds = _factory(request, eppkit_runtime, eppkit_jaeger, _eppkit_shared_control_plane, None,
                           eppkit_vllm_servers)
     yield make
-    if beds and failed(request.node) and values(request.config).keep_on_failure:
-        keep_until_interrupted(request.config, request.node, beds)
-    for bed in beds:
-        bed.stop()
+    try:
+        if beds and failed(request.node) and values(request.config).keep_on_failure:
+            keep_until_interrupted(request.config, request.node, beds)  # ends the session after Ctrl-C
+    finally:  # and the testbeds stop then too: Ctrl-C must leave nothing running
+        for bed in beds:
+            bed.stop()
 
 
 class _SharedBeds:

@@ -26,6 +26,9 @@ MARKERS = (
     "reason against another --eppkit-backend",
     "eppkit_alone(reason): runs while no other test of the run runs (timing assertions, load); under pytest-xdist "
     "the other workers wait",
+    "eppkit_runtime_contract(reason): part of the runtime contract: it depends on the runtime (containers, logs, "
+    "cleanup, ...), so with --eppkit-other-runtimes contract it runs on every selected runtime, where an unmarked "
+    "test runs on the first one only",
     "eppkit_share_per(*params): under pytest-xdist, the module's tests that use eppkit_shared_testbed_factory are "
     "grouped per runtime and per value of these parameters (default: per runtime)",
 )
@@ -61,6 +64,10 @@ def pytest_configure(config: pytest.Config) -> None:
     if given.keep_on_failure:
         refuse_under_xdist(config, "--eppkit-keep-on-failure", "waits on the terminal for Ctrl-C at the first failure")
     selected_runtimes(config)  # a bad --eppkit-runtime is a usage error before anything starts
+    from eppkit.options import OTHER_RUNTIMES
+
+    if given.other_runtimes not in OTHER_RUNTIMES:  # the ini key is read as it is written
+        raise pytest.UsageError(f"eppkit_other_runtimes {given.other_runtimes!r}: choose from {', '.join(OTHER_RUNTIMES)}")
     try:  # so is a bad backend
         from eppkit import flows
 
@@ -182,7 +189,26 @@ def selected_runtimes(config: pytest.Config) -> list[str]:
     return chosen
 
 
+CONTRACT = "eppkit_runtime_contract"
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Every test that needs a testbed (through eppkit_runtime, directly or not) runs once per runtime.
     if "eppkit_runtime" in metafunc.fixturenames:
         metafunc.parametrize("eppkit_runtime", selected_runtimes(metafunc.config), indirect=True, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--eppkit-other-runtimes contract``: on every runtime but the first, only the runtime contract runs (the
+    tests, or parametrized cases, marked ``eppkit_runtime_contract``); the others are deselected there."""
+    if values(config).other_runtimes != "contract":
+        return
+    first = selected_runtimes(config)[0]
+    kept, dropped = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        runtime = callspec.params.get("eppkit_runtime") if callspec is not None else None
+        (dropped if runtime not in (None, first) and item.get_closest_marker(CONTRACT) is None else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

@@ -17,6 +17,7 @@ from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
 from eppkit.pytest_plugin.session import require_simulator
 from eppkit.topology import Topology
+from tests.support.contract import CONTRACT
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +59,7 @@ def chat(bed, **extra):
     return result
 
 
+@CONTRACT  # servers of the host reached from the runtime (host networking)
 def test_servers_given_by_url_are_the_pool_and_the_pick_is_who_serves(eppkit_testbed_factory, start_sim):
     urls = (start_sim("sim-a"), start_sim("sim-b"))
     bed = eppkit_testbed_factory(Topology(mode="ext_proc", backend=Backend(urls=urls),

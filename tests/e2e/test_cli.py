@@ -23,6 +23,7 @@ from eppkit.ui import zipkin
 from tests.support import chromium as _chromium
 from tests.support import kit
 from tests.support.cli import EPPKIT, REPO_ROOT, start_up
+from tests.support.contract import CONTRACT, cases
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +38,7 @@ def _kit_children(pid: int, runtime: str) -> set:
     return {c.name for c in containers.find({"label": f"eppkit.owner-pid={pid}"})}
 
 
+@CONTRACT  # it lists the runtime's own prerequisites (the engine, the images)
 def test_doctor_reports_every_prerequisite_found(eppkit_jaeger, eppkit_runtime):
     proc = subprocess.run(EPPKIT + ["doctor"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -48,6 +50,7 @@ def test_doctor_reports_every_prerequisite_found(eppkit_jaeger, eppkit_runtime):
     assert "1.40.0" in proc.stdout
 
 
+@CONTRACT  # the command on the runtime: its testbed, its trace, its run folder
 def test_run_prints_answer_and_waterfall(eppkit_jaeger, eppkit_runtime, tmp_path):
     env = {**os.environ, "EPPKIT_RUNS": str(tmp_path)}
     proc = subprocess.run(EPPKIT + ["run", "--runtime", eppkit_runtime, "--time-to-first-token", "100", "--inter-token-latency", "5"],
@@ -86,7 +89,8 @@ def test_run_of_a_refused_request_shows_its_partial_trace_and_where_it_stopped(e
 SIM_CASES = [(m.name, "aggregated") for m in modes.all_modes() if m.pickers and not m.external] + [("sidecar", "pd")]
 
 
-@pytest.mark.parametrize("mode, flow", SIM_CASES, ids=[f"{m}-{f}" for m, f in SIM_CASES])
+@pytest.mark.parametrize("mode, flow", cases(SIM_CASES, ("ext_proc", "aggregated"), why="the simulator in the runtime"),
+                         ids=[f"{m}-{f}" for m, f in SIM_CASES])
 def test_run_with_the_simulator_waits_for_every_span_of_the_kits_own_parts(eppkit_jaeger, eppkit_runtime, tmp_path,
                                                                            mode, flow):
     require_simulator()
@@ -116,7 +120,8 @@ UP_CASES = [
 ]
 
 
-@pytest.mark.parametrize("mode, flow", UP_CASES, ids=[f"{m}-{f}" for m, f in UP_CASES])
+@pytest.mark.parametrize("mode, flow", cases(UP_CASES, ("sidecar", "epd"), why="Ctrl-C stops every component"),
+                         ids=[f"{m}-{f}" for m, f in UP_CASES])
 def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit_runtime, tmp_path, mode, flow):
     proc, envoy_url, lines = start_up(["--runtime", eppkit_runtime, "--mode", mode, "--flow", flow,
                                        "--time-to-first-token", "20"],

@@ -13,10 +13,10 @@ from eppkit.services.vllm.config import MockLatency
 
 from eppkit import compare
 from eppkit.backends import SIM, Backend
+from eppkit.builds import inference_perf
 from eppkit.compare import output
 from eppkit.compare import report as rp
 from eppkit.modes import kit_names
-from eppkit.builds import inference_perf
 from eppkit.pytest_plugin.session import require_simulator
 from eppkit.pytest_plugin.state import require
 from tests.support import chromium as _chromium

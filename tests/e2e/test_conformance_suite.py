@@ -15,6 +15,7 @@ import pytest
 from eppkit.conformance import report as rp
 from eppkit.conformance.suite import SCHEMA, run
 from eppkit.conformance.target import Target
+from tests.support.contract import CONTRACT
 from tests.support.reliability import KIT_EPP_COMMAND, require_gaie_epp
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +26,7 @@ def failures(report: dict) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("target", [
-    Target("ext_proc"),
+    pytest.param(Target("ext_proc"), marks=CONTRACT),  # one verdict on every runtime
     Target("sidecar"),
     Target("external-epp", {"epp_command": KIT_EPP_COMMAND}, shed_header="x-eppkit-shed: 1"),
 ], ids=["ext_proc", "sidecar", "external-epp"])

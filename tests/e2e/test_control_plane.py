@@ -13,11 +13,11 @@ import subprocess
 
 import pytest
 
+from eppkit.builds import gaie as gaie_build
 from eppkit.components.controlplane import ControlPlaneError
 from eppkit.components.inference_pool import POOL_CRD
 from tests.support.churn import KIT_EPP_CONTROLLER_COMMAND, watcher_topology
 from tests.support.cli import EPPKIT, REPO_ROOT
-from eppkit.builds import gaie as gaie_build
 from tests.support.reliability import chat_body, require_gaie_epp, topology
 
 pytestmark = pytest.mark.e2e

@@ -5,10 +5,12 @@ import requests
 from eppkit.services.vllm.config import MockLatency
 
 from eppkit.topology import Topology, VllmSpec
+from tests.support.contract import CONTRACT
 
 pytestmark = pytest.mark.e2e
 
 
+@CONTRACT  # a backend stopped and started again
 def test_backend_down_gives_openai_style_503_and_envoy_recovers(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(Topology(mode="direct", vllm=[VllmSpec("vllm-0")], latency=MockLatency(time_to_first_token=10)))
     body = {"model": "mock-llm", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}

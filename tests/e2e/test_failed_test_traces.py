@@ -15,6 +15,7 @@ import pytest
 from eppkit.pytest_plugin.state import require
 from eppkit.ui import zipkin
 from tests.support import chromium as _chromium
+from tests.support.contract import CONTRACT
 from tests.support.inner import run_pytest
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +70,7 @@ def seen_in_ui(tmp_path: Path, report: str) -> dict:
     return seen
 
 
+@CONTRACT  # the components' logs followed, the runtime's Jaeger feeding the live UI
 def test_a_failed_test_names_its_trace_page_and_links_the_live_ui(tmp_path, eppkit_runtime):
     report = run_inner(tmp_path, eppkit_runtime, 1)
     assert re.search(r"eppkit: the \w+ Jaeger's traces, live: http://127\.0\.0\.1:\d+/zipkin/", report), report

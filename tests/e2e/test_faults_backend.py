@@ -20,6 +20,7 @@ from eppkit.observability.contract import Client, Encoder, Envoy, Http, Mock, Pd
 
 from eppkit import TraceCheck
 from eppkit.core.polling import poll
+from tests.support.contract import cases
 from tests.support.reliability import (
     MODES,
     PICKER_MODES,
@@ -79,7 +80,7 @@ def _broken_stream_trace(bed, outcome, traits, *extra):
     return check
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases(MODES, "ext_proc", why="a backend killed mid-stream"))
 def test_backend_killed_mid_stream_ends_the_stream_and_the_gateway_keeps_serving(eppkit_testbed_factory, spans, mode):
     traits = TRAITS[mode]
     bed = eppkit_testbed_factory(topology(mode))

@@ -12,6 +12,7 @@ import pytest
 from eppkit.observability.contract import Client, Envoy, Epp, Http, Service, Vllm
 
 from eppkit import TraceCheck
+from tests.support.contract import cases
 from tests.support.reliability import (
     TRAITS,
     assert_kit_healthy,
@@ -60,7 +61,7 @@ def _crash(bed, case: Case) -> None:
 
 
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", cases(CASES, CASES[0], why="a component killed and restarted"), ids=lambda c: c.id)
 def test_picker_crash_fails_closed_with_a_clear_5xx_and_picking_resumes_after_restart(eppkit_testbed_factory, case):
     traits = TRAITS[case.mode]
     bed = eppkit_testbed_factory(topology(case.mode))

@@ -19,6 +19,7 @@ import pytest
 from eppkit.observability.contract import Callout, Envoy, Epp, Http, Service, Vllm
 
 from eppkit import TraceCheck
+from tests.support.contract import cases
 from tests.support.reliability import (
     TRAITS,
     assert_kit_healthy,
@@ -63,7 +64,7 @@ def test_an_epp_slower_than_the_message_timeout_is_waited_for(eppkit_testbed_fac
 
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 @pytest.mark.parametrize("failure_mode_allow", [False, True], ids=["closed", "open"])
-@pytest.mark.parametrize("mode", ["ext_proc", "sidecar"])
+@pytest.mark.parametrize("mode", cases(["ext_proc", "sidecar"], "ext_proc", why="a component frozen"))
 def test_a_hung_epp_fails_closed_once_keepalive_finds_it(eppkit_testbed_factory, mode, failure_mode_allow):
     traits = TRAITS[mode]
     bed = eppkit_testbed_factory(topology(mode, epp_message_timeout_ms=MESSAGE_TIMEOUT_MS, epp_keepalive_ms=KEEPALIVE_MS,

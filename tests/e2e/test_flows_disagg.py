@@ -147,7 +147,10 @@ def test_epd_encoder_failure_is_a_502_naming_the_item(eppkit_testbed_factory):
 
 @pytest.mark.eppkit_needs_mock("reads the mock's vllm spans")
 def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstreamed_text(eppkit_testbed_factory):
-    bed = eppkit_testbed_factory(Topology(flow="ttft", latency=WITH_KV))
+    # Decode's 10 tokens at 20 ms: the client's view below allows its read of the first token to lag the
+    # sidecar's write by up to that long (~180 ms) on a loaded machine.
+    latency = MockLatency(time_to_first_token=TTFT_MS, inter_token_latency=20.0, kv_cache_transfer_latency=KV_MS)
+    bed = eppkit_testbed_factory(Topology(flow="ttft", latency=latency))
     client = bed.client()
     streamed = client.chat(_chat("Stream me the first token early.", seed=42, max_tokens=10))
     whole = client.chat(_chat("Stream me the first token early.", seed=42, max_tokens=10, stream=False))
@@ -159,11 +162,21 @@ def test_ttft_streams_prefills_first_token_before_decode_and_matches_the_unstrea
     assert roles == [0], "one role-only chunk opens the stream (vLLM's order); decode's own is not forwarded"
 
     check = TraceCheck(bed.jaeger.wait_for_trace(streamed.trace_id, DISAGG_SPANS))
-    client_first_token = check.one(Client.REQUEST).event(Stream.FIRST_TOKEN)
     d_decode = _instance_span(check, Vllm.DECODE, "vllm-d0")
     d_kv = _instance_span(check, Vllm.KV_TRANSFER, "vllm-d0")
-    check.event_before(client_first_token.time_us, "client's first token", d_decode)
-    assert client_first_token.time_us < d_kv.end_us, "first token should reach the client while KV is still moving"
+    # The flow's promise, judged exactly: the sidecar wrote prefill's token to the client (its own event)
+    # before it asked decode, so before decode pulled the KV cache. Both follow from the sidecar's order of
+    # work, whatever the machine's load.
+    sent = check.one(Pd.REQUEST).event(Pd.FIRST_TOKEN_FROM_PREFILL)
+    check.event_before(sent.time_us, "the sidecar's write of prefill's token", check.one(Pd.DECODE))
+    check.event_before(sent.time_us, "the sidecar's write of prefill's token", d_kv)
+    # The client's view, with a tolerance: it read that token before decode produced its last one, so the
+    # token was streamed ahead of decode, not held back and sent with decode's stream. How soon the client
+    # reads a byte depends on the machine (14.5 ms after decode's start once, at load 14 on 2 cores).
+    client_first_token = check.one(Client.REQUEST).event(Stream.FIRST_TOKEN)
+    if client_first_token.time_us >= d_decode.end_us:
+        check.fail(f"expected the client's first token before {d_decode.label} ends (streamed ahead of decode); "
+                   f"it came {(client_first_token.time_us - d_decode.end_us) / 1000:.2f} ms after")
     assert Pd.TRUE_TTFT_MS in check.one(Pd.REQUEST).attributes
 
 

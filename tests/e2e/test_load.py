@@ -22,6 +22,7 @@ import os
 
 import pytest
 
+from tests.support.contract import cases
 from tests.support.reliability import MODES, run_load, topology
 
 # One load test at a time, on one worker (pytest-xdist's group "load"): each saturates the machine on purpose,
@@ -48,7 +49,7 @@ def sizes(runtime: str) -> tuple[int, int]:
             int(os.environ.get("EPPKIT_LOAD_CONCURRENCY", concurrency)))
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases(MODES, "ext_proc", why="memory of the runtime's processes"))
 def test_bounded_load_loses_no_request_no_trace_and_no_memory(eppkit_testbed_factory, eppkit_runtime, mode, record_property, capsys):
     n, concurrency = sizes(eppkit_runtime)
     # The pickers' own deadlines as long as Envoy's default wait for the EPP (10 s): on a saturated

@@ -22,6 +22,7 @@ import pytest
 
 from eppkit.modes import gaie_epp
 from tests.support.churn import WATCHERS, BackgroundLoad, served, watcher_topology
+from tests.support.contract import CONTRACT
 from tests.support.reliability import require_gaie_epp
 
 pytestmark = pytest.mark.e2e
@@ -43,6 +44,7 @@ def most_served(sent) -> str:
     return max(counts, key=counts.get)
 
 
+@CONTRACT  # the pool's pods changed in the runtime
 def test_a_pod_that_turns_not_ready_is_no_longer_picked(eppkit_testbed_factory, watcher, record_property):
     bed = eppkit_testbed_factory(watcher_topology(watcher, ("vllm-0", "vllm-1", "vllm-2")))
     with BackgroundLoad(bed) as load:
@@ -98,6 +100,7 @@ def test_a_rolling_replacement_fails_no_request_a_fallback_could_serve(eppkit_te
     assert failed == uncoverable, f"failures a fallback could have served: {served(failed)}"
 
 
+@CONTRACT  # the pool's pods changed in the runtime
 def test_a_crashed_pod_fails_only_what_was_there_or_sent_before_the_epp_knew(eppkit_testbed_factory, watcher,
                                                                           record_property):
     bed = eppkit_testbed_factory(watcher_topology(watcher, ("vllm-0", "vllm-1", "vllm-2")))

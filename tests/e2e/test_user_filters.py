@@ -19,6 +19,7 @@ from eppkit.builds import dynmod as dynmod_build
 from eppkit.gateway import versions as envoy_versions
 from eppkit.gateway.user_filters import DynamicModule, HttpFilter, LuaFilter, UserFilterError
 from eppkit.topology import Topology, VllmSpec
+from tests.support.contract import CONTRACT, cases
 
 pytestmark = pytest.mark.e2e
 
@@ -67,7 +68,7 @@ def assert_placed_around_the_picker(bed, result):
             assert by_address[primary] == h.get("x-inference-pod")
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", cases(MODES, "ext_proc", why="the host's Lua files in Envoy's place"))
 def test_user_lua_filters_before_and_after_the_picker_in_every_mode(eppkit_testbed_factory, mode):
     bed = eppkit_testbed_factory(Topology(mode=mode, vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
                                           filters=around_the_picker()))
@@ -92,6 +93,7 @@ def test_user_lua_filters_in_every_flow(eppkit_testbed_factory, mode, flow, medi
     assert len(result.tokens) == 4
 
 
+@CONTRACT  # the host's module (and Envoy) in the runtime
 def test_a_go_module_directory_gates_requests_before_the_picker(eppkit_testbed_factory):
     # dynmod-callout: the kit's Go module and the user's, two Go runtimes in one Envoy.
     gate = DynamicModule(TENANT_GATE, filter_name="tenant_gate", config=TENANTS)
@@ -110,6 +112,7 @@ def test_a_go_module_directory_gates_requests_before_the_picker(eppkit_testbed_f
     check.one("callout.pick")
 
 
+@CONTRACT  # the host's module (and Envoy) in the runtime
 def test_a_built_so_after_the_picker_and_a_snippet_filter(eppkit_testbed_factory):
     built = dynmod_build.build(lambda m: None, source_dir=TENANT_GATE, lib_name="libtenantgate.so")
     snippet = HttpFilter(
@@ -133,6 +136,7 @@ def test_a_built_so_after_the_picker_and_a_snippet_filter(eppkit_testbed_factory
     assert result.headers.get("x-snippet") == "seen"
 
 
+@CONTRACT  # the host's module (and Envoy) in the runtime
 def test_another_envoy_version_runs_the_kit_module_and_a_user_filter(eppkit_testbed_factory):
     # The oldest version with dynamic modules from a file; on docker, that version's image.
     bed = eppkit_testbed_factory(Topology(mode="dynmod-callout", envoy_version="1.38.3", filters=around_the_picker()))

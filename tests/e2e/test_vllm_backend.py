@@ -32,16 +32,18 @@ from eppkit.observability.contract import Service, Vllm
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.services.vllm.config import MockLatency
 
-from eppkit import compare
+from eppkit import TraceCheck, compare, modes
 from eppkit.backends import inference_sim
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess, ServiceProcess
 from eppkit.components.readiness import HttpReady
 from eppkit.core import procfs
 from eppkit.core.polling import poll
+from eppkit.modes import external_epp
 from eppkit.pytest_plugin.session import require_simulator
 from eppkit.topology import Topology, VllmSpec
 from tests.support import parity
+from tests.support.reliability import KIT_EPP_COMMAND
 
 # One worker runs them all (pytest-xdist, --dist loadgroup): a worker's session starts its own vLLM servers, 3.7 GB each
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("vllm")]
@@ -166,6 +168,27 @@ def test_compare_reports_each_modes_steps_in_front_of_a_real_vllm(tmp_path, eppk
         for sample in result["samples"]:  # each request: the engine's prefill and decode inside the client's time
             own = sample["steps"]
             assert own["prefill"] + own["decode"] < own["e2e"], (mode, own)
+
+
+# -- every picker mode in front of a real vLLM -----------------------------------------------------------
+
+# The modes where something picks (the kit's pickers, an EPP of one's own: the kit's, started by command, GAIE's).
+PICKING = [m.name for m in modes.all_modes() if m.pickers or m.external]
+OWN_EPP = {"epp_command": KIT_EPP_COMMAND}
+
+
+@pytest.mark.parametrize("mode", PICKING)
+def test_every_picker_mode_serves_from_a_real_vllm_whose_span_is_under_envoys_upstream(eppkit_testbed_factory, mode):
+    """One request per mode through the session's server: the engine's own ``llm_request`` is the backend span, a
+    child of Envoy's upstream request, after the decision (what .ci/run's `eppkit run --backend vllm` runs checked)."""
+    options = OWN_EPP if mode == external_epp.MODE.name else {}
+    bed = eppkit_testbed_factory(Topology(mode=mode, backend="vllm", vllm=[POD], options=options))
+    client = bed.client()
+    result = client.chat({"model": parity.MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi."}]})
+    client.flush()
+    assert result.status == 200 and result.text, (result.status, result.body, result.error)
+    path = TraceCheck(bed.wait_for_trace(result, timeout_s=30)).request_path(bed.mode)
+    assert (path.backend.service, path.backend.name) == (Service.VLLM, Vllm.REQUEST), path.backend.label
 
 
 # -- a backend dying mid-request -----------------------------------------------------------------------

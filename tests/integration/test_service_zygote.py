@@ -46,13 +46,14 @@ def test_a_kit_service_is_forked_from_the_zygote_in_its_own_group(tmp_path):
 
 
 def descriptors(pid: int) -> set[str]:
-    """What a process holds open: a pipe by its inode, an epoll by the inodes it watches."""
+    """What a process holds open: a pipe by its inode, an epoll by the inodes it watches. A descriptor the
+    process closes while this reads is left out (procfs.descriptors): its threads open and close them."""
     held = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    for fd, target in procfs.descriptors(pid).items():
         if target == "anon_inode:[eventpoll]":  # every epoll reads the same here: name it by what it watches
-            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-                watched = sorted(part[4:] for part in f.read().split() if part.startswith("ino:") and part != "ino:")
+            watched = procfs.epoll_watches(pid, fd)
+            if watched is None:
+                continue
             target = f"epoll watching {','.join(watched)}"
         held.add(target)
     return held
