@@ -283,6 +283,9 @@ def _table() -> list[Option]:
         Option("--out", "report folder (default: reports/conformance-<time>/)", S({CONFORMANCE}), type=Path,
                group="conformance"),
         # eppkit bootstrap
+        Option("--all", "also build what other modes and runtimes build on first use: GAIE's EPP (mode gaie-epp), "
+               "etcd and kube-apiserver (EPPs that watch an InferencePool); cold, minutes each on 2 cores",
+               S({BOOTSTRAP}), action="store_true", dest="all_builds"),
         Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
                action="store_true"),
         Option("--backend", f"also build or install this backend preset, once: {_backends.SIM} (from the Go module "

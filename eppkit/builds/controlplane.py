@@ -3,7 +3,7 @@ and take GAIE's CRDs from the GAIE module.
 
 EPPs that are Kubernetes controllers (GAIE's EPP, a team's own) watch an InferencePool and its Pods. The kit
 gives them a real kube-apiserver and etcd, as controller-runtime's envtest does
-(:mod:`eppkit.components.controlplane` starts them). ``eppkit bootstrap`` builds both here, or the first
+(:mod:`eppkit.components.controlplane` starts them). ``eppkit bootstrap --all`` builds both here, or the first
 testbed that needs them does, with progress:
 
 - etcd ``go.etcd.io/etcd/server/v3@v3.6.16``. A wrapper module ``go get``s the module: etcd's own go.mod
@@ -75,7 +75,8 @@ def crd_dir() -> Path:
 
 def missing_message() -> str:
     return (f"the Kubernetes control plane (etcd {ETCD_VERSION}, kube-apiserver {KUBE_VERSION}) is not built.\n"
-            f"Hint: run `eppkit bootstrap` (needs Go >= {'.'.join(map(str, GO_NEEDED))}; a cold build takes minutes), "
+            f"Hint: it is built on first use, or run `eppkit bootstrap --all` (needs Go >= "
+            f"{'.'.join(map(str, GO_NEEDED))}; a cold build takes minutes), "
             f"or set {ASSETS_ENV} to a folder holding etcd and kube-apiserver (envtest's KUBEBUILDER_ASSETS).")
 
 
@@ -105,7 +106,7 @@ def build(progress: Callable[[str], object] = print, *, force: bool = False) -> 
     if folder and _assets() is None:
         raise ControlPlaneBuildError(f"{ASSETS_ENV}={folder} holds no etcd and kube-apiserver.\n"
                                      f"Hint: point it at a folder with both (`setup-envtest use -p path`), or unset it "
-                                     "and run `eppkit bootstrap` to build them.")
+                                     "and run `eppkit bootstrap --all` to build them.")
     go = shutil.which("go")
     if go is None:
         raise ControlPlaneBuildError(missing_message() + "\n`go` is not on PATH (https://go.dev/dl/).")

@@ -1,6 +1,6 @@
 """Build the upstream GAIE EPP (Gateway API Inference Extension v1.5.0, ``cmd/epp``) into the kit's cache, once.
 
-The ``gaie-epp`` mode runs this binary. ``eppkit bootstrap`` builds it, or the first testbed of that
+The ``gaie-epp`` mode runs this binary. ``eppkit bootstrap --all`` builds it, or the first testbed of that
 mode does, with progress; later calls reuse ``<cache>/gaie-epp/v1.5.0/epp``. ``go install ...@v1.5.0``
 is not used: it asks the module proxy for the version list, which some proxies refuse. A throwaway
 wrapper module that ``go get``s the *package* ``cmd/epp`` (so every dependency lands in its go.sum)
@@ -49,7 +49,8 @@ def find() -> Path | None:
 
 def go_missing_message() -> str:
     return (f"the gaie-epp mode needs the GAIE EPP {VERSION}, built from source: `go` is not on PATH.\n"
-            "Hint: install Go >= 1.24 and a C compiler, then run `eppkit bootstrap`.")
+            "Hint: install Go >= 1.24 and a C compiler, then run `eppkit bootstrap --all` (or start a gaie-epp "
+            "testbed: it builds it first).")
 
 
 def build(progress: Callable[[str], object] = print, *, force: bool = False) -> Path:

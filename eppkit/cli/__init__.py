@@ -23,7 +23,8 @@ USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyCon
                ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing)
 COMMANDS = {
     "doctor": "check every prerequisite",
-    "bootstrap": "build what PyPI does not ship (Jaeger, dynamic module, GAIE's EPP, etcd and kube-apiserver); cached",
+    "bootstrap": "build what PyPI does not ship and `eppkit compare` needs (Jaeger, the dynamic module; --all: GAIE's "
+                 "EPP, etcd and kube-apiserver too, else built on first use); cached",
     "up": "start a testbed and keep it running until Ctrl-C",
     "run": "start a testbed, send one traced request, print its waterfall",
     "compare": "drive a seeded workload through every mode; report each step's cost from the traces",
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         from eppkit.cli import bootstrap
 
         return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend,
-                              load_tools=args.load_tool)
+                              load_tools=args.load_tool, all_builds=args.all_builds)
     try:
         command = _load(args.command)
         return command(args)  # a command imports most of what it uses when it runs

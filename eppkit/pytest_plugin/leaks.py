@@ -112,7 +112,13 @@ def workers_leaks(config: pytest.Config) -> list[str]:
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session fixtures (and xdist's of its workers)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    lines = workers_leaks(config) if is_controller(config) else own_leaks()
+    _debug(f"sessionfinish start controller={is_controller(config)} worker={worker_id(config)} tag={os.environ.get(SESSION_TAG)}")
+    try:
+        lines = workers_leaks(config) if is_controller(config) else own_leaks()
+    except BaseException as exc:
+        _debug(f"sessionfinish raised {exc!r}")
+        raise
+    _debug(f"sessionfinish lines={lines}")
     worker = worker_id(config)
     if worker is not None:  # the controller reports it: a remote worker's stderr reaches no terminal
         config.workeroutput[WORKER_LEAKS] = [f"[{worker}] {line}" for line in lines]
@@ -121,3 +127,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             sys.stderr.write(f"\nLEAK: {line}\n")
     if lines:
         session.exitstatus = 1
+
+
+def _debug(text):  # TEMPORARY
+    path = os.environ.get("EPPKIT_LEAK_DEBUG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{time.time():.3f} pid={os.getpid()} {text}\n")
