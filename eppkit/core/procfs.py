@@ -116,6 +116,17 @@ def tagged(tag: str, *, workers: bool = False, spared: set[int] = frozenset()) -
     return found
 
 
+def tag_of(pid: int) -> str | None:
+    """The ``SESSION_TAG`` a process carries (its environment at its start), or None."""
+    prefix = f"{SESSION_TAG}=".encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return None
+    return next((v[len(prefix):].decode(errors="replace") for v in env if v.startswith(prefix)), None)
+
+
 INOTIFY_LIMIT = "/proc/sys/fs/inotify/max_user_instances"
 
 

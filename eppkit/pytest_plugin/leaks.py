@@ -21,7 +21,7 @@ import time
 import pytest
 
 from eppkit.core import procfs
-from eppkit.pytest_plugin.parallel import REPORTED, WORKER_LEAKS, is_controller, worker_id
+from eppkit.pytest_plugin.parallel import LOOKS, REPORTED, WORKER_LEAKS, WORKER_LOOK, is_controller, worker_id
 from eppkit.pytest_plugin.state import SESSION_TAG
 
 GRACE_S = 2.0  # for processes still exiting after their group was killed
@@ -52,10 +52,25 @@ def _kill(found: list[tuple[int, str]]) -> None:
             pass
 
 
-def own_leaks() -> list[str]:
-    """What this session (or this worker) left: stopped, killed or removed now; one line each kind."""
-    lines = []
-    if "eppkit.components.process" in sys.modules:
+def own_leaks() -> tuple[list[str], str]:
+    """What this session (or this worker) left: stopped, killed or removed now; one line each kind. And what its
+    look for its tag saw (``looked for <tag>: N found``), which a worker hands to the controller.
+
+    Each part runs whatever the others did: one that raises is a line of its own (and fails the run), never the
+    loss of what the others found."""
+    lines: list[str] = []
+    looked = ["not done"]
+
+    def part(what: str, look) -> None:
+        try:
+            look()
+        except Exception as exc:  # whatever it is, the run must hear of it
+            lines.append(f"the leak check's look at {what} failed ({type(exc).__name__}: {exc}); what it would have "
+                         "found is unknown")
+
+    def registry() -> None:
+        if "eppkit.components.process" not in sys.modules:
+            return
         from eppkit.components.process import live_processes
 
         leaked = live_processes()
@@ -67,26 +82,36 @@ def own_leaks() -> list[str]:
         from eppkit.components import zygote
 
         zygote.stop()  # it kills any child of its own still running: the registry above has named them
-    # Whatever no registry knows: grandchildren that left their group, processes of a CLI subprocess.
-    orphans = tagged_processes(grace_s=GRACE_S)
-    if orphans:
-        lines.append("processes of this session still running at its end (now killed): "
-                     + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans))
-        _kill(orphans)
-    if "eppkit.components.container" in sys.modules:  # the docker runtime ran: the same check for containers
-        from eppkit.components import container as containers
 
-        leaked_c = containers.live_containers()
+    def tagged() -> None:  # whatever no registry knows: grandchildren that left their group, a CLI's processes
+        tag = os.environ.get(SESSION_TAG, "")
+        orphans = tagged_processes(tag, grace_s=GRACE_S)
+        looked[0] = f"looked for {SESSION_TAG}={tag} at {time.strftime('%H:%M:%S')}: {len(orphans)} found"
+        if orphans:
+            lines.append("processes of this session still running at its end (now killed): "
+                         + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans))
+            _kill(orphans)
+
+    def containers() -> None:
+        if "eppkit.components.container" not in sys.modules:  # the docker runtime never ran
+            return
+        from eppkit.components import container as engine
+
+        leaked_c = engine.live_containers()
         for c in leaked_c:
             c.stop(grace_s=1)
         try:
-            strays = containers.remove_session()
+            strays = engine.remove_session()
         except Exception:  # no engine answers (the docker tests skipped): nothing can be there
             strays = []
         if leaked_c or strays:
             lines.append("eppkit containers still there at session end (now removed): "
                          + ", ".join([c.name for c in leaked_c] + strays))
-    return lines
+
+    part("the kit's registries of processes", registry)
+    part("this session's tagged processes", tagged)
+    part("this session's containers", containers)
+    return lines, looked[0]
 
 
 def workers_leaks(config: pytest.Config) -> list[str]:
@@ -95,8 +120,14 @@ def workers_leaks(config: pytest.Config) -> list[str]:
     lines = list(config.stash.get(REPORTED, []))
     orphans = tagged_processes(tag, workers=True, grace_s=CONTROLLER_GRACE_S)
     if orphans:
+        # What the orphans' workers' own looks saw: how a worker whose check missed one looked (or that it never
+        # reported one: a worker that died).
+        looks = config.stash.get(LOOKS, {})
+        workers = sorted({(procfs.tag_of(pid) or "?").rsplit("/", 1)[-1] for pid, _ in orphans})
+        seen = "; ".join(f"{w}: {looks.get(w, 'no report of its own look')}" for w in workers)
         lines.append("processes of this run's workers still running at its end (now killed): "
-                     + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans))
+                     + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans)
+                     + f" (the workers' own looks: {seen})")
         _kill(orphans)
     try:
         from eppkit.components import container as containers
@@ -112,25 +143,17 @@ def workers_leaks(config: pytest.Config) -> list[str]:
 @pytest.hookimpl(trylast=True)  # after pytest's own teardown of the session fixtures (and xdist's of its workers)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    _debug(f"sessionfinish start controller={is_controller(config)} worker={worker_id(config)} tag={os.environ.get(SESSION_TAG)}")
-    try:
-        lines = workers_leaks(config) if is_controller(config) else own_leaks()
-    except BaseException as exc:
-        _debug(f"sessionfinish raised {exc!r}")
-        raise
-    _debug(f"sessionfinish lines={lines}")
+    looked = ""
+    if is_controller(config):
+        lines = workers_leaks(config)
+    else:
+        lines, looked = own_leaks()
     worker = worker_id(config)
     if worker is not None:  # the controller reports it: a remote worker's stderr reaches no terminal
         config.workeroutput[WORKER_LEAKS] = [f"[{worker}] {line}" for line in lines]
+        config.workeroutput[WORKER_LOOK] = looked
     else:
         for line in lines:
             sys.stderr.write(f"\nLEAK: {line}\n")
     if lines:
         session.exitstatus = 1
-
-
-def _debug(text):  # TEMPORARY
-    path = os.environ.get("EPPKIT_LEAK_DEBUG")
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{time.time():.3f} pid={os.getpid()} {text}\n")

@@ -35,6 +35,8 @@ INPUT_HOST = "eppkit_ui_host"  # workerinput: the machine it runs on
 RUN_ZIPKIN = pytest.StashKey[object]()  # controller: the run's Zipkin server
 WORKER_LEAKS = "eppkit_leaks"  # workeroutput: what a worker's leak check found, for the controller to report
 REPORTED = pytest.StashKey[list]()  # controller: the leak lines its workers reported
+WORKER_LOOK = "eppkit_leak_look"  # workeroutput: what a worker's look for its own tag saw
+LOOKS = pytest.StashKey[dict]()  # controller: worker id -> what its own look saw
 SHARED_FIXTURE = "eppkit_shared_testbed_factory"
 ALONE = "eppkit_alone"  # the marker of a test that runs while no other does (eppkit.pytest_plugin.alone)
 SHARE_PER = "eppkit_share_per"  # the marker that splits a module's shared-testbed group by parameters
@@ -134,6 +136,8 @@ def pytest_testnodedown(node, error) -> None:
     """Controller, a worker is done: keep what its leak check found (a crashed worker has no output)."""
     output = getattr(node, "workeroutput", None) or {}
     node.config.stash.setdefault(REPORTED, []).extend(output.get(WORKER_LEAKS, []))
+    if output.get(WORKER_LOOK):
+        node.config.stash.setdefault(LOOKS, {})[node.workerinput["workerid"]] = output[WORKER_LOOK]
 
 
 def group(item: pytest.Item) -> str | None:

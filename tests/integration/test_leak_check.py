@@ -12,8 +12,10 @@ test checks and the controller reports, naming the worker:
 | a kit service it never stopped (forked by the session's zygote) | the same; the zygote itself is no leak, and goes too |
 | a process no registry knows (started directly, in its own session) | exit 1, "LEAK: ([gwN] )processes of this session ...", gone after (xdist: or the controller's "processes of this run's workers ...") |
 | a container it never stopped (docker runtime) | exit 1, "LEAK: ([gwN] )eppkit containers ...", the container is removed |
-| (xdist) an orphan, then its worker dies | exit 1, the controller finds it by the worker's tag: "processes of this run's workers ..." |
+| (xdist) an orphan, then its worker dies | exit 1, the controller finds it by the worker's tag: "processes of this run's workers ...", naming what each worker's own look saw ("no report of its own look") |
 | (xdist) a container, then its worker and the worker's watchdog die | exit 1, the controller finds it by its label: "containers of this run's workers ..." |
+
+| one part of the check raises (e.g. reading /proc) | a LEAK line naming it; the other parts' findings kept |
 
 These start processes (a ``sleep``, pytest itself), so they are marked integration.
 """
@@ -179,6 +181,8 @@ def test_under_xdist_what_a_dead_worker_left_is_found_by_the_controller(tmp_path
     assert code == 1, out
     assert "LEAK: processes of this run's workers still running at its end (now killed)" in out, out
     assert f"pid {pid}:" in out, out
+    # Its worker died before its own check: the controller says so (a worker whose check ran says what it saw).
+    assert re.search(r"the workers' own looks: gw\d: no report of its own look", out), out
     assert not procfs.alive(pid), "the orphan must be killed by the controller's check"
 
 
@@ -197,3 +201,24 @@ def test_under_xdist_a_container_of_a_dead_worker_and_watchdog_is_removed_by_the
     assert "LEAK: containers of this run's workers still there at its end (now removed): " in out, out
     assert name in out, out
     assert container_gone(name), f"{name} is still there"
+
+
+def test_a_part_of_the_check_that_fails_is_reported_and_the_others_still_run(monkeypatch):
+    """Each part of a session's own check (registries, tagged processes, containers) runs whatever another did:
+    one that raises is a LEAK line of its own, which fails the run, and the others' findings are kept."""
+    from eppkit.components import container, process, zygote
+    from eppkit.pytest_plugin import leaks
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("/proc went away")
+
+    monkeypatch.setattr(leaks, "tagged_processes", broken)
+    # This session's own processes and containers are not this check's to stop.
+    monkeypatch.setattr(process, "live_processes", lambda: [])
+    monkeypatch.setattr(zygote, "stop", lambda: None)
+    monkeypatch.setattr(container, "live_containers", lambda: [])
+    monkeypatch.setattr(container, "remove_session", lambda: [])
+    lines, looked = leaks.own_leaks()
+    assert lines == ["the leak check's look at this session's tagged processes failed (RuntimeError: /proc went "
+                     "away); what it would have found is unknown"], lines
+    assert looked == "not done"
