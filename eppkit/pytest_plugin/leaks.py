@@ -38,9 +38,11 @@ def tagged_processes(tag: str | None = None, *, workers: bool = False, grace_s: 
         spared.add(reaper.pid)
     deadline = time.monotonic() + grace_s
     found = procfs.tagged(tag, workers=workers, spared=spared)
+    # The grace is for processes exiting: what was found is watched until it is gone, by its pid. (Scanning every
+    # environment again would let one scan that misses a process end the wait and report nothing.)
     while found and time.monotonic() < deadline:
         time.sleep(0.1)
-        found = procfs.tagged(tag, workers=workers, spared=spared)
+        found = [(pid, cmd) for pid, cmd in found if procfs.alive(pid)]
     return found
 
 
