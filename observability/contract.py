@@ -109,6 +109,8 @@ class Http:
     REQUEST_METHOD = _attr("http.request.method", "HTTP method of the request", semconv=True)
     RESPONSE_STATUS_CODE = _attr("http.response.status_code", "HTTP status of the answer", semconv=True)
     URL_PATH = _attr("url.path", "path of the request", semconv=True)
+    PROTOCOL_VERSION = _attr("network.protocol.version", "the HTTP version the client spoke: 1.1 or 2 (h2c)",
+                             semconv=True)
 
 
 class Rpc:
@@ -190,7 +192,7 @@ class Client:
     ABANDONED = _event("client_abandoned", "the client closed the connection before the answer ended (tests)")
     REQUEST = _span("client.request", Service.CLIENT, "one request, from send to the last byte read (kind CLIENT)",
                     (Eppkit.MODE, Eppkit.FLOW, Http.REQUEST_METHOD, Http.URL_PATH, Http.RESPONSE_STATUS_CODE,
-                     Eppkit.TOKENS_RECEIVED), (Stream.FIRST_TOKEN, ABANDONED))
+                     Http.PROTOCOL_VERSION, Eppkit.TOKENS_RECEIVED), (Stream.FIRST_TOKEN, ABANDONED))
 
 
 # -- Envoy -------------------------------------------------------------------------------------------
