@@ -77,9 +77,14 @@ def headers_response(
     metadata: Mapping[str, Mapping[str, str]] | None = None,
     clear_route_cache: bool = False,
     response_path: bool = False,
+    replace_body: bytes | None = None,
 ) -> pb.ProcessingResponse:
-    """A HeadersResponse (request or response path) with header mutations and dynamic metadata."""
+    """A HeadersResponse (request or response path) with header mutations and dynamic metadata; with
+    ``replace_body``, CONTINUE_AND_REPLACE: the body is that, whole, and Envoy asks nothing more of this path."""
     common = pb.CommonResponse(clear_route_cache=clear_route_cache)
+    if replace_body is not None:
+        common.status = pb.CommonResponse.CONTINUE_AND_REPLACE
+        common.body_mutation.body = replace_body
     if set_headers:
         common.header_mutation.set_headers.extend(_set_header(k, v) for k, v in set_headers.items())
     common.header_mutation.remove_headers.extend(remove_headers)

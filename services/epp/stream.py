@@ -235,10 +235,12 @@ class StreamProcessor:
             span.set_attributes(decision.stages.attributes(Epp))
 
     @staticmethod
-    def _decision_response(decision: Decision, set_headers: dict[str, str], remove: list[str]) -> pb.ProcessingResponse:
-        """The headers response that carries the decision: headers, ``envoy.lb`` metadata, a new route."""
+    def _decision_response(decision: Decision, set_headers: dict[str, str], remove: list[str], *,
+                           replace_body: bytes | None = None) -> pb.ProcessingResponse:
+        """The headers response that carries the decision: headers, ``envoy.lb`` metadata, a new route (and with
+        ``replace_body``, the whole body: CONTINUE_AND_REPLACE)."""
         return protocol.headers_response(
-            set_headers, remove_headers=remove, clear_route_cache=True,
+            set_headers, remove_headers=remove, clear_route_cache=True, replace_body=replace_body,
             metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}})
 
     def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
@@ -248,11 +250,16 @@ class StreamProcessor:
             # In FULL_DUPLEX_STREAMED Envoy cannot trust the original length once a processor
             # may rewrite the body; say the length of the body we send back.
             set_headers["content-length"] = str(len(self.body))
+        if trailers:
+            # The body ended with trailers: one reply carries the decision and the whole body
+            # (CONTINUE_AND_REPLACE), and no trailers reply follows. Streamed back, the body would reach the
+            # backend twice on a route with a retry policy (the kit's picked route): Envoy's router keeps a
+            # copy of it for retries and sends that copy on again when the trailers reply resumes the request
+            # (Envoy 1.36-1.40, envoyproxy/envoy#45470; docs/epp-protocol.md, "Trailers").
+            return [self._decision_response(decision, set_headers, remove, replace_body=bytes(self.body))]
         out: Responses = [self._decision_response(decision, set_headers, remove)]
         if body_follows:
-            out += protocol.body_responses(bytes(self.body), end_of_stream=not trailers)
-        if trailers:
-            out.append(protocol.trailers_response())
+            out += protocol.body_responses(bytes(self.body), end_of_stream=True)
         return out
 
     # ------------------------------------------------------------------ two-phase multipart

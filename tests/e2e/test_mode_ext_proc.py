@@ -19,6 +19,7 @@ is just after the router has started the upstream request: the order that matter
 decision exists before the request goes upstream) is checked on the EPP's own spans.
 """
 
+import hashlib
 import json
 import socket
 import threading
@@ -27,6 +28,7 @@ import time
 import pytest
 import requests
 from eppkit.observability.contract import Client, Cluster, Envoy, Epp, Http, Service, Vllm
+from eppkit.services.pod_headers import HEADER_BODY_SHA256
 from eppkit.services.vllm.config import MockLatency
 
 from eppkit import TraceCheck
@@ -335,3 +337,19 @@ def test_response_path_through_the_epp_is_passed_through_unchanged(eppkit_testbe
     check = TraceCheck(served_trace(bed, result))
     # With the response path processed, Envoy keeps its ext_proc span open until the response ends.
     assert check.one(EXT_PROC_CALL).end_us >= check.one(Vllm.REQUEST).end_us
+
+
+@pytest.mark.eppkit_needs_mock("reads the body's digest the mock reports")
+@pytest.mark.parametrize("pieces", [1, 5], ids=["whole", "paced"])
+def test_an_http2_body_with_trailers_reaches_the_backend_once_and_whole(bed, pieces):
+    # h2c with a request trailer: the EPP's reply to the body's end carries the whole body (CONTINUE_AND_REPLACE).
+    # Streamed back, it reached the backend twice: Envoy's router resends its retry copy on the trailers reply
+    # (envoyproxy/envoy#45470; the mock then said "Invalid JSON ... Extra data").
+    data = json.dumps(chat_body("Trailers follow this body.")).encode()
+    client = bed.client()
+    result = client.chat(None, raw_body=data, protocol="h2c", pieces=pieces, pause_s=0.02,
+                         trailers={"x-client-checksum": hashlib.sha256(data).hexdigest()})
+    client.flush()
+    assert result.status == 200, (result.body, result.error)
+    assert result.headers[HEADER_BODY_SHA256] == hashlib.sha256(data).hexdigest()
+    served_trace(bed, result)
