@@ -183,7 +183,9 @@ def sweep() -> list[str]:
     Containers owned by a live process (another developer's session, a running
     ``eppkit up``) are left alone.
     """
-    orphans = [c for c in find({"label": [f"{LABEL}=1"]})
+    # Only containers the kit started carry an owner. A container with the image's eppkit=1 but no owner is a step
+    # of an image build in progress (it inherits the label of the image it builds on): removing it kills the build.
+    orphans = [c for c in find({"label": [f"{LABEL}=1", f"{LABEL}.owner"]})
                if not owner_alive(c.labels.get(f"{LABEL}.owner", ""))]
     return _remove(orphans)
 

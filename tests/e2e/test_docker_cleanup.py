@@ -145,3 +145,20 @@ def test_the_output_of_a_container_that_exited_before_the_copy_began_is_copied(d
         assert (tmp_path / "c.log").read_text() == "died at once: bad flag\n"
     finally:
         c.remove(force=True)
+
+
+def test_the_sweep_of_dead_owners_spares_an_image_build_step(docker):
+    # A build step of the services image runs in a container that inherits the image's eppkit=1 label but has no
+    # owner: sweeping it killed a concurrent image build (exit 137) when another worker started its session.
+    from eppkit.components import container as containers
+    from eppkit.runtimes import images
+
+    image = images.ensure(print).services
+    step = docker.containers.run(image, ["python", "-c", "import time; time.sleep(60)"], detach=True,
+                                 labels={"eppkit": "1"}, network_mode="host")
+    try:
+        swept = containers.sweep()
+        step.reload()
+        assert step.name not in swept and step.status == "running", (swept, step.status)
+    finally:
+        step.remove(force=True)
