@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import time
 
 import pytest
@@ -75,11 +76,16 @@ def keep_until_interrupted(config: pytest.Config, item: pytest.Item, beds: list)
         for bed in beds:
             print(bed.describe())
         print("Ctrl-C stops it and ends the session.", flush=True)
+        # Ctrl-C, even where the session was started with SIGINT ignored (a child of a process that ignores it,
+        # as pytest-xdist's workers do, inherits that; Python then installs no handler of its own).
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             while True:
                 time.sleep(1)
         except KeyboardInterrupt:
             pass
+        finally:
+            signal.signal(signal.SIGINT, previous)
     pytest.exit("stopped after the first failure (--eppkit-keep-on-failure)", returncode=1)
 
 
