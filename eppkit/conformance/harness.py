@@ -23,7 +23,8 @@ import requests
 from eppkit.conformance.target import Target
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.gateway.hop import Hop
-from eppkit.observability.client import ClientResult
+from eppkit.conformance.witness import NotWitnessed, Sent, cause, served
+from eppkit.observability.client import HTTP1, PROTOCOLS, ClientResult
 from eppkit.services.pod_headers import HEADER_BODY_SHA256, HEADER_POD
 from eppkit.topology import Topology
 
@@ -41,6 +42,8 @@ class Harness:
         self._clients: dict[int, Any] = {}
         self._retired_hops: list[Hop] = []
         self.envoy_binary = None  # the first testbed's (the report names the Envoy that judged)
+        self.protocol = HTTP1  # the client's protocol for the check at hand (the suite runs each check per protocol)
+        self.protocols = PROTOCOLS  # every one a check is run with
 
     # -- testbeds ---------------------------------------------------------------------------------------
     def bed(self, variant: str = BASE, topology: Topology | None = None, **options: Any):
@@ -92,13 +95,32 @@ class Harness:
         return self._clients[id(bed)]
 
     def chat(self, bed, *, headers: dict[str, str] | None = None, stream: bool = False, max_tokens: int = 2,
-             prompt: str = "hello there", raw_body: bytes | None = None) -> ClientResult:
+             prompt: str = "hello there", raw_body: bytes | None = None, **traffic: Any) -> ClientResult:
+        """A chat request in the harness's client protocol (``traffic``: the traced client's ``pieces``,
+        ``pause_s``, ``trailers``, ``cancel_after``)."""
         body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": max_tokens, "stream": stream}
-        return self.client(bed).chat(body, headers=headers, timeout_s=self.request_timeout_s, raw_body=raw_body)
+        return self.client(bed).chat(body, headers=headers, timeout_s=self.request_timeout_s, raw_body=raw_body,
+                                     protocol=self.protocol, **traffic)
 
     def get(self, bed, path: str = "/v1/models", headers: dict[str, str] | None = None) -> ClientResult:
-        return self.client(bed).chat(None, path=path, method="GET", headers=headers, timeout_s=self.request_timeout_s)
+        return self.client(bed).chat(None, path=path, method="GET", headers=headers, timeout_s=self.request_timeout_s,
+                                     protocol=self.protocol)
+
+    def send(self, bed, *, method: str = "POST", **kwargs: Any) -> Sent:
+        """A request (:meth:`chat`, or :meth:`get` with ``method="GET"``) and Envoy's record of it."""
+        result = self.get(bed, **kwargs) if method == "GET" else self.chat(bed, **kwargs)
+        return Sent(result, self.hop(bed, result), self.protocol)
+
+    def must_serve(self, sent: Sent, what: str, *, status: int = 200, backend: bool = True) -> Sent:
+        """``sent`` if it was served as intended (:func:`eppkit.conformance.witness.served`); else the check is not
+        run, with the true cause (NotWitnessed)."""
+        if not served(sent, status=status, backend=backend):
+            raise NotWitnessed(f"{what} ({sent.protocol}) was not served as intended", sent, self.request_timeout_s)
+        return sent
+
+    def cause(self, sent: Sent) -> str:
+        return cause(sent, self.request_timeout_s)
 
     def concurrently(self, bed, n: int, fn: Callable[[], ClientResult]) -> list[ClientResult]:
         with ThreadPoolExecutor(max_workers=n) as pool:

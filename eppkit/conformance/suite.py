@@ -10,7 +10,9 @@ from importlib import metadata
 from typing import Any, Callable, Iterable
 
 from eppkit.conformance.checks import CHECKS, Check, Result
-from eppkit.conformance.checks.registry import FAIL, NOT_RUN
+from eppkit.conformance.checks.registry import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, evidence_of
+from eppkit.conformance.witness import NotWitnessed
+from eppkit.observability.client import HTTP1
 from eppkit.conformance.harness import Harness, MakeBed
 from eppkit.conformance.target import Target
 from eppkit.gateway import hop as hop_mod
@@ -28,17 +30,49 @@ def selected(only: Iterable[str] = (), categories: Iterable[str] = ()) -> list[C
 
 
 def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Result:
-    blocked = [n for n in check.needs if n in results and results[n].status == FAIL]
+    """``check`` against the harness's EPP, once per client protocol (HTTP/1.1, h2c) unless its rule has none;
+    not run when a check it needs failed (or was not run for that reason)."""
+    blocked = [n for n in check.needs if n in results and (results[n].status == FAIL or results[n].blocked)]
     if blocked:
-        return Result(NOT_RUN, f"not run: it needs {', '.join(blocked)}, which failed")
+        return Result(NOT_RUN, f"it needs {', '.join(blocked)}, which "
+                      + ("failed" if all(results[n].status == FAIL for n in blocked) else "did not pass"),
+                      blocked=True)
     started = time.monotonic()
-    try:
-        result = check.run(harness)
-    except Exception as exc:  # a check's own error is its failure, with what happened, not the suite's end
-        result = Result(FAIL, f"the check could not complete: {type(exc).__name__}: {exc}",
-                        [line for line in traceback.format_exc().splitlines()[-6:]])
+    runs = [(p, _run_once(check, harness, p)) for p in (harness.protocols if check.per_protocol else (HTTP1,))]
+    result = combine(runs) if check.per_protocol else runs[0][1]
     result.seconds = round(time.monotonic() - started, 2)
     return result
+
+
+def _run_once(check: Check, harness: Harness, protocol: str) -> Result:
+    harness.protocol = protocol
+    try:
+        return check.run(harness)
+    except NotWitnessed as exc:  # its requests failed for another cause: no evidence either way
+        return Result(NOT_RUN, str(exc), [evidence_of(exc.sent.hop)])
+    except Exception as exc:  # a check's own error is its failure, with what happened, not the suite's end
+        return Result(FAIL, f"the check could not complete: {type(exc).__name__}: {exc}",
+                      [line for line in traceback.format_exc().splitlines()[-6:]])
+    finally:
+        harness.protocol = HTTP1
+
+
+def combine(runs: list[tuple[str, Result]]) -> Result:
+    """One result from a check's runs per protocol: it passes only where every protocol passed; a failure under
+    any fails it; a protocol it could not judge leaves it not run. Messages and evidence name their protocol."""
+    statuses = {r.status for _, r in runs}
+    if statuses == {NOT_APPLICABLE}:
+        return runs[0][1]
+    for status in (FAIL, NOT_RUN, PASS):
+        which = [(p, r) for p, r in runs if r.status == status]
+        if which:
+            break
+    if len(which) == len(runs) and len({r.message for _, r in which}) == 1:
+        message = which[0][1].message
+    else:
+        message = "; ".join(f"[{p}] {r.message}" for p, r in which)
+    evidence = [f"[{p}] {line}" for p, r in runs for line in r.evidence]
+    return Result(status, message, evidence)
 
 
 def hop_summary(hops: Iterable[hop_mod.Hop]) -> dict[str, dict]:

@@ -34,6 +34,7 @@ class Result:
     message: str
     evidence: list[str] = field(default_factory=list)  # Envoy's own words: log lines, stats, what arrived
     seconds: float = 0.0
+    blocked: bool = False  # not run because a check it needs failed (or was itself blocked)
 
 
 def passed(message: str, evidence: list[str] | None = None) -> Result:
@@ -58,6 +59,7 @@ class Check:
     order: int
     run: Callable[..., Result]  # (harness) -> Result
     needs: tuple[str, ...] = ()  # checks whose failure leaves this one not run
+    per_protocol: bool = True  # run once per client protocol (HTTP/1.1, h2c); False: its rule has no HTTP in it
 
     @property
     def doc(self) -> str:
@@ -69,11 +71,11 @@ _order = iter(range(10_000))
 
 
 def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
-          needs: tuple[str, ...] = ()) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+          needs: tuple[str, ...] = (), per_protocol: bool = True) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated function (``harness -> Result``) as check ``name``."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
-        CHECKS.register(Check(name, title, category, level, source, next(_order), fn, needs))
+        CHECKS.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol))
         return fn
 
     return register

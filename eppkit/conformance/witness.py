@@ -1,0 +1,104 @@
+"""No pass without a witness: what became of a request a check sent, and why, in Envoy's words.
+
+A check judges its rule only on requests that were served as it intended: the status it expects, every
+ext_proc phase's call status 0, the backend reached when it should be. A request that was not is never
+evidence for a pass: the check fails (when what went wrong *is* its rule) or is not run, naming the true
+cause read from Envoy's record of the request (its access-log line, :mod:`eppkit.gateway.hop`) and from
+what the client saw (a status, a reset, no answer at all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eppkit.gateway.hop import Hop
+from eppkit.observability.client import ClientResult
+from eppkit.services.pod_headers import HEADER_POD
+
+# gRPC status codes, as Envoy's ext_proc filter records a phase's call status (0: the EPP answered).
+GRPC_CODES = {0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
+              7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION", 12: "UNIMPLEMENTED",
+              13: "INTERNAL", 14: "UNAVAILABLE", 16: "UNAUTHENTICATED"}
+# What a non-zero call status means for an EPP, in a reader's words.
+CALL_MEANING = {
+    14: "the EPP refused or dropped the gRPC stream",
+    4: "the EPP did not answer within Envoy's message timeout",
+    9: "a reply came for a phase Envoy was not waiting for",
+    12: "the EPP does not implement ext_proc's Process",
+    13: "the EPP's gRPC server failed",
+    2: "the EPP's stream ended with an error",
+    8: "the EPP refused the stream (resource exhausted)",
+    1: "the stream was cancelled",
+}
+PHASE_WORDS = {"request_header_call_status": "request headers", "request_body_last_call_status": "request body",
+               "request_trailer_call_status": "request trailers", "response_header_call_status": "response headers",
+               "response_body_last_call_status": "response body", "response_trailer_call_status": "response trailers"}
+
+
+@dataclass
+class Sent:
+    """One request a check sent, what the client got, and Envoy's record of it (None: Envoy logged none)."""
+
+    result: ClientResult
+    hop: Hop | None
+    protocol: str = "http/1.1"
+
+    @property
+    def served_by(self) -> str | None:
+        """The pod that answered (the mock names itself), or None."""
+        return self.result.headers.get(HEADER_POD)
+
+
+def call_failures(hop: Hop | None) -> dict[str, int]:
+    """The ext_proc phases whose call did not end OK: phase -> gRPC status."""
+    return {k: v for k, v in (hop.call_statuses() if hop is not None else {}).items() if v != 0}
+
+
+def describe_calls(failures: dict[str, int]) -> str:
+    parts = []
+    for field, code in failures.items():
+        meaning = CALL_MEANING.get(code, "the gRPC call failed")
+        parts.append(f"{PHASE_WORDS.get(field, field)}: call status {code} {GRPC_CODES.get(code, '')}".rstrip()
+                     + f" ({meaning})")
+    return "; ".join(parts)
+
+
+def cause(sent: Sent, timeout_s: float | None = None) -> str:
+    """What happened to a request, in Envoy's words where it has any: the client's status or error, Envoy's
+    response details and flags, the ext_proc call statuses that were not OK."""
+    result, hop = sent.result, sent.hop
+    if hop is None:
+        if result.error or not result.status:
+            waited = f" after {timeout_s:g} s" if timeout_s else ""
+            return (f"no answer{waited} ({result.error or 'nothing came back'}); Envoy logged no line for it: the "
+                    "request was still open, an ext_proc phase left unanswered")
+        return f"HTTP {result.status}; Envoy logged no line for it"
+    words = [f"HTTP {result.status or hop.code}"]
+    if hop["details"] not in (None, "", "-", "via_upstream"):
+        words.append(f"Envoy's details {hop['details']}")
+    if hop["flags"] not in (None, "", "-"):
+        words.append(f"flags {hop['flags']}")
+    failures = call_failures(hop)
+    if failures:
+        words.append(describe_calls(failures))
+    if result.error:
+        words.append(f"the client: {result.error}")
+    return ", ".join(words)
+
+
+def served(sent: Sent, *, status: int = 200, backend: bool = True) -> bool:
+    """The request got ``status``, no ext_proc phase failed, and (with ``backend``) a backend answered it."""
+    if sent.hop is None or sent.result.status != status or sent.result.error:
+        return False
+    if call_failures(sent.hop):
+        return False
+    return not backend or (sent.served_by is not None and sent.hop["upstream"] not in (None, "", "-"))
+
+
+class NotWitnessed(Exception):
+    """A check's request was not served as it intended, for a cause that is not the check's own rule: the check
+    is not run (never passed), with that cause."""
+
+    def __init__(self, what: str, sent: Sent, timeout_s: float | None = None):
+        self.sent = sent
+        super().__init__(f"{what}: {cause(sent, timeout_s)}")
