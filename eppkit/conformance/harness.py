@@ -20,10 +20,11 @@ from typing import Any, Callable
 
 import requests
 
-from eppkit.conformance.target import Target
+from eppkit.conformance.checks.latency import Budget
+from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
+from eppkit.conformance.witness import NotWitnessed, Sent, cause, served
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.gateway.hop import Hop
-from eppkit.conformance.witness import NotWitnessed, Sent, cause, served
 from eppkit.observability.client import HTTP1, PROTOCOLS, ClientResult
 from eppkit.services.pod_headers import HEADER_BODY_SHA256, HEADER_POD
 from eppkit.topology import Topology
@@ -33,7 +34,8 @@ MakeBed = Callable[[Topology], Any]  # a started testbed of a topology (the plug
 
 
 class Harness:
-    def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = 8.0, keep: int | None = None):
+    def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = REQUEST_TIMEOUT_S, keep: int | None = None,
+                 protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None):
         self.target = target
         self.make_bed = make_bed
         self.request_timeout_s = request_timeout_s
@@ -43,7 +45,9 @@ class Harness:
         self._retired_hops: list[Hop] = []
         self.envoy_binary = None  # the first testbed's (the report names the Envoy that judged)
         self.protocol = HTTP1  # the client's protocol for the check at hand (the suite runs each check per protocol)
-        self.protocols = PROTOCOLS  # every one a check is run with
+        self.protocols = protocols  # every one a check is run with
+        self.budget = budget or Budget()  # the latency budget (checks.latency)
+        self._marks: dict[int, tuple[Any, int, int]] = {}  # id(bed) -> (bed, Envoy's log size, the EPP's) at the check's start
 
     # -- testbeds ---------------------------------------------------------------------------------------
     def bed(self, variant: str = BASE, topology: Topology | None = None, **options: Any):
@@ -59,7 +63,48 @@ class Harness:
             bed = self.make_bed(topology if topology is not None else self.target.topology(**options))
             self.envoy_binary = self.envoy_binary or getattr(bed, "envoy_binary", None)
         self._beds[key] = bed  # most recently used last
+        if id(bed) not in self._marks:  # first used by the check at hand: its logs from here on are its own
+            self._marks[id(bed)] = (bed, *self._log_sizes(bed))
         return bed
+
+    # -- what Envoy and the EPP logged during one check ----------------------------------------------------
+    @staticmethod
+    def _log_sizes(bed) -> tuple[int, int]:
+        procs = getattr(bed, "processes", dict)()
+        sizes = []
+        for name in ("envoy", "epp"):
+            proc = procs.get(name)
+            try:
+                sizes.append(proc.log_path.stat().st_size if proc is not None else 0)
+            except OSError:
+                sizes.append(0)
+        return sizes[0], sizes[1]
+
+    def begin_check(self) -> None:
+        self._marks = {}
+
+    def log_evidence(self, lines: int = 8) -> list[str]:
+        """For a failed check: what Envoy warned about while it ran (its ext_proc filter's words: a spurious reply,
+        a gRPC error), the EPP's last log lines from that time, and where the testbeds' run folders are."""
+        out = []
+        for bed, envoy_at, epp_at in self._marks.values():
+            procs = getattr(bed, "processes", dict)()
+            for name, since, keep in (("envoy", envoy_at, _envoy_warning), ("epp", epp_at, None)):
+                proc = procs.get(name)
+                if proc is None:
+                    continue
+                try:
+                    with open(proc.log_path, "rb") as f:
+                        f.seek(since)
+                        text = f.read().decode(errors="replace")
+                except OSError:
+                    continue
+                found = [line for line in text.splitlines() if keep is None or keep(line)][-lines:]
+                if found:
+                    out.append(f"{'Envoy' if name == 'envoy' else 'the EPP'} logged ({proc.log_path}):")
+                    out += [f"  {line[:400]}" for line in found]
+            out.append(f"run folder: {bed.run_dir}")
+        return out
 
     def forced_bed(self, variant: str = "forced", **options: Any):
         """A testbed whose EPP honours GAIE's test header (the target's test_header_options)."""
@@ -173,3 +218,9 @@ class Harness:
     @staticmethod
     def digest(data: bytes) -> str:
         return hashlib.sha256(data).hexdigest()
+
+
+def _envoy_warning(line: str) -> bool:
+    """One of Envoy's own warnings or errors about a request (its ext_proc filter's, its router's), not the access
+    log nor the start-up notices every Envoy prints."""
+    return ("][warning][" in line or "][error][" in line) and "][main]" not in line

@@ -7,28 +7,33 @@ import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from eppkit.conformance.checks.registry import FAIL, NOT_APPLICABLE, NOT_RUN, PASS
+from eppkit.conformance.checks.registry import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, SHOULD
+from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, PARTIAL, WARNINGS
 from eppkit.observability.html import assets, environment
 
 TEMPLATES = Path(__file__).parent / "templates"
 SYMBOL = {PASS: "✓", FAIL: "✗", NOT_APPLICABLE: "–", NOT_RUN: "·"}
+WORST_FIRST = (FAILS, INCOMPLETE, PARTIAL, WARNINGS, CONFORMS)  # the verdicts, worst first
 
 
 def junit(report: dict) -> str:
-    """JUnit XML: a fail is a <failure> with the evidence, n/a and not run are <skipped> with the reason."""
-    checks = report["checks"]
-    suite = ET.Element("testsuite", name=f"eppkit conformance: {report['epp']['label']}", tests=str(len(checks)),
-                       failures=str(sum(c["status"] == FAIL for c in checks)),
-                       skipped=str(sum(c["status"] in (NOT_APPLICABLE, NOT_RUN) for c in checks)),
+    """JUnit XML: a fail is a <failure> with the evidence (a failed *should* too: CI systems show it), n/a and not
+    run are <skipped> with the reason; in a matrix report, one test case per check and Envoy version."""
+    cases = [(c, f" [envoy {v}]") for v, r in report["matrix"].items() for c in r["checks"]] if "matrix" in report \
+        else [(c, "") for c in report["checks"]]
+    suite = ET.Element("testsuite", name=f"eppkit conformance: {report['epp']['label']}", tests=str(len(cases)),
+                       failures=str(sum(c["status"] == FAIL for c, _ in cases)),
+                       skipped=str(sum(c["status"] in (NOT_APPLICABLE, NOT_RUN) for c, _ in cases)),
                        time=str(report["wall_s"]), timestamp=report["created"])
     props = ET.SubElement(suite, "properties")
-    for key, value in {**report["versions"], "schema": report["schema"], "runtime": report["runtime"]}.items():
+    for key, value in {**report["versions"], "schema": report["schema"], "runtime": report["runtime"],
+                       "verdict": report["verdict"]}.items():
         ET.SubElement(props, "property", name=key, value=str(value))
-    for c in checks:
+    for c, where in cases:
         case = ET.SubElement(suite, "testcase", classname=f"conformance.{c['category'].replace(' ', '_')}",
-                             name=c["id"], time=str(c["seconds"]))
+                             name=c["id"] + where, time=str(c["seconds"]))
         if c["status"] == FAIL:
-            failure = ET.SubElement(case, "failure", message=c["message"])
+            failure = ET.SubElement(case, "failure", message=f"[{c['level']}] {c['message']}")
             failure.text = "\n".join(c["evidence"])
         elif c["status"] in (NOT_APPLICABLE, NOT_RUN):
             ET.SubElement(case, "skipped", message=c["message"])
@@ -38,16 +43,66 @@ def junit(report: dict) -> str:
 
 
 def text(report: dict) -> str:
-    """The verdict as a terminal shows it: one line per check, the failures' messages, the EPP hop."""
+    """The verdict as a terminal shows it: one line per check (a column per Envoy version in a matrix), the
+    failures' messages, the warnings, the EPP hop."""
+    if "matrix" in report:
+        return _matrix_text(report)
     lines = [f"eppkit conformance: {report['epp']['label']} ({report['runtime']}): {report['verdict'].upper()}"]
     for c in report["checks"]:
         lines.append(f"  {SYMBOL[c['status']]} {c['status']:<8} {c['id']:<24} [{c['level']}] {c['title']}")
         if c["status"] in (FAIL, NOT_APPLICABLE, NOT_RUN):
             lines.append(f"      {c['message']}")
+        if c["status"] == FAIL:
+            lines += [f"      | {line}" for line in c["evidence"] if _quoted(line)][:12]
     lines.append("  summary: " + ", ".join(f"{n} {s}" for s, n in report["summary"].items()))
+    warnings = [c["id"] for c in report["checks"] if c["status"] == FAIL and c["level"] == SHOULD]
+    if warnings and not report.get("strict"):
+        lines.append(f"  warnings (should checks that failed; --strict fails on them): {', '.join(warnings)}")
     if report.get("hop"):
         lines.append("  the EPP hop as Envoy recorded it (ms, p50 / p90 over the suite's served requests):")
         lines += [f"    {phase:<22} {v['p50']:8.2f} {v['p90']:8.2f}  (n={v['n']})" for phase, v in report["hop"].items()]
+    return "\n".join(lines)
+
+
+def _quoted(line: str) -> bool:
+    """Evidence a terminal shows under a failure: Envoy's and the EPP's own words, and where the logs are
+    (Harness.log_evidence)."""
+    return line.startswith(("Envoy logged (", "the EPP logged (", "  ", "run folder: "))
+
+
+def matrix(reports: list[dict]) -> dict:
+    """One report of the same EPP judged on several Envoy versions: each version's report, the worst verdict, and
+    per check its status on each version."""
+    by_version = {r["versions"].get("envoy", "?"): r for r in reports}
+    worst = min((r["verdict"] for r in reports), key=WORST_FIRST.index)
+    first = reports[0]
+    return {
+        "schema": first["schema"], "created": first["created"], "epp": first["epp"], "runtime": first["runtime"],
+        "versions": {k: v for k, v in first["versions"].items() if k != "envoy"},
+        "envoy_versions": list(by_version),
+        "verdict": worst,
+        "verdicts": {v: r["verdict"] for v, r in by_version.items()},
+        "summary": {v: r["summary"] for v, r in by_version.items()},
+        "wall_s": round(sum(r["wall_s"] for r in reports), 1),
+        "matrix": by_version,
+        "checks": [{"id": c["id"], "title": c["title"], "level": c["level"], "category": c["category"],
+                    "status": {v: next(x["status"] for x in r["checks"] if x["id"] == c["id"]) for v, r in by_version.items()}}
+                   for c in first["checks"]],
+    }
+
+
+def _matrix_text(report: dict) -> str:
+    versions = report["envoy_versions"]
+    lines = [f"eppkit conformance: {report['epp']['label']} ({report['runtime']}), Envoy {', '.join(versions)}: "
+             f"{report['verdict'].upper()}",
+             "  " + " " * 34 + "".join(f"{v:>14}" for v in versions)]
+    for c in report["checks"]:
+        lines.append(f"  {c['id']:<24} [{c['level']:<6}]" + "".join(f"{c['status'][v]:>14}" for v in versions))
+    lines.append("  verdicts: " + "; ".join(f"{v} {report['verdicts'][v]}" for v in versions))
+    for v in versions:
+        for c in report["matrix"][v]["checks"]:
+            if c["status"] == FAIL:
+                lines.append(f"  [{v}] {c['id']}: {c['message']}")
     return "\n".join(lines)
 
 

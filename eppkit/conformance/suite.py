@@ -10,23 +10,31 @@ from importlib import metadata
 from typing import Any, Callable, Iterable
 
 from eppkit.conformance.checks import CHECKS, Check, Result
-from eppkit.conformance.checks.registry import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, evidence_of
-from eppkit.conformance.witness import NotWitnessed
-from eppkit.observability.client import HTTP1
+from eppkit.conformance.checks.latency import Budget
+from eppkit.conformance.checks.registry import FAIL, MUST, NOT_APPLICABLE, NOT_RUN, PASS, evidence_of
 from eppkit.conformance.harness import Harness, MakeBed
-from eppkit.conformance.target import Target
+from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
+from eppkit.conformance.witness import NotWitnessed
 from eppkit.gateway import hop as hop_mod
 from eppkit.observability import steps
+from eppkit.observability.client import HTTP1, PROTOCOLS
 
-SCHEMA = "eppkit.conformance/1"  # the report's format; bumped when a field changes meaning
+SCHEMA = "eppkit.conformance/2"  # the report's format; bumped when a field changes meaning
 
 
 def selected(only: Iterable[str] = (), categories: Iterable[str] = ()) -> list[Check]:
-    """The checks to run: every one, or those named (ValueError naming the known ones for a wrong name)."""
+    """The checks to run: every one, or those named and every check they need, transitively (a check judged
+    without its prerequisites would pass on requests the prerequisites exist to make sure are served); ValueError
+    naming the known ones for a wrong name."""
     only, categories = list(only), list(categories)
-    for name in only:
-        CHECKS.get(name)
-    return [c for c in CHECKS.all() if (not only or c.name in only) and (not categories or c.category in categories)]
+    wanted = set()
+    todo = [CHECKS.get(name) for name in only]
+    while todo:
+        check = todo.pop()
+        if check.name not in wanted:
+            wanted.add(check.name)
+            todo += [CHECKS.get(n) for n in check.needs]
+    return [c for c in CHECKS.all() if (not only or c.name in wanted) and (not categories or c.category in categories)]
 
 
 def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Result:
@@ -38,14 +46,21 @@ def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Res
                       + ("failed" if all(results[n].status == FAIL for n in blocked) else "did not pass"),
                       blocked=True)
     started = time.monotonic()
-    runs = [(p, _run_once(check, harness, p)) for p in (harness.protocols if check.per_protocol else (HTTP1,))]
-    result = combine(runs) if check.per_protocol else runs[0][1]
+    begin = getattr(harness, "begin_check", None)
+    if begin is not None:
+        begin()
+    protocols = getattr(harness, "protocols", (HTTP1,))
+    runs = [(p, _run_once(check, harness, p)) for p in (protocols if check.per_protocol else (HTTP1,))]
+    result = combine(runs) if len(runs) > 1 else runs[0][1]
+    if result.status == FAIL and begin is not None:
+        result.evidence += harness.log_evidence()
     result.seconds = round(time.monotonic() - started, 2)
     return result
 
 
 def _run_once(check: Check, harness: Harness, protocol: str) -> Result:
-    harness.protocol = protocol
+    if harness is not None:
+        harness.protocol = protocol
     try:
         return check.run(harness)
     except NotWitnessed as exc:  # its requests failed for another cause: no evidence either way
@@ -54,7 +69,8 @@ def _run_once(check: Check, harness: Harness, protocol: str) -> Result:
         return Result(FAIL, f"the check could not complete: {type(exc).__name__}: {exc}",
                       [line for line in traceback.format_exc().splitlines()[-6:]])
     finally:
-        harness.protocol = HTTP1
+        if harness is not None:
+            harness.protocol = HTTP1
 
 
 def combine(runs: list[tuple[str, Result]]) -> Result:
@@ -97,12 +113,35 @@ def versions(envoy: Any = None) -> dict[str, str]:
     return out
 
 
+CONFORMS, WARNINGS, FAILS, INCOMPLETE, PARTIAL = ("conforms", "conforms, with warnings", "does not conform",
+                                                  "no verdict: a must check could not be judged",
+                                                  "no verdict: a partial run")
+
+
+def verdict(checks: list[Check], results: dict[str, Result], *, partial: bool, strict: bool) -> str:
+    """A failed *must* (with ``strict``, any failed check) does not conform; a failed *should* is a warning; a
+    *must* not run for want of a witness (not because a check it needs failed), or a partial run, gives no
+    verdict either way."""
+    failing = [c for c in checks if results[c.name].status == FAIL and (strict or c.level == MUST)]
+    if failing:
+        return FAILS
+    if partial:
+        return PARTIAL
+    if any(c.level == MUST and results[c.name].status == NOT_RUN and not results[c.name].blocked for c in checks):
+        return INCOMPLETE
+    return WARNINGS if any(results[c.name].status == FAIL for c in checks) else CONFORMS
+
+
 def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None, runtime: str = "local",
-        on_result: Callable[[Check, Result], None] | None = None, request_timeout_s: float = 8.0) -> dict:
-    """Every check against ``target``; the report (a dict: :func:`eppkit.conformance.report.write` writes it)."""
+        on_result: Callable[[Check, Result], None] | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S,
+        protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None, strict: bool = False) -> dict:
+    """Every check against ``target`` (or ``checks``: :func:`selected`'s); the report (a dict:
+    :func:`eppkit.conformance.report.write` writes it)."""
     # Two testbeds up at a time: the base one most checks use, and the variant of the check at hand.
-    harness = Harness(target, make_bed, request_timeout_s=request_timeout_s, keep=1)
-    checks = checks if checks is not None else CHECKS.all()
+    harness = Harness(target, make_bed, request_timeout_s=request_timeout_s, keep=1, protocols=protocols,
+                      budget=budget)
+    partial = checks is not None and len(checks) < len(CHECKS.all())
+    checks = checks if checks is not None else list(CHECKS.all())
     results: dict[str, Result] = {}
     started = time.monotonic()
     try:
@@ -122,8 +161,11 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
         "epp": target.describe(),
         "runtime": runtime,
         "versions": judged_by,
+        "protocols": list(protocols),
+        "budget": harness.budget.describe(),
+        "strict": strict,
         "summary": counts,
-        "verdict": "conforms" if not counts.get(FAIL) else "does not conform",
+        "verdict": verdict(checks, results, partial=partial, strict=strict),
         "wall_s": round(time.monotonic() - started, 1),
         "checks": [{"id": c.name, "title": c.title, "category": c.category, "level": c.level, "source": c.source,
                     "rule": c.doc, **asdict(results[c.name])} for c in checks if c.name in results],

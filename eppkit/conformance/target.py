@@ -16,11 +16,16 @@ from eppkit import modes
 from eppkit.builds import gaie
 from eppkit.modes import external_epp, gaie_epp
 from eppkit.services.picker import headers
+from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import Topology, VllmSpec
 
 # The modes whose picker is an EPP behind ext_proc: what the suite judges.
 EPP_MODES = ("ext_proc", "sidecar", external_epp.MODE.name, gaie_epp.MODE.name)
 PODS = ("vllm-0", "vllm-1", "vllm-2")
+# How long a check waits for one request (the pods answer in milliseconds): an EPP that never answers costs that.
+REQUEST_TIMEOUT_S = 4.0
+# The pods' latency: a request takes milliseconds, so a check's time is the EPP's and Envoy's.
+QUICK = MockLatency(time_to_first_token=2.0, inter_token_latency=1.0)
 # What the kit's own EPP answers to shed a request (test steering): the shed check's default for it.
 KIT_SHED = f"{headers.SHED}: 1"
 
@@ -39,6 +44,7 @@ class Target:
     # that need a forced pick; GAIE's EPP v1.5.0 does only with its conformance EndpointPickerConfig.
     test_header_options: dict[str, Any] = field(default_factory=dict)
     pods: tuple[str, ...] = PODS
+    envoy_version: str | None = None  # the Envoy that judges (None: the one installed with eppkit)
 
     def __post_init__(self) -> None:
         if self.mode not in EPP_MODES:
@@ -76,9 +82,10 @@ class Target:
         return {name.strip(): value.strip()}
 
     def topology(self, **options: Any) -> Topology:
-        """The EPP's testbed: three mock pods, its mode and options, and ``options`` on top."""
-        return Topology(mode=self.mode, vllm=[VllmSpec(name=p) for p in self.pods],
-                        options={**self.options, **options})
+        """The EPP's testbed: three mock pods answering at once (the EPP is judged, not the backend), its mode
+        and options, and ``options`` on top."""
+        return Topology(mode=self.mode, vllm=[VllmSpec(name=p) for p in self.pods], latency=QUICK,
+                        options={**self.options, **options}, envoy_version=self.envoy_version)
 
     def describe(self) -> dict[str, Any]:
         return {"mode": self.mode, "label": self.label, **{k: v for k, v in self.options.items() if v},

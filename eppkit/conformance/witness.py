@@ -9,6 +9,7 @@ what the client saw (a status, a reset, no answer at all).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from eppkit.gateway.hop import Hop
@@ -74,8 +75,14 @@ def cause(sent: Sent, timeout_s: float | None = None) -> str:
                     "request was still open, an ext_proc phase left unanswered")
         return f"HTTP {result.status}; Envoy logged no line for it"
     words = [f"HTTP {result.status or hop.code}"]
-    if hop["details"] not in (None, "", "-", "via_upstream"):
-        words.append(f"Envoy's details {hop['details']}")
+    details = str(hop["details"] or "")
+    if details not in ("", "-", "via_upstream"):
+        words.append(f"Envoy's details {details}")
+    grpc_error = re.match(r"ext_proc_error_gRPC_error_(\d+)", details)
+    if grpc_error and not call_failures(hop):  # the stream failed before any phase's call was recorded
+        code = int(grpc_error.group(1))
+        words.append(f"the ext_proc stream ended with gRPC status {code} {GRPC_CODES.get(code, '')}".rstrip()
+                     + f" ({CALL_MEANING.get(code, 'the gRPC call failed')})")
     if hop["flags"] not in (None, "", "-"):
         words.append(f"flags {hop['flags']}")
     failures = call_failures(hop)
@@ -90,7 +97,7 @@ def served(sent: Sent, *, status: int = 200, backend: bool = True) -> bool:
     """The request got ``status``, no ext_proc phase failed, and (with ``backend``) a backend answered it."""
     if sent.hop is None or sent.result.status != status or sent.result.error:
         return False
-    if call_failures(sent.hop):
+    if call_failures(sent.hop) or str(sent.hop["details"] or "").startswith("ext_proc_error"):
         return False
     return not backend or (sent.served_by is not None and sent.hop["upstream"] not in (None, "", "-"))
 

@@ -21,4 +21,14 @@ MISBEHAVIOURS = {
     "no-health-services": "serves gRPC health for the server only, not liveness, readiness or ext_proc",
     "one-stream": "serves one stream at a time; a concurrent stream fails",
     "own-trace": "starts a trace of its own instead of joining Envoy's (reads no trace context)",
+    # The field's known EPP bugs (docs/epp-bugs.md names each one's public issue).
+    "unanswered-trailers": "never answers request or response trailers",
+    "eos-only-on-empty-chunk": "ends the body only on an empty end_of_stream chunk: a last chunk with data and "
+                               "end_of_stream goes back without it",
+    "healthy-but-refusing": "says SERVING on gRPC health, but refuses every ext_proc stream (UNAVAILABLE)",
+    "slow-decision": "waits 900 ms before its request headers reply",
+    "empty-body-reply": "answers body chunks with an empty CommonResponse (no streamed mutation: GAIE #3028)",
+    "metadata-on-response": "sends envoy.lb metadata again on its response headers reply, naming another pod (GAIE #2824)",
+    "framing-headers": "sets transfer-encoding: chunked on its response headers reply (GAIE #2993, ai-gateway #2391)",
 }
+SLOW_DECISION_S = 0.9  # slow-decision's wait

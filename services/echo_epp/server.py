@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from typing import AsyncIterator
@@ -11,6 +12,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.observability import otel
 from eppkit.observability.contract import EchoEpp, Epp, Http, Rpc
+from eppkit.services.echo_epp import SLOW_DECISION_S
 from eppkit.services.epp import protocol
 from eppkit.services.picker import headers
 from eppkit.services.runner import until_stopped
@@ -77,6 +79,9 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
         msg = pb.ProcessingResponse()
         target = msg.response_body if response_path else msg.request_body
         data = body.body
+        if self.misbehave == "empty-body-reply":
+            target.response.SetInParent()  # an empty CommonResponse: no body mutation at all
+            return msg
         if not response_path and first and self.misbehave == "change-body":
             data = data.replace(b" ", b"", 1)
         if not response_path and self.misbehave == "buffered-body-mutation":
@@ -84,8 +89,22 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
             return msg
         target.response.body_mutation.streamed_response.body = data
         keep_eos = response_path or self.misbehave != "drop-end-of-stream"
+        if self.misbehave == "eos-only-on-empty-chunk" and data and not response_path:
+            keep_eos = False  # it waits for an empty chunk to end on, which a last chunk with data never is
         target.response.body_mutation.streamed_response.end_of_stream = body.end_of_stream and keep_eos
         return msg
+
+    def response_headers_reply(self, served: str) -> pb.ProcessingResponse:
+        """The response headers reply: the served endpoint echoed (as GAIE's conformance EPP does), and with
+        metadata-on-response envoy.lb metadata naming another pod, with framing-headers a transfer-encoding."""
+        set_headers = {SERVED_ECHO: served} if served else {}
+        if self.misbehave == "framing-headers":
+            set_headers["transfer-encoding"] = "chunked"
+        metadata = None
+        if self.misbehave == "metadata-on-response":
+            other = next((ep for ep in self.pool.endpoints if ep != served), served)
+            metadata = {protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: other}}
+        return protocol.headers_response(set_headers or None, response_path=True, metadata=metadata)
 
     async def Process(self, requests: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 (gRPC's name)
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
@@ -93,6 +112,8 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
         # still closing after its response cannot fail the next request of a sequential client.
         if self.misbehave == "one-stream" and self._streams:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the echo EPP (one-stream) serves one stream")
+        if self.misbehave == "healthy-but-refusing":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the echo EPP (healthy-but-refusing) serves no stream")
         self._streams += 1
         counted = True
 
@@ -133,6 +154,8 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                         continue
                     if request.request_headers.end_of_stream:
                         request_done()
+                    if self.misbehave == "slow-decision":
+                        await asyncio.sleep(SLOW_DECISION_S)
                     yield reply
                 elif kind == "request_body":
                     if request.request_body.end_of_stream:
@@ -143,18 +166,20 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                         yield held
                         held = None
                 elif kind == "request_trailers":
-                    yield protocol.trailers_response()
+                    if self.misbehave != "unanswered-trailers":
+                        yield protocol.trailers_response()
                 elif kind == "response_headers":
                     namespace = request.metadata_context.filter_metadata.get(protocol.METADATA_NAMESPACE)
                     if namespace is not None and headers.SERVED in namespace.fields:
                         served = namespace.fields[headers.SERVED].string_value
-                    yield protocol.headers_response({SERVED_ECHO: served} if served else None, response_path=True)
+                    yield self.response_headers_reply(served)
                 elif kind == "response_body":
                     if self.misbehave == "stall-response":
                         continue
                     yield self.echo(request.response_body, response_path=True)
                 elif kind == "response_trailers":
-                    yield protocol.trailers_response(response_path=True)
+                    if self.misbehave != "unanswered-trailers":
+                        yield protocol.trailers_response(response_path=True)
         finally:
             request_done()
             span.end()

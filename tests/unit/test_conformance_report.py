@@ -19,15 +19,20 @@ def test_every_check_is_registered_once_with_its_rule_level_and_source():
     assert len({c.name for c in checks}) == len(checks) >= 20
     for c in checks:
         assert c.doc and c.source and c.level in ("must", "should") and c.category in (
-            "data plane", "protocol", "tracing")
-        for need in c.needs:  # a check needs only checks that run before it
+            "data plane", "protocol", "latency", "tracing")
+        for need in c.needs:  # a check needs only checks that run before it, and a must no should
             assert CHECKS.get(need).order < c.order, (c.name, need)
+            assert not (c.level == "must" and CHECKS.get(need).level == "should"), (c.name, need)
 
 
 def test_the_protocol_checks_run_first_and_an_unknown_check_is_refused():
     categories = [c.category for c in CHECKS.all()]
     assert categories.index("data plane") > max(i for i, c in enumerate(categories) if c == "protocol")
     assert [c.name for c in selected(["reply-order"])] == ["reply-order"]
+    # A check is run with every check it needs, transitively, in the suite's order.
+    assert [c.name for c in selected(["serves"])] == ["reply-order", "streamed-body-mutations", "end-of-stream",
+                                                      "request-without-body", "serves"]
+    assert "serves" in [c.name for c in selected(["follows-pick"])]
     with pytest.raises(ValueError, match="unknown conformance check 'nope'"):
         selected(["nope"])
 
@@ -57,7 +62,7 @@ def test_the_report_as_junit_text_and_html(tmp_path):
     suite = ET.fromstring(rp.junit(report))
     assert (suite.get("tests"), suite.get("failures")) == ("2", "1")
     failure = suite.find("testcase[@name='end-of-stream']/failure")
-    assert failure.get("message") == "never finished" and "no upstream_sent" in failure.text
+    assert failure.get("message") == "[must] never finished" and "no upstream_sent" in failure.text
     assert "✗ fail     end-of-stream" in rp.text(report)
     paths = rp.write(report, tmp_path)
     assert "never finished" in paths["html"].read_text() and paths["json"].exists()
@@ -89,3 +94,43 @@ def test_the_guide_lists_every_check_with_its_level():
         marks = [level.strip() for level in levels.split(",")]
         documented.update(zip(names, marks * len(names) if len(marks) == 1 else marks))
     assert documented == {check.name: check.level for check in CHECKS.all()}
+
+
+def test_a_check_blocked_by_a_failure_blocks_what_needs_it_and_a_check_not_witnessed_does_not():
+    ran = []
+    check = Check("c", "c", "protocol", "must", "here", 3, lambda h: ran.append(1) or Result(PASS, "ok"), ("b",))
+    blocked = run_check(check, harness=None, results={"b": Result(NOT_RUN, "needs a", blocked=True)})
+    assert blocked.status == NOT_RUN and blocked.blocked and ran == []
+    unwitnessed = run_check(check, harness=None, results={"b": Result(NOT_RUN, "its requests were not served")})
+    assert unwitnessed.status == PASS and ran == [1]
+
+
+def test_a_check_passes_only_where_every_protocol_passed():
+    from eppkit.conformance.suite import combine
+
+    ok, bad, unjudged = Result(PASS, "fine"), Result(FAIL, "hung", ["e"]), Result(NOT_RUN, "refused")
+    assert combine([("http/1.1", ok), ("h2c", ok)]).status == PASS
+    failed = combine([("http/1.1", ok), ("h2c", bad)])
+    assert (failed.status, failed.message, failed.evidence) == (FAIL, "[h2c] hung", ["[h2c] e"])
+    assert combine([("http/1.1", ok), ("h2c", unjudged)]).status == NOT_RUN
+    assert combine([("http/1.1", Result("n/a", "no trailers")), ("h2c", ok)]).status == PASS
+
+
+def test_levels_make_the_verdict():
+    from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, PARTIAL, WARNINGS, verdict
+
+    must = Check("m", "m", "protocol", "must", "here", 1, lambda h: None)
+    should = Check("s", "s", "protocol", "should", "here", 2, lambda h: None)
+    both = [must, should]
+
+    def judge(m, s_, **kw):
+        return verdict(both, {"m": m, "s": s_}, partial=kw.get("partial", False), strict=kw.get("strict", False))
+
+    ok, bad = Result(PASS, "ok"), Result(FAIL, "no")
+    assert judge(ok, ok) == CONFORMS
+    assert judge(ok, bad) == WARNINGS  # a failed should is a warning
+    assert judge(ok, bad, strict=True) == FAILS
+    assert judge(bad, ok) == FAILS
+    assert judge(Result(NOT_RUN, "its requests were refused"), ok) == INCOMPLETE  # a must without a witness
+    assert judge(Result(NOT_RUN, "needs x", blocked=True), ok) == CONFORMS  # (x itself would have failed)
+    assert judge(ok, ok, partial=True) == PARTIAL  # --check never says conforms

@@ -1,4 +1,4 @@
-"""The conformance checks: one module per kind (data plane, protocol, tracing), each check a function
+"""The conformance checks: one module per kind (protocol, responses, data plane, latency, tracing), each check a function
 registered with :func:`eppkit.conformance.checks.registry.check` (rules, statuses and levels: that module).
 Adding a check is one decorated function in one of these modules, plus the broken EPP that fails it
 (``python -m eppkit.services.echo_epp --misbehave``) in tests/e2e/test_conformance_suite.py.
@@ -14,9 +14,9 @@ from eppkit.conformance.checks.registry import CHECKS, STATUSES, Check, Result
 __all__ = ["CHECKS", "STATUSES", "Check", "Result"]
 
 
-# The order they run in: the protocol first (a check of the data plane needs the protocol's to pass), then
-# the data plane, then tracing; any module added later runs after these.
-ORDER = ("protocol", "data_plane", "tracing")
+# The order they run in: the protocol first (every other check needs its requests served), the response path,
+# the data plane, the latency budget (over every request the suite sent), tracing; a module added later runs last.
+ORDER = ("protocol", "responses", "data_plane", "latency", "tracing")
 
 
 def _load_all() -> None:

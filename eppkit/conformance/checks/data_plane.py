@@ -8,6 +8,7 @@ fixed point and the EPP is judged (its picks as Envoy logged them, and which pod
 
 from __future__ import annotations
 
+from eppkit.conformance.checks.protocol import SERVES
 from eppkit.conformance.checks.registry import (
     DATA_PLANE,
     GAIE_CONFORMANCE,
@@ -19,11 +20,12 @@ from eppkit.conformance.checks.registry import (
     passed,
 )
 from eppkit.conformance.target import Target
+from eppkit.conformance.witness import NotWitnessed, Sent, call_failures, served
 from eppkit.modes import external_epp
 from eppkit.services.picker import headers
 
 # A request is served only when these hold (a body re-encoded on the way is still served: its own check).
-NEEDS = ("reply-order", "streamed-body-mutations", "end-of-stream")
+NEEDS = SERVES
 
 
 def _first(destination: str | None) -> str:
@@ -36,12 +38,9 @@ def follows_pick(h):
     bed = h.bed()
     evidence, problems = [], []
     for _ in range(6):
-        result = h.chat(bed)
-        hop = h.hop(bed, result)
+        hop = h.must_serve(h.send(bed), "a request").hop
         evidence.append(evidence_of(hop))
-        if hop is None or result.status != 200:
-            problems.append(f"HTTP {result.status}")
-        elif not hop["destination"]:
+        if not hop["destination"]:
             problems.append(f"no destination from the EPP (route {hop['route']})")
         elif hop["upstream"] != _first(hop["destination"]):
             problems.append(f"picked {_first(hop['destination'])}, served by {hop['upstream']}")
@@ -57,12 +56,9 @@ def served_endpoint(h):
     bed = h.bed()
     evidence, problems = [], []
     for _ in range(3):
-        result = h.chat(bed)
-        hop = h.hop(bed, result)
+        sent = h.must_serve(h.send(bed), "a request")
+        result, hop = sent.result, sent.hop
         evidence.append(evidence_of(hop) + f"; response header {headers.SERVED}: {result.headers.get(headers.SERVED)}")
-        if hop is None or result.status != 200:
-            problems.append(f"HTTP {result.status}")
-            continue
         if result.headers.get(headers.SERVED) != hop["upstream"] or (hop["served"] and hop["served"] != hop["upstream"]):
             problems.append(f"served by {hop['upstream']}, reported {result.headers.get(headers.SERVED)!r} / "
                             f"{hop['served']!r}")
@@ -79,11 +75,12 @@ def test_header(h):
     bed = h.forced_bed()
     evidence, problems = [], []
     for pod in reversed(h.target.pods):
-        result = h.chat(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)})
-        evidence.append(f"{headers.TEST_ENDPOINT_SELECTION}: {h.address(bed, pod)} ({pod}) -> HTTP {result.status} "
-                        f"from {h.served_by(result)}")
-        if result.status != 200 or h.served_by(result) != pod:
-            problems.append(f"{pod}: HTTP {result.status} from {h.served_by(result)}")
+        sent = h.must_serve(h.send(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)}),
+                            "a request with the test header")
+        evidence.append(f"{headers.TEST_ENDPOINT_SELECTION}: {h.address(bed, pod)} ({pod}) -> HTTP "
+                        f"{sent.result.status} from {sent.served_by}")
+        if sent.served_by != pod:
+            problems.append(f"{pod}: served by {sent.served_by}")
     if problems:
         return failed("the EPP did not follow the test header: " + "; ".join(problems), evidence)
     return passed("each named pod answered", evidence)
@@ -101,34 +98,46 @@ def several_ports(h):
                               "one target port)")
     evidence, problems = [], []
     for pod in h.target.pods:
-        result = h.chat(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)})
-        evidence.append(f"{h.address(bed, pod)} -> {h.served_by(result)} (HTTP {result.status})")
-        if h.served_by(result) != pod:
-            problems.append(f"{h.address(bed, pod)} was served by {h.served_by(result)}")
+        sent = h.must_serve(h.send(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)}),
+                            "a request with the test header")
+        evidence.append(f"{h.address(bed, pod)} -> {sent.served_by} (HTTP {sent.result.status})")
+        if sent.served_by != pod:
+            problems.append(f"{h.address(bed, pod)} was served by {sent.served_by}")
     if problems:
         return failed("a rank of a shared address was not picked exactly: " + "; ".join(problems), evidence)
     return passed("each rank picked exactly", evidence)
 
 
-@check("fallbacks", "a pick whose primary is down is served by its fallback", category=DATA_PLANE,
-       needs=NEEDS + ("test-header",))
+@check("fallbacks", "a pick whose primary is down is served by its fallback", category=DATA_PLANE, needs=NEEDS)
 def fallbacks(h):
-    """With the first pod stopped, ``test-epp-endpoint-selection: <down>,<up>`` gives the list primary, fallback;
-    Envoy tries them in order and the fallback answers (the protocol: "go sequentially down the list")."""
+    """With the first pod stopped, requests whose pick (Envoy's record of the ``envoy.lb`` destination) names it
+    first and another pod after it are served by that fallback: Envoy tries the list in order (the protocol: "go
+    sequentially down the list"). Every request asks for ``<down>,<up>`` with GAIE's test header, so an EPP that
+    honours it is judged on every one; another is judged on the picks it makes itself."""
     bed = h.forced_bed("fallbacks")
     down, up = h.target.pods[0], h.target.pods[-1]
     bed.services[down].process.kill()
-    value = f"{h.address(bed, down)},{h.address(bed, up)}"
-    evidence, served = [], []
-    for _ in range(4):
-        result = h.chat(bed, headers={headers.TEST_ENDPOINT_SELECTION: value})
-        hop = h.hop(bed, result)
+    down_address = h.address(bed, down)
+    value = f"{down_address},{h.address(bed, up)}"
+    evidence, problems, judged = [], [], 0
+    for _ in range(6):
+        sent = h.send(bed, headers={headers.TEST_ENDPOINT_SELECTION: value})
+        hop = sent.hop
+        picked = [a.strip() for a in str((hop["destination"] if hop else "") or "").split(",") if a.strip()]
         evidence.append(evidence_of(hop))
-        served.append((result.status, h.served_by(result)))
-    if served != [(200, up)] * 4:
-        return failed(f"with {down} down, the requests for {down},{up} were answered {served}: name the fallbacks "
-                      "after the primary, comma-separated, in the header and the metadata.", evidence)
-    return passed(f"{up} answered every request ({down} down)", evidence)
+        if len(picked) < 2 or picked[0] != down_address:
+            continue  # not a pick whose primary is down, with a fallback: no evidence either way
+        judged += 1
+        if sent.result.status != 200 or h.pod_of(bed, hop["upstream"] or "") not in {h.pod_of(bed, a) for a in picked[1:]}:
+            problems.append(f"{','.join(picked)} ({down} down): {h.cause(sent)}, served by {sent.served_by}")
+    if problems:
+        return failed(f"requests whose primary ({down}) was down were not served by their fallback: "
+                      + "; ".join(problems) + ". Name the fallbacks after the primary, comma-separated, in the "
+                      "header and the metadata.", evidence)
+    if not judged:
+        raise NotWitnessed(f"no pick named the stopped {down} first with a fallback after it (the EPP follows neither "
+                           f"GAIE's test header nor picked it itself)", Sent(sent.result, sent.hop, h.protocol))
+    return passed(f"{judged} picks with {down} down first were served by their fallback", evidence)
 
 
 @check("subset-list", "the subset hint as a list narrows the pick", category=DATA_PLANE, needs=NEEDS)
@@ -150,25 +159,37 @@ def _subset(h, variant: str, hint):
     wanted = hint if isinstance(hint, list) else hint.split(",")
     evidence, served = [], []
     for _ in range(4):
-        result = h.chat(bed)
-        evidence.append(evidence_of(h.hop(bed, result)))
-        served.append((result.status, h.served_by(result)))
-    if any(status != 200 or pod not in wanted for status, pod in served):
+        sent = h.must_serve(h.send(bed), "a request with a subset hint")
+        evidence.append(evidence_of(sent.hop))
+        served.append((sent.result.status, sent.served_by))
+    if any(pod not in wanted for _, pod in served):
         return failed(f"subset hint {hint!r}: answered {served}; pick only among the hint's endpoints", evidence)
     return passed(f"every request served within {hint!r}", evidence)
 
 
+def _immediate(h, sent: Sent, status: int, what: str, evidence: list[str]):
+    """The EPP's own local reply of ``status`` (Envoy's record: an immediate response from ext_proc): None when it
+    was; a failure when the request was answered otherwise; not run when the EPP's stream failed for another
+    cause."""
+    hop = sent.hop
+    immediate = hop is not None and bool(hop.ext_proc.get("received_immediate_response"))
+    if sent.result.status == status and immediate:
+        return None
+    if hop is not None and (call_failures(hop) or str(hop["details"] or "").startswith("ext_proc_error")):
+        raise NotWitnessed(f"{what} ({sent.protocol}) was not answered by the EPP", sent, h.request_timeout_s)
+    how = f"HTTP {sent.result.status}" + (" from the EPP" if immediate else
+                                          f" (routed to {hop['upstream'] if hop else '?'}: {h.cause(sent)})")
+    return failed(f"{what}: {how}; answer an ImmediateResponse {status}.", evidence)
+
+
 @check("no-endpoint-503", "no endpoint fits: 503", category=DATA_PLANE, needs=NEEDS)
 def no_endpoint(h):
-    """A subset hint naming no endpoint of the pool leaves none eligible: the EPP answers an immediate 503."""
+    """A subset hint naming no endpoint of the pool leaves none eligible: the EPP answers an immediate 503 (its own
+    local reply, as Envoy's record shows; a 503 from Envoy itself, no healthy upstream, is not one)."""
     bed = h.bed("no-endpoint", epp_subset_hint=["10.255.255.1:1"])
-    result = h.chat(bed)
-    hop = h.hop(bed, result)
-    evidence = [evidence_of(hop), f"client: HTTP {result.status}"]
-    if result.status != 503:
-        return failed(f"with no eligible endpoint the EPP answered {result.status} (routed to "
-                      f"{hop['upstream'] if hop else '?'}): answer an ImmediateResponse 503.", evidence)
-    return passed("503", evidence)
+    sent = h.send(bed)
+    evidence = [evidence_of(sent.hop), f"client: HTTP {sent.result.status}"]
+    return _immediate(h, sent, 503, "with no eligible endpoint", evidence) or passed("503 from the EPP", evidence)
 
 
 @check("shed-429", "a request the EPP sheds: 429", category=DATA_PLANE, needs=NEEDS)
@@ -177,13 +198,9 @@ def shed(h):
     429 by the EPP itself."""
     if not h.target.shed_header:
         return not_applicable("no way to make this EPP shed on demand (give --shed-header 'name: value')")
-    bed = h.bed()
-    result = h.chat(bed, headers=h.target.shed())
-    hop = h.hop(bed, result)
-    evidence = [f"request header {h.target.shed_header}", evidence_of(hop), f"client: HTTP {result.status}"]
-    if result.status != 429:
-        return failed(f"a shed request got {result.status}: answer an ImmediateResponse 429.", evidence)
-    return passed("429", evidence)
+    sent = h.send(h.bed(), headers=h.target.shed())
+    evidence = [f"request header {h.target.shed_header}", evidence_of(sent.hop), f"client: HTTP {sent.result.status}"]
+    return _immediate(h, sent, 429, "a shed request", evidence) or passed("429 from the EPP", evidence)
 
 
 @check("fail-open", "with the EPP unavailable and fail-open, requests are still served", category=DATA_PLANE,
@@ -191,13 +208,14 @@ def shed(h):
 def fail_open(h):
     """The gateway's side of the protocol: with ``failure_mode_allow`` and no EPP answering, requests go round
     robin over the pool (GAIE's EppUnAvailableFailOpen), whoever the EPP would have been."""
-    gone = Target(mode=external_epp.MODE.name, options={"epp_address": "127.0.0.1:1", "failure_mode_allow": True})
+    gone = Target(mode=external_epp.MODE.name, options={"epp_address": "127.0.0.1:1", "failure_mode_allow": True},
+                  envoy_version=h.target.envoy_version)
     bed = h.bed("fail-open", topology=gone.topology())
     h.wait_epp_unhealthy(bed)
-    results = [h.chat(bed) for _ in range(4)]
-    evidence = [evidence_of(h.hop(bed, results[-1]))]
-    served = [(r.status, h.served_by(r)) for r in results]
-    evidence.append(f"answers: {served}")
-    if any(status != 200 for status, _ in served):
-        return failed("with the EPP unreachable and failure_mode_allow, requests failed", evidence)
+    sents = [h.send(bed) for _ in range(4)]
+    evidence = [evidence_of(s.hop) for s in sents]
+    problems = [h.cause(s) for s in sents if not served(s)]
+    if problems:
+        return failed("with the EPP unreachable and failure_mode_allow, requests failed: " + "; ".join(problems),
+                      evidence)
     return passed("served round robin without the EPP", evidence)

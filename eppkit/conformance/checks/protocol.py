@@ -5,6 +5,10 @@ Envoy runs the EPP in FULL_DUPLEX_STREAMED: it sends the request headers, then e
 arrives (the last one with ``end_of_stream``), trailers if any; it expects one reply per phase, in the order
 it asked, body replies as streamed mutations; it arms no message timeout in this mode (an EPP that never
 answers holds the request until the client gives up). docs/epp-protocol.md has the whole exchange.
+
+Every check runs with an HTTP/1.1 and an HTTP/2 (h2c) client (:func:`eppkit.conformance.suite.run_check`) and
+judges only requests that were served as it intended (:mod:`eppkit.conformance.witness`): a request that
+failed for another cause leaves the check not run, with that cause, never passed.
 """
 
 from __future__ import annotations
@@ -24,45 +28,61 @@ from eppkit.conformance.checks.registry import (
     not_applicable,
     passed,
 )
+from eppkit.conformance.witness import Sent, served
 from eppkit.modes import external_epp
+from eppkit.observability.client import H2C
 from eppkit.services.epp.protocol import HEALTH_SERVICES
 
 SPURIOUS = "spurious_message"
 BODY_MUTATION = "Normal_body_mutation"  # Envoy's details for a whole-body mutation in FULL_DUPLEX_STREAMED
 GRPC_FAILED_PRECONDITION = 9  # ext_proc's call status of a reply Envoy did not ask for
+# The checks of how a request is served at all: what the others need to pass first.
 ORDER_NEEDS = ("reply-order", "streamed-body-mutations", "end-of-stream")
+SERVES = ORDER_NEEDS + ("serves",)
+# A body written in pieces, apart: Envoy hands each to the EPP as its own message (the last one carries data and
+# end_of_stream in HTTP/2; HTTP/1.1 ends with an empty chunk).
+PACED = {"pieces": 6, "pause_s": 0.02}
 
 
-def _post(h, bed=None, **kw):
-    bed = bed or h.bed()
-    result = h.chat(bed, **kw)
-    return result, h.hop(bed, result)
+def _hung(sent: Sent) -> bool:
+    """The request was never answered: the client gave up waiting (Envoy then logs it with flags DC, or not at all).
+    A refusal (a 500, a 503) is an answer: its cause is read elsewhere."""
+    return not sent.result.status and (sent.result.error is not None or sent.hop is None)
+
+
+def _client(sent: Sent) -> str:
+    return f"client: HTTP {sent.result.status}" + (f" {sent.result.error}" if sent.result.error else "")
+
+
+def _out_of_order(sent: Sent) -> str | None:
+    """What Envoy said when a reply came for a phase it was not waiting for (a whole-body mutation aside)."""
+    hop = sent.hop
+    if hop is None:
+        return None
+    details = str(hop["details"] or "")
+    wrong = {k: v for k, v in hop.call_statuses().items() if v == GRPC_FAILED_PRECONDITION}
+    if (SPURIOUS in details and BODY_MUTATION not in details) or (wrong and "request_body_last_call_status" not in wrong):
+        return f"{hop['method']} {hop['path']}: Envoy answered {hop['code']} {details} ({wrong or 'no call status'})"
+    return None
 
 
 @check("reply-order", "replies come in the order Envoy asked for them", category=PROTOCOL, source=ENVOY_EXT_PROC)
 def reply_order(h):
-    """A request with a body and one without: every ext_proc phase answered with its own reply, in order
-    (call status 0), no spurious message (``http.ingress.ext_proc.spurious_msgs_received``)."""
+    """A request with a body (written whole, and in paced pieces) and one without: every ext_proc phase answered
+    with its own reply, in order (call status 0), no spurious message (``spurious_msgs_received``)."""
     bed = h.bed()
     before = h.stats(bed)
-    evidence, problems = [], []
-    without_body = h.get(bed)
-    for result, hop in (_post(h, bed), (without_body, h.hop(bed, without_body))):
-        evidence.append(evidence_of(hop))
-        if hop is None:
-            continue
-        details = str(hop["details"] or "")
-        out_of_order = {k: v for k, v in hop.call_statuses().items() if v == GRPC_FAILED_PRECONDITION}
-        if (SPURIOUS in details and BODY_MUTATION not in details) or (
-                out_of_order and "request_body_last_call_status" not in out_of_order):
-            problems.append(f"{hop['method']} {hop['path']}: Envoy answered {hop['code']} {details}: a reply came "
-                            f"for a phase Envoy was not waiting for ({out_of_order})")
+    sents = [h.send(bed), h.send(bed, **PACED), h.send(bed, method="GET")]
+    evidence = [evidence_of(s.hop) for s in sents]
     spurious = h.delta(before, h.stats(bed)).get("http.ingress.ext_proc.spurious_msgs_received", 0)
     evidence.append(f"Envoy stat http.ingress.ext_proc.spurious_msgs_received: +{spurious}")
+    problems = [p for p in map(_out_of_order, sents) if p]
     if problems:
-        return failed("the EPP answered out of order: " + "; ".join(problems) +
-                      ". Reply to each message in the order Envoy sends them: request headers, each body chunk, "
-                      "trailers (docs/epp-protocol.md).", evidence)
+        return failed("the EPP answered out of order: " + "; ".join(problems) + ". Reply to each message in the order "
+                      "Envoy sends them: request headers first (the decision), then each body chunk, then trailers "
+                      "(docs/epp-protocol.md).", evidence)
+    for label, sent in zip(("a request with a body", "a body in paced pieces", "GET /v1/models"), sents):
+        h.must_serve(sent, label)
     return passed("every phase answered in order", evidence)
 
 
@@ -71,26 +91,33 @@ def reply_order(h):
 def streamed_body_mutations(h):
     """In FULL_DUPLEX_STREAMED every body reply must be ``body_mutation.streamed_response`` (Envoy refuses a
     whole-body mutation with 500 ``spurious_message:_Normal_body_mutation_response_...``)."""
-    result, hop = _post(h)
-    evidence = [evidence_of(hop)]
-    if hop is not None and BODY_MUTATION in str(hop["details"] or ""):
-        return failed(f"Envoy refused the EPP's body reply ({hop['code']} {hop['details']}): in FULL_DUPLEX_STREAMED "
-                      "a body reply is a streamed_response (body, end_of_stream), never a whole-body mutation.", evidence)
+    sent = h.send(h.bed())
+    evidence = [evidence_of(sent.hop)]
+    if sent.hop is not None and BODY_MUTATION in str(sent.hop["details"] or ""):
+        return failed(f"Envoy refused the EPP's body reply ({sent.hop['code']} {sent.hop['details']}): in "
+                      "FULL_DUPLEX_STREAMED a body reply is a streamed_response (body, end_of_stream), never a "
+                      "whole-body mutation.", evidence)
+    h.must_serve(sent, "a request with a body")
     return passed("the body came back as streamed mutations", evidence)
 
 
 @check("end-of-stream", "the last body reply keeps end_of_stream", category=PROTOCOL, source=ENVOY_EXT_PROC,
        needs=("reply-order", "streamed-body-mutations"))
 def end_of_stream(h):
-    """The request's last body chunk goes back with ``end_of_stream``: Envoy then finishes the upstream
-    request (its timeline has ``upstream_sent``) and the response comes back. Without it the request hangs:
-    Envoy arms no message timeout in this mode."""
-    result, hop = _post(h)
-    evidence = [evidence_of(hop), f"client: HTTP {result.status}{' ' + result.error if result.error else ''}"]
-    if hop is None or hop["upstream_sent_us"] in (None, "-") or result.error:
-        return failed(f"the request never finished upstream (the client gave up after {h.request_timeout_s:g} s; "
-                      "Envoy's record has no upstream_sent time): echo the last body chunk with end_of_stream: true.",
-                      evidence)
+    """The request's last body chunk goes back with ``end_of_stream``, whether it carries data (an HTTP/2 body
+    in one DATA frame; the last of paced pieces) or is empty: Envoy then finishes the upstream request (its
+    timeline has ``upstream_sent``). Without it the request hangs: Envoy arms no message timeout in this mode."""
+    bed = h.bed()
+    sents = [h.send(bed), h.send(bed, **PACED)]
+    evidence = [f"{label}: {evidence_of(s.hop)}; {_client(s)}" for label, s in zip(("whole body", "paced body"), sents)]
+    hung = [label for label, s in zip(("a body written whole", "a body in paced pieces"), sents) if _hung(s)]
+    if hung:
+        return failed(f"{' and '.join(hung)} never finished upstream (the client gave up after "
+                      f"{h.request_timeout_s:g} s with no answer; Envoy's record has no upstream_sent time): echo "
+                      "end_of_stream on the body reply of the chunk that carries it, also when that chunk carries data (HTTP/2 sends "
+                      "a body's last data and its end in one frame).", evidence)
+    for s in sents:
+        h.must_serve(s, "a request with a body")
     return passed("Envoy finished the upstream request", evidence)
 
 
@@ -99,18 +126,33 @@ def end_of_stream(h):
 def request_without_body(h):
     """``GET /v1/models``: the headers come with ``end_of_stream``; the EPP decides on them alone and the request
     is served (no body will follow: an EPP that waits for one hangs the request)."""
-    bed = h.bed()
-    result = h.get(bed)
-    hop = h.hop(bed, result)
-    evidence = [evidence_of(hop), f"client: HTTP {result.status}{' ' + result.error if result.error else ''}"]
-    if result.status != 200:
-        return failed(f"GET /v1/models got {result.status or result.error}: answer request headers that carry "
+    sent = h.send(h.bed(), method="GET")
+    evidence = [evidence_of(sent.hop), _client(sent)]
+    if _hung(sent):
+        return failed(f"GET /v1/models was never answered ({h.cause(sent)}): answer request headers that carry "
                       "end_of_stream at once (no body follows).", evidence)
+    h.must_serve(sent, "GET /v1/models")
     return passed("served on the headers alone", evidence)
 
 
-# Sizes the bodies are checked at: empty, one small chunk, and well past one chunk (Envoy sends a big body
-# in many chunks of what the client wrote; 1.2 MB of JSON is ~20 of Envoy's 64 KiB reads).
+@check("serves", "a request with a body and one without are served", category=PROTOCOL, source=ENVOY_EXT_PROC,
+       needs=ORDER_NEEDS + ("request-without-body",))
+def serves(h):
+    """The witness every other check needs: a POST with a body and a GET without reach a backend and come back
+    200, every ext_proc phase's call status 0. When they do not, Envoy's record says why (the EPP refused the
+    stream: call status 14; a gRPC error; a reset; a local reply)."""
+    bed = h.bed()
+    sents = [h.send(bed), h.send(bed, method="GET")]
+    evidence = [evidence_of(s.hop) for s in sents]
+    problems = [f"{'POST' if i == 0 else 'GET'}: {h.cause(s)}" for i, s in enumerate(sents) if not served(s)]
+    if problems:
+        return failed("requests through the EPP were not served: " + "; ".join(problems) + ". Serve every ext_proc "
+                      "stream Envoy opens (its health says SERVING, so Envoy sends it traffic).", evidence)
+    return passed("both served by a backend, every phase OK", evidence)
+
+
+# Sizes the bodies are checked at: empty, one small chunk, and well past one chunk (1.2 MB of JSON goes to the
+# EPP in many messages when the client writes it in pieces; written at once, Envoy may hand it over in one).
 BODY_SIZES = (0, 200, 1_200_000)
 
 
@@ -126,83 +168,104 @@ def _body(size: int, model: str) -> bytes:
 
 
 @check("bodies-byte-for-byte", "bodies from 0 B to well past a chunk arrive upstream byte for byte",
-       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=ORDER_NEEDS + ("request-without-body",))
+       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVES)
 def bodies_byte_for_byte(h):
-    """Bodies of 0 B, 200 B and 1.2 MB (many chunks) through the EPP: the sha256 of what the backend received
-    (the mock's ``x-mock-request-sha256``) equals the client's. An EPP that refuses a body (its own 4xx) is
-    not judged on it."""
+    """Bodies of 0 B, 200 B and 1.2 MB (written whole, and in 20 paced pieces: many messages to the EPP) through
+    the EPP: the sha256 of what the backend received (the mock's ``x-mock-request-sha256``) equals the client's.
+    An EPP that refuses a body (its own 4xx) is not judged on it."""
     bed = h.bed()
     evidence, problems, judged = [], [], 0
-    for size in BODY_SIZES:
+    for size, pieces in [(size, 1) for size in BODY_SIZES] + [(BODY_SIZES[-1], 20)]:
         data = _body(size, bed.backends[0].model)
-        result = h.chat(bed, raw_body=data)
+        result = h.chat(bed, raw_body=data, pieces=pieces, pause_s=0.01 if pieces > 1 else 0.0)
         got = h.body_digest(result)
         hop = h.hop(bed, result)
+        label = f"{size} B" + (f" in {pieces} pieces" if pieces > 1 else "")
         if got is None and hop is not None and str(hop["details"] or "").startswith("epp_") or (
                 got is None and 400 <= result.status < 500 and h.served_by(result) is None):
-            evidence.append(f"{size} B: the EPP refused it itself (HTTP {result.status}): not judged")
+            evidence.append(f"{label}: the EPP refused it itself (HTTP {result.status}): not judged")
             continue
+        if got is None:
+            h.must_serve(Sent(result, hop, h.protocol), f"a {label} body", status=result.status or 200)
         judged += 1
         sent = h.digest(data)
-        evidence.append(f"{size} B: client sha256 {sent[:16]}…, backend received {(got or 'nothing')[:16]}…")
+        evidence.append(f"{label}: client sha256 {sent[:16]}…, backend received {(got or 'nothing')[:16]}…")
         if got != sent:
-            problems.append(f"{size} B arrived {'changed' if got else 'not at all'} (HTTP {result.status})")
+            problems.append(f"{label} arrived {'changed' if got else 'not at all'} (HTTP {result.status})")
     if problems:
         return failed("the body did not reach the backend as the client sent it: " + "; ".join(problems) +
                       ". Echo every chunk's bytes unchanged (do not re-encode the JSON).", evidence)
     if not judged:
         return failed("the EPP refused every body size, the backend received none", evidence)
-    return passed(f"{judged} body sizes arrived byte for byte", evidence)
+    return passed(f"{judged} bodies arrived byte for byte", evidence)
 
 
-@check("response-phases", "a streamed response passes through the EPP's response phases", category=PROTOCOL,
-       source=ENVOY_EXT_PROC, needs=ORDER_NEEDS)
-def response_phases(h):
-    """With response processing on (response headers SEND, body FULL_DUPLEX_STREAMED): a streamed chat request
-    gets every token and ``[DONE]``, the response phases' call status is 0, and the served endpoint reaches
-    the EPP (``envoy.lb`` metadata; an EPP that echoes it as ``x-conformance-test-served-endpoint``, as GAIE's
-    conformance EPP does, is checked against what Envoy served)."""
-    bed = h.bed("responses", epp_process_response=True)
-    result = h.chat(bed, stream=True, max_tokens=8)
-    hop = h.hop(bed, result)
-    evidence = [evidence_of(hop), f"client: HTTP {result.status}, {len(result.tokens)} tokens, "
-                f"[DONE] {'seen' if result.events and result.events[-1].get('done') else 'missing'}"
-                + (f", error {result.error}" if result.error else "")]
-    complete = result.status == 200 and result.events and result.events[-1].get("done") and len(result.tokens) == 8
-    bad = {k: v for k, v in (hop.call_statuses() if hop else {}).items() if k.startswith("response") and v != 0}
-    if not complete or bad or hop is None:
-        return failed("the streamed response did not come through whole" + (f" (response call status {bad})" if bad
-                      else "") + ": answer response headers, and echo each response body chunk at once with its "
-                      "end_of_stream.", evidence)
-    echoed = result.headers.get("x-conformance-test-served-endpoint")
-    if echoed is not None:
-        evidence.append(f"the EPP echoed the served endpoint {echoed!r}; Envoy served {hop['upstream']!r}")
-        if echoed != hop["upstream"]:
-            return failed("the served endpoint the EPP saw is not the one Envoy served", evidence)
-    return passed("the response streamed through the EPP" + (" and the served endpoint reached it" if echoed else ""),
-                  evidence)
+TRAILER = {"x-eppkit-trailer": "1"}
 
 
-@check("same-destination", "the header and the metadata name the same destination", category=PROTOCOL,
-       needs=("reply-order", "streamed-body-mutations"))
-def same_destination(h):
-    """``x-gateway-destination-endpoint`` and ``envoy.lb`` / ``x-gateway-destination-endpoint`` carry the same
-    value (the protocol: precedence between them is undefined; Envoy's picked route reads the metadata)."""
+@check("trailers", "request trailers are answered", category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVES)
+def trailers(h):
+    """An HTTP/2 request whose body is followed by trailers: Envoy sends the body without ``end_of_stream``, then
+    ``request_trailers``; the EPP answers them (a trailers reply, or the whole body with CONTINUE_AND_REPLACE)
+    and the request is served. An EPP that never answers the trailers hangs it. (Envoy drops HTTP/1.1
+    trailers before any filter: that protocol has none to send.)"""
+    if h.protocol != H2C:
+        return not_applicable("Envoy drops HTTP/1.1 request trailers before any filter (no enable_trailers)")
     bed = h.bed()
-    evidence, problems = [], []
-    for _ in range(3):
-        result, hop = _post(h, bed)
-        evidence.append(evidence_of(hop))
-        if hop is None or not hop["destination"]:
-            continue
-        if hop["destination"] != hop["destination_header"]:
-            problems.append(f"metadata {hop['destination']!r}, header {hop['destination_header']!r}")
-    if problems:
-        return failed("the EPP named different destinations: " + "; ".join(problems) +
-                      ". Set the header and the metadata to the same value.", evidence)
-    if not any('"destination"' in e for e in evidence):
-        return failed("the EPP named no destination in 3 requests (no envoy.lb metadata)", evidence)
-    return passed("header and metadata agree", evidence)
+    sent = h.send(bed, trailers=TRAILER)
+    evidence = [evidence_of(sent.hop), _client(sent)]
+    if _hung(sent):
+        return failed(f"a request with trailers never finished ({h.cause(sent)}): answer request_trailers (an empty "
+                      "trailers reply will do) or end the body with CONTINUE_AND_REPLACE.", evidence)
+    if sent.served_by is None:
+        h.must_serve(sent, "a request with trailers")
+    return passed("the trailers were answered and the request served", evidence)
+
+
+@check("trailers-body-once", "a body followed by trailers reaches the backend once", category=PROTOCOL,
+       level=SHOULD, source="Envoy ext_proc with a retry policy (envoyproxy/envoy#45470)",
+       needs=SERVES + ("bodies-byte-for-byte", "trailers"))
+def trailers_body_once(h):
+    """An HTTP/2 body followed by trailers, through a route with a retry policy (the kit's picked route, as a
+    gateway's usually has): the backend receives it once, byte for byte. Envoy 1.36-1.40 keeps a copy of a
+    streamed-back body for retries and sends it again when the EPP's trailers reply resumes the request
+    (envoyproxy/envoy#45470): an EPP that streams the body back and then answers the trailers gets it to the
+    backend twice. One that replies to the body's end with CONTINUE_AND_REPLACE and the whole body does not."""
+    if h.protocol != H2C:
+        return not_applicable("Envoy drops HTTP/1.1 request trailers before any filter (no enable_trailers)")
+    bed = h.bed()
+    data = _body(200, bed.backends[0].model)
+    result = h.chat(bed, raw_body=data, trailers=TRAILER)
+    sent = Sent(result, h.hop(bed, result), h.protocol)
+    got = h.body_digest(result)
+    evidence = [evidence_of(sent.hop), f"client: HTTP {result.status}: {str(result.body)[:200]}"]
+    if got is None and sent.served_by is None:
+        h.must_serve(sent, "a request with trailers")
+    if got != h.digest(data):
+        version = getattr(h.envoy_binary, "version", "this Envoy")
+        return failed(f"the backend received the body {'twice' if 'Extra data' in str(result.body) else 'changed'} "
+                      f"({result.status}): Envoy {version} resends the body it keeps for retries when the EPP's "
+                      "trailers reply resumes the request (envoyproxy/envoy#45470, 1.36-1.40; docs/epp-protocol.md, "
+                      "Trailers). Reply to the request's last body message with CONTINUE_AND_REPLACE carrying the whole "
+                      "body instead of streaming it back and answering the trailers.", evidence)
+    return passed("the body arrived once, byte for byte", evidence)
+
+
+@check("cancelled-request", "a request cancelled mid-body leaves the EPP serving", category=PROTOCOL, level=SHOULD,
+       source=ENVOY_EXT_PROC, needs=SERVES)
+def cancelled_request(h):
+    """An HTTP/2 client resets its stream half-way through the body: Envoy records the reset and closes the EPP's
+    stream; the next requests are served (the EPP let go of the cancelled stream)."""
+    if h.protocol != H2C:
+        return not_applicable("the kit's HTTP/1.1 client does not cancel half-way (HTTP/2: a stream reset)")
+    bed = h.bed()
+    cancelled = h.chat(bed, pieces=4, pause_s=0.05, cancel_after=2, prompt="cancel me " * 50)
+    after = [h.send(bed) for _ in range(3)]
+    evidence = [f"cancelled: {cancelled.error}"] + [evidence_of(s.hop) for s in after]
+    for s in after:
+        if not served(s):
+            return failed(f"after a cancelled request the EPP did not serve the next one: {h.cause(s)}", evidence)
+    return passed("the next requests were served", evidence)
 
 
 def _health_address(bed) -> tuple[str, int] | None:
@@ -216,10 +279,12 @@ def _health_address(bed) -> tuple[str, int] | None:
     return handle.spec.host, handle.spec.grpc_health_port or handle.spec.port
 
 
-@check("health-services", "gRPC health serves liveness, readiness and the ext_proc service", category=PROTOCOL)
+@check("health-services", "gRPC health serves liveness, readiness and the ext_proc service", category=PROTOCOL,
+       needs=("serves",), per_protocol=False)
 def health_services(h):
     """grpc.health.v1 on the EPP's health port (else its gRPC port) answers SERVING for ``liveness``,
-    ``readiness`` and ``envoy.service.ext_proc.v3.ExternalProcessor`` (the protocol's health checking)."""
+    ``readiness`` and ``envoy.service.ext_proc.v3.ExternalProcessor`` (the protocol's health checking), and the
+    EPP serves while it says so (``serves``)."""
     address = _health_address(h.bed())
     if address is None:
         return not_applicable("the EPP's address is not known to the kit")
@@ -244,7 +309,7 @@ CONCURRENT = 16
 
 
 @check("concurrent-streams", f"{CONCURRENT} concurrent streams without an error", category=PROTOCOL,
-       level=SHOULD, source=ENVOY_EXT_PROC, needs=ORDER_NEEDS)
+       level=SHOULD, source=ENVOY_EXT_PROC, needs=SERVES)
 def concurrent_streams(h):
     """Sixteen requests at once, each its own ext_proc stream: every one served, no stream failed or reset by
     the EPP (``streams_failed``, ``spurious_msgs_received``)."""

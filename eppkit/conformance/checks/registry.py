@@ -21,7 +21,7 @@ from eppkit.core.registry import Registry
 PASS, FAIL, NOT_APPLICABLE, NOT_RUN = "pass", "fail", "n/a", "not run"
 STATUSES = (PASS, FAIL, NOT_APPLICABLE, NOT_RUN)
 MUST, SHOULD = "must", "should"
-DATA_PLANE, PROTOCOL, TRACING = "data plane", "protocol", "tracing"
+DATA_PLANE, PROTOCOL, LATENCY, TRACING = "data plane", "protocol", "latency", "tracing"
 # Where the rules come from (named once; the report links them).
 PROTOCOL_DOC = "GAIE EPP protocol (docs/proposals/004-endpoint-picker-protocol)"
 GAIE_CONFORMANCE = "GAIE conformance suite (conformance/tests)"

@@ -8,6 +8,7 @@ sits in a trace nobody finds from the request.
 
 from __future__ import annotations
 
+from eppkit.conformance.checks.protocol import SERVES
 from eppkit.conformance.checks.registry import SHOULD, TRACING, check, failed, not_applicable, passed
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.observability import expected_spans as ex
@@ -15,7 +16,7 @@ from eppkit.observability.contract import Service
 
 # Services of the kit's testbed around the EPP, never the EPP itself.
 AROUND = {Service.CLIENT, Service.ENVOY, Service.VLLM, Service.PD_SIDECAR, Service.ENCODER}
-NEEDS = ("reply-order", "streamed-body-mutations", "end-of-stream")
+NEEDS = SERVES
 EXPORT_WAIT_S = 7.0  # OTel SDKs export in batches every 5 s by default
 
 
@@ -25,7 +26,7 @@ def trace_context(h):
     """One request: spans of the EPP under Envoy's ext_proc call span pass; spans of a trace of its own (found
     by the request's time) fail; no spans at all: not applicable."""
     bed = h.bed()
-    result = h.chat(bed)
+    result = h.must_serve(h.send(bed), "a request").result
     call = ex.picker_call(bed.mode)
     trace = bed.wait_for_trace(result, [ex.ROOT, call] if call else [ex.ROOT], timeout_s=10)
 

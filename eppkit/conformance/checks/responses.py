@@ -1,0 +1,129 @@
+"""The response path through the EPP (response processing on: response headers SEND, body FULL_DUPLEX_STREAMED,
+trailers SEND): the response passes whole, the served endpoint reaches the EPP, the decision's metadata holds
+to the request's end, and the framing of the response stays Envoy's.
+"""
+
+from __future__ import annotations
+
+from eppkit.conformance.checks.protocol import SERVES
+from eppkit.conformance.checks.registry import ENVOY_EXT_PROC, PROTOCOL, SHOULD, check, evidence_of, failed, passed
+from eppkit.conformance.witness import Sent
+
+RESPONSES = {"epp_process_response": True}  # the testbed variant with response processing on
+
+
+def responses_bed(h):
+    return h.bed("responses", **RESPONSES)
+
+
+@check("response-phases", "a streamed response passes through the EPP's response phases", category=PROTOCOL,
+       source=ENVOY_EXT_PROC, needs=SERVES)
+def response_phases(h):
+    """With response processing on (response headers SEND, body FULL_DUPLEX_STREAMED): a streamed chat request
+    gets every token and ``[DONE]``, the response phases' call status is 0, and the served endpoint reaches
+    the EPP (``envoy.lb`` metadata; an EPP that echoes it as ``x-conformance-test-served-endpoint``, as GAIE's
+    conformance EPP does, is checked against what Envoy served)."""
+    bed = responses_bed(h)
+    result = h.chat(bed, stream=True, max_tokens=8)
+    hop = h.hop(bed, result)
+    evidence = [evidence_of(hop), f"client: HTTP {result.status}, {len(result.tokens)} tokens, "
+                f"[DONE] {'seen' if result.events and result.events[-1].get('done') else 'missing'}"
+                + (f", error {result.error}" if result.error else "")]
+    complete = result.status == 200 and result.events and result.events[-1].get("done") and len(result.tokens) == 8
+    bad = {k: v for k, v in (hop.call_statuses() if hop else {}).items() if k.startswith("response") and v != 0}
+    if hop is not None and not bad and hop["upstream"] in (None, "", "-"):
+        h.must_serve(Sent(result, hop, h.protocol), "a streamed request")  # it never reached a backend
+    if not complete or bad or hop is None:
+        return failed("the streamed response did not come through whole" + (f" (response call status {bad})" if bad
+                      else "") + ": answer response headers, and echo each response body chunk at once with its "
+                      "end_of_stream.", evidence)
+    echoed = result.headers.get("x-conformance-test-served-endpoint")
+    if echoed is not None:
+        evidence.append(f"the EPP echoed the served endpoint {echoed!r}; Envoy served {hop['upstream']!r}")
+        if echoed != hop["upstream"]:
+            return failed("the served endpoint the EPP saw is not the one Envoy served", evidence)
+    return passed("the response streamed through the EPP" + (" and the served endpoint reached it" if echoed else ""),
+                  evidence)
+
+
+def _destinations(h, bed, n: int) -> tuple[list[str], list[str]]:
+    """``n`` served requests on ``bed``: Envoy's records, and what differs between the header, the metadata Envoy
+    holds at the request's end and the endpoint that served."""
+    evidence, problems = [], []
+    for _ in range(n):
+        sent = h.must_serve(h.send(bed), "a request")
+        hop = sent.hop
+        evidence.append(evidence_of(hop))
+        if not hop["destination"]:
+            continue
+        if hop["destination"] != hop["destination_header"]:
+            problems.append(f"metadata {hop['destination']!r}, header {hop['destination_header']!r}")
+    return evidence, problems
+
+
+@check("same-destination", "the header and the metadata name the same destination", category=PROTOCOL,
+       needs=SERVES + ("response-phases",))
+def same_destination(h):
+    """``x-gateway-destination-endpoint`` and ``envoy.lb`` / ``x-gateway-destination-endpoint`` carry the same
+    value (the protocol: precedence between them is undefined; Envoy's picked route reads the metadata), with and
+    without response processing (the metadata as Envoy holds it when the request ends)."""
+    evidence, problems = [], []
+    for variant, bed in (("base", h.bed()), ("responses", responses_bed(h))):
+        seen, wrong = _destinations(h, bed, 3)
+        evidence += seen
+        problems += [f"{variant}: {w}" for w in wrong]
+    if problems:
+        return failed("the EPP named different destinations: " + "; ".join(problems) +
+                      ". Set the header and the metadata to the same value.", evidence)
+    if not any('"destination"' in e for e in evidence):
+        return failed("the EPP named no destination in 6 requests (no envoy.lb metadata)", evidence)
+    return passed("header and metadata agree", evidence)
+
+
+@check("metadata-stable", "the decision's metadata is not overwritten on the response path", category=PROTOCOL,
+       source="GAIE EPP protocol; GAIE #2824", needs=SERVES + ("response-phases",))
+def metadata_stable(h):
+    """With response processing on, the ``envoy.lb`` destination Envoy holds when the request ends is the one it
+    routed by: the endpoint that served is its primary. An EPP that sends dynamic metadata again on a response
+    reply (naming another pod) overwrites the request's (GAIE #2824): access logs, retries and the served-endpoint
+    report then name the wrong pod."""
+    bed = responses_bed(h)
+    evidence, problems = [], []
+    for _ in range(3):
+        sent = h.must_serve(h.send(bed), "a request")
+        hop = sent.hop
+        evidence.append(evidence_of(hop))
+        primary = str(hop["destination"] or "").split(",")[0].strip()
+        if primary and primary != hop["upstream"]:
+            problems.append(f"served by {hop['upstream']}, the metadata at the request's end names {hop['destination']!r}")
+    if problems:
+        return failed("the destination metadata changed after the decision: " + "; ".join(problems) + ". Send "
+                      "envoy.lb metadata with the request headers reply only, never on a response reply.", evidence)
+    return passed("the destination held from the decision to the request's end", evidence)
+
+
+
+REJECTED = "http.ingress.ext_proc.rejected_header_mutations"
+
+
+@check("framing-headers", "the EPP leaves a response's framing to Envoy", category=PROTOCOL, level=SHOULD,
+       source="HTTP semantics (RFC 9110 §6.1, §8.6); GAIE #2993, envoyproxy/ai-gateway #2391", needs=SERVES + ("response-phases",))
+def framing_headers(h):
+    """On its response headers reply the EPP sets no ``transfer-encoding`` (nor ``content-length``): how the
+    response is framed is the proxy's business, and the EPP sees the response before Envoy re-frames it. An EPP
+    that echoes the backend's headers back sets them (GAIE #2993: the response cut after its first events behind
+    a gateway that applied them). The kit's Envoy ignores a ``transfer-encoding`` mutation and counts it
+    (``rejected_header_mutations``), and in FULL_DUPLEX_STREAMED skips a ``content-length`` one: the bug is
+    neutralised here, and reported."""
+    bed = responses_bed(h)
+    before = h.stats(bed)
+    sents = [h.must_serve(h.send(bed, stream=stream), "a request") for stream in (False, True)]
+    rejected = h.delta(before, h.stats(bed)).get(REJECTED, 0)
+    evidence = [evidence_of(s.hop) for s in sents] + [f"Envoy stat {REJECTED}: +{rejected}"]
+    if rejected:
+        version = getattr(h.envoy_binary, "version", "")
+        return failed(f"the EPP set a framing header on {rejected} of its replies (transfer-encoding): Envoy "
+                      f"{version} ignored it ({REJECTED}), so these responses came through, but a gateway that "
+                      "applies it breaks the response. Set no transfer-encoding or content-length on a response "
+                      "headers reply (do not echo the backend's headers back).", evidence)
+    return passed("no framing header from the EPP", evidence)
