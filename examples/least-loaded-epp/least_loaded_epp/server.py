@@ -110,13 +110,20 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                         if not request.request_body.end_of_stream:
                             continue
                     reply, picked = self._decide(headers, subset, parent)
+                    if not ended_by_body and not reply.HasField("immediate_response"):
+                        # Trailers ended the body: the decision carries it whole (CONTINUE_AND_REPLACE) and no
+                        # trailers reply follows. Streamed back, then the trailers answered, it would reach the
+                        # backend twice (docs/epp-protocol.md, "Trailers, and a body sent twice").
+                        common = reply.request_headers.response
+                        common.status = pb.CommonResponse.CONTINUE_AND_REPLACE
+                        common.body_mutation.body = bytes(body)
+                        yield reply
+                        continue
                     yield reply
                     if reply.HasField("immediate_response"):
                         return
-                    for msg in body_replies(bytes(body), end_of_stream=ended_by_body):
+                    for msg in body_replies(bytes(body), end_of_stream=True):
                         yield msg
-                    if not ended_by_body:
-                        yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
                 elif kind == "request_trailers":
                     yield pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
                 elif kind == "response_headers":
