@@ -280,8 +280,8 @@ def _table() -> list[Option]:
                group="conformance"),
         Option("--strict", "a failed should check fails the verdict too (default: it is a warning)", S({CONFORMANCE}),
                action="store_true", group="conformance"),
-        Option("--budget", "the latency budget of the EPP's decision and release, at a percentile of the suite's "
-               "requests (default: decision=50ms,release=50ms,p=99)", S({CONFORMANCE}), default="",
+        Option("--budget", "the latency budget of the EPP's decision and release, at a percentile of ordinary "
+               "requests (default: decision=50ms,release=50ms,p=90)", S({CONFORMANCE}), default="",
                metavar="decision=MS,release=MS,p=N", group="conformance"),
         Option("--shed-header", "a request header ('name: value') that makes the EPP shed the request (429); the "
                "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),

@@ -53,7 +53,7 @@ def request(host: str, port: int, method: str, path: str, headers: dict[str, str
         conn.send_headers(stream, [(":method", method), (":path", path), (":scheme", "http"),
                                    (":authority", f"{host}:{port}"), *headers.items()], end_stream=ends_with_headers)
         sock.sendall(conn.data_to_send())
-        done = ends_with_headers
+        done = False  # the answer is complete (or the stream was reset)
 
         def pump(block: bool) -> bool:
             """Read what the server sent (waiting for it when ``block``); True once the answer is complete."""

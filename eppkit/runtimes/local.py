@@ -171,7 +171,7 @@ class LocalTestbed:
 
     def hop(self, result_or_id, *, timeout_s: float = 5.0) -> hop.Hop:
         """Envoy's record of one request (a ClientResult or a trace id): its phases, the EPP hop's per-phase
-        numbers. Envoy writes it within 100 ms of the request's end; PollTimeout after ``timeout_s``."""
+        numbers. Envoy writes it within 20 ms of the request's end; PollTimeout after ``timeout_s``."""
         trace_id = getattr(result_or_id, "trace_id", result_or_id)
         found = poll(lambda: next((h for h in reversed(self.hops()) if h.trace_id == trace_id), None),
                      timeout_s=timeout_s, interval_s=0.05, describe=f"Envoy's access log line of trace {trace_id}")

@@ -1,9 +1,11 @@
-"""The EPP's latency, judged against a budget from Envoy's record of every request the suite sent.
+"""The EPP's latency, judged against a budget from Envoy's record of ordinary requests.
 
 Envoy's ext_proc filter times each phase of the exchange (:mod:`eppkit.gateway.hop`): ``epp_decision`` (the end of
-the request body to the decision's arrival; a GET's true round trip) and ``epp_release`` (the end of the body to
-the last body reply: the body handed back). An EPP can follow every rule and still hold each request for most of
-a second; the budget says how long is too long (``eppkit conformance --budget``, defaults below).
+the request body to the decision's arrival) and ``epp_release`` (the end of the body to the last body reply: the
+body handed back). An EPP can follow every rule and still hold each request for most of a second; the budget says
+how long is too long (``eppkit conformance --budget``, defaults below). It is judged on ordinary requests, a small
+chat one at a time: a 1.2 MB body takes its parse, and sixteen at once queue in a single-threaded EPP, which the
+report's hop table shows but a budget should not mix in.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class Budget:
 
     decision_ms: float = 50.0
     release_ms: float = 50.0
-    percentile: int = 99
+    percentile: int = 90
 
     @classmethod
     def parse(cls, text: str) -> "Budget":
@@ -38,7 +40,7 @@ class Budget:
                     raise ValueError
             except ValueError:
                 raise ValueError(f"--budget {part!r}: give decision=<ms>, release=<ms> and p=<50-100>, e.g. "
-                                 "decision=50ms,release=50ms,p=99") from None
+                                 "decision=50ms,release=50ms,p=90") from None
             values["percentile" if key == "p" else f"{key}_ms"] = int(number) if key == "p" else number
         return cls(**values)
 
@@ -46,37 +48,44 @@ class Budget:
         return f"p{self.percentile} decision ≤ {self.decision_ms:g} ms, release ≤ {self.release_ms:g} ms"
 
 
-EXTRA = 10  # requests the check sends itself, at once, so a small suite still has a sample
+SAMPLES = 10  # ordinary requests, one at a time, half of them over each client protocol
 
 
 @check("latency-budget", "the EPP decides and releases the body within the budget", category=LATENCY,
        level=SHOULD, source="eppkit (a budget: eppkit conformance --budget)", needs=SERVES, per_protocol=False)
 def latency_budget(h):
-    """Over every served request of the suite (Envoy's record), and ten more sent at once: the EPP's decision and
-    its release of the body, at the budget's percentile, within it (default p99 ≤ 50 ms each, on a 2-core VM
-    running nothing else; set it for your machine and EPP with ``--budget``)."""
+    """Ten ordinary requests (a small chat, one at a time, over HTTP/1.1 and h2c): the EPP's decision and its release
+    of the body, at the budget's percentile of Envoy's record, within it (default p90 ≤ 50 ms each, on a 2-core VM
+    running nothing else; set it for your machine and EPP with ``--budget``). Once enough of them are over it that
+    the percentile must be too, the rest are not sent: a slow EPP costs a few requests, not ten."""
+    from eppkit.observability.client import PROTOCOLS
+
     bed = h.bed()
-    h.concurrently(bed, EXTRA, lambda: h.chat(bed))
     budget = h.budget
-    samples: dict[str, list[float]] = {"epp_decision": [], "epp_release": []}
-    for hop in h.hops():
-        if hop.code == 200:
-            for phase, ms in hop.phases().items():
-                if phase in samples:
-                    samples[phase].append(ms)
     limits = {"epp_decision": budget.decision_ms, "epp_release": budget.release_ms}
+    samples: dict[str, list[float]] = {phase: [] for phase in limits}
+    allowed_over = SAMPLES - -(-SAMPLES * budget.percentile // 100)  # how many may exceed it at that percentile
+    for i in range(SAMPLES):
+        h.protocol = PROTOCOLS[i % len(PROTOCOLS)]
+        sent = h.must_serve(h.send(bed), "an ordinary request")
+        phases = sent.hop.phases()
+        for phase in limits:
+            if phase in phases:
+                samples[phase].append(phases[phase])
+        if any(sum(v > limits[p] for v in values) > allowed_over for p, values in samples.items()):
+            break
     evidence, problems = [], []
     for phase, values in samples.items():
         if not values:
             continue
         at = steps.percentile(values, budget.percentile)
         summary = steps.summarize(values)
-        evidence.append(f"{phase}: p50 {summary['p50']:.1f} ms, p90 {summary['p90']:.1f} ms, p{budget.percentile} "
-                        f"{at:.1f} ms over {len(values)} requests (Envoy's record); budget {limits[phase]:g} ms")
+        evidence.append(f"{phase}: p50 {summary['p50']:.1f} ms, p{budget.percentile} {at:.1f} ms, max "
+                        f"{max(values):.1f} ms over {len(values)} requests (Envoy's record); budget {limits[phase]:g} ms")
         if at > limits[phase]:
             problems.append(f"{phase} p{budget.percentile} {at:.1f} ms > {limits[phase]:g} ms")
     if not evidence:
-        return failed("Envoy recorded no EPP phase for any served request (no ext_proc record)", evidence)
+        return failed("Envoy recorded no EPP phase for any of these requests (no ext_proc record)", evidence)
     if problems:
         return failed("the EPP is over its latency budget: " + "; ".join(problems) + ". Every request waits this "
                       "long at the gateway (the hop table shows where); decide and hand the body back sooner, or "
