@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -64,7 +65,10 @@ class ManagedProcess(Component):
                 env=env,
                 cwd=self.cwd,
                 start_new_session=True,
-                preexec_fn=die_with_parent,
+                # Linux sends the parent-death signal when the *thread* that forked the child ends: a process
+                # started from a worker thread (a pool that starts a testbed) would be killed with that thread.
+                # Such a one is stopped by its owner, or found by the leak check, instead.
+                preexec_fn=die_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         except OSError as exc:
             self._log_file.close()

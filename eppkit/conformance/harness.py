@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -44,15 +45,29 @@ class Harness:
         self._clients: dict[int, Any] = {}
         self._retired_hops: list[Hop] = []
         self.envoy_binary = None  # the first testbed's (the report names the Envoy that judged)
-        self.protocol = HTTP1  # the client's protocol for the check at hand (the suite runs each check per protocol)
+        self._local = threading.local()  # the client's protocol: each protocol's run of a check has a thread of its own
+        self._lock = threading.RLock()  # testbeds, clients and log marks, shared by those threads
         self.protocols = protocols  # every one a check is run with
         self.budget = budget or Budget()  # the latency budget (checks.latency)
         self._marks: dict[int, tuple[Any, int, int]] = {}  # id(bed) -> (bed, Envoy's log size, the EPP's) at the check's start
 
     # -- testbeds ---------------------------------------------------------------------------------------
+    @property
+    def protocol(self) -> str:
+        """The client protocol of the check run at hand (HTTP/1.1 unless the suite says otherwise)."""
+        return getattr(self._local, "protocol", HTTP1)
+
+    @protocol.setter
+    def protocol(self, value: str) -> None:
+        self._local.protocol = value
+
     def bed(self, variant: str = BASE, topology: Topology | None = None, **options: Any):
         """The EPP's testbed of ``variant`` (started on first use): the target's topology with ``options``, or
         ``topology`` as given (a variant of another target: fail-open's unreachable EPP)."""
+        with self._lock:
+            return self._bed(variant, topology, options)
+
+    def _bed(self, variant: str, topology: Topology | None, options: dict[str, Any]):
         key = (variant, None if topology is not None else json.dumps(options, sort_keys=True, default=str))
         bed = self._beds.pop(key, None)
         if bed is None:
@@ -135,9 +150,21 @@ class Harness:
 
     # -- requests -----------------------------------------------------------------------------------------
     def client(self, bed):
-        if id(bed) not in self._clients:
-            self._clients[id(bed)] = bed.client(pool_size=32)
-        return self._clients[id(bed)]
+        with self._lock:
+            if id(bed) not in self._clients:
+                self._clients[id(bed)] = bed.client(pool_size=32)
+            return self._clients[id(bed)]
+
+    def send_all(self, bed, requests: list[dict[str, Any]]) -> list[Sent]:
+        """Several requests (each :meth:`send`'s keyword arguments) at once, in this protocol; their Sents in order."""
+        protocol = self.protocol
+
+        def one(kwargs: dict[str, Any]) -> Sent:
+            self.protocol = protocol
+            return self.send(bed, **kwargs)
+
+        with ThreadPoolExecutor(max_workers=len(requests) or 1) as pool:
+            return list(pool.map(one, requests))
 
     def chat(self, bed, *, headers: dict[str, str] | None = None, stream: bool = False, max_tokens: int = 2,
              prompt: str = "hello there", raw_body: bytes | None = None, **traffic: Any) -> ClientResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from importlib import metadata
 from typing import Any, Callable, Iterable
@@ -49,8 +50,11 @@ def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Res
     begin = getattr(harness, "begin_check", None)
     if begin is not None:
         begin()
-    protocols = getattr(harness, "protocols", (HTTP1,))
-    runs = [(p, _run_once(check, harness, p)) for p in (protocols if check.per_protocol else (HTTP1,))]
+    protocols = getattr(harness, "protocols", (HTTP1,)) if check.per_protocol else (HTTP1,)
+    # Each protocol's run in a thread of its own, at once: a check's requests wait on the EPP, not on each other
+    # (a hung request costs its timeout once, not once per protocol).
+    with ThreadPoolExecutor(max_workers=len(protocols)) as pool:
+        runs = list(zip(protocols, pool.map(lambda p: _run_once(check, harness, p), protocols)))
     result = combine(runs) if len(runs) > 1 else runs[0][1]
     if result.status == FAIL and begin is not None:
         result.evidence += harness.log_evidence()

@@ -40,7 +40,7 @@ CAUGHT_BY = {
     "unanswered-trailers": ({"trailers"}, "answer request_trailers"),
     "stall-response": ({"response-phases"}, "response body chunk"),
     "destination-mismatch": ({"same-destination"}, "same value"),
-    "metadata-on-response": ({"metadata-stable", "same-destination"}, "never on a response reply"),  # GAIE #2824
+    "metadata-on-response": ({"metadata-stable", "same-destination"}, "the metadata to the same value"),  # GAIE #2824
     "framing-headers": ({"framing-headers"}, "transfer-encoding"),  # GAIE #2993, ai-gateway #2391
     "no-health-services": ({"health-services"}, "liveness"),
     "one-stream": ({"concurrent-streams"}, "every stream"),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import pytest
@@ -104,6 +105,22 @@ def test_exec_start_when_asked(tmp_path, monkeypatch):
     monkeypatch.setenv(zygote.ENV, "exec")
     with ServiceProcess("eppkit.services.vllm", log_dir=tmp_path) as proc:
         assert ppid(proc.pid) == os.getpid()
+
+
+def test_a_program_started_from_a_thread_outlives_that_thread(tmp_path):
+    # Linux's parent-death signal follows the thread that forked: a testbed started from a worker thread (the
+    # conformance suite runs each client protocol in one) lost its Envoy when that thread ended.
+    started = []
+    thread = threading.Thread(target=lambda: started.append(
+        ManagedProcess("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "s.log").start()))
+    thread.start()
+    thread.join()
+    proc = started[0]
+    try:
+        time.sleep(0.5)
+        assert proc.is_running(), proc.read_log()
+    finally:
+        proc.stop()
 
 
 def test_another_program_is_not_forked(tmp_path):

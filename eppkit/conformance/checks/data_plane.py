@@ -37,8 +37,8 @@ def follows_pick(h):
     """Six requests: the EPP names a destination (``envoy.lb`` metadata) and Envoy's upstream is its primary."""
     bed = h.bed()
     evidence, problems = [], []
-    for _ in range(6):
-        hop = h.must_serve(h.send(bed), "a request").hop
+    for sent in h.send_all(bed, [{}] * 6):
+        hop = h.must_serve(sent, "a request").hop
         evidence.append(evidence_of(hop))
         if not hop["destination"]:
             problems.append(f"no destination from the EPP (route {hop['route']})")
@@ -55,8 +55,8 @@ def served_endpoint(h):
     EPP sees it on the response path) and in the response header of that name."""
     bed = h.bed()
     evidence, problems = [], []
-    for _ in range(3):
-        sent = h.must_serve(h.send(bed), "a request")
+    for sent in h.send_all(bed, [{}] * 3):
+        sent = h.must_serve(sent, "a request")
         result, hop = sent.result, sent.hop
         evidence.append(evidence_of(hop) + f"; response header {headers.SERVED}: {result.headers.get(headers.SERVED)}")
         if result.headers.get(headers.SERVED) != hop["upstream"] or (hop["served"] and hop["served"] != hop["upstream"]):
@@ -74,9 +74,10 @@ def test_header(h):
     GAIE's conformance tests steer their EPP with)."""
     bed = h.forced_bed()
     evidence, problems = [], []
-    for pod in reversed(h.target.pods):
-        sent = h.must_serve(h.send(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)}),
-                            "a request with the test header")
+    pods = list(reversed(h.target.pods))
+    asked = h.send_all(bed, [{"headers": {headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)}} for pod in pods])
+    for pod, sent in zip(pods, asked):
+        sent = h.must_serve(sent, "a request with the test header")
         evidence.append(f"{headers.TEST_ENDPOINT_SELECTION}: {h.address(bed, pod)} ({pod}) -> HTTP "
                         f"{sent.result.status} from {sent.served_by}")
         if sent.served_by != pod:
@@ -97,9 +98,10 @@ def several_ports(h):
         return not_applicable("every pod of this testbed has its own address and one port (an InferencePool with "
                               "one target port)")
     evidence, problems = [], []
-    for pod in h.target.pods:
-        sent = h.must_serve(h.send(bed, headers={headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)}),
-                            "a request with the test header")
+    asked = h.send_all(bed, [{"headers": {headers.TEST_ENDPOINT_SELECTION: h.address(bed, pod)}}
+                             for pod in h.target.pods])
+    for pod, sent in zip(h.target.pods, asked):
+        sent = h.must_serve(sent, "a request with the test header")
         evidence.append(f"{h.address(bed, pod)} -> {sent.served_by} (HTTP {sent.result.status})")
         if sent.served_by != pod:
             problems.append(f"{h.address(bed, pod)} was served by {sent.served_by}")
@@ -120,7 +122,7 @@ def fallbacks(h):
     down_address = h.address(bed, down)
     value = f"{down_address},{h.address(bed, up)}"
     evidence, problems, judged = [], [], 0
-    for _ in range(6):
+    for _ in range(6):  # one at a time: each is a retry to its fallback, and Envoy allows 3 retries at once a cluster
         sent = h.send(bed, headers={headers.TEST_ENDPOINT_SELECTION: value})
         hop = sent.hop
         picked = [a.strip() for a in str((hop["destination"] if hop else "") or "").split(",") if a.strip()]
@@ -158,8 +160,8 @@ def _subset(h, variant: str, hint):
     bed = h.bed(variant, epp_subset_hint=hint)
     wanted = hint if isinstance(hint, list) else hint.split(",")
     evidence, served = [], []
-    for _ in range(4):
-        sent = h.must_serve(h.send(bed), "a request with a subset hint")
+    for sent in h.send_all(bed, [{}] * 4):
+        sent = h.must_serve(sent, "a request with a subset hint")
         evidence.append(evidence_of(sent.hop))
         served.append((sent.result.status, sent.served_by))
     if any(pod not in wanted for _, pod in served):
@@ -212,7 +214,7 @@ def fail_open(h):
                   envoy_version=h.target.envoy_version)
     bed = h.bed("fail-open", topology=gone.topology())
     h.wait_epp_unhealthy(bed)
-    sents = [h.send(bed) for _ in range(4)]
+    sents = h.send_all(bed, [{}] * 4)
     evidence = [evidence_of(s.hop) for s in sents]
     problems = [h.cause(s) for s in sents if not served(s)]
     if problems:

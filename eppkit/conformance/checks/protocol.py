@@ -72,7 +72,7 @@ def reply_order(h):
     with its own reply, in order (call status 0), no spurious message (``spurious_msgs_received``)."""
     bed = h.bed()
     before = h.stats(bed)
-    sents = [h.send(bed), h.send(bed, **PACED), h.send(bed, method="GET")]
+    sents = h.send_all(bed, [{}, PACED, {"method": "GET"}])
     evidence = [evidence_of(s.hop) for s in sents]
     spurious = h.delta(before, h.stats(bed)).get("http.ingress.ext_proc.spurious_msgs_received", 0)
     evidence.append(f"Envoy stat http.ingress.ext_proc.spurious_msgs_received: +{spurious}")
@@ -108,7 +108,7 @@ def end_of_stream(h):
     in one DATA frame; the last of paced pieces) or is empty: Envoy then finishes the upstream request (its
     timeline has ``upstream_sent``). Without it the request hangs: Envoy arms no message timeout in this mode."""
     bed = h.bed()
-    sents = [h.send(bed), h.send(bed, **PACED)]
+    sents = h.send_all(bed, [{}, PACED])
     evidence = [f"{label}: {evidence_of(s.hop)}; {_client(s)}" for label, s in zip(("whole body", "paced body"), sents)]
     hung = [label for label, s in zip(("a body written whole", "a body in paced pieces"), sents) if _hung(s)]
     if hung:
@@ -142,7 +142,7 @@ def serves(h):
     200, every ext_proc phase's call status 0. When they do not, Envoy's record says why (the EPP refused the
     stream: call status 14; a gRPC error; a reset; a local reply)."""
     bed = h.bed()
-    sents = [h.send(bed), h.send(bed, method="GET")]
+    sents = h.send_all(bed, [{}, {"method": "GET"}])
     evidence = [evidence_of(s.hop) for s in sents]
     problems = [f"{'POST' if i == 0 else 'GET'}: {h.cause(s)}" for i, s in enumerate(sents) if not served(s)]
     if problems:
@@ -260,7 +260,7 @@ def cancelled_request(h):
         return not_applicable("the kit's HTTP/1.1 client does not cancel half-way (HTTP/2: a stream reset)")
     bed = h.bed()
     cancelled = h.chat(bed, pieces=4, pause_s=0.05, cancel_after=2, prompt="cancel me " * 50)
-    after = [h.send(bed) for _ in range(3)]
+    after = h.send_all(bed, [{}] * 3)
     evidence = [f"cancelled: {cancelled.error}"] + [evidence_of(s.hop) for s in after]
     for s in after:
         if not served(s):

@@ -50,9 +50,8 @@ def _destinations(h, bed, n: int) -> tuple[list[str], list[str]]:
     """``n`` served requests on ``bed``: Envoy's records, and what differs between the header, the metadata Envoy
     holds at the request's end and the endpoint that served."""
     evidence, problems = [], []
-    for _ in range(n):
-        sent = h.must_serve(h.send(bed), "a request")
-        hop = sent.hop
+    for sent in h.send_all(bed, [{}] * n):
+        hop = h.must_serve(sent, "a request").hop
         evidence.append(evidence_of(hop))
         if not hop["destination"]:
             continue
@@ -89,9 +88,8 @@ def metadata_stable(h):
     report then name the wrong pod."""
     bed = responses_bed(h)
     evidence, problems = [], []
-    for _ in range(3):
-        sent = h.must_serve(h.send(bed), "a request")
-        hop = sent.hop
+    for sent in h.send_all(bed, [{}] * 3):
+        hop = h.must_serve(sent, "a request").hop
         evidence.append(evidence_of(hop))
         primary = str(hop["destination"] or "").split(",")[0].strip()
         if primary and primary != hop["upstream"]:
@@ -117,7 +115,7 @@ def framing_headers(h):
     neutralised here, and reported."""
     bed = responses_bed(h)
     before = h.stats(bed)
-    sents = [h.must_serve(h.send(bed, stream=stream), "a request") for stream in (False, True)]
+    sents = [h.must_serve(s, "a request") for s in h.send_all(bed, [{"stream": False}, {"stream": True}])]
     rejected = h.delta(before, h.stats(bed)).get(REJECTED, 0)
     evidence = [evidence_of(s.hop) for s in sents] + [f"Envoy stat {REJECTED}: +{rejected}"]
     if rejected:

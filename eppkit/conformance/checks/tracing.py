@@ -21,7 +21,7 @@ EXPORT_WAIT_S = 7.0  # OTel SDKs export in batches every 5 s by default
 
 
 @check("trace-context", "the EPP's spans join Envoy's trace", category=TRACING, level=SHOULD, needs=NEEDS,
-       source="W3C trace context in the ext_proc gRPC metadata (Envoy's tracer)")
+       source="W3C trace context in the ext_proc gRPC metadata (Envoy's tracer)", per_protocol=False)
 def trace_context(h):
     """One request: spans of the EPP under Envoy's ext_proc call span pass; spans of a trace of its own (found
     by the request's time) fail; no spans at all: not applicable."""
