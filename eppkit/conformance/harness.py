@@ -48,6 +48,10 @@ class Harness:
         self._local = threading.local()  # the client's protocol: each protocol's run of a check has a thread of its own
         self._lock = threading.RLock()  # testbeds, clients and log marks, shared by those threads
         self.protocols = protocols  # every one a check is run with
+        # Whether the EPP serves streams at once: then each check's protocols, and its requests, are sent at once
+        # (:meth:`probe_concurrency`); an EPP that does not is judged one request at a time (concurrent-streams
+        # fails it), so that no other check fails for it.
+        self.concurrent = False
         self.budget = budget or Budget()  # the latency budget (checks.latency)
         self._marks: dict[int, tuple[Any, int, int]] = {}  # id(bed) -> (bed, Envoy's log size, the EPP's) at the check's start
 
@@ -155,9 +159,22 @@ class Harness:
                 self._clients[id(bed)] = bed.client(pool_size=32)
             return self._clients[id(bed)]
 
+    def probe_concurrency(self) -> bool:
+        """Two requests at once on the base testbed: :attr:`concurrent` unless exactly one of them was served (both
+        failing is the EPP failing every request, which the checks find and name; one of two failing is the EPP
+        failing a stream because another is open)."""
+        bed = self.bed()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            sents = list(pool.map(lambda _: self.send(bed), range(2)))
+        self.concurrent = sum(served(s) for s in sents) != 1
+        return self.concurrent
+
     def send_all(self, bed, requests: list[dict[str, Any]]) -> list[Sent]:
-        """Several requests (each :meth:`send`'s keyword arguments) at once, in this protocol; their Sents in order."""
+        """Several requests (each :meth:`send`'s keyword arguments) in this protocol, at once where the EPP serves
+        streams at once (:attr:`concurrent`); their Sents in order."""
         protocol = self.protocol
+        if not self.concurrent:
+            return [self.send(bed, **kwargs) for kwargs in requests]
 
         def one(kwargs: dict[str, Any]) -> Sent:
             self.protocol = protocol

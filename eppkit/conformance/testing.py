@@ -49,6 +49,7 @@ def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any
     target = Target(mode=mode, options=dict(options or {}), shed_header=shed_header)
     names = [c.name for c in selected(checks)]
     results: dict[str, dict[str, Result]] = {}  # runtime -> check -> result: a check's needs, per runtime
+    concurrent: dict[str, bool] = {}  # runtime -> the EPP serves streams at once (Harness.probe_concurrency)
 
     @pytest.mark.e2e
     @pytest.mark.parametrize("conformance_check", names)
@@ -56,6 +57,9 @@ def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any
         harness = Harness(target, eppkit_shared_testbed_factory, request_timeout_s=request_timeout_s,
                           budget=Budget.parse(budget) if budget else None)
         done = results.setdefault(eppkit_runtime, {})
+        if concurrent.get(eppkit_runtime) is None:  # once per runtime: does this EPP serve streams at once?
+            concurrent[eppkit_runtime] = harness.probe_concurrency()
+        harness.concurrent = concurrent[eppkit_runtime]
         check = CHECKS.get(conformance_check)
         done[conformance_check] = run_check(check, harness, done)
         outcome(done[conformance_check], check.level, strict)

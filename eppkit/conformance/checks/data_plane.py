@@ -122,7 +122,7 @@ def fallbacks(h):
     down_address = h.address(bed, down)
     value = f"{down_address},{h.address(bed, up)}"
     evidence, problems, judged = [], [], 0
-    for _ in range(6):  # one at a time: each is a retry to its fallback, and Envoy allows 3 retries at once a cluster
+    for _ in range(4):  # one at a time: each is a retry to its fallback, and Envoy allows 3 retries at once a cluster
         sent = h.send(bed, headers={headers.TEST_ENDPOINT_SELECTION: value})
         hop = sent.hop
         picked = [a.strip() for a in str((hop["destination"] if hop else "") or "").split(",") if a.strip()]

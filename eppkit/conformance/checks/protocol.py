@@ -175,11 +175,13 @@ def bodies_byte_for_byte(h):
     An EPP that refuses a body (its own 4xx) is not judged on it."""
     bed = h.bed()
     evidence, problems, judged = [], [], 0
-    for size, pieces in [(size, 1) for size in BODY_SIZES] + [(BODY_SIZES[-1], 20)]:
-        data = _body(size, bed.backends[0].model)
-        result = h.chat(bed, raw_body=data, pieces=pieces, pause_s=0.01 if pieces > 1 else 0.0)
+    forms = [(size, 1) for size in BODY_SIZES] + [(BODY_SIZES[-1], 20)]
+    bodies = [_body(size, bed.backends[0].model) for size, _ in forms]
+    sents = h.send_all(bed, [{"raw_body": data, "pieces": pieces, "pause_s": 0.01 if pieces > 1 else 0.0}
+                             for data, (_, pieces) in zip(bodies, forms)])
+    for (size, pieces), data, sent in zip(forms, bodies, sents):
+        result, hop = sent.result, sent.hop
         got = h.body_digest(result)
-        hop = h.hop(bed, result)
         label = f"{size} B" + (f" in {pieces} pieces" if pieces > 1 else "")
         if got is None and hop is not None and str(hop["details"] or "").startswith("epp_") or (
                 got is None and 400 <= result.status < 500 and h.served_by(result) is None):

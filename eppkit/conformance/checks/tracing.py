@@ -34,28 +34,28 @@ def trace_context(h):
         calls = call.find(found) if call else []
         return [s for s in found.spans if s.service not in AROUND and any(s.is_descendant_of(c) for c in calls)]
 
-    try:  # an EPP's exporter batches its spans (OTel's default: every 5 s)
-        trace = poll(lambda: bed.jaeger.get_trace(trace.trace_id), until=lambda t: t is not None and joined_spans(t),
-                     timeout_s=EXPORT_WAIT_S, interval_s=0.3, describe="the EPP's spans under Envoy's call")
-    except PollTimeout:
-        pass
-    joined = joined_spans(trace)
-    if joined:
-        return passed(f"{len(joined)} span(s) of {joined[0].service!r} under Envoy's call",
-                      [f"{s.service}:{s.name} under {s.parent.label} in trace {trace.trace_id}" for s in joined[:5]])
     jaeger = bed.jaeger
     window = (trace.start_us - 1_000_000, trace.end_us + 2_000_000)
 
-    def own_spans():
-        found = []
-        for service in set(jaeger.services()) - AROUND - {s.service for s in trace.spans}:
-            found += [s for s in jaeger.spans_between(service, *window) if s.trace_id != trace.trace_id]
-        return found
+    def own_spans(found):
+        spans = []
+        for service in set(jaeger.services()) - AROUND - {s.service for s in found.spans}:
+            spans += [s for s in jaeger.spans_between(service, *window) if s.trace_id != found.trace_id]
+        return spans
 
-    try:
-        elsewhere = poll(own_spans, timeout_s=2, interval_s=0.5, describe="the EPP's spans in other traces")
+    def look():  # the request's trace, and the EPP's spans found in it or, failing that, in traces of their own
+        found = jaeger.get_trace(trace.trace_id) or trace
+        joined = joined_spans(found)
+        return found, joined, ([] if joined else own_spans(found))
+
+    try:  # an EPP's exporter batches its spans (OTel's default: every 5 s): wait for them, wherever they land
+        trace, joined, elsewhere = poll(look, until=lambda seen: bool(seen[1] or seen[2]), timeout_s=EXPORT_WAIT_S,
+                                        interval_s=0.3, describe="the EPP's spans")
     except PollTimeout:
-        elsewhere = []
+        joined, elsewhere = [], []
+    if joined:
+        return passed(f"{len(joined)} span(s) of {joined[0].service!r} under Envoy's call",
+                      [f"{s.service}:{s.name} under {s.parent.label} in trace {trace.trace_id}" for s in joined[:5]])
     if elsewhere:
         return failed(f"the EPP's spans ({elsewhere[0].service}:{elsewhere[0].name}) start a trace of their own: "
                       "extract the W3C trace context from the ext_proc stream's gRPC metadata (traceparent) and "
