@@ -159,14 +159,18 @@ def subset_string(h):
 def _subset(h, variant: str, hint):
     bed = h.bed(variant, epp_subset_hint=hint)
     wanted = hint if isinstance(hint, list) else hint.split(",")
+    received = [h.address(bed, pod) for pod in wanted]  # as the EPP receives it: ip:port
+    shown = received if isinstance(hint, list) else ",".join(received)
     evidence, served = [], []
     for sent in h.send_all(bed, [{}] * 4):
         sent = h.must_serve(sent, "a request with a subset hint")
         evidence.append(evidence_of(sent.hop))
         served.append((sent.result.status, sent.served_by))
+    evidence.insert(0, f"the subset hint the EPP received: {shown!r} ({', '.join(wanted)})")
     if any(pod not in wanted for _, pod in served):
-        return failed(f"subset hint {hint!r}: answered {served}; pick only among the hint's endpoints", evidence)
-    return passed(f"every request served within {hint!r}", evidence)
+        return failed(f"subset hint {shown!r} ({', '.join(wanted)}): answered {served}; pick only among the hint's "
+                      "endpoints", evidence)
+    return passed(f"every request served within {shown!r}", evidence)
 
 
 def _immediate(h, sent: Sent, status: int, what: str, evidence: list[str]):

@@ -120,8 +120,8 @@ def framing_headers(h):
     evidence = [evidence_of(s.hop) for s in sents] + [f"Envoy stat {REJECTED}: +{rejected}"]
     if rejected:
         version = getattr(h.envoy_binary, "version", "")
-        return failed(f"the EPP set a framing header on {rejected} of its replies (transfer-encoding): Envoy "
-                      f"{version} ignored it ({REJECTED}), so these responses came through, but a gateway that "
-                      "applies it breaks the response. Set no transfer-encoding or content-length on a response "
-                      "headers reply (do not echo the backend's headers back).", evidence)
+        return failed(f"the EPP set transfer-encoding on its response headers replies: Envoy {version} refused "
+                      f"{rejected} such header mutations ({REJECTED}), so these responses came through, but a gateway "
+                      "that applies them breaks the response. Set no transfer-encoding or content-length on a "
+                      "response headers reply (do not echo the backend's headers back).", evidence)
     return passed("no framing header from the EPP", evidence)
