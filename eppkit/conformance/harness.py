@@ -137,7 +137,7 @@ class Harness:
 
     def hops(self) -> list[Hop]:
         """Envoy's record of every request so far, the stopped testbeds' included."""
-        return [*self._retired_hops, *(h for bed in self._beds.values() for h in bed.hops())]
+        return [*self._retired_hops, *(h for bed in self._beds.values() if bed is not None for h in bed.hops())]
 
     def stop(self) -> None:
         for bed in list(self._beds.values()):
