@@ -27,7 +27,6 @@ from eppkit import backends as _backends
 from eppkit import flows, modes
 from eppkit.builds import inference_perf as load_tools
 from eppkit.gateway import user_filters as uf
-from eppkit.conformance import target as conformance_target
 from eppkit.gateway import versions as envoy_versions
 from eppkit.modes import external_epp
 from eppkit.modes.options import parse_set
@@ -287,7 +286,7 @@ def _table() -> list[Option]:
                "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),
                metavar="'NAME: VALUE'", group="conformance"),
         Option("--request-timeout", "seconds a check waits for one request (an EPP that never answers fails its check, "
-               "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=conformance_target.REQUEST_TIMEOUT_S, type=float,
+               "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=4.0, type=float,
                dest="request_timeout_s", group="conformance"),
         Option("--out", "report folder (default: reports/conformance-<time>/)", S({CONFORMANCE}), type=Path,
                group="conformance"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eppkit import modes
+from eppkit import options as options_table
 from eppkit.builds import gaie
 from eppkit.modes import external_epp, gaie_epp
 from eppkit.services.picker import headers
@@ -22,8 +23,9 @@ from eppkit.topology import Topology, VllmSpec
 # The modes whose picker is an EPP behind ext_proc: what the suite judges.
 EPP_MODES = ("ext_proc", "sidecar", external_epp.MODE.name, gaie_epp.MODE.name)
 PODS = ("vllm-0", "vllm-1", "vllm-2")
-# How long a check waits for one request (the pods answer in milliseconds): an EPP that never answers costs that.
-REQUEST_TIMEOUT_S = 4.0
+# How long a check waits for one request (the pods answer in milliseconds): an EPP that never answers costs that
+# (`eppkit conformance --request-timeout`'s default, from the one options table).
+REQUEST_TIMEOUT_S: float = options_table.default("request_timeout_s", options_table.CONFORMANCE)
 # The pods' latency: a request takes milliseconds, so a check's time is the EPP's and Envoy's.
 QUICK = MockLatency(time_to_first_token=2.0, inter_token_latency=1.0)
 # What the kit's own EPP answers to shed a request (test steering): the shed check's default for it.
