@@ -135,7 +135,7 @@ def check_metadata(check: TraceCheck, result) -> dict:
     return json.loads(made)
 
 
-def run_one(bed, body, prefill_ms: float, *, headers=None):
+def run_one(bed, body, prefill_ms: float, *, headers=None, tol_ms: float = TOL_MS):
     client = bed.client()
     result = client.chat(body, headers=headers)
     client.flush()
@@ -145,12 +145,12 @@ def run_one(bed, body, prefill_ms: float, *, headers=None):
     check = TraceCheck(bed.jaeger.wait_for_trace(result.trace_id, SPANS, timeout_s=20))
     check.follows_contract()
     timeline = steps(check, streamed=body["stream"])
-    check.duration(check.one(Vllm.PREFILL, Service.VLLM), prefill_ms, TOL_MS)
+    check.duration(check.one(Vllm.PREFILL, Service.VLLM), prefill_ms, tol_ms)
     metadata = check_metadata(check, result)
     served = result.headers.get("x-inference-pod")
     assert metadata["served_by"] == served == check.one(Epp.PICK).attributes[Epp.ENDPOINT_NAME]
     assert metadata["response_status"] == 200
-    assert abs(metadata["held_ms"] - prefill_ms) <= TOL_MS, metadata
+    assert abs(metadata["held_ms"] - prefill_ms) <= tol_ms, metadata
     if body["stream"]:
         assert len(result.tokens) == MAX_TOKENS
     t0 = timeline[0][1]
@@ -188,9 +188,10 @@ def test_multipart_headers_trigger_injects_before_the_first_token_reaches_the_ep
     assert check.one(Epp.INJECT).attributes[Epp.MULTIPART_TRIGGER] == "headers"
 
 
-@pytest.mark.eppkit_alone("prefill and hold within 30 ms")
 @pytest.mark.slow
-def test_multipart_thirty_second_prefill_keeps_the_request_open(eppkit_testbed_factory):
-    """Part 1 held open for 30 s: longer than the ext_proc message timeout (10 s), which does not apply to it."""
-    bed = eppkit_testbed_factory(multipart_topology(30_000.0))
-    run_one(bed, chat("a very long prefill"), 30_000.0)
+def test_multipart_prefill_longer_than_the_message_timeout_keeps_the_request_open(eppkit_testbed_factory):
+    """Part 1 held open for 12 s: longer than the ext_proc message timeout (10 s), which does not apply to it. Not
+    alone: what it shows is a hold that outlasts the timeout (1 s of slack for a loaded machine); the hold's
+    precision is the twelve-steps test's."""
+    bed = eppkit_testbed_factory(multipart_topology(12_000.0))
+    run_one(bed, chat("a very long prefill"), 12_000.0, tol_ms=1000.0)
