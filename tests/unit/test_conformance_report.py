@@ -1,15 +1,16 @@
 """The conformance suite's machinery without a testbed: the registry, the order and needs of checks, the report."""
 
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
+from eppkit.services.echo_epp import MISBEHAVIOURS
 
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks import CHECKS
 from eppkit.conformance.checks.registry import FAIL, NOT_RUN, PASS, Check, Result
 from eppkit.conformance.suite import run, run_check, selected
 from eppkit.conformance.target import Target
-from eppkit.services.echo_epp import MISBEHAVIOURS
 
 pytestmark = pytest.mark.unit
 
@@ -134,3 +135,18 @@ def test_levels_make_the_verdict():
     assert judge(Result(NOT_RUN, "its requests were refused"), ok) == INCOMPLETE  # a must without a witness
     assert judge(Result(NOT_RUN, "needs x", blocked=True), ok) == CONFORMS  # (x itself would have failed)
     assert judge(ok, ok, partial=True) == PARTIAL  # --check never says conforms
+
+
+def test_the_exit_code_says_conforms_fails_or_no_verdict_and_all_picks_one_release_per_line(monkeypatch):
+    from eppkit.conformance import command
+    from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, PARTIAL, WARNINGS
+    from eppkit.gateway import versions
+
+    assert [command.exit_code({"verdict": v}) for v in (CONFORMS, WARNINGS, FAILS, PARTIAL, INCOMPLETE)] == \
+        [0, 0, 1, 3, 3]
+    cached = [versions.EnvoyBinary(Path(f"/e/{v}"), v) for v in ("1.36.2", "1.36.4", "1.37.0", "1.39.0", "1.39.3")]
+    monkeypatch.setattr(versions, "cached", lambda: cached)
+    monkeypatch.setattr(versions, "installed_with_eppkit", lambda: versions.EnvoyBinary(Path("/e/1.40.0"), "1.40.0"))
+    assert command.envoy_versions("all") == ["1.36.4", "1.37.0", "1.39.3", "1.40.0"]
+    assert command.envoy_versions("1.38.3,1.36.2") == ["1.38.3", "1.36.2"]
+    assert command.envoy_versions(None) == [None]
