@@ -184,8 +184,8 @@ def _from_the_epp(hop) -> bool:
     said = hop.ext_proc.get("received_immediate_response")
     if said is not None:
         return bool(said)
-    details = str(hop["details"] or "")
-    return hop["upstream"] in (None, "", "-") and bool(details) and not details.startswith(ENVOYS_OWN)
+    details = str(hop["details"] or "")  # the EPP's own details (empty when it gives none), or Envoy's
+    return hop["upstream"] in (None, "", "-") and not details.startswith(ENVOYS_OWN)
 
 
 def _immediate(h, sent: Sent, status: int, what: str, evidence: list[str]):
