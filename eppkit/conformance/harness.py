@@ -160,17 +160,17 @@ class Harness:
             return self._clients[id(bed)]
 
     def probe_concurrency(self) -> bool:
-        """Two requests at once on the base testbed: :attr:`concurrent` unless exactly one of them was served (both
-        failing is the EPP failing every request, which the checks find and name; one of two failing is the EPP
-        failing a stream because another is open)."""
+        """Three requests at once on the base testbed, each body in two pieces 50 ms apart, so their streams are open
+        together: :attr:`concurrent` unless some were served and some not (all failing is the EPP failing every
+        request, which the checks find and name; some failing is the EPP failing a stream because another is open)."""
         try:
             bed = self.bed()
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                sents = list(pool.map(lambda _: self.send(bed), range(2)))
+            with ThreadPoolExecutor(max_workers=3) as pool:
+                sents = list(pool.map(lambda _: self.send(bed, pieces=2, pause_s=0.05), range(3)))
         except Exception:  # no testbed to ask (it fails to start: the first check says so): one at a time
             self.concurrent = False
         else:
-            self.concurrent = sum(served(s) for s in sents) != 1
+            self.concurrent = len({served(s) for s in sents}) == 1
         return self.concurrent
 
     def send_all(self, bed, requests: list[dict[str, Any]]) -> list[Sent]:
