@@ -38,9 +38,12 @@ def trace_context(h):
     window = (trace.start_us - 1_000_000, trace.end_us + 2_000_000)
 
     def own_spans(found):
+        """Spans of a service around no request (the EPP's) that are roots of traces of their own: an EPP that joins
+        Envoy's traces has its earlier requests' spans in this window too, each under Envoy's call."""
         spans = []
         for service in set(jaeger.services()) - AROUND - {s.service for s in found.spans}:
-            spans += [s for s in jaeger.spans_between(service, *window) if s.trace_id != found.trace_id]
+            spans += [s for s in jaeger.spans_between(service, *window)
+                      if s.service == service and not s.parent_id and s.trace_id != found.trace_id]
         return spans
 
     def look():  # the request's trace, and the EPP's spans found in it or, failing that, in traces of their own
