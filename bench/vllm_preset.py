@@ -34,7 +34,7 @@ from eppkit.core import procfs
 from eppkit.flows._servers import pod_hosts
 from eppkit.components.ports import PortAllocator
 from eppkit.runtimes import create
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 from eppkit.topology import Topology
 
 MODEL = "mock-llm"

@@ -48,7 +48,7 @@ from eppkit.observability.trace_model import from_jaeger_json
 from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
 from eppkit.runtimes.vllm_servers import ServerPool
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 from eppkit.services.picker.settings import PickerSettings
 from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import Topology, VllmSpec

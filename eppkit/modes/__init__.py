@@ -5,7 +5,7 @@ services it starts and the variables of its Envoy template) and a :class:`Mode` 
 :func:`register`. Every module is imported with the package, so a new mode is one module plus
 its Envoy template (envoy/<template>). Everything else asks the registry:
 
-- the runtimes start ``plan``'s services and render ``template`` (eppkit/runtimes/local.py);
+- the testbed starts ``plan``'s services and renders ``template`` (eppkit/runtimes/testbed.py);
 - the CLI and ``eppkit compare`` list :func:`names` and read options through :func:`options_for`;
 - the report colours a mode with ``color``; the reliability tests read the traits below;
 - which spans a complete trace holds: ``spans`` (the mode's own; the flow's come from
