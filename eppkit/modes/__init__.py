@@ -19,18 +19,10 @@ picker so it names those stages too.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from eppkit.core.registry import load_members
 from eppkit.modes.registry import Mode, all_modes, check, get, kit_names, names, options_for, plan, register
 
 __all__ = ["Mode", "all_modes", "check", "get", "kit_names", "names", "options_for", "plan", "register"]
 
 
-def _load_all() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_") and module.name not in ("options", "registry"):
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
-_load_all()
+load_members(__name__, __path__, group="modes", skip=("options", "registry"))
