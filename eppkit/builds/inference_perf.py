@@ -38,7 +38,7 @@ from pathlib import Path
 
 from eppkit.builds.dynmod import _step, build_main
 from eppkit.core.paths import cache_dir, cache_lock
-from eppkit.services.vllm import tokens
+from eppkit.services.openai_server import tokens
 
 NAME = "inference-perf"
 VERSION = "0.7.0"

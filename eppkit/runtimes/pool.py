@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Protocol
 
 from eppkit.components.controlplane import ControlPlane
-from eppkit.components.ports import PortAllocator
 from eppkit.components.inference_pool import InferencePoolObjects, PodState, check_pod_ip, pod_address
+from eppkit.components.ports import PortAllocator
 from eppkit.flows._servers import instance
 from eppkit.gateway import eds
 from eppkit.plan import Endpoint, PoolTarget

@@ -20,8 +20,8 @@ from typing import Protocol
 
 from eppkit import flows, modes
 from eppkit.builds import controlplane as controlplane_build
-from eppkit.components.controlplane import ControlPlane, ControlPlaneError, SharedControlPlane
 from eppkit.components.base import Component, start_whole
+from eppkit.components.controlplane import ControlPlane, ControlPlaneError, SharedControlPlane
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
 from eppkit.components.readiness import GrpcHealthReady, HttpReady, ReadinessTimeout, TcpReady
