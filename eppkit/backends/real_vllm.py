@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import os
 import shlex
-from pathlib import Path
 from typing import Sequence
 
 from eppkit.builds import vllm_cpu
+from eppkit.core import procfs
 from eppkit.plan import ServiceSpec
 
 NAME = "vllm"
@@ -115,10 +115,5 @@ def check_memory(servers: int, own: str = "") -> None:
 
 
 def _available_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1e6
-    except OSError:
-        pass
-    return None
+    kib = procfs.meminfo_kib("MemAvailable")
+    return kib / 1e6 if kib is not None else None
