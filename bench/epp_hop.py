@@ -30,7 +30,7 @@ from bench.system import loadavg, machine
 from eppkit.core.paths import cache_dir, cache_lock
 from eppkit.observability import steps
 from eppkit.runtimes import create, create_jaeger
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import Topology, VllmSpec
 

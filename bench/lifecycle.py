@@ -33,6 +33,7 @@ import requests
 from bench.system import loadavg, machine
 from eppkit.components import zygote
 from eppkit.components.process import ServiceProcess
+from eppkit.core import procfs
 from eppkit.runtimes import create, create_jaeger
 from eppkit.topology import Topology
 
@@ -72,9 +73,7 @@ def time_jaeger(rounds: int, work: Path) -> dict:
 
 def cpu_s(pid: int) -> float:
     """User + system CPU a process has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return procfs.cpu_seconds(pid) or 0.0
 
 
 def time_service_start(rounds: int, work: Path) -> dict:

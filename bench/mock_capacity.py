@@ -50,6 +50,7 @@ from eppkit.services.runner import run_loop  # noqa: E402
 
 from bench.system import machine_cpu_seconds  # noqa: E402
 from eppkit.components.process import ServiceProcess  # noqa: E402
+from eppkit.core import procfs  # noqa: E402
 
 HARD_DEADLINE_S = 170.0
 ITL_MS = 20.0
@@ -181,9 +182,7 @@ def bucket_percentile(before: dict[float, int], after: dict[float, int], p: floa
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    return procfs.cpu_seconds(pid) or 0.0
 
 
 async def stream_level(port: int, pid: int, n: int, steady_s: float, timeout: float) -> dict:
@@ -291,14 +290,7 @@ async def timer_floor(seconds: float = 2.0) -> dict:
 
 
 def machine() -> dict:
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model, _ = procfs.cpu_model()
     try:
         load = os.getloadavg()
     except OSError:

@@ -33,7 +33,7 @@ from bench.system import busy_processes, loadavg, machine
 from eppkit.components.jaeger import Jaeger
 from eppkit.gateway import process as envoy_process
 from eppkit.modes import names as mode_names
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

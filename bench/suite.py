@@ -35,11 +35,10 @@ import time
 from pathlib import Path
 
 from bench.system import busy_processes, loadavg, machine
+from eppkit.core import procfs
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-TICK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
 CGROUP = Path("/sys/fs/cgroup")
 TAG = "EPPKIT_TEST_SESSION"
 SAMPLE_S = 1.0
@@ -49,29 +48,16 @@ MAX_RUN_S = 4 * 3600  # one run's bound
 
 # -- what a run uses, from /proc and the cgroups -----------------------------------------------------
 
-def _stat(pid: int) -> tuple[int, float, int] | None:
-    """(parent pid, CPU seconds of it and its waited-for children, resident bytes) of a live process."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] == "Z":
-        return None
-    cpu = sum(int(x) for x in fields[11:15]) / TICK  # utime, stime, cutime, cstime
-    return int(fields[1]), cpu, int(fields[21]) * PAGE
-
-
 def tree(root: int) -> dict[int, tuple[float, int]]:
     """Every live process under ``root`` (itself included): pid -> (CPU seconds, resident bytes).
 
     A process's CPU counts its children that have exited and been waited for, so the sum over the live
     tree is the CPU of everything the run ran so far (save orphans that were re-parented away)."""
     stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(int(entry))
-            if st is not None:
-                stats[int(entry)] = st
+    for pid in procfs.pids():
+        st = procfs.parent_cpu_rss(pid)
+        if st is not None:
+            stats[pid] = st
     mine = {root} if root in stats else set()
     grew = True
     while grew:
@@ -84,11 +70,7 @@ def tree(root: int) -> dict[int, tuple[float, int]]:
 def run_tag(pids) -> str | None:
     """The run's session tag, from a worker's environment as it started (the controller handed it down)."""
     for pid in pids:
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for item in env:
+        for item in procfs.environ(pid):
             if item.startswith(f"{TAG}=".encode()):
                 return item.split(b"=", 1)[1].decode().split("/")[0]
     return None

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 
-_TICK = os.sysconf("SC_CLK_TCK")
+from eppkit.core import procfs
 
 
 def loadavg() -> list[float]:
@@ -18,22 +17,9 @@ def loadavg() -> list[float]:
 
 def machine() -> dict:
     """What the figures ran on. Written next to every table."""
-    model, mhz = "unknown", None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "unknown":
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("cpu MHz") and mhz is None:
-                mhz = round(float(line.split(":", 1)[1]))
-    except OSError:
-        pass
-    mem_gib = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
-    except OSError:
-        pass
+    model, mhz = procfs.cpu_model()
+    total = procfs.meminfo_kib("MemTotal")
+    mem_gib = round(total / 1024 / 1024, 1) if total is not None else None
     return {
         "cpus": os.cpu_count(),
         "cpu_model": model,
@@ -47,36 +33,15 @@ def machine() -> dict:
 
 def cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU of one process (all its threads) so far; None when it is gone."""
-    if not pid:
-        return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return procfs.cpu_seconds(pid)
 
 
-def machine_cpu_seconds() -> dict[str, float]:
-    """Whole-machine CPU time so far, from /proc/stat: busy, idle and steal (time the
-    hypervisor ran someone else while this VM wanted the CPU), summed over all CPUs."""
-    fields = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    ticks = os.sysconf("SC_CLK_TCK")
-    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
-    return {"busy": (user + nice + system + irq + softirq) / ticks, "idle": (idle + iowait) / ticks, "steal": steal / ticks}
+machine_cpu_seconds = procfs.machine_cpu_seconds
 
 
 def memory_kib(pid: int | None) -> dict[str, int]:
     """VmRSS (now) and VmHWM (peak) in KiB."""
-    out: dict[str, int] = {}
-    if not pid:
-        return out
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(("VmRSS:", "VmHWM:")):
-                out[line.split(":")[0]] = int(line.split()[1])
-    except OSError:
-        pass
-    return out
+    return procfs.status_kib(pid, "VmRSS", "VmHWM") if pid else {}
 
 
 class CpuMeter:
@@ -111,24 +76,18 @@ def busy_processes(seconds: float = 1.0, top: int = 5) -> list[str]:
     def snapshot() -> dict[int, tuple[str, float]]:
         out = {}
         parents: dict[int, int] = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                comm = stat[stat.index("(") + 1:stat.rindex(")")]
-                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            except (OSError, ValueError):
+        for pid in procfs.pids():
+            comm, args, stat = procfs.name(pid), procfs.argv(pid), procfs.parent_cpu_rss(pid)
+            if comm is None or args is None or stat is None:
                 continue
             name = comm
-            if comm.startswith("python") and len(cmdline) > 1:  # "python -m pytest" reads better as pytest
-                args = [a.decode(errors="replace") for a in cmdline[1:4] if a]
+            if comm.startswith("python") and len(args) > 1:  # "python -m pytest" reads better as pytest
+                args = args[1:4]
                 name = next((a.rsplit("/", 1)[-1] for a in args if not a.startswith("-")), comm)
                 if "-m" in args:
                     name = args[args.index("-m") + 1] if args.index("-m") + 1 < len(args) else name
-            fields = stat.rsplit(")", 1)[1].split()
-            parents[int(entry.name)] = int(fields[1])
-            out[int(entry.name)] = (name, (int(fields[11]) + int(fields[12])) / _TICK)
+            parents[pid] = stat[0]
+            out[pid] = (name, procfs.cpu_seconds(pid) or 0.0)
         # Leave out this process and everything it started (the testbeds, vegeta): only the others.
         mine = {os.getpid()}
         grew = True

@@ -28,13 +28,13 @@ from bench.system import busy_processes, loadavg, machine
 from eppkit.backends import Backend, real_vllm
 from eppkit.builds import vllm_cpu
 from eppkit.components.jaeger import Jaeger
+from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
 from eppkit.core import procfs
 from eppkit.flows._servers import pod_hosts
-from eppkit.components.ports import PortAllocator
 from eppkit.runtimes import create
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 from eppkit.topology import Topology
 
 MODEL = "mock-llm"
@@ -86,14 +86,8 @@ def group_memory_mib(pgid: int) -> dict:
     """RSS and PSS (shared pages split between their users) of every process of one server, from /proc."""
     rss = pss = 0
     for pid in procfs.group_members(pgid):
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Rss:"):
-                    rss += int(line.split()[1])
-                elif line.startswith("Pss:"):
-                    pss += int(line.split()[1])
-        except OSError:
-            continue
+        found = procfs.smaps_kib(pid)
+        rss, pss = rss + found.get("Rss", 0), pss + found.get("Pss", 0)
     return {"rss_mib": round(rss / 1024), "pss_mib": round(pss / 1024), "processes": len(procfs.group_members(pgid))}
 
 

@@ -10,7 +10,7 @@ The public API (what docs/api.md documents and the examples use):
 
 In pytest, the plugin (``eppkit.pytest_plugin``, registered as ``pytest11``) gives fixtures for
 all of this. Names are loaded on first use, so ``python -m eppkit.services.vllm`` (and the
-services image, which holds only ``eppkit.services`` and ``eppkit.observability``) import nothing
+services image, which holds only ``eppkit.services``, ``eppkit.observability`` and ``eppkit.core``) import nothing
 of the testbed.
 """
 

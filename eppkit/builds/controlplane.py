@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eppkit.builds import gaie
-from eppkit.builds.dynmod import _go_version, _step, build_main
+from eppkit.builds.steps import build_main, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 ETCD_MODULE, ETCD_VERSION = "go.etcd.io/etcd/server/v3", "v3.6.16"
@@ -125,7 +125,7 @@ def build(progress: Callable[[str], object] = print, *, force: bool = False) -> 
 
 
 def _check_go(go: str, env: dict[str, str]) -> None:
-    version = _go_version(go, env)
+    version = go_version(go, env)
     match = re.match(r"go(\d+)\.(\d+)", version)
     if match and tuple(map(int, match.groups())) < GO_NEEDED:
         raise ControlPlaneBuildError(
@@ -197,11 +197,11 @@ def _build_binaries(go: str, env: dict[str, str], progress: Callable[[str], obje
                                   KUBE_PACKAGE]),
             ]
             for folder, what, cmd in steps:
-                _step(progress, log, what, cmd, tmp / folder, env, label="control plane", hint=hint,
+                run_step(progress, log, what, cmd, tmp / folder, env, label="control plane", hint=hint,
                       error=ControlPlaneBuildError, timeout_s=STEP_TIMEOUT_S)
         (tmp / "build-info.json").write_text(json.dumps({
             "etcd": f"{ETCD_MODULE}@{ETCD_VERSION}", "kube-apiserver": f"{KUBE_PACKAGE}@{KUBE_VERSION}",
-            "go": _go_version(go, env), "seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
+            "go": go_version(go, env), "seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
         shutil.rmtree(tmp / "etcd-wrapper")
         shutil.rmtree(tmp / "kube-wrapper")
         if out.exists():

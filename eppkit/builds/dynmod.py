@@ -17,18 +17,17 @@ for why it is the 2026-04-23 pseudo-version and not Envoy 1.40.0's commit.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from eppkit.builds.steps import BuildError, build_main, go_version, run_step
 from eppkit.core.paths import PLUGINS, cache_dir, cache_lock
 
 SOURCE_DIR = PLUGINS / "dynamic_module"
@@ -40,11 +39,9 @@ LIB_NAME = "libeppkit_callout.so"
 # environment. (cgocheck cannot be set by a //go:debug line or go.mod's godebug block.)
 LDFLAGS = "-X=runtime.godebugDefault=cgocheck=0"
 BUILD_ARGS = ("build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", f"-ldflags={LDFLAGS}")
-HEARTBEAT_S = 15.0
-BUILD_TIMEOUT_S = 900.0
 
 
-class DynmodBuildError(RuntimeError):
+class DynmodBuildError(BuildError):
     """The module did not build; the message carries the log tail and a hint."""
 
 
@@ -136,15 +133,19 @@ def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], objec
     started = time.monotonic()
     try:
         with log_path.open("w") as log:
-            _step(progress, log, f"downloading Go modules of {src} (Envoy Go SDK)",
-                  [go, "mod", "download"], src, env)
-            _step(progress, log, f"compiling {lib_name} (cold: 30-60 s on 2 cores)",
-                  [go, *BUILD_ARGS, "-o", str(tmp / lib_name), package], src, env)
+            run_step(progress, log, f"downloading Go modules of {src} (Envoy Go SDK)", [go, "mod", "download"], src,
+                     env, label="dynmod", error=DynmodBuildError,
+                     hint="the Go module proxy must serve github.com/envoyproxy/envoy/source/extensions/dynamic_modules "
+                          "at the go.mod version (GOPROXY, GOFLAGS, network)")
+            run_step(progress, log, f"compiling {lib_name} (cold: 30-60 s on 2 cores)",
+                     [go, *BUILD_ARGS, "-o", str(tmp / lib_name), package], src, env, label="dynmod",
+                     error=DynmodBuildError,
+                     hint="cgo needs a C compiler (gcc); an SDK API change shows as a compile error above")
         (tmp / "build-info.json").write_text(json.dumps({
             "source_dir": str(src),
             "package": package,
             "source_hash": source_hash(src, package=package, lib_name=lib_name),
-            "go": _go_version(go, env),
+            "go": go_version(go, env),
             "build_args": list(BUILD_ARGS),
             "seconds": round(time.monotonic() - started, 1),
         }, indent=2) + "\n")
@@ -161,79 +162,6 @@ def _build_locked(go: str, src: Path, out: Path, progress: Callable[[str], objec
         raise
     progress(f"dynmod: built {out / lib_name} in {time.monotonic() - started:.1f} s")
     return out / lib_name
-
-
-def _step(progress, log, what: str, cmd: list[str], cwd: Path, env: dict[str, str], *,
-          label: str = "dynmod", hint: str | None = None, error: type[Exception] = DynmodBuildError,
-          timeout_s: float = BUILD_TIMEOUT_S) -> None:
-    """Run one build command into ``log``, with a heartbeat on ``progress``; ``error`` with the log tail on failure."""
-    progress(f"{label}: {what} ...")
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    next_beat = t0 + HEARTBEAT_S
-    while True:
-        try:
-            rc = proc.wait(timeout=1.0)
-            break
-        except subprocess.TimeoutExpired:
-            now = time.monotonic()
-            if now - t0 > timeout_s:
-                proc.kill()
-                proc.wait()
-                rc = None
-                break
-            if now >= next_beat:
-                progress(f"{label}:   still {what.split(' (')[0]} ({now - t0:.0f} s)")
-                next_beat = now + HEARTBEAT_S
-    log.flush()
-    if rc != 0:
-        tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-40:])
-        why = f"timed out after {timeout_s:.0f} s" if rc is None else f"exited {rc}"
-        hint = hint or (
-            "the Go module proxy must serve github.com/envoyproxy/envoy/source/extensions/dynamic_modules "
-            "at the go.mod version (GOPROXY, GOFLAGS, network)"
-            if "mod download" in " ".join(cmd)
-            else "cgo needs a C compiler (gcc); an SDK API change shows as a compile error above"
-        )
-        raise error(
-            f"{label} build failed: `{' '.join(cmd)}` {why} (in {cwd}).\n"
-            f"--- last lines of {log.name} ---\n{tail}--- end ---\nHint: {hint}."
-        )
-    progress(f"{label}:   done in {time.monotonic() - t0:.1f} s")
-
-
-def _go_version(go: str, env: dict[str, str]) -> str:
-    try:
-        return subprocess.run([go, "env", "GOVERSION"], env=env, capture_output=True,
-                              text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-
-def build_main(argv: list[str] | None, prog: str, doc: str, find: Callable[[], Path | None],
-               build: Callable[..., Path], error: type[Exception]) -> int:
-    """The command line of a cached build (this module's, eppkit.builds.gaie's): build or reuse and print
-    the path; ``--find`` only prints an existing build; ``--force`` rebuilds."""
-    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
-    ap.add_argument("--find", action="store_true", help="only print the path of an existing build")
-    ap.add_argument("--force", action="store_true", help="rebuild even if a build exists")
-    args = ap.parse_args(argv)
-    if args.find:
-        path = find()
-        if path is None:
-            print("not built", file=sys.stderr)
-            return 1
-        print(path)
-        return 0
-    try:
-        print(build(lambda msg: print(msg, file=sys.stderr), force=args.force))
-    except error as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

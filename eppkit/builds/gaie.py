@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eppkit.builds.dynmod import _go_version, _step, build_main
+from eppkit.builds.steps import build_main, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 VERSION = "v1.5.0"
@@ -87,9 +87,9 @@ def _build_locked(go: str, out: Path, progress: Callable[[str], object]) -> Path
                  [go, "build", f"-ldflags={LDFLAGS}", "-o", str(tmp / BINARY), PACKAGE]),
             ]
             for what, cmd in steps:
-                _step(progress, log, what, cmd, wrapper, env, label="gaie-epp", hint=hint, error=GaieBuildError)
+                run_step(progress, log, what, cmd, wrapper, env, label="gaie-epp", hint=hint, error=GaieBuildError)
         (tmp / "build-info.json").write_text(json.dumps({
-            "package": PACKAGE, "version": VERSION, "go": _go_version(go, env), "ldflags": LDFLAGS,
+            "package": PACKAGE, "version": VERSION, "go": go_version(go, env), "ldflags": LDFLAGS,
             "seconds": round(time.monotonic() - started, 1),
         }, indent=2) + "\n")
         shutil.rmtree(wrapper)

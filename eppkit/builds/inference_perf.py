@@ -36,9 +36,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from eppkit.builds.dynmod import _step, build_main
+from eppkit.builds.steps import build_main, run_step
 from eppkit.core.paths import cache_dir, cache_lock
-from eppkit.services.vllm import tokens
+from eppkit.services.openai_server import tokens
 
 NAME = "inference-perf"
 VERSION = "0.7.0"
@@ -193,9 +193,9 @@ def _build_locked(root: Path, progress: Callable[[str], object], *, force: bool)
             shutil.rmtree(venv, ignore_errors=True)
             hint = f"pip must reach PyPI (or a mirror: PIP_INDEX_URL) for {NAME}=={VERSION} and its dependencies"
             env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-            _step(progress, log, f"a virtualenv with Python {version} ({python})", [python, "-m", "venv", str(venv)],
+            run_step(progress, log, f"a virtualenv with Python {version} ({python})", [python, "-m", "venv", str(venv)],
                   root, env, label=NAME, hint=hint, error=LoadToolBuildError)
-            _step(progress, log, f"pip install {NAME}=={VERSION} (cold: about 2 min, 190 MB)",
+            run_step(progress, log, f"pip install {NAME}=={VERSION} (cold: about 2 min, 190 MB)",
                   [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", f"{NAME}=={VERSION}",
                    "-c", str(CONSTRAINTS)], root, env, label=NAME, hint=hint, error=LoadToolBuildError)
         tool = LoadTool(root, _venv_version(venv))

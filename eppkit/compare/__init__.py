@@ -31,7 +31,7 @@ import requests
 
 from eppkit import flows, modes
 from eppkit import options as opt
-from eppkit.backends import VLLM, Backend
+from eppkit.backends import Backend
 from eppkit.builds import inference_perf
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import loadtool, output
@@ -48,7 +48,7 @@ from eppkit.observability.trace_model import from_jaeger_json
 from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
 from eppkit.runtimes.vllm_servers import ServerPool
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 from eppkit.services.picker.settings import PickerSettings
 from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import Topology, VllmSpec
@@ -412,7 +412,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         if found is None:
             progress.message(f"eppkit compare: the {options.load_tool} cross-check is skipped: {tool[1]}")
     try:
-        if options.backend.kind == VLLM and not options.backend.running:
+        if options.backend.entry.shared and not options.backend.running:
             # A real vLLM starts in 30-90 s: the servers start once and every mode's testbed shares them.
             progress.update(f"starting {options.backends} vLLM server(s) once for every mode (30-90 s) ...")
             servers = ServerPool(jaeger.otlp_grpc_endpoint)

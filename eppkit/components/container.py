@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Sequence
 
 from eppkit.components.base import Component, LiveSet
+from eppkit.core import procfs
 from eppkit.core.procfs import SESSION_TAG
 
 LABEL = "eppkit"
@@ -47,33 +48,10 @@ _configured = False
 
 
 # -- who owns a container ------------------------------------------------------------------
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
-def _start_time(pid: int) -> str:
-    """The process's start time in clock ticks since boot (field 22 of /proc/pid/stat); '' if gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return ""
-
-
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
-    except OSError:
-        return "unknown"
-
-
 def owner_id(pid: int | None = None) -> str:
     """``<host>/<boot id>/<pid namespace>/<pid>/<start time>``: one process, never a later one reusing its pid."""
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}/{_boot_id()}/{_pid_namespace()}/{pid}/{_start_time(pid)}"
+    return f"{socket.gethostname()}/{procfs.boot_id()}/{procfs.pid_namespace()}/{pid}/{procfs.start_ticks(pid)}"
 
 
 def owner_alive(owner: str) -> bool:
@@ -88,11 +66,11 @@ def owner_alive(owner: str) -> bool:
         return False  # not one of ours, or from an older kit: nobody can clean it but a sweep
     if host != socket.gethostname():
         return True
-    if boot != _boot_id():
+    if boot != procfs.boot_id():
         return False  # this host rebooted since: the owner is long gone
-    if pidns != _pid_namespace():
+    if pidns != procfs.pid_namespace():
         return True
-    return bool(started) and _start_time(int(pid)) == started
+    return bool(started) and procfs.start_ticks(int(pid)) == started
 
 
 def labels(component: str, **extra: str) -> dict[str, str]:

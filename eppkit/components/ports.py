@@ -25,6 +25,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from eppkit.core import procfs
 from eppkit.core.paths import port_leases_dir
 
 TRIES = 200
@@ -40,11 +41,7 @@ def _free(host: str, port: int) -> bool:
 
 
 def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
+    return procfs.local_port_range() or (32768, 60999)
 
 
 def port_range() -> tuple[int, int]:

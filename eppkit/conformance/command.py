@@ -58,7 +58,7 @@ def exit_code(report: dict) -> int:
 def main(args: argparse.Namespace) -> int:
     from eppkit.components.controlplane import SharedControlPlane
     from eppkit.runtimes import create, create_jaeger
-    from eppkit.runtimes.local import new_run_dir
+    from eppkit.runtimes.testbed import new_run_dir
 
     try:
         target = target_from(args)

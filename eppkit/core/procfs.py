@@ -1,6 +1,8 @@
-"""Processes as Linux's /proc shows them: is one alive, which are a process's children.
+"""Linux's /proc, read in one place: is a process alive, its children, its CPU and memory, its environment and
+descriptors; the machine's CPUs, memory and identity (every other module and bench/ ask here).
 
-A zombie (exited, not yet reaped) counts as gone: it runs nothing and holds no port.
+A zombie (exited, not yet reaped) counts as gone: it runs nothing and holds no port. A process or descriptor
+that vanishes while this reads is left out (None, empty), never an error: /proc changes between two reads.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import signal
 import sys
 
 _PR_SET_PDEATHSIG = 1
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def die_with_parent() -> None:
@@ -28,6 +32,149 @@ def _stat(pid: int | str) -> list[str] | None:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
+        return None
+
+
+def pids() -> list[int]:
+    """Every process this /proc shows."""
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit()] if os.path.isdir("/proc") else []
+
+
+def cpu_seconds(pid: int | None, *, children: bool = False) -> float | None:
+    """User + system CPU a process (all its threads) has used so far; with ``children``, also its exited and
+    waited-for children's. None when it is gone."""
+    fields = _stat(pid) if pid else None
+    if fields is None:
+        return None
+    return sum(int(x) for x in fields[11:15 if children else 13]) / TICK
+
+
+def start_ticks(pid: int) -> str:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat); '' if gone."""
+    fields = _stat(pid)
+    return fields[19] if fields is not None else ""
+
+
+def parent_cpu_rss(pid: int) -> tuple[int, float, int] | None:
+    """(parent pid, CPU seconds of it and its waited-for children, resident bytes) of a live process; None if gone."""
+    fields = _stat(pid)
+    if fields is None or fields[0] == "Z":
+        return None
+    return int(fields[1]), sum(int(x) for x in fields[11:15]) / TICK, int(fields[21]) * PAGE
+
+
+def status_kib(pid: int, *keys: str) -> dict[str, int]:
+    """Fields of /proc/<pid>/status in KiB (``VmRSS``, ``VmHWM``, ...); those it lacks, or all if it is gone, left out."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key = line.split(":", 1)[0]
+                if key in keys:
+                    out[key] = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def smaps_kib(pid: int) -> dict[str, int]:
+    """``Rss`` and ``Pss`` (shared pages split between their users) of a process, in KiB; {} if gone."""
+    out: dict[str, int] = {}
+    try:
+        for line in _read(f"/proc/{pid}/smaps_rollup").splitlines():
+            key = line.split(":", 1)[0]
+            if key in ("Rss", "Pss"):
+                out[key] = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def environ(pid: int) -> list[bytes]:
+    """The process's environment as it was at its start (``NAME=value`` each); [] if gone or not ours to read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def argv(pid: int) -> list[str] | None:
+    """The process's arguments; None if gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
+def cmdline(pid: int) -> str | None:
+    """The process's command line, its arguments joined by spaces; None if gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def meminfo_kib(key: str) -> int | None:
+    """A field of /proc/meminfo in KiB (``MemTotal``, ``MemAvailable``); None where unknown."""
+    try:
+        for line in _read("/proc/meminfo").splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def cpu_model() -> tuple[str, int | None]:
+    """The first CPU's model name and MHz (/proc/cpuinfo); ("unknown", None) where unknown."""
+    model, mhz = "unknown", None
+    try:
+        for line in _read("/proc/cpuinfo").splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("cpu MHz") and mhz is None:
+                mhz = round(float(line.split(":", 1)[1]))
+    except (OSError, ValueError):
+        pass
+    return model, mhz
+
+
+def machine_cpu_seconds() -> dict[str, float]:
+    """Whole-machine CPU time so far, from /proc/stat: busy, idle and steal (time the hypervisor ran someone else
+    while this VM wanted the CPU), summed over all CPUs."""
+    fields = [int(x) for x in _read("/proc/stat").splitlines()[0].split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return {"busy": (user + nice + system + irq + softirq) / TICK, "idle": (idle + iowait) / TICK, "steal": steal / TICK}
+
+
+def boot_id() -> str:
+    try:
+        return _read("/proc/sys/kernel/random/boot_id").strip()
+    except OSError:
+        return "unknown"
+
+
+def pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").split("[")[-1].rstrip("]")
+    except OSError:
+        return "unknown"
+
+
+def local_port_range() -> tuple[int, int] | None:
+    """The ephemeral port range the kernel hands out (/proc/sys/net/ipv4/ip_local_port_range); None where unknown."""
+    try:
+        low, high = _read("/proc/sys/net/ipv4/ip_local_port_range").split()
+        return int(low), int(high)
+    except (OSError, ValueError):
         return None
 
 
@@ -99,32 +246,22 @@ def tagged(tag: str, *, workers: bool = False, spared: set[int] = frozenset()) -
         return []
     needle = f"{SESSION_TAG}={tag}".encode()
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in spared:
+    for pid in pids():
+        if pid in spared:
             continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            if not any(v.startswith(needle + b"/") if workers else v == needle for v in env):
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:  # gone meanwhile, or not ours to read
+        env = environ(pid)  # gone meanwhile, or not ours to read: empty
+        if not any(v.startswith(needle + b"/") if workers else v == needle for v in env):
             continue
-        if alive(int(entry)):
-            found.append((int(entry), cmdline))
+        line = cmdline(pid)
+        if line is not None and alive(pid):
+            found.append((pid, line))
     return found
 
 
 def tag_of(pid: int) -> str | None:
     """The ``SESSION_TAG`` a process carries (its environment at its start), or None."""
     prefix = f"{SESSION_TAG}=".encode()
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read().split(b"\0")
-    except OSError:
-        return None
-    return next((v[len(prefix):].decode(errors="replace") for v in env if v.startswith(prefix)), None)
+    return next((v[len(prefix):].decode(errors="replace") for v in environ(pid) if v.startswith(prefix)), None)
 
 
 INOTIFY_LIMIT = "/proc/sys/fs/inotify/max_user_instances"

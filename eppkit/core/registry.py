@@ -1,8 +1,12 @@
 """A registry of named entries (modes, flows), in the manner of GAIE's plugin registry: each entry's own
-module registers it once; everything else looks entries up by name and never switches on one."""
+module registers it once; everything else looks entries up by name and never switches on one. :func:`load_members`
+imports a registry's modules, and an outside package's through its entry points."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from importlib import metadata
 from typing import Generic, Protocol, TypeVar
 
 
@@ -37,3 +41,28 @@ class Registry(Generic[E]):
 
     def all(self) -> tuple[E, ...]:
         return tuple(self.get(n) for n in self.names())
+
+
+class PluginError(ImportError):
+    """An outside package's entry point that does not load: which one, from which distribution, and why."""
+
+
+def load_members(package: str, path, *, group: str, skip: tuple[str, ...] = (), order: tuple[str, ...] = ()) -> None:
+    """Import every module of a registry's package, each registering its own entries: the modules of ``path`` (the
+    package's ``__path__``) but private ones and ``skip``, those named in ``order`` first, the rest by name; then
+    every entry point of the group ``eppkit.<group>`` an installed distribution declares, the way pytest loads its
+    ``pytest11`` plugins, so an outside package adds its own (pyproject.toml)::
+
+        [project.entry-points."eppkit.checks"]
+        my-checks = "my_package.checks"      # a module whose import registers them
+    """
+    names = [m.name for m in pkgutil.iter_modules(path) if not m.name.startswith("_") and m.name not in skip]
+    for name in sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n)):
+        importlib.import_module(f"{package}.{name}")
+    for entry in metadata.entry_points(group=f"eppkit.{group}"):
+        try:
+            entry.load()
+        except Exception as exc:
+            dist = entry.dist.name if entry.dist is not None else "an installed distribution"
+            raise PluginError(f"the eppkit.{group} entry point {entry.name!r} of {dist} ({entry.value}) failed to "
+                              f"load: {type(exc).__name__}: {exc}\nHint: fix or uninstall {dist}.") from exc

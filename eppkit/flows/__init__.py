@@ -17,18 +17,10 @@ starts only the pd-sidecars).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from eppkit.core.registry import load_members
 from eppkit.flows.registry import Flow, FlowPlan, all_flows, get, names, register
 
 __all__ = ["Flow", "FlowPlan", "all_flows", "get", "names", "register"]
 
 
-def _load_all() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_") and module.name != "registry":
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
-_load_all()
+load_members(__name__, __path__, group="flows", skip=("registry",))

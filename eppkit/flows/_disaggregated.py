@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eppkit.backends import URLS, check_seed
+from eppkit.backends import check_seed
 from eppkit.components.ports import PortAllocator
 from eppkit.flows._servers import instance
 from eppkit.flows.registry import FlowPlan
@@ -25,7 +25,7 @@ def plan(topology: Topology, ports: PortAllocator, run_dir: Path, *, encoders: b
     out = FlowPlan()
     model = topology.vllm[0].model if topology.vllm else "mock-llm"
     extra = topology.vllm[0].extra_args if topology.vllm else []
-    urls = topology.backend.kind == URLS
+    urls = not topology.backend.starts_servers  # servers you run: the kit starts only the pd-sidecars
     ec_args: list[str] = []
     if encoders:
         ec_dir = run_dir / "ec-cache"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from eppkit.backends import SIM, URLS, VLLM, inference_sim, real_vllm
+from eppkit.backends import Server
 from eppkit.components.inference_pool import pod_address
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
@@ -15,32 +15,20 @@ def pod_hosts(n: int) -> list[str]:
     return [pod_address(i) for i in range(n)]
 
 
-def _vllm_args(topology: Topology, name: str, role: str, model: str, extra: list[str]) -> list[str]:
-    return ["--role", role, "--instance", name, "--served-model-name", model, *topology.latency.args(),
-            "--seed", str(topology.seed), *extra]
-
-
 def instance(topology: Topology, ports: PortAllocator, name: str, role: str, model: str,
              extra: list[str], host: str = "127.0.0.1", port: int | None = None,
              index: int = 0) -> tuple[ServiceSpec, Endpoint]:
-    """One vLLM the kit starts: its mock, or a preset (llm-d-inference-sim, a real vLLM) in its place.
+    """One vLLM the kit starts: the backend's server (its mock, or a preset such as llm-d-inference-sim or a real
+    vLLM: eppkit.backends.registry).
     ``host``/``port``: a pod address of its own (modes whose EPP sees an InferencePool); ``index``: its place
     among the topology's vLLMs."""
-    if topology.backend.kind == VLLM:
-        port = port or ports.port()
-        spec = real_vllm.service(name, index, host=host, port=port, model=model, seed=topology.seed,
-                                 own=topology.backend.command, extra=extra)
-    elif topology.backend.kind == SIM:  # never on a pod address of its own (Backend.validate refuses that)
-        # It binds every interface: its port must be free there too, not only on loopback.
-        port = ports.port(all_interfaces=True)
-        argv = inference_sim.command(inference_sim.require_binary(), port=port, model=model, seed=topology.seed,
-                                     latency=topology.latency, extra=extra)
-        spec = ServiceSpec(name, inference_sim.NAME, port, health_path=inference_sim.READY_PATH,
-                           env=inference_sim.env(name), argv=argv)
+    backend = topology.backend
+    if backend.entry.all_interfaces:  # never on a pod address of its own (Backend.validate refuses that)
+        port = ports.port(all_interfaces=True)  # its port must be free on every interface, not only on loopback
     else:
         port = port or ports.port()
-        spec = ServiceSpec(name, "eppkit.services.vllm", port, _vllm_args(topology, name, role, model, extra),
-                           host=host)
+    spec = backend.server(Server(name, role, model, host, port, index, topology.seed, topology.latency, tuple(extra),
+                                 backend.command))
     return spec, Endpoint(name, host, port, role, model)
 
 
@@ -50,18 +38,18 @@ def pool(topology: Topology, ports: PortAllocator, pod_addresses: bool) -> FlowP
     With pod addresses each vLLM is a pod on its own loopback address, all on one port; ``pods_per_mock``
     pods share one mock process (its instance is its first pod's name)."""
     out = FlowPlan()
-    if topology.backend.kind == URLS:
-        out.routable = topology.backend.endpoints("both")
+    backend = topology.backend
+    if backend.running:  # the preset's servers, already started and shared (eppkit.runtimes.vllm_servers)
+        out.routable = backend.running_endpoints()
         return out
-    if topology.backend.running:  # the preset's servers, already started and shared (eppkit.runtimes.vllm_servers)
-        out.routable = topology.backend.running_endpoints()
+    if not backend.starts_servers:  # servers you run, by URL
+        out.routable = backend.endpoints("both")
         return out
     if topology.pods_per_mock < 1:
         raise ValueError("pods_per_mock must be at least 1")
-    if topology.backend.kind == VLLM:
-        if topology.pods_per_mock > 1:
-            raise ValueError(f"the {VLLM} preset runs one server per pod (pods_per_mock is the mock's)")
-        real_vllm.check_memory(len(topology.vllm), topology.backend.command)
+    if topology.pods_per_mock > 1 and backend.entry.one_per_pod:
+        raise ValueError(backend.entry.one_per_pod)
+    backend.entry.check_pool(backend, len(topology.vllm))
     if not pod_addresses:
         for i, spec in enumerate(topology.vllm):
             service, endpoint = instance(topology, ports, spec.name, spec.role, spec.model, spec.extra_args, index=i)

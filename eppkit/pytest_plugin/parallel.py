@@ -7,7 +7,7 @@
 | the leak check | each worker checks its own session and hands its findings to the controller, which reports them, looks for what any worker left (a crashed one) by the run's tag, and fails the run |
 | session Jaegers | one per runtime per worker (session fixtures are per worker) |
 | the live UI (``--eppkit-ui``) | one per run: the controller starts Zipkin's server and prints its URL, every worker feeds its Jaegers into it |
-| run folders | ``<runs>/<time>-<worker id>-<label>`` (:func:`eppkit.runtimes.local.new_run_dir`) |
+| run folders | ``<runs>/<time>-<worker id>-<label>`` (:func:`eppkit.runtimes.testbed.new_run_dir`) |
 | shared testbeds | the tests of a module that use ``eppkit_shared_testbed_factory`` form one ``xdist_group`` per runtime (``eppkit_share_per("mode")``: per runtime and mode): under ``--dist loadgroup`` they run on one worker and share its testbeds |
 | tests that must run alone | ``@pytest.mark.eppkit_alone("why")``: no other test of the run runs meanwhile; all of them one ``xdist_group``, run back to back (:mod:`eppkit.pytest_plugin.alone`) |
 | ``--eppkit-keep-on-failure`` | refused: a worker has no terminal to wait on |
@@ -102,7 +102,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if not is_controller(config) or not PluginValues(config).ui:
         return
-    from eppkit.runtimes.local import new_run_dir
+    from eppkit.runtimes.testbed import new_run_dir
     from eppkit.ui import zipkin
 
     if zipkin.find_java()[0] is None or zipkin.find_jar() is None:

@@ -137,7 +137,7 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
     EPP, the backend (a missing simulator binary or vLLM install is a missing prerequisite, :func:`require`);
     a vllm backend gets the session's servers (``servers``, eppkit.runtimes.vllm_servers.ServerPool)."""
     from eppkit import flows, modes
-    from eppkit.backends import SIM, VLLM, Backend
+    from eppkit.backends import Backend, BackendMissing
     from eppkit.modes import external_epp
     from eppkit.options import epp_options
 
@@ -160,9 +160,13 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
         except ValueError as exc:  # by design: e.g. epd needs the mock's encoder cache
             pytest.skip(f"this session's backend ({backend.label}) cannot serve this test's topology: {exc}")
         topology = dataclasses.replace(topology, backend=backend)
-    if topology.backend.kind == SIM:
-        require_simulator()
-    if topology.backend.kind == VLLM and not topology.backend.running and servers is not None:
+    shared = topology.backend.entry.shared and not topology.backend.running and servers is not None
+    if topology.backend.starts_servers and not shared:
+        try:
+            topology.backend.require_installed()
+        except BackendMissing as exc:  # not built or installed: how to get it
+            require(False, str(exc))
+    if shared:
         from eppkit.runtimes.vllm_servers import TooManyPods
 
         try:

@@ -1,14 +1,15 @@
-"""The docker runtime: the local runtime's testbed with every component in its own container.
+"""The docker runtime: every component of the testbed in its own container.
 
-Same topology in, same handles out (:class:`DockerTestbed` is a :class:`LocalTestbed` whose
-components are :class:`~eppkit.components.container.ManagedContainer` s). Containers use host
+Same topology in, same handles out: :class:`DockerLauncher` is what it hands the
+:class:`~eppkit.runtimes.testbed.Testbed`, whose components are then
+:class:`~eppkit.components.container.ManagedContainer` s. Containers use host
 networking and bind 127.0.0.1 on the ports the testbed picked, so URLs, rendered configs and
 readiness checks are the local runtime's. Files a component reads (envoy.yaml, jaeger.yaml,
 a dynamic module's .so, ...) are bind-mounted read-only at the same absolute path, so no
 config is rewritten.
 
 Images come from :mod:`eppkit.runtimes.images` (pulled when a registry answers, built from local
-artifacts when not). Start order and stop order are the local runtime's. The Kubernetes control plane of
+artifacts when not). Start order and stop order are the testbed's, as on every runtime. The Kubernetes control plane of
 an EPP that watches an InferencePool runs as processes of this host on both runtimes; the EPP's container
 reads the kubeconfig in the run folder and reaches the API server on 127.0.0.1 (host networking).
 """
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import re
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from eppkit.components.container import ManagedContainer, engine_version
@@ -26,12 +26,11 @@ from eppkit.components.launchers import ContainerLauncher
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import service_argv
 from eppkit.components.readiness import LogLineReady
-from eppkit.gateway import config as envoy_config
 from eppkit.gateway import process as envoy_process
+from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
 from eppkit.runtimes import images
-from eppkit.runtimes.local import LocalTestbed
-from eppkit.topology import Topology
+from eppkit.runtimes.local import LocalLauncher
 
 ENVOY_ENTRYPOINT = ["/usr/local/bin/envoy"]  # the same path in the official image and in ours
 # Never bind-mounted even when a config names them.
@@ -94,89 +93,66 @@ def jaeger_container(run_dir: Path, image: str | None = None, ports: PortAllocat
     return Jaeger(run_dir, launcher, ports=ports, max_traces=max_traces)
 
 
-class DockerTestbed(LocalTestbed):
-    """LocalTestbed's handles and lifecycle; components in containers (see the module docstring)."""
+class DockerLauncher:
+    """Each component in a container of the image set (built or found on first use; see the module docstring)."""
 
     runtime = "docker"
 
-    def __init__(self, topology: Topology, *, jaeger=None, run_dir: Path | None = None,
-                 envoy_env: dict[str, str] | None = None, image_set: images.ImageSet | None = None,
-                 control_plane=None):
-        super().__init__(topology, jaeger=jaeger, run_dir=run_dir, envoy_env=envoy_env, control_plane=control_plane)
+    def __init__(self, image_set: images.ImageSet | None = None) -> None:
         self.image_set = image_set
+        self._host = LocalLauncher()  # for what runs on the host on every runtime
 
-    def _labels(self) -> dict[str, str]:
-        return {"eppkit.testbed": self.run_dir.name}
+    @staticmethod
+    def _labels(run_dir: Path) -> dict[str, str]:
+        return {"eppkit.testbed": run_dir.name}
 
-    # LocalTestbed._start's order, with each component in a container.
-    def _run_jaeger(self):
-        return jaeger_container(self.run_dir, image=self._images().jaeger, ports=self.ports).start()
+    def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, image: str | None = None, **kwargs) -> Jaeger:
+        return jaeger_container(run_dir, image=image or self._images().jaeger, ports=ports, **kwargs)
 
-    def _run_service(self, spec: ServiceSpec, env: dict[str, str]):
+    def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
-            return super()._run_service(spec, env)
+            return self._host.service(spec, env, run_dir, extra_args)
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
         if spec.argv and spec.argv[0] == sys.executable:
             # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
             # host's virtualenv is not in the image, whose Python has the same packages.
             argv = ["python", *spec.argv[1:]]
-        proc = ManagedContainer(spec.name, self._images().services, argv, self.run_dir / f"{spec.name}.log",
-                                extra_labels=self._labels()).with_env(**{**env, **spec.env})
+        proc = ManagedContainer(spec.name, self._images().services, [*argv, *extra_args], run_dir / f"{spec.name}.log",
+                                extra_labels=self._labels(run_dir)).with_env(**{**env, **spec.env})
         # The run folder is shared read-write (services may write caches there), and so is any
         # absolute path among the arguments (e.g. an encoder cache shared by E and P).
-        proc.with_mount(self.run_dir, "rw").with_cwd(self.run_dir)  # as a local process: relative paths work
+        proc.with_mount(run_dir, "rw").with_cwd(run_dir)  # as a local process: relative paths work
         for arg in map(str, spec.argv or spec.args):
             value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
             path = mount_for_arg(value)
             if path is not None:
                 proc.with_mount(path, "rw")
-        proc.start()
         return proc
 
-    def _run_envoy(self, envoy_env: dict[str, str]):
-        assert self.envoy_binary is not None
-        # The host's Envoy is the image's Envoy (same version): validate here, quickly.
-        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
+    def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
+              env: dict[str, str]) -> envoy_process.Envoy:
+        # The host's Envoy (the testbed validated the config with it) is the image's Envoy, of the same version.
         # Whatever the config or the environment names on this host (a dynamic module's .so,
         # a Lua file, its search path) is shared read-only at the same path.
-        text = self.envoy_config_path.read_text() + "\n" + "\n".join(envoy_env.values())
-        mounts = [self.run_dir, *host_paths(text, skip_under=(self.run_dir,))]
-        launcher = ContainerLauncher(self._envoy_image(), entrypoint=ENVOY_ENTRYPOINT, labels=self._labels())
+        text = config_path.read_text() + "\n" + "\n".join(env.values())
+        mounts = [run_dir, *host_paths(text, skip_under=(run_dir,))]
+        launcher = ContainerLauncher(self._envoy_image(binary), entrypoint=ENVOY_ENTRYPOINT,
+                                     labels=self._labels(run_dir))
         # At info level the container's log holds Envoy's "starting main dispatch loop", read as a second sign.
-        return envoy_process.Envoy(self.envoy_config_path, self.run_dir / "envoy.log", self.admin_port, launcher,
-                                   env=envoy_env, log_level="info", mounts=mounts,
-                                   ready=LogLineReady("starting main dispatch loop"))
+        return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
+                                   log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
 
-    def _envoy_image(self) -> str:
-        """The image set's Envoy, or with Topology.envoy_version another version's image (images.envoy_image)."""
-        if self.topology.envoy_version is None or self.envoy_binary.path == images.envoy_binary():
+    def _envoy_image(self, binary: envoy_versions.EnvoyBinary) -> str:
+        """The image set's Envoy (the one installed with eppkit), or another version's image (images.envoy_image)."""
+        if binary.path in (envoy_process.find(), images.envoy_binary()):
             return self._images().envoy
-        return images.envoy_image(self.envoy_binary, progress)
+        return images.envoy_image(binary, progress)
 
     def _images(self) -> images.ImageSet:
         if self.image_set is None:
             self.image_set = images.ensure(progress)
         return self.image_set
 
-    def _stop(self) -> None:
-        # Envoy first so no new request reaches a stopping service; Jaeger last so spans still land.
-        # The services stop together: each container stop is a round trip to the engine.
-        self._close_clients()
-        if self.envoy is not None:
-            self._quietly(self.envoy.stop)
-        handles = list(self.services.values())
-        if handles:
-            with ThreadPoolExecutor(max_workers=min(8, len(handles))) as pool:
-                list(pool.map(lambda h: self._quietly(h.process.stop), handles))
-        # The control plane runs on this host on both runtimes (its processes, not containers).
-        self._stop_pool()
-        if self._jaeger is not None and not self._shared_jaeger:
-            self._quietly(self._jaeger.stop)
-        self.ports.release()
 
-    @staticmethod
-    def _quietly(stop) -> None:
-        try:
-            stop()
-        except Exception as exc:  # one failed stop must not leave the others running
-            print(f"warning: stopping a container failed: {exc}", file=sys.stderr)
+def launcher(image_set: images.ImageSet | None = None) -> DockerLauncher:
+    return DockerLauncher(image_set)

@@ -19,22 +19,46 @@ How fast the EPP follows is what a test measures: nothing here waits for the EPP
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from eppkit.components.controlplane import ControlPlane
 from eppkit.components.inference_pool import InferencePoolObjects, PodState, check_pod_ip, pod_address
+from eppkit.components.ports import PortAllocator
 from eppkit.flows._servers import instance
 from eppkit.gateway import eds
 from eppkit.plan import Endpoint, PoolTarget
+from eppkit.topology import Topology
 
-if TYPE_CHECKING:
-    from eppkit.runtimes.local import LocalTestbed
+
+class PoolBed(Protocol):
+    """What the pool needs of its testbed: the topology and ports to make a pod's mock, the mocks it runs, the
+    endpoints Envoy routes to, and Envoy's admin URL to wait on."""
+
+    topology: Topology
+    run_dir: Path
+    ports: PortAllocator
+    envoy_admin_url: str
+
+    def envoy_running(self) -> bool: ...
+
+    def start_backend(self, name: str, endpoint: Endpoint, spec) -> None:
+        """Start ``spec`` (a mock) as the service ``name`` and route to ``endpoint`` in its place."""
+        ...
+
+    def service_running(self, name: str) -> bool: ...
+
+    def stop_service(self, name: str, *, crash: bool) -> None: ...
+
+    def forget_backend(self, service: str, pod: str) -> None:
+        """The service (stopped) and the pod's endpoint are gone: its pod was deleted."""
+        ...
 
 
 class InferencePoolHandle:
     """The pool's API objects, the mock behind each pod, and Envoy's view of the pool (see the module docstring)."""
 
-    def __init__(self, bed: "LocalTestbed", plane: ControlPlane, target: PoolTarget, *, shared: bool) -> None:
+    def __init__(self, bed: PoolBed, plane: ControlPlane, target: PoolTarget, *, shared: bool) -> None:
         self._bed = bed
         self.plane = plane
         self.target = target
@@ -151,22 +175,19 @@ class InferencePoolHandle:
         clusters = {cluster: [a for a in addresses if model is None or self._models.get(by_ip.get(a[0])) == model]
                     for cluster, model in self._clusters.items()}
         eds.write(self.eds_dir, clusters, self._version)
-        if wait and self._bed.envoy is not None:
+        if wait and self._bed.envoy_running():
             eds.wait_applied(self._bed.envoy_admin_url, "picked", addresses)
 
     # -- the mocks behind the pods --------------------------------------------------------------
     def _serving(self, pod: str) -> bool:
-        handle = self._bed.services.get(self._servers.get(pod, ""))
-        return handle is not None and handle.process.is_running()
+        return self._bed.service_running(self._servers.get(pod, ""))
 
     def _start_server(self, pod: str, ip: str, port: int, model: str | None) -> None:
         bed = self._bed
         spec, endpoint = instance(bed.topology, bed.ports, pod, "both", model or bed.topology.vllm[0].model,
                                   list(bed.topology.vllm[0].extra_args), host=ip, port=port)
-        bed.services.pop(pod, None)
-        bed._start_services([spec], bed.topology.service_env(bed.otlp_endpoint))
+        bed.start_backend(pod, endpoint, spec)
         self._servers[pod] = pod
-        bed.backends = [ep for ep in bed.backends if ep.name != pod] + [endpoint]
 
     def _stop_server(self, pod: str, *, required: bool, crash: bool = False) -> None:
         service = self._servers.get(pod)
@@ -177,10 +198,7 @@ class InferencePoolHandle:
                                  "it cannot stop for one pod")
             self._servers.pop(pod, None)
             return
-        handle = self._bed.services.get(service)
-        if handle is not None:
-            handle.process.kill() if crash else handle.process.stop()
+        self._bed.stop_service(service, crash=crash)
         if not required:
             self._servers.pop(pod, None)
-            self._bed.services.pop(service, None)
-            self._bed.backends = [ep for ep in self._bed.backends if ep.name != pod]
+            self._bed.forget_backend(service, pod)

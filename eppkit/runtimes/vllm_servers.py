@@ -148,7 +148,7 @@ class ServerPool:
 
     def _folder(self):
         if self._run_dir is None:
-            from eppkit.runtimes.local import new_run_dir
+            from eppkit.runtimes.testbed import new_run_dir
 
             self._run_dir = new_run_dir("vllm-servers")
         return self._run_dir

@@ -97,7 +97,7 @@ def optional(enabled: bool, run_dir: Path | None = None,
     if zipkin.find_jar() is None:  # first use: fetch it now, with progress, rather than fail
         zipkin.fetch(progress)
     if run_dir is None:
-        from eppkit.runtimes.local import new_run_dir
+        from eppkit.runtimes.testbed import new_run_dir
 
         run_dir = new_run_dir("trace-ui")
     return LiveUI(run_dir)

@@ -108,7 +108,7 @@ def make_app(
             out_headers, _ = decision.headers()
             stages = decision.stages
             if stages is not None:
-                span.set_attributes(stages.attributes(Callout))
+                span.set_attributes(stages.attributes(Callout.DECISION))
                 if stages.prefiller is not None:
                     answer["prefiller"] = stages.prefiller.address
                 if stages.encoders:

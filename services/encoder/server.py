@@ -19,15 +19,15 @@ from aiohttp import web
 from eppkit.observability import otel
 from eppkit.observability.contract import Encoder, GenAi, Media, Mock
 from eppkit.services.encoder.config import EncoderConfig
-from eppkit.services.encoder.ec_cache import EncoderCache
-from eppkit.services.encoder.media import media_kind
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
+from eppkit.services.openai_server import api
+from eppkit.services.openai_server.ec_cache import EncoderCache
+from eppkit.services.openai_server.jitter import jittered
+from eppkit.services.openai_server.media import media_kind
+from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from eppkit.services.openai_server.metrics import E2E_BUCKETS, MetricSet
+from eppkit.services.openai_server.responses import DONE, Renderer, usage
 from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
-from eppkit.services.vllm import api
-from eppkit.services.vllm.latency import jittered
-from eppkit.services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from eppkit.services.vllm.metrics import E2E_BUCKETS, MetricSet
-from eppkit.services.vllm.responses import DONE, Renderer, usage
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 

@@ -232,7 +232,7 @@ class StreamProcessor:
         for key, value in decision.attributes.items():
             span.set_attribute(key, value)
         if decision.stages is not None:
-            span.set_attributes(decision.stages.attributes(Epp))
+            span.set_attributes(decision.stages.attributes(Epp.DECISION))
 
     @staticmethod
     def _decision_response(decision: Decision, set_headers: dict[str, str], remove: list[str], *,

@@ -13,7 +13,7 @@ import copy
 import secrets
 from typing import Any
 
-from eppkit.services.encoder.media import MediaItem, media_items
+from eppkit.services.openai_server.media import MediaItem, media_items
 
 
 def encoder_requests(body: dict[str, Any]) -> list[tuple[MediaItem, dict[str, Any]]]:

@@ -26,11 +26,11 @@ import aiohttp
 from aiohttp import web
 from eppkit.observability import otel
 from eppkit.observability.contract import GenAi, Http, Media, Pd
-from eppkit.services.encoder.media import MediaError, check_media, media_kind
 from eppkit.services.openai_errors import OpenAIError, openai_error_middleware, upstream_message
+from eppkit.services.openai_server.api import parse_json
+from eppkit.services.openai_server.media import MediaError, check_media, media_kind
 from eppkit.services.pd_sidecar import requests as derive
 from eppkit.services.picker import headers
-from eppkit.services.vllm.api import parse_json
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 

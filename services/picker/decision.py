@@ -9,21 +9,11 @@ a model nobody serves, 400 when the body cannot be read.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from eppkit.observability.contract import Decision as DecisionAttributes
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.endpoints import PoolEndpoint
-
-
-class StageAttributeNames(Protocol):
-    """The attribute names a transport gives the stage picks (observability.contract's Epp, Callout)."""
-
-    PREFILLER: str
-    PREFILLER_NAME: str
-    PREFILL_REASON: str
-    ENCODERS: str
-    ENCODERS_NAMES: str
-    ENCODERS_REASON: str
 
 
 @dataclass
@@ -35,7 +25,7 @@ class StagePicks:
     encoders: list[PoolEndpoint] = field(default_factory=list)
     encoders_reason: str = ""
 
-    def attributes(self, names: "StageAttributeNames") -> dict[str, str]:
+    def attributes(self, names: DecisionAttributes) -> dict[str, str]:
         """Span attributes under a transport's names (the trace contract's ``Epp`` or ``Callout``)."""
         out: dict[str, str] = {}
         if self.prefiller is not None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 
-from eppkit.services.encoder.media import media_items
+from eppkit.services.openai_server.media import media_items
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.decision import PickError, StagePicks
 from eppkit.services.picker.endpoints import PoolEndpoint

@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from eppkit.services.vllm.tokens import prompt_text_of, prompt_tokens
+from eppkit.services.openai_server.tokens import prompt_text_of, prompt_tokens
 
 VOCAB_SIZE = 32000
 

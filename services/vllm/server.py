@@ -25,8 +25,12 @@ from typing import Any
 from aiohttp import web
 from eppkit.observability import otel
 from eppkit.observability.contract import Error, GenAi, Http, Mock, Stream, Vllm
-from eppkit.services.encoder.ec_cache import EncoderCache
 from eppkit.services.openai_errors import OpenAIError, error_body, openai_error_middleware
+from eppkit.services.openai_server import api, handshake, tokens
+from eppkit.services.openai_server.ec_cache import EncoderCache
+from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from eppkit.services.openai_server.metrics import VllmMetrics
+from eppkit.services.openai_server.responses import DONE, Renderer, usage
 from eppkit.services.pod_headers import (
     BODY_SHA256_KEY,
     HEADER_POD,
@@ -35,7 +39,7 @@ from eppkit.services.pod_headers import (
     pod_headers_middleware,
     response_headers,
 )
-from eppkit.services.vllm import api, handshake, multipart, tokens
+from eppkit.services.vllm import multipart
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig
 from eppkit.services.vllm.disconnects import DisconnectWatcher, Watch
@@ -50,9 +54,6 @@ from eppkit.services.vllm.failures import (
 )
 from eppkit.services.vllm.kvcache import PrefixCache
 from eppkit.services.vllm.latency import LatencyModel, Overrides
-from eppkit.services.vllm.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from eppkit.services.vllm.metrics import VllmMetrics
-from eppkit.services.vllm.responses import DONE, Renderer, usage
 from eppkit.services.vllm.scheduler import QueueFull, Scheduler
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode

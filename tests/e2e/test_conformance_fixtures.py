@@ -22,7 +22,7 @@ from eppkit.conformance.checks.latency import Budget
 from eppkit.conformance.suite import run, selected
 from eppkit.conformance.target import Target
 from eppkit.runtimes import create, create_jaeger
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 
 pytestmark = pytest.mark.e2e
 

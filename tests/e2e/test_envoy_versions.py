@@ -29,7 +29,7 @@ from eppkit.gateway.user_filters import LuaFilter
 from eppkit.gateway.versions import EnvoyFeatureMissing
 from eppkit.pytest_plugin.state import require
 from eppkit.runtimes import create, create_jaeger
-from eppkit.runtimes.local import new_run_dir
+from eppkit.runtimes.testbed import new_run_dir
 from eppkit.topology import Topology
 
 pytestmark = [pytest.mark.e2e, pytest.mark.envoy_matrix]

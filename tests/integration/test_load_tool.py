@@ -11,13 +11,13 @@ import subprocess
 import threading
 
 import pytest
-from eppkit.pytest_plugin.state import require
-from eppkit.services.vllm import tokens
+from eppkit.services.openai_server import tokens
 
 from eppkit.builds import inference_perf as ip
 from eppkit.compare import loadtool
 from eppkit.compare.loadmetrics import Slo
 from eppkit.core import procfs
+from eppkit.pytest_plugin.state import require
 from eppkit.workload import SCENARIOS, plan_requests
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ def test_a_project_with_packages_named_like_the_kits_folders_imports_both(user_p
     proc = run(user_project, """
         import services, testbed, observability
         assert (services.OWNER, testbed.OWNER, observability.OWNER) == ("user-services", "user-testbed", "user-observability")
-        import eppkit, eppkit.services.vllm.server, eppkit.observability.trace_model, eppkit.runtimes.local
+        import eppkit, eppkit.services.vllm.server, eppkit.observability.trace_model, eppkit.runtimes.testbed
         from eppkit import Topology
         from eppkit import TraceCheck
         assert eppkit.services.__name__ == "eppkit.services" and not hasattr(eppkit.services, "OWNER")

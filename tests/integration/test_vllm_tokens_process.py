@@ -10,7 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_tokens_do_not_depend_on_python_hash_seed():
-    code = "from eppkit.services.vllm import tokens; print(tokens.output_tokens(1, 'x', 5))"
+    code = "from eppkit.services.openai_server import tokens; print(tokens.output_tokens(1, 'x', 5))"
     outs = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env={**os.environ, "PYTHONHASHSEED": str(h)}).stdout

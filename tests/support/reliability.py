@@ -40,6 +40,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from eppkit import modes
 from eppkit.builds import gaie as gaie_build
+from eppkit.core import procfs
 from eppkit.core.polling import poll
 from eppkit.pytest_plugin.state import require
 from eppkit.topology import Topology, VllmSpec
@@ -356,28 +357,6 @@ class HangUp:
 
 # -- memory -------------------------------------------------------------------------------------------
 
-def _children(pid: int) -> list[int]:
-    out = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(c) for c in f.read().split()]
-    except OSError:
-        pass
-    return out
-
-
-def _vm_rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
 def rss_bytes(process) -> int | None:
     """Resident memory of a component: its process and every descendant (``VmRSS`` in /proc).
 
@@ -387,14 +366,7 @@ def rss_bytes(process) -> int | None:
     pid = process.pid
     if not pid:
         return None
-    total, todo, seen = 0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _vm_rss(p)
-        todo += _children(p)
+    total = sum(procfs.status_kib(p, "VmRSS").get("VmRSS", 0) for p in {pid, *procfs.descendants(pid)}) * 1024
     return total or None
 
 

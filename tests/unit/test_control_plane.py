@@ -68,10 +68,10 @@ def test_without_go_the_build_names_what_is_missing_and_how_to_get_it(monkeypatc
 
 
 def test_a_go_older_than_etcd_needs_is_refused_with_the_versions(monkeypatch):
-    monkeypatch.setattr(builds, "_go_version", lambda go, env: "go1.25.6")
+    monkeypatch.setattr(builds, "go_version", lambda go, env: "go1.25.6")
     with pytest.raises(builds.ControlPlaneBuildError, match=r"needs Go >= 1\.26; `go` is go1\.25\.6"):
         builds._check_go("go", {})
-    monkeypatch.setattr(builds, "_go_version", lambda go, env: "go1.26.8")
+    monkeypatch.setattr(builds, "go_version", lambda go, env: "go1.26.8")
     builds._check_go("go", {})
 
 

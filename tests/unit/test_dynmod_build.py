@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from eppkit.builds import dynmod as dynmod_build
+from eppkit.builds import steps
 from eppkit.components.ports import PortAllocator
 from eppkit.modes import plan as plan_mode
 from eppkit.plan import Endpoint
@@ -61,8 +62,8 @@ class FakePopen:
 @pytest.fixture
 def fake_go(monkeypatch):
     FakePopen.calls, FakePopen.fail_on = [], None
-    monkeypatch.setattr(dynmod_build.subprocess, "Popen", FakePopen)
-    monkeypatch.setattr(dynmod_build, "_go_version", lambda go, env: "go-fake")
+    monkeypatch.setattr(steps.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(dynmod_build, "go_version", lambda go, env: "go-fake")
     monkeypatch.setattr(dynmod_build.shutil, "which", lambda name: "/usr/bin/go-fake" if name == "go" else None)
     return FakePopen
 

@@ -5,9 +5,9 @@ import asyncio
 import pytest
 from eppkit.observability.contract import Encoder, Media, Mock, Vllm
 from eppkit.services.encoder.config import ConfigError, EncoderConfig
-from eppkit.services.encoder.ec_cache import EncoderCache
-from eppkit.services.encoder.media import item_hash, media_items
 from eppkit.services.encoder.server import MockEncoder
+from eppkit.services.openai_server.ec_cache import EncoderCache
+from eppkit.services.openai_server.media import item_hash, media_items
 from eppkit.services.vllm.testing import SpanRecorder, in_process, make_mock
 
 pytestmark = pytest.mark.unit

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from eppkit.services.vllm import tokens
+from eppkit.services.openai_server import tokens
 
 from eppkit.builds import inference_perf as ip
 from eppkit.compare import loadtool

@@ -62,7 +62,7 @@ def test_parse_metrics_sums_label_sets_and_skips_comments():
 
 
 def test_parse_metrics_reads_the_mock_vllms_own_exposition():
-    from eppkit.services.vllm.metrics import VllmMetrics
+    from eppkit.services.openai_server.metrics import VllmMetrics
 
     metrics = VllmMetrics("mock-llm", running=lambda: 2, waiting=lambda: 5, kv_usage=lambda: 0.25)
     metrics.request_success(finished_reason="length").inc()

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from eppkit.services.openai_server.tokens import count_tokens, prompt_text_of
 from eppkit.services.picker import scorers
 from eppkit.services.picker.endpoints import parse_endpoints
 from eppkit.services.picker.pool import Pool
@@ -10,7 +11,6 @@ from eppkit.services.picker.request import LlmRequest, parse_request
 from eppkit.services.picker.scorers.kv_router import block_hashes
 from eppkit.services.picker.scorers.prefix_cache import PrefixIndex
 from eppkit.services.picker.tokenizer import tokenize
-from eppkit.services.vllm.tokens import count_tokens, prompt_text_of
 
 pytestmark = pytest.mark.unit
 

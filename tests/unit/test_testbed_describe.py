@@ -1,11 +1,12 @@
-"""What `eppkit up` prints (LocalTestbed.describe): every component on its own line, at its own address."""
+"""What `eppkit up` prints (Testbed.describe): every component on its own line, at its own address."""
 
 from types import SimpleNamespace
 
 import pytest
 
 from eppkit.plan import Endpoint
-from eppkit.runtimes.local import LocalTestbed, ServiceHandle
+from eppkit.runtimes.local import LocalLauncher
+from eppkit.runtimes.testbed import ServiceHandle, Testbed
 from eppkit.topology import Topology
 
 pytestmark = pytest.mark.unit
@@ -17,7 +18,7 @@ def line_of(text: str, name: str) -> str:
 
 
 def test_pd_prints_the_decoders_own_address_and_the_sidecar_on_its_own_line(tmp_path):
-    bed = LocalTestbed(Topology(mode="direct", flow="pd"), run_dir=tmp_path)
+    bed = Testbed(Topology(mode="direct", flow="pd"), LocalLauncher(), run_dir=tmp_path)
     bed._jaeger = SimpleNamespace(api_url="http://127.0.0.1:16686", otlp_grpc_endpoint="127.0.0.1:4317")
     bed.listen_port, bed.admin_port = 10000, 10001
     proc = object()
@@ -38,7 +39,7 @@ def test_pd_prints_the_decoders_own_address_and_the_sidecar_on_its_own_line(tmp_
 
 
 def test_aggregated_prints_each_backend_once_with_its_role(tmp_path):
-    bed = LocalTestbed(Topology(), run_dir=tmp_path)
+    bed = Testbed(Topology(), LocalLauncher(), run_dir=tmp_path)
     bed._jaeger = SimpleNamespace(api_url="http://127.0.0.1:16686", otlp_grpc_endpoint="127.0.0.1:4317")
     bed.services = {"vllm-0": ServiceHandle("vllm-0", "http://127.0.0.1:9000", object())}
     bed.backends = [Endpoint("vllm-0", "127.0.0.1", 9000, "both", "mock-llm")]

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 from eppkit.observability.contract import GenAi, Vllm
-from eppkit.services.vllm import handshake
+from eppkit.services.openai_server import handshake
 from eppkit.services.vllm.testing import chat_body, in_process, make_mock, sse_events
 
 pytestmark = pytest.mark.unit

@@ -19,7 +19,8 @@ from eppkit.backends import VLLM, Backend, real_vllm
 from eppkit.builds import vllm_cpu
 from eppkit.compare.report import load_trace
 from eppkit.components.ports import PortAllocator
-from eppkit.runtimes.local import LocalTestbed
+from eppkit.runtimes.local import LocalLauncher
+from eppkit.runtimes.testbed import Testbed
 from eppkit.topology import Topology, VllmSpec
 from tests.support import kit
 
@@ -179,13 +180,13 @@ def test_more_servers_than_memory_holds_are_refused_before_anything_starts(monke
 def test_the_testbed_hands_a_program_its_otlp_endpoint_when_tracing_is_on(tmp_path):
     spec = real_vllm.service("vllm-0", 0, host="127.0.0.1", port=1, model="m", seed=0, own="vllm serve m")
     for tracing, expected in ((True, ["--otlp-traces-endpoint", "http://127.0.0.1:4317"]), (False, [])):
-        bed = LocalTestbed(Topology(options={"tracing": tracing}), run_dir=tmp_path)
+        bed = Testbed(Topology(options={"tracing": tracing}), LocalLauncher(), run_dir=tmp_path)
         bed._jaeger = SimpleNamespace(otlp_grpc_endpoint="127.0.0.1:4317")
         assert bed._otlp_args(spec) == expected
 
 
 def test_the_served_pod_is_the_backends_word_else_envoys(tmp_path):
-    bed = LocalTestbed(Topology(), run_dir=tmp_path)
+    bed = Testbed(Topology(), LocalLauncher(), run_dir=tmp_path)
     bed.backends = kit.plan_flow(Topology(backend=Backend(preset=VLLM, running=(
         "vllm-0=http://127.0.0.2:9@m", "vllm-1=http://127.0.0.3:9@m"))), PortAllocator(), tmp_path).routable
     assert bed.served_pod({"x-inference-pod": "vllm-0", "x-gateway-destination-endpoint-served": "127.0.0.3:9"}) == "vllm-0"

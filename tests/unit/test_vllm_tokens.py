@@ -1,7 +1,7 @@
 """Deterministic tokens: the same seed and prompt give the same sequence anywhere."""
 
 import pytest
-from eppkit.services.vllm import tokens
+from eppkit.services.openai_server import tokens
 
 pytestmark = pytest.mark.unit
 

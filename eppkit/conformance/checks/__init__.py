@@ -6,10 +6,8 @@ Adding a check is one decorated function in one of these modules, plus the broke
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from eppkit.conformance.checks.registry import CHECKS, STATUSES, Check, Result
+from eppkit.core.registry import load_members
 
 __all__ = ["CHECKS", "STATUSES", "Check", "Result"]
 
@@ -19,10 +17,4 @@ __all__ = ["CHECKS", "STATUSES", "Check", "Result"]
 ORDER = ("protocol", "responses", "data_plane", "latency", "tracing")
 
 
-def _load_all() -> None:
-    found = [m.name for m in pkgutil.iter_modules(__path__) if m.name != "registry"]
-    for name in sorted(found, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)):
-        importlib.import_module(f"{__name__}.{name}")
-
-
-_load_all()
+load_members(__name__, __path__, group="checks", skip=("registry",), order=ORDER)

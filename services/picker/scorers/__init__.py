@@ -31,13 +31,13 @@ picker plugin): the kit compares integrations, so one clear decision rule per ru
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Protocol, TypeVar
 
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
+
+from eppkit.core.registry import load_members
 
 
 @dataclass
@@ -120,9 +120,4 @@ def read_parameters(cls: type[P], raw: dict, type_name: str) -> P:
     return cls(**values)
 
 
-def _load_all() -> None:
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
-
-
-_load_all()
+load_members(__name__, __path__, group="scorers")

@@ -15,7 +15,7 @@ import json
 import time
 from typing import Any
 
-from eppkit.services.vllm.api import CHAT
+from eppkit.services.openai_server.api import CHAT
 
 DONE = b"data: [DONE]\n\n"
 # vLLM's is "vllm-<version>-<hash of its config>"; the mock's names itself.

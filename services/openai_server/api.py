@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from eppkit.services.encoder.media import MediaError, MediaItem, check_media, media_items
 from eppkit.services.openai_errors import VALIDATION, OpenAIError
-from eppkit.services.vllm import handshake, tokens
+from eppkit.services.openai_server import handshake, tokens
+from eppkit.services.openai_server.media import MediaError, MediaItem, check_media, media_items
 
 CHAT = "chat"
 COMPLETION = "completion"

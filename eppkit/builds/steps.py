@@ -1,0 +1,84 @@
+"""What every build of the kit's cache shares: a build step run into a log with a heartbeat and a time limit, the Go
+version a build records, and the command line of a cached build (``python -m eppkit.builds.<name>``)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HEARTBEAT_S = 15.0
+BUILD_TIMEOUT_S = 900.0
+
+
+class BuildError(RuntimeError):
+    """A build of the kit's cache failed; the message carries the log tail and a hint."""
+
+
+def run_step(progress: Callable[[str], object], log, what: str, cmd: list[str], cwd: Path, env: dict[str, str], *,
+             label: str, hint: str, error: type[Exception] = BuildError, timeout_s: float = BUILD_TIMEOUT_S) -> None:
+    """Run one build command into ``log``, with a heartbeat on ``progress``; ``error`` with the log tail on failure."""
+    progress(f"{label}: {what} ...")
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    next_beat = t0 + HEARTBEAT_S
+    while True:
+        try:
+            rc = proc.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if now - t0 > timeout_s:
+                proc.kill()
+                proc.wait()
+                rc = None
+                break
+            if now >= next_beat:
+                progress(f"{label}:   still {what.split(' (')[0]} ({now - t0:.0f} s)")
+                next_beat = now + HEARTBEAT_S
+    log.flush()
+    if rc != 0:
+        tail = "".join(Path(log.name).read_text().splitlines(keepends=True)[-40:])
+        why = f"timed out after {timeout_s:.0f} s" if rc is None else f"exited {rc}"
+        raise error(
+            f"{label} build failed: `{' '.join(cmd)}` {why} (in {cwd}).\n"
+            f"--- last lines of {log.name} ---\n{tail}--- end ---\nHint: {hint}."
+        )
+    progress(f"{label}:   done in {time.monotonic() - t0:.1f} s")
+
+
+def go_version(go: str, env: dict[str, str]) -> str:
+    try:
+        return subprocess.run([go, "env", "GOVERSION"], env=env, capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+
+def build_main(argv: list[str] | None, prog: str, doc: str, find: Callable[[], Path | None],
+               build: Callable[..., Path], error: type[Exception]) -> int:
+    """The command line of a cached build (``python -m eppkit.builds.<name>``): build or reuse and print
+    the path; ``--find`` only prints an existing build; ``--force`` rebuilds."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n")[0])
+    ap.add_argument("--find", action="store_true", help="only print the path of an existing build")
+    ap.add_argument("--force", action="store_true", help="rebuild even if a build exists")
+    args = ap.parse_args(argv)
+    if args.find:
+        path = find()
+        if path is None:
+            print("not built", file=sys.stderr)
+            return 1
+        print(path)
+        return 0
+    try:
+        print(build(lambda msg: print(msg, file=sys.stderr), force=args.force))
+    except error as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    return 0
