@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from eppkit.backends import Backend
     from eppkit.topology import Topology
 
-RUNTIME_CHOICES = ("local", "docker")
 MARKERS = (
     "e2e: drives the real Envoy and the real Jaeger",
     "eppkit_topology(**fields): the Topology the eppkit_testbed fixture starts",
@@ -181,13 +180,15 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
 
 
 def selected_runtimes(config: pytest.Config) -> list[str]:
-    """--eppkit-runtime (or the ini key): local, docker, all, or a comma list."""
+    """--eppkit-runtime (or the ini key): local, docker (or an outside package's runtime), all, or a comma list."""
+    from eppkit.runtimes import RUNTIMES
+
     chosen: list[str] = []
     for part in str(values(config).runtime or "local").split(","):
         part = part.strip()
-        for name in (RUNTIME_CHOICES if part == "all" else (part,)):
-            if name not in RUNTIME_CHOICES:
-                raise pytest.UsageError(f"--eppkit-runtime {name!r}: choose from {', '.join(RUNTIME_CHOICES)}, all")
+        for name in (RUNTIMES if part == "all" else (part,)):
+            if name not in RUNTIMES:
+                raise pytest.UsageError(f"--eppkit-runtime {name!r}: choose from {', '.join(RUNTIMES)}, all")
             if name not in chosen:
                 chosen.append(name)
     return chosen

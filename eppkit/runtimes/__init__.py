@@ -1,21 +1,35 @@
-"""The runtimes: how a testbed's components run. Each is one module of this package with a ``launcher()`` that
-makes its :class:`~eppkit.runtimes.testbed.Launcher`; the :class:`~eppkit.runtimes.testbed.Testbed` is one, handed
-the launcher. One topology in, the same handles out on every runtime."""
+"""The runtimes: how a testbed's components run. Each is one module with a ``launcher()`` that makes its
+:class:`~eppkit.runtimes.testbed.Launcher`: the kit's are modules of this package (``local``, ``docker``); an
+outside package adds one as an entry point of the group ``eppkit.runtimes`` (its name: the module). The
+:class:`~eppkit.runtimes.testbed.Testbed` is one, handed the launcher. One topology in, the same handles out on every
+runtime. A runtime's module is imported when a testbed first needs it."""
 
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 
 from eppkit.topology import Topology
 
-RUNTIMES = ("local", "docker")
+KIT_RUNTIMES = ("local", "docker")
+
+
+def _outside() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group="eppkit.runtimes") if ep.name not in KIT_RUNTIMES}
+
+
+RUNTIMES = KIT_RUNTIMES + tuple(_outside())  # every runtime: the kit's first
 
 
 def launcher(runtime: str, **options):
     """The launcher of ``runtime`` (``options``: its own, e.g. docker's ``image_set``)."""
-    if runtime not in RUNTIMES:
+    if runtime in KIT_RUNTIMES:
+        module = importlib.import_module(f"{__name__}.{runtime}")
+    elif runtime in _outside():
+        module = _outside()[runtime].load()
+    else:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
-    return importlib.import_module(f"{__name__}.{runtime}").launcher(**options)
+    return module.launcher(**options)
 
 
 def create(topology: Topology, runtime: str = "local", *, launcher_options: dict | None = None, **kwargs):
