@@ -1,0 +1,124 @@
+"""What one comparison runs (:class:`CompareOptions`, its defaults the `eppkit compare` flags') and the testbed
+each mode gets for a scenario."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from eppkit import flows, modes
+from eppkit import options as opt
+from eppkit.backends import Backend
+from eppkit.builds import inference_perf
+from eppkit.compare import loadmetrics as lm
+from eppkit.modes import external_epp
+from eppkit.modes.options import read_options
+from eppkit.services.picker.settings import PickerSettings
+from eppkit.services.vllm.config import MockLatency, latency_from_args
+from eppkit.topology import Topology, VllmSpec
+from eppkit.workload import SCENARIOS, Scenario
+
+EXIT_OK, EXIT_REGRESSION, EXIT_MODE_FAILED = 0, 1, 2
+# Upper bounds that keep one run bounded whatever the flags say.
+MAX_REQUESTS, MAX_CONCURRENCY, MAX_DURATION_S = 10_000, 256, 3600.0
+
+
+def _default(name: str):
+    """The option's one default (the options table's, command compare)."""
+    return opt.default(name, opt.COMPARE)
+
+
+@dataclass
+class CompareOptions:
+    """What one comparison runs; the defaults are the `eppkit compare` flags' (eppkit.options)."""
+
+    modes: tuple[str, ...] = field(default_factory=lambda: _default("modes"))
+    scenarios: tuple[str, ...] = _default("scenarios")
+    requests: int = _default("requests")  # measured requests per mode and scenario
+    concurrency: int = _default("concurrency")
+    rate: float = _default("rate")  # requests per second; 0: as fast as the concurrency allows
+    max_duration_s: float = _default("max_duration_s")  # per mode and scenario: no new request after this
+    warmup: int = _default("warmup")  # sent first, one at a time, not counted
+    seed: int = _default("seed")
+    runtime: str = _default("runtime")
+    backends: int = _default("backends")  # aggregated: vLLMs; pd / epd: decoders (one prefill, two encoders)
+    latency: MockLatency = field(default_factory=MockLatency)  # every mock vLLM's knobs
+    # What serves inference (eppkit.backends): the kit's mock, llm-d-inference-sim, or your servers.
+    backend: Backend = field(default_factory=Backend)
+    encode_latency: float = _default("encode_latency")
+    # The same scorer in every picker mode, so differences between modes are the integrations'.
+    scorer: str = _default("scorer")
+    scorer_parameters: dict = field(default_factory=dict)
+    stream: bool | None = None  # None: as the scenario says
+    request_timeout_s: float = _default("request_timeout_s")
+    trace_timeout_s: float = 20.0  # per mode: how long to wait for traces to be complete
+    # More options of one mode (e.g. external-epp's epp_command from --epp-command), by mode name.
+    mode_sets: dict = field(default_factory=dict)
+    charts: bool = True
+    # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
+    filters: tuple = ()
+    envoy_version: str | None = None
+    # What load tools report: goodput against this objective (eppkit.compare.loadmetrics), and a load tool
+    # that sends each mode's requests once more, its figures set beside the kit's (eppkit.compare.loadtool).
+    slo: str = _default("slo")
+    load_tool: str = _default("load_tool")
+
+    def validate(self) -> "CompareOptions":
+        bad = [m for m in self.modes if m not in modes.names()]
+        if bad:
+            raise ValueError(f"unknown mode(s) {', '.join(bad)}; choose from {', '.join(modes.names())}")
+        PickerSettings(scorer=self.scorer, scorer_parameters=self.scorer_parameters).validate()
+        bad = [s for s in self.scenarios if s not in SCENARIOS]
+        if bad:
+            raise ValueError(f"unknown scenario(s) {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
+        if not self.modes or not self.scenarios:
+            raise ValueError("need at least one mode and one scenario")
+        if not 1 <= self.requests <= MAX_REQUESTS:
+            raise ValueError(f"--requests must be 1..{MAX_REQUESTS}")
+        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+            raise ValueError(f"--concurrency must be 1..{MAX_CONCURRENCY}")
+        if not 0 < self.max_duration_s <= MAX_DURATION_S:
+            raise ValueError(f"--max-duration must be in (0, {MAX_DURATION_S:g}] seconds")
+        if self.rate < 0 or self.warmup < 0 or self.backends < 1:
+            raise ValueError("--rate and --warmup cannot be negative; --backends must be at least 1")
+        for name in self.scenarios:
+            self.backend.validate(flows.get(SCENARIOS[name].flow))
+        lm.Slo.parse(self.slo)
+        if self.load_tool not in ("none", inference_perf.NAME):
+            raise ValueError(f"--load-tool {self.load_tool}: choose none or {inference_perf.NAME}")
+        return self
+
+
+def mode_options(options: CompareOptions, mode: str) -> dict:
+    """The options every mode runs with: the scorer, in each mode that has a picker."""
+    scoring = {"scorer": options.scorer, "scorer_parameters": options.scorer_parameters}
+    extra = dict(options.mode_sets.get(mode, {}))
+    try:
+        read_options(modes.get(mode).options, scoring, mode)
+    except ValueError:  # a mode without a kit picker (direct, an EPP of your own)
+        return extra
+    return {**scoring, **extra}
+
+
+def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topology:
+    return Topology(
+        mode=mode, flow=scenario.flow,
+        vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)],
+        prefill=1, decode=options.backends, encoders=2,
+        latency=options.latency, encode_latency=options.encode_latency, seed=options.seed,
+        options=mode_options(options, mode), backend=options.backend,
+        filters=list(options.filters), envoy_version=options.envoy_version,
+    )
+
+
+def options_from(args: argparse.Namespace) -> CompareOptions:
+    """The compare options the command line gives (its flags: eppkit.options, command compare)."""
+    return CompareOptions(
+        modes=args.modes, scenarios=args.scenarios, requests=args.requests, concurrency=args.concurrency,
+        rate=args.rate, max_duration_s=args.max_duration_s, warmup=args.warmup, seed=args.seed,
+        runtime=args.runtime, backends=args.backends, latency=latency_from_args(args), encode_latency=args.encode_latency,
+        backend=opt.backend(args), scorer=args.scorer, scorer_parameters=args.scorer_parameters,
+        stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
+        mode_sets={external_epp.MODE.name: opt.epp_options(args)},
+        filters=tuple(args.filters or ()), envoy_version=args.envoy_version, slo=args.slo, load_tool=args.load_tool,
+    )
