@@ -4,7 +4,7 @@ each mode gets for a scenario."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from eppkit import flows, modes
 from eppkit import options as opt
@@ -112,13 +112,11 @@ def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topo
 
 
 def options_from(args: argparse.Namespace) -> CompareOptions:
-    """The compare options the command line gives (its flags: eppkit.options, command compare)."""
-    return CompareOptions(
-        modes=args.modes, scenarios=args.scenarios, requests=args.requests, concurrency=args.concurrency,
-        rate=args.rate, max_duration_s=args.max_duration_s, warmup=args.warmup, seed=args.seed,
-        runtime=args.runtime, backends=args.backends, latency=latency_from_args(args), encode_latency=args.encode_latency,
-        backend=opt.backend(args), scorer=args.scorer, scorer_parameters=args.scorer_parameters,
-        stream=args.stream, request_timeout_s=args.request_timeout_s, charts=args.charts,
-        mode_sets={external_epp.MODE.name: opt.epp_options(args)},
-        filters=tuple(args.filters or ()), envoy_version=args.envoy_version, slo=args.slo, load_tool=args.load_tool,
-    )
+    """The compare options the command line gives (its flags: eppkit.options, command compare): each field from the
+    flag of its name, and those that gather several flags (the latency knobs, the backend, an EPP of your own)."""
+    given = {f.name: getattr(args, f.name) for f in fields(CompareOptions) if hasattr(args, f.name)}
+    return CompareOptions(**{
+        **given, "modes": tuple(args.modes), "scenarios": tuple(args.scenarios), "latency": latency_from_args(args),
+        "backend": opt.backend(args), "mode_sets": {external_epp.MODE.name: opt.epp_options(args)},
+        "filters": tuple(args.filters or ()),
+    })
