@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eppkit.compare import charts as drawn
 from eppkit.compare import page
 from eppkit.compare import report as rp
 
@@ -24,10 +25,10 @@ def write(report: dict, out_dir: str | Path, *, charts: bool = True) -> dict[str
                 continue
             block["charts"] = {}
             stem = out / f"latency-{scenario}"
-            rp.latency_chart(block, stem, f"{scenario}: latency per mode ({block.get('workload', {}).get('requests')} requests each)")
+            drawn.latency_chart(block, stem, f"{scenario}: latency per mode ({block.get('workload', {}).get('requests')} requests each)")
             block["charts"]["latency"] = stem.name + ".png"
             stem = out / f"steps-{scenario}"
-            rp.steps_chart(block, stem, f"{scenario}: where the time goes, per mode")
+            drawn.steps_chart(block, stem, f"{scenario}: where the time goes, per mode")
             block["charts"]["steps"] = stem.name + ".png"
             for mode in ok:
                 rep = block["modes"][mode].get("representative")
@@ -35,7 +36,7 @@ def write(report: dict, out_dir: str | Path, *, charts: bool = True) -> dict[str
                     continue
                 trace = rp.load_trace(out / rep["file"])
                 stem = out / f"waterfall-{scenario}-{mode}"
-                rp.waterfall_chart(trace, stem, f"{mode} · {scenario} · trace {rep['trace_id']} · "
+                drawn.waterfall_chart(trace, stem, f"{mode} · {scenario} · trace {rep['trace_id']} · "
                                              f"e2e {rep.get('e2e_ms', 0):.1f} ms (the request nearest the median)")
                 rep["waterfall"] = stem.name + ".png"
     json_path = out / "report.json"

@@ -1,5 +1,5 @@
-"""The comparison report: numbers per mode from per-request samples, a console table, Markdown,
-charts, and regressions against a baseline report.
+"""The comparison report: numbers per mode from per-request samples, a console table, Markdown and regressions
+against a baseline report (its charts: eppkit.compare.charts).
 
 Everything here works on plain data (the report dict that is also ``report.json``), so a
 report can be re-read, re-drawn and compared without any process running.
@@ -32,7 +32,6 @@ from eppkit.compare.tables import fmt as _f
 from eppkit.compare.tables import pct
 from eppkit.gateway import hop
 from eppkit.observability import steps as st
-from eppkit.observability.html import service_color
 from eppkit.observability.trace_model import Trace, from_otlp
 
 SCHEMA = "eppkit.compare/1"
@@ -403,124 +402,6 @@ def render_markdown(report: dict) -> str:
         for s, m, r in failed:
             lines += [f"### {s} / {m}", "", "```", (r.get("error") or "").strip()[:3000], "```", ""]
     return "\n".join(lines).rstrip() + "\n"
-
-
-# -- charts -----------------------------------------------------------------------------------------
-
-def _figure(w: float, h: float):
-    # The object-oriented API with an explicit Agg canvas: no pyplot, no global backend state.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(w, h), dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig, stem: Path) -> list[Path]:
-    paths = [stem.with_suffix(".png"), stem.with_suffix(".svg")]
-    fig.canvas.draw()  # lay out once, then keep that layout for both files (layout is the slow part)
-    fig.set_layout_engine("none")
-    for p in paths:
-        fig.savefig(p)
-    return paths
-
-
-def latency_chart(block: dict, stem: Path, title: str) -> list[Path]:
-    """Per-mode distributions: e2e, gateway (Envoy before upstream) and, when streamed, TTFT."""
-    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok"]
-    panels = [("e2e", "end to end (client span)"), ("gateway", "gateway: Envoy before the upstream")]
-    if any(s.get("steps", {}).get("ttft") is not None for m in modes for s in block["modes"][m].get("samples", [])):
-        panels.append(("ttft", "time to first token (client)"))
-    fig = _figure(4.6 * len(panels), 3.8)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (step, label) in zip(axes, panels):
-        data = [[s["steps"][step] for s in block["modes"][m].get("samples", [])
-                 if s.get("ok") and (s.get("steps") or {}).get(step) is not None] for m in modes]
-        shown = [(m, d) for m, d in zip(modes, data) if d]
-        if not shown:
-            ax.set_visible(False)
-            continue
-        bp = ax.boxplot([d for _, d in shown], patch_artist=True, widths=0.55, showfliers=False)
-        ax.set_xticks(range(1, len(shown) + 1), [f"{m}\np50 {st.percentile(d, 50):.1f}" for m, d in shown], fontsize=8)
-        for patch, (m, _) in zip(bp["boxes"], shown):
-            patch.set_facecolor(mode_color(m, "#cccccc"))
-            patch.set_alpha(0.45)
-        for median in bp["medians"]:
-            median.set_color("black")
-        for i, (m, d) in enumerate(shown, start=1):
-            # deterministic horizontal spread so points do not sit on one line
-            xs = [i + ((k * 0.618) % 1 - 0.5) * 0.3 for k in range(len(d))]
-            ax.scatter(xs, d, s=8, color=mode_color(m, "#555555"), alpha=0.7, zorder=3, linewidths=0)
-        ax.set_title(label, fontsize=10)
-        ax.set_ylabel("ms")
-        ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=11)
-    return _save(fig, stem)
-
-
-def steps_chart(block: dict, stem: Path, title: str) -> list[Path]:
-    """Stacked bars of the mean per-request breakdown; right panel zooms on what happens before the upstream."""
-    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok" and r.get("breakdown_mean_ms")]
-    fig = _figure(11, 1.6 + 0.55 * max(1, len(modes)))
-    left, right = fig.subplots(1, 2, width_ratios=[3, 2])
-    for ax, parts, label in ((left, st.BREAKDOWN, "whole request (mean ms per request)"),
-                             (right, ("decision", "picker call", "envoy"), "before the upstream (mean ms)")):
-        for y, mode in enumerate(modes):
-            x0 = 0.0
-            for part in parts:
-                w = block["modes"][mode]["breakdown_mean_ms"].get(part, 0.0)
-                if w <= 0:
-                    continue
-                ax.barh(y, w, left=x0, color=PART_COLORS[part], edgecolor="white", linewidth=0.5, label=part)
-                x0 += w
-            ax.text(x0, y, f" {x0:.1f}", va="center", fontsize=7)
-        ax.set_yticks(range(len(modes)), modes)
-        ax.invert_yaxis()
-        ax.set_title(label, fontsize=10)
-        ax.grid(axis="x", alpha=0.3)
-        ax.set_xlim(0, max([sum(block["modes"][m]["breakdown_mean_ms"].get(p, 0.0) for p in parts) for m in modes] + [0.01]) * 1.15)
-    seen: dict = {}
-    for ax in (left, right):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            seen.setdefault(lab, h)
-    order = [p for p in st.BREAKDOWN if p in seen]
-    fig.legend([seen[p] for p in order], order, loc="outside lower center", ncols=len(order), fontsize=8, frameon=False)
-    fig.suptitle(title, fontsize=11)
-    return _save(fig, stem)
-
-
-def waterfall_chart(trace: Trace, stem: Path, title: str) -> list[Path]:
-    """One row per span in tree order, bars on a shared ms axis, coloured by service; ◆ = events."""
-    rows = list(trace.walk())
-    t0 = trace.start_us
-    total_ms = max((trace.end_us - t0) / 1000, 0.001)
-    fig = _figure(11, 0.9 + 0.27 * len(rows))
-    ax = fig.subplots()
-    for y, (span, depth) in enumerate(rows):
-        start = (span.start_us - t0) / 1000
-        width = max(span.duration_us / 1000, total_ms / 500)
-        ax.broken_barh([(start, width)], (y - 0.38, 0.76), facecolors=service_color(span.service),
-                       edgecolor="#c00000" if span.error else "none", linewidth=1.2)
-        ax.text(start + width + total_ms * 0.005, y, f"{span.duration_us / 1000:.1f} ms", va="center", fontsize=7)
-        for ev in span.events:
-            ax.plot((ev.time_us - t0) / 1000, y, marker="D", color="black", markersize=4)
-    labels = [("  " * depth) + f"{span.service}: {_short(span.name)}" for span, depth in rows]
-    ax.set_yticks(range(len(rows)), labels, fontsize=8, fontfamily="monospace")
-    for tick in ax.get_yticklabels():
-        tick.set_horizontalalignment("left")
-    ax.tick_params(axis="y", pad=max(len(lab) for lab in labels) * 4.9 + 2)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlim(0, total_ms * 1.12)
-    ax.set_xlabel("ms since the client sent the request   (◆ = span event, e.g. first_token; red edge = error)")
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_title(title, fontsize=10)
-    return _save(fig, stem)
-
-
-def _short(name: str, width: int = 44) -> str:
-    name = name.replace("envoy.service.ext_proc.v3.ExternalProcessor.Process", "ext_proc.Process")
-    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 # -- the folder -------------------------------------------------------------------------------------
