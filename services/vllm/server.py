@@ -7,42 +7,37 @@ decode request carrying a prefiller's ``kv_transfer_params``, KV transfer
 wait for the metadata part and the closing boundary (``vllm.await_metadata``) -> decode
 (``vllm.decode``) -> finish. Every step's span is started before the step's wait and
 ended after it, so span times are the step's real times.
+
+The request's way in (its body, its ``x-mock-*`` headers) is :mod:`~eppkit.services.vllm.request_in`, its way out
+(the response, a paced stream) :mod:`~eppkit.services.vllm.reply`, what it leaves behind (span attributes, metrics)
+:mod:`~eppkit.services.vllm.recording`; this module holds the lifecycle.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import json
 import logging
 import random
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from eppkit.observability import otel
-from eppkit.observability.contract import Error, GenAi, Http, Mock, Stream, Vllm
-from eppkit.services.openai_errors import OpenAIError, error_body, openai_error_middleware
+from eppkit.observability.contract import GenAi, Mock, Stream, Vllm
+from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 from eppkit.services.openai_server import api, handshake, tokens
 from eppkit.services.openai_server.ec_cache import EncoderCache
 from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from eppkit.services.openai_server.metrics import VllmMetrics
 from eppkit.services.openai_server.responses import DONE, Renderer, usage
-from eppkit.services.pod_headers import (
-    BODY_SHA256_KEY,
-    HEADER_POD,
-    HEADER_REQUEST_ID,
-    REQUEST_ID_KEY,
-    pod_headers_middleware,
-    response_headers,
-)
-from eppkit.services.vllm import multipart
+from eppkit.services.pod_headers import HEADER_POD, REQUEST_ID_KEY, pod_headers_middleware
+from eppkit.services.vllm import multipart, recording, reply, request_in
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig
-from eppkit.services.vllm.disconnects import DisconnectWatcher, Watch
+from eppkit.services.vllm.disconnects import DisconnectWatcher
 from eppkit.services.vllm.failures import (
     CONTEXT_LENGTH,
     DISCONNECT,
@@ -53,41 +48,15 @@ from eppkit.services.vllm.failures import (
     FailureInjector,
 )
 from eppkit.services.vllm.kvcache import PrefixCache
-from eppkit.services.vllm.latency import LatencyModel, Overrides
+from eppkit.services.vllm.latency import LatencyModel
 from eppkit.services.vllm.scheduler import QueueFull, Scheduler
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 log = logging.getLogger("vllm")
 
-HEADER_TTFT = "x-mock-ttft-ms"
-HEADER_ITL = "x-mock-itl-ms"
-HEADER_KV_TRANSFER = "x-mock-kv-transfer-ms"
-HEADER_METADATA_TIMEOUT = "x-mock-metadata-timeout-ms"
 TRACER_SCOPE = "vllm.tracing.otel"  # the instrumentation scope of vLLM's own spans
 
-
-
-class _ClientGone(Exception):
-    """The client closed the connection while we were writing to it."""
-
-
-@dataclass
-class _Flow:
-    """What one request holds while it runs (so cleanup knows what to give back)."""
-
-    request_id: str
-    span: trace.Span
-    arrival: float  # time.monotonic()
-    rng: random.Random
-    response: web.StreamResponse | None = None
-    slot: bool = False
-    kv_blocks: int = 0
-    first_token_at: float | None = None
-    finish_reason: str | None = None
-    injected: Failure | None = None
-    watch: Watch | None = None
-    ended_ns: int | None = None  # wall clock when the last bytes were handed to the socket
 
 
 class MockVllm:
@@ -164,32 +133,32 @@ class MockVllm:
             attributes={Vllm.ROLE: self.c.role, Vllm.INSTANCE: self.c.instance, GenAi.REQUEST_ID: rid},
         )
         seq = next(self._seq)
-        flow = _Flow(request_id=rid, span=span, arrival=time.monotonic(), rng=random.Random(f"{self.c.seed}:{self.c.instance}:{seq}"))
+        flow = reply.Flow(request_id=rid, span=span, arrival=time.monotonic(), rng=random.Random(f"{self.c.seed}:{self.c.instance}:{seq}"))
         flow.watch = self.watcher.watch(request)
         try:
             return await self._run(request, kind, flow)
         except OpenAIError as exc:
-            self._record_error(flow, exc.status, exc.message)
+            recording.record_error(self.metrics, flow, exc.status, exc.message)
             if flow.response is not None and flow.response.prepared:
-                await self._inband_error(flow, exc)
+                await reply.inband_error(flow, exc)
                 return flow.response
             raise
         except asyncio.CancelledError:
             if flow.watch.shutdown:
                 span.add_event(Vllm.SERVER_SHUTDOWN)
                 span.set_status(Status(StatusCode.ERROR, "server shutting down"))
-            elif flow.watch.client_gone or _transport_gone(request):
-                self._record_cancel(flow)
+            elif flow.watch.client_gone or request_in.transport_gone(request):
+                recording.record_cancel(self.metrics, flow)
             raise
-        except _ClientGone:
-            self._record_cancel(flow)
+        except reply.ClientGone:
+            recording.record_cancel(self.metrics, flow)
             return flow.response if flow.response is not None else web.Response(status=499)
-        except _InjectedDrop:
+        except reply.InjectedDrop:
             # the connection is closed; aiohttp's attempt to finish the response fails quietly
             return flow.response if flow.response is not None else web.Response(status=500)
         except Exception as exc:  # a bug in the mock: answer 500, keep serving, say what
             log.exception("request %s failed", rid)
-            self._record_error(flow, 500, f"mock vLLM internal error: {exc!r}")
+            recording.record_error(self.metrics, flow, 500, f"mock vLLM internal error: {exc!r}")
             if flow.response is not None and flow.response.prepared:
                 return flow.response
             raise OpenAIError(500, f"mock vLLM internal error: {exc!r}") from exc
@@ -203,20 +172,20 @@ class MockVllm:
                 flow.kv_blocks = 0
             span.end(end_time=flow.ended_ns)
 
-    async def _run(self, request: web.Request, kind: str, flow: _Flow) -> web.StreamResponse:
+    async def _run(self, request: web.Request, kind: str, flow: reply.Flow) -> web.StreamResponse:
         c, span = self.c, flow.span
 
         # 1. the request: whole JSON body, or multipart part 1 (the body stays open)
         reader: multipart.MultipartReader | None = None
-        _check_content_type(request)
+        request_in.check_content_type(request)
         if request.content_type.startswith("multipart/"):
-            reader, raw = await self._read_payload_part(request)
+            reader, raw = await request_in.read_payload_part(request, self.c.max_body_bytes)
             span.set_attribute(Vllm.MULTIPART, True)
         else:
-            raw = await self._read_body(request)
+            raw = await request_in.read_body(request, self.c.max_body_bytes)
         req = api.parse_request(kind, api.parse_json(raw), c.served_model_names, c.max_model_len)
-        overrides = _overrides(request.headers)
-        self._request_attributes(span, req)
+        overrides = request_in.overrides(request.headers)
+        recording.request_attributes(span, req, self.c.max_model_len)
 
         # 2. injected failures that answer at once
         try:
@@ -312,9 +281,9 @@ class MockVllm:
         if injected is not None and injected.after_tokens == 0:
             await self._inject(request, flow, injected)
         if stream_now:
-            await self._prepare(request, flow, req.stream)
+            await reply.prepare(request, flow, req.stream, self.c.instance)
         if req.stream:
-            await self._write(flow, renderer.token_chunk(out[0], first=True))
+            await reply.write(flow, renderer.token_chunk(out[0], first=True))
         flow.first_token_at = time.monotonic()
         span.add_event(Stream.FIRST_TOKEN)
         ttft = flow.first_token_at - flow.arrival
@@ -323,7 +292,8 @@ class MockVllm:
         # 6. multipart: the metadata part and the closing boundary, then decode
         metadata_report = None
         if reader is not None:
-            metadata_report = await self._await_metadata(request, reader, flow)
+            metadata_report = await request_in.await_metadata(request, reader, self._child(flow.span, Vllm.AWAIT_METADATA),
+                                                                 self.c.multipart_metadata_timeout)
 
         # 7. decode
         decode_start = time.monotonic()
@@ -361,25 +331,25 @@ class MockVllm:
         created = (req.prompt_tokens // c.block_size) * c.block_size - cached if req.kind == api.CHAT else None
         use = usage(req.prompt_tokens, n_out, cached, created if created is None else max(0, created))
         e2e = time.monotonic() - flow.arrival
-        self._finish_attributes(span, req, n_out, finish_reason, time_in_queue, ttft, e2e, prefill_time, decode_time)
+        recording.finish_attributes(span, req, n_out, finish_reason, time_in_queue, ttft, e2e, prefill_time, decode_time)
         self.metrics.e2e.observe(e2e)
         self.metrics.prompt_tokens.inc(req.prompt_tokens)
         self.metrics.generation_tokens.inc(n_out)
         self.metrics.request_success(finished_reason=finish_reason).inc()
-        self._count_tokens(req, n_out, cached, pulled=req.prompt_tokens if remote_prefill else 0,
+        recording.count_tokens(self.metrics, self.c.max_model_len, req, n_out, cached, pulled=req.prompt_tokens if remote_prefill else 0,
                            inference_s=prefill_time + decode_time)
 
         if req.stream:
             tail = renderer.final_chunk(finish_reason, extra, last=not req.include_usage)
             if req.include_usage:
                 tail += renderer.usage_chunk(use)
-            await self._write_eof(flow, tail + DONE)
+            await reply.write_eof(flow, tail + DONE)
             return flow.response
         body = json.dumps(renderer.full("".join(out), finish_reason, use, extra)).encode()
         if flow.response is not None:  # multipart: headers went out at the first token
-            await self._write_eof(flow, body)
+            await reply.write_eof(flow, body)
             return flow.response
-        return web.Response(body=body, content_type="application/json", headers=self._headers(flow))
+        return web.Response(body=body, content_type="application/json", headers=reply.headers(self.c.instance, flow))
 
     # ---- steps -----------------------------------------------------------------------
 
@@ -399,7 +369,7 @@ class MockVllm:
             return gap
 
         if stream and stop > 1:
-            writer = _TokenWriter(self.clock, flow.response, request.transport, renderer, out, stop, next_gap, self.metrics.token_lateness.observe)
+            writer = reply.TokenWriter(self.clock, flow.response, request.transport, renderer, out, stop, next_gap, self.metrics.token_lateness.observe)
             await writer.run(base)
             deadline = writer.deadline
         else:
@@ -412,60 +382,7 @@ class MockVllm:
         if n > 1:
             self.metrics.tpot.observe((deadline - base) / (n - 1))
 
-    async def _await_metadata(self, request: web.Request, reader: multipart.MultipartReader, flow: _Flow) -> dict[str, Any]:
-        timeout_ms = _float_header(request.headers, HEADER_METADATA_TIMEOUT)
-        if timeout_ms is None:
-            timeout_ms = self.c.multipart_metadata_timeout
-        span = self._child(flow.span, Vllm.AWAIT_METADATA)
-        span.set_attribute(Vllm.MULTIPART_TIMEOUT_MS, timeout_ms)
-        started = time.monotonic()
-        try:
-            try:
-                parts = await asyncio.wait_for(reader.read_until_closed(), timeout_ms / 1000.0)
-            except asyncio.TimeoutError:
-                raise OpenAIError(
-                    408,
-                    f"multipart: the '{multipart.METADATA_PART}' part and the closing boundary did not arrive "
-                    f"within {timeout_ms:g} ms after the first token",
-                    code="metadata_timeout",
-                ) from None
-            except multipart.MultipartError as exc:
-                if _transport_gone(request):
-                    raise _ClientGone() from None
-                raise OpenAIError(400, f"multipart: {exc}", code="metadata_missing") from None
-            except (ConnectionResetError, web.HTTPException):
-                raise _ClientGone() from None
-            meta = [p for p in parts if p.name == multipart.METADATA_PART]
-            if not meta:
-                names = ", ".join(p.name for p in parts) or "none"
-                raise OpenAIError(
-                    400,
-                    f"multipart: the body closed without a '{multipart.METADATA_PART}' part (parts after the payload: {names})",
-                    code="metadata_missing",
-                )
-            waited = time.monotonic() - started
-            body = meta[0].body
-            try:
-                value: Any = json.loads(body) if body else None
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                value = body.decode("utf-8", "replace")
-            report = {
-                "received": True,
-                "content": value,
-                "bytes": len(body),
-                "waited_ms": round(waited * 1000.0, 3),
-                "parts": [p.name for p in parts],
-            }
-            span.set_attribute(Vllm.MULTIPART_METADATA_BYTES, len(body))
-            span.set_attribute(Vllm.MULTIPART_METADATA, body[:1024].decode("utf-8", "replace"))
-            return report
-        except OpenAIError as exc:
-            span.set_status(Status(StatusCode.ERROR, exc.message))
-            raise
-        finally:
-            span.end()
-
-    async def _inject(self, request: web.Request, flow: _Flow, failure: Failure) -> None:
+    async def _inject(self, request: web.Request, flow: reply.Flow, failure: Failure) -> None:
         """A stall (hang, then drop) or a disconnect (close the connection) at this point."""
         if failure.kind == STALL:
             flow.span.add_event(Vllm.STALL_STARTED)
@@ -479,38 +396,7 @@ class MockVllm:
         transport = request.transport
         if transport is not None:
             transport.close()
-        raise _InjectedDrop()
-
-    async def _read_payload_part(self, request: web.Request) -> tuple[multipart.MultipartReader, bytes]:
-        try:
-            boundary = multipart.boundary_of(request.headers.get("Content-Type", ""))
-            reader = multipart.MultipartReader(request.content, boundary, max_bytes=self.c.max_body_bytes)
-            part = await reader.next_part()
-        except multipart.MultipartError as exc:
-            status = 413 if isinstance(exc, multipart.MultipartTooLarge) else 400
-            raise OpenAIError(status, f"multipart: {exc}") from None
-        if part is None:
-            raise OpenAIError(400, "multipart: the body closed before any part")
-        if part.name != multipart.PAYLOAD_PART:
-            raise OpenAIError(400, f"multipart: the first part must be '{multipart.PAYLOAD_PART}', got '{part.name}'")
-        return reader, part.body
-
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self.c.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise OpenAIError(413, f"request body of {request.content_length} bytes exceeds the limit of {limit} bytes")
-        chunks, total = [], 0
-        while True:
-            chunk = await request.content.readany()
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:
-                raise OpenAIError(413, f"request body exceeds the limit of {limit} bytes")
-            chunks.append(chunk)
-        body = b"".join(chunks)
-        request[BODY_SHA256_KEY] = hashlib.sha256(body).hexdigest()
-        return body
+        raise reply.InjectedDrop()
 
     def _ec_lookup(self, req: api.GenRequest) -> tuple[int, int]:
         if not req.media:
@@ -528,185 +414,8 @@ class MockVllm:
         room = self.c.max_model_len - req.prompt_tokens
         return max(1, min(self.c.default_max_tokens, room))
 
-    # ---- response plumbing -----------------------------------------------------------
-
-    def _headers(self, flow: _Flow) -> dict[str, str]:
-        return {HEADER_POD: self.c.instance, HEADER_REQUEST_ID: flow.request_id}
-
-    async def _prepare(self, request: web.Request, flow: _Flow, sse: bool) -> None:
-        resp = web.StreamResponse(status=200, headers={**response_headers(request, self.c.instance),
-                                                        **self._headers(flow)})
-        if request.version >= (1, 1):
-            # explicit, so resp.chunked is true and _TokenWriter frames its direct writes
-            resp.enable_chunked_encoding()
-        if sse:
-            resp.content_type = "text/event-stream"
-            resp.charset = "utf-8"  # as vLLM's (Starlette's) "text/event-stream; charset=utf-8"
-            resp.headers["Cache-Control"] = "no-cache"
-            # The first token follows at once: let aiohttp send the headers with it, one
-            # send() instead of two (sends on loopback dominate the mock's CPU per request).
-            resp._send_headers_immediately = False
-        else:
-            resp.content_type = "application/json"
-        flow.response = resp
-        try:
-            await resp.prepare(request)
-        except (ConnectionResetError, RuntimeError) as exc:
-            raise _ClientGone() from exc
-
-    async def _write(self, flow: _Flow, data: bytes) -> None:
-        try:
-            await flow.response.write(data)
-        except ConnectionResetError as exc:  # includes aiohttp's ClientConnectionResetError
-            raise _ClientGone() from exc
-
-    async def _write_eof(self, flow: _Flow, data: bytes = b"") -> None:
-        # The request is over once these bytes leave: stamp it here, not in the cleanup
-        # after it, which a descheduled process can reach after Envoy's own span has ended.
-        flow.ended_ns = time.time_ns()
-        try:
-            await flow.response.write_eof(data)
-        except ConnectionResetError as exc:
-            raise _ClientGone() from exc
-
-    async def _inband_error(self, flow: _Flow, exc: OpenAIError) -> None:
-        """Headers already went out (multipart/streaming): say it in the body, then end."""
-        body = error_body(exc.status, exc.message, param=exc.param, code=exc.code)
-        try:
-            if flow.response.content_type == "text/event-stream":
-                await flow.response.write(Renderer._sse(body) + DONE)
-            else:
-                await flow.response.write(json.dumps(body).encode())
-            await flow.response.write_eof()
-        except ConnectionResetError:
-            pass
-
-    # ---- spans and metrics -----------------------------------------------------------
-
     def _child(self, parent: trace.Span, name: str) -> trace.Span:
         return self.tracer.start_span(name, context=trace.set_span_in_context(parent))
-
-    def _request_attributes(self, span: trace.Span, req: api.GenRequest) -> None:
-        b = req.body
-        attrs: dict[str, Any] = {
-            GenAi.RESPONSE_MODEL: req.model,
-            GenAi.USAGE_PROMPT_TOKENS: req.prompt_tokens,
-            GenAi.REQUEST_N: 1,
-            Vllm.STREAM: req.stream,
-            Vllm.API: req.kind,
-            # as vLLM: what the request may generate (the context's rest when it names no max_tokens)
-            GenAi.REQUEST_MAX_TOKENS: req.max_tokens or max(0, self.c.max_model_len - req.prompt_tokens),
-        }
-        # as vLLM: the sampling parameters in effect (1.0 when not given), each only when not zero
-        for key, attribute in (("temperature", GenAi.REQUEST_TEMPERATURE), ("top_p", GenAi.REQUEST_TOP_P)):
-            value = b.get(key)
-            value = 1.0 if value is None else float(value)
-            if value:
-                attrs[attribute] = value
-        if req.media:
-            attrs[Vllm.MM_ITEMS] = len(req.media)
-        params = req.kv_transfer_params
-        if handshake.wants_remote_decode(params):
-            attrs[Vllm.KV_TRANSFER_PARAMS] = "do_remote_decode"
-        elif handshake.has_remote_prefill(params):
-            attrs[Vllm.KV_TRANSFER_PARAMS] = "do_remote_prefill"
-        span.set_attributes(attrs)
-
-    def _finish_attributes(self, span, req, n_out, finish_reason, queue, ttft, e2e, prefill, decode) -> None:
-        span.set_attributes(
-            {
-                GenAi.USAGE_COMPLETION_TOKENS: n_out,
-                GenAi.USAGE_NUM_SEQUENCES: 1,
-                GenAi.LATENCY_TIME_IN_QUEUE: queue,
-                GenAi.LATENCY_TIME_TO_FIRST_TOKEN: ttft,
-                GenAi.LATENCY_E2E: e2e,
-                GenAi.LATENCY_TIME_IN_MODEL_PREFILL: prefill,
-                GenAi.LATENCY_TIME_IN_MODEL_DECODE: decode,
-                GenAi.LATENCY_TIME_IN_MODEL_INFERENCE: prefill + decode,
-                GenAi.RESPONSE_FINISH_REASONS: [finish_reason],
-            }
-        )
-
-    def _count_tokens(self, req: api.GenRequest, n_out: int, cached: int, pulled: int, inference_s: float) -> None:
-        """vLLM's per-request token histograms and where the prompt's KV came from: computed here, this
-        instance's prefix cache, or pulled from a prefiller (vLLM's p2p KV transfer)."""
-        m, computed = self.metrics, max(0, req.prompt_tokens - cached - pulled)
-        m.request_prompt_tokens.observe(req.prompt_tokens)
-        m.request_generation_tokens.observe(n_out)
-        limit = req.max_tokens or max(0, self.c.max_model_len - req.prompt_tokens)
-        m.request_max_num_generation_tokens.observe(limit)
-        m.request_params_max_tokens.observe(limit)
-        m.request_params_n.observe(1)
-        m.request_num_preemptions.observe(0)
-        m.request_prefill_kv_computed_tokens.observe(computed)
-        m.inference_time.observe(inference_s)
-        m.prompt_tokens_by_source(source="local_compute").inc(computed)
-        m.prompt_tokens_by_source(source="local_cache_hit").inc(cached)
-        m.prompt_tokens_by_source(source="external_kv_transfer").inc(pulled)
-        m.prompt_tokens_cached.inc(cached + pulled)
-        m.prompt_tokens_cached_by_source(source="device").inc(cached)
-        m.prompt_tokens_cached_by_source(source="p2p").inc(pulled)
-
-    def _record_error(self, flow: _Flow, status: int, message: str) -> None:
-        self.metrics.request_errors(status=str(status)).inc()
-        flow.span.set_status(Status(StatusCode.ERROR, message))
-        flow.span.set_attribute(Error.TYPE, str(status))
-        flow.span.set_attribute(Http.RESPONSE_STATUS_CODE, status)
-
-    def _record_cancel(self, flow: _Flow) -> None:
-        self.metrics.client_cancellations.inc()
-        self.metrics.request_success(finished_reason="abort").inc()
-        flow.span.add_event(Vllm.CLIENT_CANCELLED)
-        flow.span.set_attribute(Vllm.CANCELLED, True)
-        flow.span.set_attribute(GenAi.RESPONSE_FINISH_REASONS, ["abort"])
-        flow.span.set_status(Status(StatusCode.ERROR, "client disconnected"))
-
-
-class _TokenWriter:
-    """Writes tokens ``1..stop-1`` of a stream from TokenClock callbacks.
-
-    The first token and the final chunks go through aiohttp's ``StreamResponse.write``;
-    the tokens in between are framed here (HTTP/1.1 chunked, as aiohttp frames them) and
-    handed straight to the transport. That skips a coroutine switch, a future and a timer
-    per token, which is what lets one process keep hundreds of streams on time.
-    """
-
-    def __init__(self, clock, response: web.StreamResponse, transport, renderer, out, stop, next_gap, observe_lateness) -> None:
-        self.clock = clock
-        self.observe_lateness = observe_lateness
-        self.transport = transport
-        self.chunked = response.chunked
-        self.renderer = renderer
-        self.out = out
-        self.stop = stop
-        self.next_gap = next_gap
-        self.index = 1
-        self.deadline = 0.0
-        self.done: asyncio.Future | None = None
-
-    async def run(self, base: float) -> None:
-        self.done = asyncio.get_running_loop().create_future()
-        self.deadline = base + self.next_gap()
-        self.clock.call_at(self.deadline, self._tick)
-        await self.done  # a cancelled handler cancels this future; _tick then stops
-
-    def _tick(self) -> None:
-        done = self.done
-        if done.done():
-            return
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            done.set_exception(_ClientGone())
-            return
-        self.observe_lateness(time.monotonic() - self.deadline)
-        chunk = self.renderer.token_chunk(self.out[self.index], first=False)
-        transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk) if self.chunked else chunk)
-        self.index += 1
-        if self.index >= self.stop:
-            done.set_result(None)
-            return
-        self.deadline += self.next_gap()
-        self.clock.call_at(self.deadline, self._tick)
 
 
 def _permission(created: int) -> dict[str, Any]:
@@ -717,47 +426,3 @@ def _permission(created: int) -> dict[str, Any]:
             "group": None, "is_blocking": False}
 
 
-class _InjectedDrop(Exception):
-    """Raised after an injected stall/disconnect closed the connection."""
-
-
-def _check_content_type(request: web.Request) -> None:
-    """JSON or multipart only, as vLLM (``validate_json_request``); no Content-Type at all is let through.
-
-    Without this a body sent as text/plain or a form was parsed as JSON anyway and served.
-    """
-    if "Content-Type" not in request.headers:
-        return
-    media = request.content_type.lower()
-    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
-        return
-    if media.startswith("multipart/"):
-        return
-    raise OpenAIError(415, f"Unsupported Media Type: Only 'application/json' is allowed, got {media!r}",
-                      param="Content-Type", code="unsupported_media_type")
-
-
-def _transport_gone(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is None or transport.is_closing()
-
-
-def _float_header(headers, name: str) -> float | None:
-    raw = headers.get(name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise OpenAIError(400, f"{name} must be a number of milliseconds, got {raw!r}") from None
-    if value < 0 or value != value:
-        raise OpenAIError(400, f"{name} cannot be negative")
-    return value
-
-
-def _overrides(headers) -> Overrides:
-    return Overrides(
-        ttft_ms=_float_header(headers, HEADER_TTFT),
-        itl_ms=_float_header(headers, HEADER_ITL),
-        kv_transfer_ms=_float_header(headers, HEADER_KV_TRANSFER),
-    )

@@ -151,7 +151,7 @@ def test_stream_span_ends_when_the_last_bytes_leave_not_after_cleanup():
 def test_stream_tokens_are_due_on_absolute_deadlines_however_late_each_write_runs():
     """Token i is due base + i * ITL, computed from the previous deadline and never from when a
     write happened, so lateness does not accumulate. Driven with a recording clock: no timing."""
-    from eppkit.services.vllm.server import _TokenWriter
+    from eppkit.services.vllm.reply import TokenWriter as _TokenWriter
 
     class Clock:  # records the deadlines asked for; the test runs the callbacks, all of them late
         def __init__(self):
