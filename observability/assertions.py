@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from eppkit.observability import contract, waterfall
+from eppkit.observability import contract_check, waterfall
 from eppkit.observability import expected_spans as ex
 from eppkit.observability.expected_spans import SpanRule
 from eppkit.observability.trace_model import Span, SpanNotFound, Trace
@@ -121,7 +121,7 @@ class TraceCheck:
                 problems += [f"span '{s.service}:{s.name}': attribute {k!r} is not one you declared for it"
                              for k in s.attributes if allowed is not None and k not in allowed]
                 continue
-            problems += contract.violations(s.name, s.attributes, {e.name: e.attributes for e in s.events},
+            problems += contract_check.violations(s.name, s.attributes, {e.name: e.attributes for e in s.events},
                                             service=s.service)
         if problems:
             self.fail("the trace breaks the trace contract (eppkit.observability.contract; declare spans of your own "

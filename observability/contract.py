@@ -14,14 +14,14 @@ names are Envoy's. Everything else is eppkit's own and keeps the spelling users'
 A span declares the attributes and events it may carry; :func:`violations` checks a trace (or
 recorded spans) against that, and docs/CONTRACTS.md's trace section is :func:`markdown`'s output
 (a test keeps the two equal). Adding a span: declare it in its service's class below, emit it,
-regenerate the doc (``python -m eppkit.observability.contract --write``).
+regenerate the doc (``python -m eppkit.observability.contract_check --write docs/CONTRACTS.md``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple
+from typing import Iterable, NamedTuple
 
 SERVICE, RESOURCE, SPAN, EVENT, ATTRIBUTE = "service", "resource attribute", "span", "span event", "attribute"
 
@@ -446,79 +446,3 @@ def service_of(span_name: str) -> str:
     if entry is None:
         raise KeyError(f"span {span_name!r} is not in the trace contract; declared: {', '.join(_BY_KIND[SPAN])}")
     return entry.service
-
-
-# -- checking spans against the contract ----------------------------------------------------------------
-
-def violations(name: str, attributes: Iterable[str] = (), events: Mapping[str, Iterable[str]] | None = None,
-               service: str | None = None) -> list[str]:
-    """What one span does that the contract does not declare ([] when it conforms).
-
-    ``events``: event name -> its attribute names. ``service``: its service.name, when known.
-    Envoy's own spans are checked by name only: Envoy adds tags of its own (component, peer.address ...).
-    """
-    entry = span(name)
-    where = f"{service}:{name}" if service else name
-    if entry is None:
-        return [f"span {where!r} is not declared"]
-    out = []
-    if service is not None and service != entry.service:
-        out.append(f"span {where!r} comes from {service!r}, declared for {entry.service!r}")
-    if entry.origin == "Envoy":
-        return out
-    for key in attributes:
-        if key not in entry.attributes:
-            out.append(f"span {where!r}: attribute {key!r} is not declared for it")
-    for event_name, event_attributes in (events or {}).items():
-        if event_name not in entry.events and event_name != ExceptionEvent.EVENT:
-            out.append(f"span {where!r}: event {event_name!r} is not declared for it")
-            continue
-        declared = _BY_KIND[EVENT][event_name].attributes
-        out += [f"span {where!r}: event {event_name!r} attribute {key!r} is not declared for it"
-                for key in event_attributes if key not in declared]
-    return out
-
-
-# -- the reference (docs/CONTRACTS.md) ------------------------------------------------------------------
-
-def markdown() -> str:
-    """The trace contract as Markdown: docs/CONTRACTS.md holds exactly this between its markers."""
-    attrs, events = _BY_KIND[ATTRIBUTE], _BY_KIND[EVENT]
-    lines = ["Services (`service.name`): " + ", ".join(f"`{s}`" for s in _BY_KIND[SERVICE]) + ".", ""]
-    lines += ["| service | span | what it is | attributes | events |", "|---|---|---|---|---|"]
-    for e in _BY_KIND[SPAN].values():
-        a = ", ".join(f"`{n}`" for n in e.attributes) or "–"
-        ev = ", ".join(f"`{n}`" for n in e.events) or "–"
-        origin = "" if e.origin == "eppkit" else f" ({e.origin}'s name)"
-        lines.append(f"| {e.service} | `{e.name}` | {e.doc}{origin} | {a} | {ev} |")
-    lines += ["", "| span event | what it is | attributes |", "|---|---|---|"]
-    for e in events.values():
-        lines.append(f"| `{e.name}` | {e.doc} | {', '.join(f'`{n}`' for n in e.attributes) or '–'} |")
-    lines += ["", "| attribute | what it is | whose name |", "|---|---|---|"]
-    for e in list(_BY_KIND[RESOURCE].values()) + list(attrs.values()):
-        kind = " (resource)" if e.kind == RESOURCE else ""
-        lines.append(f"| `{e.name}` | {e.doc}{kind} | {e.origin}{' semconv' if e.semconv else ''} |")
-    return "\n".join(lines) + "\n"
-
-
-BEGIN, END = "<!-- trace contract: begin (generated from observability/contract.py) -->", "<!-- trace contract: end -->"
-
-
-def render_into(text: str) -> str:
-    """``text`` (docs/CONTRACTS.md) with the part between BEGIN and END replaced by :func:`markdown`."""
-    head, sep, rest = text.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
-    if not sep or not sep2:
-        raise ValueError(f"the document has no {BEGIN!r} ... {END!r} section")
-    return f"{head}{BEGIN}\n{markdown()}{END}{tail}"
-
-
-if __name__ == "__main__":  # python -m eppkit.observability.contract [--write docs/CONTRACTS.md]
-    import sys
-    from pathlib import Path
-
-    if len(sys.argv) == 3 and sys.argv[1] == "--write":
-        path = Path(sys.argv[2])
-        path.write_text(render_into(path.read_text()))
-    else:
-        print(markdown(), end="")

@@ -16,7 +16,7 @@ import subprocess
 
 import matplotlib.font_manager
 import pytest
-from eppkit.observability import contract
+from eppkit.observability import contract, contract_check
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 
@@ -35,7 +35,7 @@ def recorded_spans_follow_the_trace_contract(monkeypatch):
     problems = []
     for span in seen:
         service = span.resource.attributes.get(contract.ResourceAttributes.SERVICE_NAME)
-        problems += contract.violations(span.name, span.attributes or {},
+        problems += contract_check.violations(span.name, span.attributes or {},
                                         {e.name: (e.attributes or {}) for e in span.events},
                                         service=service if service in services else None)
     assert not problems, "spans that break the trace contract (observability/contract.py):\n" + "\n".join(

@@ -4,7 +4,7 @@
   is a contract constant, never a string literal (an AST scan of the producers);
 - the Go dynamic module's span name and tags are the contract's;
 - Envoy's cluster names in span names are the templates' ones;
-- docs/CONTRACTS.md's trace tables are what ``contract.markdown()`` makes;
+- docs/CONTRACTS.md's trace tables are what ``contract_check.markdown()`` makes;
 - real saved traces (every mode, aggregated/pd/epd) conform.
 Spans recorded in memory by the unit tests are checked too (tests/unit/conftest.py).
 """
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from eppkit.observability import contract as c
+from eppkit.observability import contract_check as check
 from eppkit.observability.contract import Cluster, Dynmod, Envoy, Epp, Vllm
 
 from eppkit import TraceAssertionError, TraceCheck
@@ -106,8 +107,8 @@ def test_envoy_cluster_names_in_span_names_are_the_templates_ones():
 def test_contracts_md_holds_the_generated_tables():
     doc = ROOT / "docs" / "CONTRACTS.md"
     text = doc.read_text()
-    assert c.render_into(text) == text, (
-        "docs/CONTRACTS.md is out of date: python -m eppkit.observability.contract --write docs/CONTRACTS.md")
+    assert check.render_into(text) == text, (
+        "docs/CONTRACTS.md is out of date: python -m eppkit.observability.contract_check --write docs/CONTRACTS.md")
 
 
 def test_every_span_attribute_and_event_a_span_lists_is_declared():
@@ -121,15 +122,15 @@ def test_every_span_attribute_and_event_a_span_lists_is_declared():
 
 
 def test_violations_name_what_is_not_declared():
-    assert c.violations(Epp.PICK, [Epp.ENDPOINT], service="epp") == []
-    assert c.violations("epp.guess") == ["span 'epp.guess' is not declared"]
-    assert c.violations(Epp.PICK, ["epp.colour"], {Vllm.STALL_STARTED: []}, service="vllm") == [
+    assert check.violations(Epp.PICK, [Epp.ENDPOINT], service="epp") == []
+    assert check.violations("epp.guess") == ["span 'epp.guess' is not declared"]
+    assert check.violations(Epp.PICK, ["epp.colour"], {Vllm.STALL_STARTED: []}, service="vllm") == [
         "span 'vllm:epp.pick' comes from 'vllm', declared for 'epp'",
         "span 'vllm:epp.pick': attribute 'epp.colour' is not declared for it",
         "span 'vllm:epp.pick': event 'stall_started' is not declared for it",
     ]
     # Envoy's spans carry Envoy's own tags too: checked by name only
-    assert c.violations(Envoy.router("pool"), ["component", "peer.address"], service="envoy") == []
+    assert check.violations(Envoy.router("pool"), ["component", "peer.address"], service="envoy") == []
 
 
 def test_a_trace_that_breaks_the_contract_fails_the_check():
