@@ -344,7 +344,8 @@ def default(name: str, front_end: str) -> Any:
     return next(o.default for o in options_for(front_end) if o.name == name)
 
 
-def _kwargs(option: Option) -> dict[str, Any]:
+def argparse_kwargs(option: Option) -> dict[str, Any]:
+    """What argparse (or pytest's parser) takes for ``option``."""
     kw: dict[str, Any] = {"help": option.help, "dest": option.name}
     if option.action is not None:
         kw["action"] = option.action
@@ -364,36 +365,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     for option in options_for(command):
         target = parser if option.group == "testbed" else groups.setdefault(
             option.group, parser.add_argument_group(GROUPS[option.group]))
-        target.add_argument(*([option.short] if option.short else []), option.flag, **_kwargs(option))
-
-
-def add_pytest_options(parser) -> None:
-    """The plugin's options on pytest's parser: ``--eppkit-<flag>``, and ``eppkit_<dest>`` ini keys."""
-    group = parser.getgroup(PLUGIN_PREFIX, GROUPS["pytest"])
-    for option in options_for(PLUGIN):
-        kw = _kwargs(option)
-        if option.ini or option.action is None and option.default not in (None, [], ""):
-            kw["default"] = None  # None: not given, so the ini key (or the table's default) applies
-        group.addoption(option.plugin_flag, **kw)
-        if option.ini:
-            parser.addini(f"{PLUGIN_PREFIX}_{option.name}", f"default for {option.plugin_flag}",
-                          default="" if option.default is None else str(option.default))
-
-
-class PluginValues:
-    """The plugin's option values under their table names (``values.backend``), as argparse would give them."""
-
-    def __init__(self, config) -> None:
-        self._config = config
-
-    def __getattr__(self, name: str) -> Any:
-        option = next((o for o in options_for(PLUGIN) if o.name == name), None)
-        if option is None:
-            raise AttributeError(f"no plugin option {name!r}")
-        value = self._config.getoption(option.plugin_flag)
-        if value is None and option.ini:
-            value = self._config.getini(f"{PLUGIN_PREFIX}_{option.name}") or None
-        return option.default if value is None else value
+        target.add_argument(*([option.short] if option.short else []), option.flag, **argparse_kwargs(option))
 
 
 # -- what the values mean --------------------------------------------------------------------------------

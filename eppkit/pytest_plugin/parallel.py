@@ -97,7 +97,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
     When Java or Zipkin's jar is missing nothing starts here: each worker's ``eppkit_ui`` says what is missing.
     """
-    from eppkit.options import PluginValues
+    from eppkit.pytest_plugin.options import PluginValues
 
     config = session.config
     if not is_controller(config) or not PluginValues(config).ui:

@@ -34,14 +34,14 @@ MARKERS = (
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from eppkit.options import add_pytest_options
+    from eppkit.pytest_plugin.options import add_pytest_options
 
     add_pytest_options(parser)
 
 
 def values(config: pytest.Config):
-    """The session's option values under their table names (eppkit.options.PluginValues)."""
-    from eppkit.options import PluginValues
+    """The session's option values under their table names (eppkit.pytest_plugin.options.PluginValues)."""
+    from eppkit.pytest_plugin.options import PluginValues
 
     return PluginValues(config)
 

@@ -1,5 +1,5 @@
 """The runtimes: how a testbed's components run. Each is one module with a ``launcher()`` that makes its
-:class:`~eppkit.runtimes.testbed.Launcher`: the kit's are modules of this package (``local``, ``docker``); an
+:class:`~eppkit.runtimes.launching.Launcher`: the kit's are modules of this package (``local``, ``docker``); an
 outside package adds one as an entry point of the group ``eppkit.runtimes`` (its name: the module). The
 :class:`~eppkit.runtimes.testbed.Testbed` is one, handed the launcher. One topology in, the same handles out on every
 runtime. A runtime's module is imported when a testbed first needs it."""

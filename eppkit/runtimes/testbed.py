@@ -1,6 +1,6 @@
 """The testbed: one topology started in order, the handles a test holds, stopped in order.
 
-One class for every runtime. A runtime hands it a :class:`Launcher` that says how each component runs (a process
+One class for every runtime. A runtime hands it a :class:`~eppkit.runtimes.launching.Launcher` that says how each component runs (a process
 of this host: :mod:`eppkit.runtimes.local`; a container: :mod:`eppkit.runtimes.docker`); everything else is here,
 once: the start order (dependencies first: Jaeger unless shared, the flow's backends, the mode's services tier by
 tier, then Envoy, each waited on until really ready), the stop order, the handles (URLs, client, traces, Envoy's
@@ -16,7 +16,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from eppkit import flows, modes
 from eppkit.builds import controlplane as controlplane_build
@@ -35,6 +34,7 @@ from eppkit.observability import expected_spans
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
+from eppkit.runtimes.launching import Launcher
 from eppkit.runtimes.pool import InferencePoolHandle
 from eppkit.services.picker.headers import SERVED
 from eppkit.services.pod_headers import HEADER_POD
@@ -47,26 +47,6 @@ class ServiceHandle:
     url: str
     process: Component  # a process, or a container: start, stop, kill, is_running, logs
     spec: ServiceSpec | None = None  # how it was started (its ports: grpc_health_port, ...)
-
-
-class Launcher(Protocol):
-    """How a runtime runs a testbed's components; each call returns one not yet started."""
-
-    runtime: str  # its name: "local", "docker"
-
-    def jaeger(self, run_dir: Path, ports: PortAllocator | None = None) -> Jaeger:
-        """The testbed's own Jaeger (one not shared)."""
-        ...
-
-    def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]) -> Component:
-        """One service of the flow or the mode (``extra_args`` after its own: its OTLP endpoint, when it takes it
-        as a flag); its working folder and log are in ``run_dir``."""
-        ...
-
-    def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
-              env: dict[str, str]) -> envoy_process.Envoy:
-        """Envoy for ``config_path`` (validated by the testbed already)."""
-        ...
 
 
 def new_run_dir(label: str) -> Path:
