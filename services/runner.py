@@ -72,10 +72,16 @@ def serve(
         for task in background:
             await task.stop()
 
+    run_then_flush(lambda: run_loop(main()))
+
+
+def run_then_flush(run: Callable[[], object]) -> int:
+    """Run a service (``run`` returns when it has stopped), then flush its spans, whatever happened; 0."""
     try:
-        run_loop(main())
+        run()
     finally:
         otel.shutdown_tracing()
+    return 0
 
 
 def _raise_open_files_limit() -> None:

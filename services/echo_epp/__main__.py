@@ -15,7 +15,7 @@ from eppkit.observability.contract import Service
 from eppkit.services.echo_epp import MISBEHAVIOURS
 from eppkit.services.echo_epp.server import Pool, serve
 from eppkit.services.picker.endpoints import parse_endpoints
-from eppkit.services.runner import add_common_args, configure_logging
+from eppkit.services.runner import add_common_args, configure_logging, run_then_flush
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,12 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"echo-epp: --endpoints: {exc}", file=sys.stderr)
         return 2
     tracer = otel.setup_tracing(Service.ECHO_EPP, args.otlp_endpoint, instance=f"echo-epp-{args.port}")
-    try:
-        asyncio.run(serve(args.host, args.port, pool, tracer, misbehave=args.misbehave,
-                          max_fallbacks=args.max_fallbacks, shed_header=args.shed_header))
-    finally:
-        otel.shutdown_tracing()
-    return 0
+    return run_then_flush(lambda: asyncio.run(serve(args.host, args.port, pool, tracer, misbehave=args.misbehave,
+                                                    max_fallbacks=args.max_fallbacks, shed_header=args.shed_header)))
 
 
 if __name__ == "__main__":

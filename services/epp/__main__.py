@@ -21,12 +21,11 @@ import argparse
 import asyncio
 import sys
 
-from eppkit.observability import otel
 from eppkit.observability.contract import Service
 from eppkit.services.epp import MULTIPART_TRIGGERS, server
 from eppkit.services.epp.sidecar import FrontendPicker
 from eppkit.services.picker import settings, transport
-from eppkit.services.runner import add_common_args
+from eppkit.services.runner import add_common_args, run_then_flush
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,12 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args, picker, scrapers, tracer = transport.prepare(build_parser(), argv, Service.EPP)
     if args.frontend_url:
         picker = FrontendPicker(picker, args.frontend_url, timeout_s=args.frontend_timeout)
-    try:
-        asyncio.run(server.serve_forever(args.host, args.port, picker, scrapers, tracer,
-                                         multipart=args.multipart, multipart_trigger=args.multipart_trigger))
-    finally:
-        otel.shutdown_tracing()
-    return 0
+    return run_then_flush(lambda: asyncio.run(server.serve_forever(
+        args.host, args.port, picker, scrapers, tracer, multipart=args.multipart,
+        multipart_trigger=args.multipart_trigger)))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from eppkit.conformance.checks.registry import (
     check,
     evidence_of,
     failed,
+    judged,
     not_applicable,
     passed,
 )
@@ -44,9 +45,8 @@ def follows_pick(h):
             problems.append(f"no destination from the EPP (route {hop['route']})")
         elif hop["upstream"] != _first(hop["destination"]):
             problems.append(f"picked {_first(hop['destination'])}, served by {hop['upstream']}")
-    if problems:
-        return failed("requests did not go where the EPP picked: " + "; ".join(problems), evidence)
-    return passed("every request went to the EPP's primary", evidence)
+    return judged(problems, evidence, failing="requests did not go where the EPP picked",
+                  passing="every request went to the EPP's primary")
 
 
 @check("served-endpoint", "the endpoint that served is reported", category=DATA_PLANE, needs=NEEDS)
@@ -62,9 +62,8 @@ def served_endpoint(h):
         if result.headers.get(headers.SERVED) != hop["upstream"] or (hop["served"] and hop["served"] != hop["upstream"]):
             problems.append(f"served by {hop['upstream']}, reported {result.headers.get(headers.SERVED)!r} / "
                             f"{hop['served']!r}")
-    if problems:
-        return failed("the served endpoint was not reported: " + "; ".join(problems), evidence)
-    return passed("reported for every request", evidence)
+    return judged(problems, evidence, failing="the served endpoint was not reported",
+                  passing="reported for every request")
 
 
 @check("test-header", "GAIE's test header (test-epp-endpoint-selection) forces the pick", category=DATA_PLANE,
@@ -82,9 +81,8 @@ def test_header(h):
                         f"{sent.result.status} from {sent.served_by}")
         if sent.served_by != pod:
             problems.append(f"{pod}: served by {sent.served_by}")
-    if problems:
-        return failed("the EPP did not follow the test header: " + "; ".join(problems), evidence)
-    return passed("each named pod answered", evidence)
+    return judged(problems, evidence, failing="the EPP did not follow the test header",
+                  passing="each named pod answered")
 
 
 @check("several-ports", "a pod's ports are picked exactly (data parallelism)", category=DATA_PLANE, level=SHOULD,
@@ -105,9 +103,8 @@ def several_ports(h):
         evidence.append(f"{h.address(bed, pod)} -> {sent.served_by} (HTTP {sent.result.status})")
         if sent.served_by != pod:
             problems.append(f"{h.address(bed, pod)} was served by {sent.served_by}")
-    if problems:
-        return failed("a rank of a shared address was not picked exactly: " + "; ".join(problems), evidence)
-    return passed("each rank picked exactly", evidence)
+    return judged(problems, evidence, failing="a rank of a shared address was not picked exactly",
+                  passing="each rank picked exactly")
 
 
 @check("fallbacks", "a pick whose primary is down is served by its fallback", category=DATA_PLANE, needs=NEEDS)
@@ -236,7 +233,5 @@ def fail_open(h):
     sents = h.send_all(bed, [{}] * 4)
     evidence = [evidence_of(s.hop) for s in sents]
     problems = [h.cause(s) for s in sents if not served(s)]
-    if problems:
-        return failed("with the EPP unreachable and failure_mode_allow, requests failed: " + "; ".join(problems),
-                      evidence)
-    return passed("served round robin without the EPP", evidence)
+    return judged(problems, evidence, failing="with the EPP unreachable and failure_mode_allow, requests failed",
+                  passing="served round robin without the EPP")

@@ -25,6 +25,7 @@ from eppkit.conformance.checks.registry import (
     check,
     evidence_of,
     failed,
+    judged,
     not_applicable,
     passed,
 )
@@ -145,10 +146,10 @@ def serves(h):
     sents = h.send_all(bed, [{}, {"method": "GET"}])
     evidence = [evidence_of(s.hop) for s in sents]
     problems = [f"{'POST' if i == 0 else 'GET'}: {h.cause(s)}" for i, s in enumerate(sents) if not served(s)]
-    if problems:
-        return failed("requests through the EPP were not served: " + "; ".join(problems) + ". Serve every ext_proc "
-                      "stream Envoy opens (its health says SERVING, so Envoy sends it traffic).", evidence)
-    return passed("both served by a backend, every phase OK", evidence)
+    return judged(problems, evidence, failing="requests through the EPP were not served",
+                  passing="both served by a backend, every phase OK",
+                  fix="Serve every ext_proc stream Envoy opens (its health says SERVING, so Envoy sends it "
+                      "traffic).")
 
 
 # Sizes the bodies are checked at: empty, one small chunk, and well past one chunk (1.2 MB of JSON goes to the

@@ -45,6 +45,14 @@ def failed(message: str, evidence: list[str] | None = None) -> Result:
     return Result(FAIL, message, evidence or [])
 
 
+def judged(problems: list[str], evidence: list[str], *, failing: str, passing: str, fix: str = "") -> Result:
+    """A check's verdict on what it found: ``fail`` saying ``failing: <each problem>. <fix>`` when it found any,
+    else ``pass`` saying ``passing``."""
+    if problems:
+        return failed(f"{failing}: {'; '.join(problems)}" + (f". {fix}" if fix else ""), evidence)
+    return passed(passing, evidence)
+
+
 def not_applicable(why: str) -> Result:
     return Result(NOT_APPLICABLE, why)
 

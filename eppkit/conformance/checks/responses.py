@@ -6,7 +6,8 @@ to the request's end, and the framing of the response stays Envoy's.
 from __future__ import annotations
 
 from eppkit.conformance.checks.protocol import SERVES
-from eppkit.conformance.checks.registry import ENVOY_EXT_PROC, PROTOCOL, SHOULD, check, evidence_of, failed, passed
+from eppkit.conformance.checks.registry import (ENVOY_EXT_PROC, PROTOCOL, SHOULD, check, evidence_of, failed, judged,
+                                                 passed)
 from eppkit.conformance.witness import Sent
 
 RESPONSES = {"epp_process_response": True}  # the testbed variant with response processing on
@@ -94,10 +95,9 @@ def metadata_stable(h):
         primary = str(hop["destination"] or "").split(",")[0].strip()
         if primary and primary != hop["upstream"]:
             problems.append(f"served by {hop['upstream']}, the metadata at the request's end names {hop['destination']!r}")
-    if problems:
-        return failed("the destination metadata changed after the decision: " + "; ".join(problems) + ". Send "
-                      "envoy.lb metadata with the request headers reply only, never on a response reply.", evidence)
-    return passed("the destination held from the decision to the request's end", evidence)
+    return judged(problems, evidence, failing="the destination metadata changed after the decision",
+                  passing="the destination held from the decision to the request's end",
+                  fix="Send envoy.lb metadata with the request headers reply only, never on a response reply.")
 
 
 
