@@ -27,7 +27,7 @@ from eppkit.services.vllm.config import MockLatency
 
 from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
-from tests.support.served import backend_spans
+from tests.support.served import backend_spans, serve_alternating
 
 # Under pytest-xdist each callout mode's shared testbed is a group of its own.
 pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_share_per("callout")]
@@ -85,14 +85,7 @@ def check_outcome(check: TraceCheck, callout: CalloutMode, outcome: str) -> None
 
 
 def test_the_endpoint_the_callout_picks_is_the_one_that_serves(bed, callout):
-    names = {ep.address: ep.name for ep in bed.backends}
-    client = bed.client()
-    served = []
-    for stream in (False, True, False, True):
-        result = client.chat(chat_body(stream=stream))
-        assert result.status == 200, result.body
-        served.append((result, bed.served_pod(result.headers)))
-    client.flush()
+    names, served = serve_alternating(bed, chat_body)
 
     for result, pod in served:
         check = TraceCheck(served_trace(bed, callout, result))

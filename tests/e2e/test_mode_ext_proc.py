@@ -35,7 +35,7 @@ from eppkit import TraceCheck
 from eppkit.core.polling import poll
 from eppkit.topology import Topology, VllmSpec
 from tests.support.reliability import wait_for_cluster_health
-from tests.support.served import backend_spans, reports_cache_hits
+from tests.support.served import backend_spans, reports_cache_hits, serve_alternating
 
 pytestmark = pytest.mark.e2e
 
@@ -80,14 +80,7 @@ def rejected_trace(bed, result):
 
 
 def test_the_endpoint_the_epp_picks_is_the_one_that_serves(bed):
-    names = {ep.address: ep.name for ep in bed.backends}
-    client = bed.client()
-    served = []
-    for stream in (False, True, False, True):
-        result = client.chat(chat_body(stream=stream))
-        assert result.status == 200, result.body
-        served.append((result, bed.served_pod(result.headers)))
-    client.flush()
+    names, served = serve_alternating(bed, chat_body)
 
     for result, pod in served:
         check = TraceCheck(served_trace(bed, result))

@@ -28,7 +28,7 @@ _GONE = ("paths|polling|procfs|local|docker_runtime|containers|images|launchers|
          "envoy_config|envoy_process|envoy_versions|user_filters|body_routing|dynmod_build|gaie_build|gotools|"
          "python_deps|bootstrap|doctor|live_ui|zipkin|trace_feed|inference_sim|component")
 STALE = (
-    re.compile(r"(?<![\w.\-])testbed[./][a-z_]"),  # the folder testbed/ is eppkit/
+    re.compile(r"(?<![\w./\-])testbed[./][a-z_]"),  # the folder testbed/ is eppkit/ (eppkit/runtimes/testbed.py is not it)
     re.compile(r"python -m (services|observability|testbed)\b"),  # the services run as python -m eppkit.services.<x>
     re.compile(r"^\s*(from|import) (services|observability|testbed)\b", re.M),
     re.compile(r"\beppkit\.(" + _GONE + r")\b(?![\"'])"),  # (a docker label such as "eppkit.component" is no module)

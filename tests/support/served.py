@@ -19,3 +19,17 @@ def reports_cache_hits(bed) -> bool:
     the mock, and a real vLLM (the preset runs it with --enable-prompt-tokens-details). llm-d-inference-sim answers
     0 always: its KV cache (--enable-kvcache) needs a pod IP, a real tokenizer and a KV-events endpoint."""
     return bed.topology.backend.kind != SIM
+
+
+def serve_alternating(bed, body, n: int = 4) -> tuple[dict[str, str], list[tuple]]:
+    """``n`` requests, unstreamed and streamed in turn, each served (200): the backends' names by address, and each
+    result with the pod that served it (its spans flushed)."""
+    names = {ep.address: ep.name for ep in bed.backends}
+    client = bed.client()
+    served = []
+    for i in range(n):
+        result = client.chat(body(stream=i % 2 == 1))
+        assert result.status == 200, result.body
+        served.append((result, bed.served_pod(result.headers)))
+    client.flush()
+    return names, served
