@@ -39,6 +39,7 @@ import yaml
 from eppkit.builds import inference_perf as ip
 from eppkit.compare.loadmetrics import STREAMED_ONLY, Slo
 from eppkit.compare.tables import Table, fmt, pct
+from eppkit.core import procfs
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.observability.contract import Envoy, Service
 
@@ -184,17 +185,22 @@ def run_tool(tool: ip.LoadTool, cfg: dict, folder: Path, *, timeout_s: float) ->
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM to the tool's process group, a bounded wait, then SIGKILL: its workers must not outlive it."""
+    """SIGTERM to the tool's process group, a bounded wait until none of it is left, then SIGKILL: its workers must
+    not outlive it. The leader's exit is not the end: its workers may still be stopping (CI run D saw one)."""
     for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+            break
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not procfs.group_members(proc.pid):
+                return
+            time.sleep(0.05)
+    try:
+        proc.wait(timeout=5.0)  # reaped, whatever is left of its group after SIGKILL
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def envoy_rooted_traces(jaeger, start_s: float, end_s: float, want: int) -> int:

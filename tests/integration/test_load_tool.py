@@ -3,7 +3,6 @@ the mock does, it is found by the interpreter it needs, and a run that outlives 
 workers. Without the install these skip on a laptop and fail in CI (.ci/run installs it)."""
 
 import json
-import os
 import random
 import socket
 import string
@@ -99,9 +98,4 @@ def test_a_run_that_outlives_its_bound_is_stopped_with_its_workers(tool, tmp_pat
 
 def _in_group(pgid: int) -> list[int]:
     """Live processes of process group ``pgid`` (the tool runs in a session of its own: its workers too)."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        fields = procfs._stat(entry)
-        if fields is not None and fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry))
-    return found
+    return procfs.group_members(pgid)
