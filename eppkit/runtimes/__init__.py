@@ -23,10 +23,11 @@ RUNTIMES = KIT_RUNTIMES + tuple(_outside())  # every runtime: the kit's first
 
 def launcher(runtime: str, **options):
     """The launcher of ``runtime`` (``options``: its own, e.g. docker's ``image_set``)."""
+    outside = {} if runtime in KIT_RUNTIMES else _outside()  # the installed distributions, read once
     if runtime in KIT_RUNTIMES:
         module = importlib.import_module(f"{__name__}.{runtime}")
-    elif runtime in _outside():
-        module = _outside()[runtime].load()
+    elif runtime in outside:
+        module = outside[runtime].load()
     else:
         raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     return module.launcher(**options)
