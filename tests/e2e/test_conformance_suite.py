@@ -68,4 +68,10 @@ def test_gaie_epp_gets_a_verdict_with_each_deviation_named_and_evidenced(eppkit_
     assert any("gaie-epp:gateway.request" in line for line in evidence["trace-context"])
     statuses = {c["id"]: c["status"] for c in report["checks"]}
     assert statuses["shed-429"] == "n/a" and statuses["several-ports"] == "n/a"
-    assert statuses["test-header"] == "pass" and statuses["fallbacks"] == "pass" and statuses["fail-open"] == "pass"
+    assert statuses["test-header"] == "pass" and statuses["fail-open"] == "pass"
+    # fallbacks: passed where witnessed. GAIE's EPP scrapes its pods and soon stops picking the one the check stops,
+    # sometimes before any request names it first (CI runs F and a fresh clone): then no witness, "not run" with that
+    # cause, never a pass or a fail without one.
+    fallbacks = next(c for c in report["checks"] if c["id"] == "fallbacks")
+    assert fallbacks["status"] == "pass" or (
+        fallbacks["status"] == "not run" and "no pick named the stopped" in fallbacks["message"]), rp.text(report)
