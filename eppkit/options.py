@@ -33,9 +33,10 @@ from eppkit.modes.options import parse_set
 from eppkit.runtimes import RUNTIMES
 from eppkit.services.picker import scorers
 from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
-from eppkit.services.vllm.config import MockLatency, flag_name, latency_from_args
+from eppkit.core.flags import flag_of, flagged
+from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
-from eppkit.workload import SCENARIOS
+from eppkit.workload import SCENARIOS, Load
 
 UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP = "up", "run", "compare", "conformance", "bootstrap"
 COMMANDS = (UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP)
@@ -84,6 +85,14 @@ class Option:
     @property
     def plugin_flag(self) -> str:
         return f"--{PLUGIN_PREFIX}-{self.flag.lstrip('-')}"
+
+
+def from_fields(cls: type, commands: frozenset[str], group: str) -> list[Option]:
+    """One option per :func:`~eppkit.core.flags.flag_field` of dataclass ``cls``: its flag, help and default as
+    the field declares them, its type the default's."""
+    return [Option(flag_of(f), f"{f.metadata['help']} (default: %(default)s)", commands, default=f.default,
+                   type=type(f.default), metavar=f.metadata.get("metavar"), dest=f.name, group=group)
+            for f in flagged(cls)]
 
 
 def _field_default(cls: type, name: str) -> Any:
@@ -148,9 +157,6 @@ def _table() -> list[Option]:
     beds = TESTBEDS  # every command that starts testbeds
     served = S({UP, RUN, COMPARE})  # commands whose backends the flags shape
     everywhere = TESTBEDS | {PLUGIN}
-    latency = [Option(f"--{flag_name(f.name)}", f"{f.metadata['help']} (default: %(default)s)", served,
-                      default=f.default, type=float, metavar=f.metadata["unit"], dest=f.name, group="latency")
-               for f in fields(MockLatency)]
     return [
         # the testbed
         Option("--mode", "EPP integration mode (default: direct; external-epp with --epp-command / --epp-address)",
@@ -192,7 +198,7 @@ def _table() -> list[Option]:
                "otherwise; llm_request for a vLLM started with tracing on)", everywhere,
                choices=lambda: _backends.BACKEND_SPANS, group="backend"),
         # the mock's latency knobs (MockLatency: one option per knob) and the encoders'
-        *latency,
+        *from_fields(MockLatency, served, "latency"),
         Option("--encode-latency", "encode time per media item, epd flow (default: %(default)s)", served,
                default=ENCODER_DEFAULTS.encode_latency, type=float, metavar="MS", group="latency"),
         # an EPP of your own
@@ -238,22 +244,11 @@ def _table() -> list[Option]:
         Option("--scenario", f"comma-separated scenarios or 'all': {', '.join(SCENARIOS)} (default: chat,stream)",
                S({COMPARE}), default=("chat", "stream"), dest="scenarios", type=lambda v: _names(v, tuple(SCENARIOS),
                                                                                                   "scenario")),
-        Option("--requests", "measured requests per mode and scenario (default: %(default)s)", S({COMPARE}),
-               default=60, type=int, group="workload"),
-        Option("--concurrency", "requests in flight at most (default: %(default)s)", S({COMPARE}), default=4, type=int,
-               group="workload"),
-        Option("--rate", "requests per second, 0 = no limit (default: %(default)s)", S({COMPARE}), default=0.0,
-               type=float, group="workload"),
-        Option("--max-duration", "seconds per mode and scenario after which no request is sent (default: %(default)s)",
-               S({COMPARE}), default=60.0, type=float, dest="max_duration_s", group="workload"),
-        Option("--warmup", "uncounted requests first (default: %(default)s)", S({COMPARE}), default=2, type=int,
-               group="workload"),
+        *from_fields(Load, S({COMPARE}), "workload"),
         # One tri-state flag: two store_true/store_false options on one dest gave it the first one's default, False,
         # so `eppkit compare` streamed no scenario at all, the stream scenario included.
         Option("--stream", "--stream: stream every scenario's requests; --no-stream: none (default: as the scenario "
                "says)", S({COMPARE}), default=None, action=argparse.BooleanOptionalAction, group="workload"),
-        Option("--request-timeout", "seconds per request (default: %(default)s)", S({COMPARE}), default=30.0,
-               type=float, dest="request_timeout_s", group="workload"),
         Option("--scorer", "the scorer of every picker mode, so they differ only in how they are wired "
                "(default: %(default)s)", S({COMPARE}), default=PICKER_DEFAULTS.scorer, choices=scorers.types,
                group="picker"),

@@ -21,6 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from eppkit.core.flags import flag_field
+
 if TYPE_CHECKING:  # types only: the client loads OTel's exporter, which the CLI must not before bootstrap
     from eppkit.observability.client import ClientResult, TracedClient
 
@@ -220,6 +222,20 @@ def _acquire_before(slots: threading.Semaphore, deadline: float) -> bool:
 Progress = Callable[[int, int, int, float], None]  # done, total, errors, elapsed_s
 
 
+@dataclass(frozen=True)
+class Load:
+    """How much a run sends, how fast and for how long: a :class:`Driver`'s bounds and ``eppkit compare``'s
+    workload flags (made from these fields by eppkit.options)."""
+
+    requests: int = flag_field(60, "measured requests per mode and scenario")
+    concurrency: int = flag_field(4, "requests in flight at most")
+    rate: float = flag_field(0.0, "requests per second, 0 = no limit")
+    max_duration_s: float = flag_field(60.0, "seconds per mode and scenario after which no request is sent",
+                                       flag="--max-duration")
+    warmup: int = flag_field(2, "uncounted requests first")
+    request_timeout_s: float = flag_field(30.0, "seconds per request", flag="--request-timeout")
+
+
 class Driver:
     """Sends planned requests with bounded concurrency, rate and duration.
 
@@ -227,8 +243,8 @@ class Driver:
     thread-safe for this use; each request's span context is per thread).
     """
 
-    def __init__(self, client: TracedClient, *, concurrency: int = 4, rate: float = 0.0,
-                 max_duration_s: float = 60.0, request_timeout_s: float = 30.0,
+    def __init__(self, client: TracedClient, *, concurrency: int = Load.concurrency, rate: float = Load.rate,
+                 max_duration_s: float = Load.max_duration_s, request_timeout_s: float = Load.request_timeout_s,
                  on_progress: Progress | None = None):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")

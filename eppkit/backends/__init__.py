@@ -104,11 +104,13 @@ class Backend:
         if self.spans is not None and self.spans not in BACKEND_SPANS:
             raise ValueError(f"backend spans {self.spans!r}: choose one of {', '.join(BACKEND_SPANS)}")
         kind = self.entry
-        if (self.command or self.running) and self.preset != VLLM:
-            raise ValueError(f"a vLLM command is for --backend {VLLM} (got --backend {self.preset})")
+        if (self.command or self.running) and not kind.own_command:
+            takes = " or ".join(f"--backend {k.name}" for k in registry.BACKENDS.all() if k.own_command)
+            raise ValueError(f"a command of your own is for {takes} (got --backend {self.preset})")
         if pod_addresses and kind.pod_addresses:
+            can = " or ".join(k.name for k in registry.BACKENDS.all() if k.preset and not k.pod_addresses)
             raise ValueError(f"this mode puts each pod on its own loopback address, and {kind.pod_addresses}: "
-                             f"use the kit's mocks or --backend {VLLM} there")
+                             f"use --backend {can} there")
         if self.external and flow.mock_only:
             raise ValueError(f"--flow {flow.name} needs the kit's mock vLLM as backend ({flow.mock_only}); "
                              f"got {self.label}")

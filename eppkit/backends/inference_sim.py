@@ -103,7 +103,7 @@ def latency_flags(latency: MockLatency) -> list[str]:
         values["time_to_first_token"] = values["time_to_first_token_std_dev"] = 0.0
     if latency.kv_cache_transfer_time_per_token:
         values["kv_cache_transfer_latency"] = values["kv_cache_transfer_latency_std_dev"] = 0.0
-    units = {f.name: f.metadata["unit"] for f in fields(MockLatency)}
+    units = {f.name: f.metadata["metavar"] for f in fields(MockLatency)}
     return [item for name, value in values.items()
             for item in (f"--{flag_name(name)}", f"{value:g}ms" if units[name] == "MS" else f"{value:g}")]
 

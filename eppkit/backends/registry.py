@@ -65,6 +65,7 @@ class BackendKind:
     aggregated_only: str = ""  # why it serves no disaggregated flow ("": it does)
     one_per_pod: str = ""  # why one server cannot serve many pods (pods_per_mock > 1; "": it can)
     shared: bool = False  # its servers start once per session (pytest) or run (compare) and testbeds share them
+    own_command: bool = False  # it can start a command of the user's (--vllm-command) or use servers already running
     install: Callable[[Callable[[str], object]], str] | None = None  # eppkit bootstrap --backend NAME: where it is
     require: Callable[["Backend"], None] = _nothing  # FileNotFoundError saying how to get it, before anything starts
     check_pool: Callable[["Backend", int], None] = _nothing  # ValueError when that many servers cannot run here

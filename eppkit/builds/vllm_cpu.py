@@ -76,10 +76,6 @@ class Install:
     model: Path
 
     @property
-    def python(self) -> Path:
-        return self.venv / "bin" / "python"
-
-    @property
     def vllm(self) -> Path:
         return self.venv / "bin" / "vllm"
 

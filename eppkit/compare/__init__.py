@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     out_dir = args.out or default_out_dir()
     progress = ProgressLine()
     progress.message(f"eppkit compare: {len(options.modes)} mode(s) x {len(options.scenarios)} scenario(s), "
-                     f"{options.requests} requests each, concurrency {options.concurrency}, backend: "
+                     f"{options.load.requests} requests each, concurrency {options.load.concurrency}, backend: "
                      f"{options.backend.label}; report in {out_dir}")
     try:
         report = run(options, out_dir, progress=progress)

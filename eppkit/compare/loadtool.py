@@ -276,12 +276,12 @@ def cross_check(tool: ip.LoadTool | None, *, reason: str, bed, kit: dict, planne
         slo = Slo(tuple((k, v) for k, v in slo.limits if k not in STREAMED_ONLY))
         configured_itl_ms = None
     cfg = config(tool, url=bed.envoy_url, model=model, data=data, out=folder / "reports", requests=len(planned),
-                 concurrency=options.concurrency, rate=options.rate, stream=stream,
-                 request_timeout_s=options.request_timeout_s, seed=options.seed, slo=slo)
+                 concurrency=options.load.concurrency, rate=options.load.rate, stream=stream,
+                 request_timeout_s=options.load.request_timeout_s, seed=options.seed, slo=slo)
     out.update(api="completion", stream=stream, load=cfg["load"], python=tool.python_version)
-    timeout_s = STARTUP_S + options.max_duration_s + options.request_timeout_s + TEARDOWN_GRACE_S
-    if options.rate > 0:
-        timeout_s += len(planned) / options.rate
+    timeout_s = STARTUP_S + options.load.max_duration_s + options.load.request_timeout_s + TEARDOWN_GRACE_S
+    if options.load.rate > 0:
+        timeout_s += len(planned) / options.load.rate
     start, t0 = time.time(), time.monotonic()
     out["load_average"] = round(os.getloadavg()[0], 2)
     try:

@@ -16,7 +16,7 @@ from eppkit.modes.options import read_options
 from eppkit.services.picker.settings import PickerSettings
 from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import Topology, VllmSpec
-from eppkit.workload import SCENARIOS, Scenario
+from eppkit.workload import SCENARIOS, Load, Scenario
 
 EXIT_OK, EXIT_REGRESSION, EXIT_MODE_FAILED = 0, 1, 2
 # Upper bounds that keep one run bounded whatever the flags say.
@@ -34,11 +34,8 @@ class CompareOptions:
 
     modes: tuple[str, ...] = field(default_factory=lambda: _default("modes"))
     scenarios: tuple[str, ...] = _default("scenarios")
-    requests: int = _default("requests")  # measured requests per mode and scenario
-    concurrency: int = _default("concurrency")
-    rate: float = _default("rate")  # requests per second; 0: as fast as the concurrency allows
-    max_duration_s: float = _default("max_duration_s")  # per mode and scenario: no new request after this
-    warmup: int = _default("warmup")  # sent first, one at a time, not counted
+    # How many requests per mode and scenario, how fast, for how long (warmup: sent first, one at a time, uncounted).
+    load: Load = field(default_factory=Load)
     seed: int = _default("seed")
     runtime: str = _default("runtime")
     backends: int = _default("backends")  # aggregated: vLLMs; pd / epd: decoders (one prefill, two encoders)
@@ -50,7 +47,6 @@ class CompareOptions:
     scorer: str = _default("scorer")
     scorer_parameters: dict = field(default_factory=dict)
     stream: bool | None = None  # None: as the scenario says
-    request_timeout_s: float = _default("request_timeout_s")
     trace_timeout_s: float = 20.0  # per mode: how long to wait for traces to be complete
     # More options of one mode (e.g. external-epp's epp_command from --epp-command), by mode name.
     mode_sets: dict = field(default_factory=dict)
@@ -73,13 +69,14 @@ class CompareOptions:
             raise ValueError(f"unknown scenario(s) {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
         if not self.modes or not self.scenarios:
             raise ValueError("need at least one mode and one scenario")
-        if not 1 <= self.requests <= MAX_REQUESTS:
+        load = self.load
+        if not 1 <= load.requests <= MAX_REQUESTS:
             raise ValueError(f"--requests must be 1..{MAX_REQUESTS}")
-        if not 1 <= self.concurrency <= MAX_CONCURRENCY:
+        if not 1 <= load.concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"--concurrency must be 1..{MAX_CONCURRENCY}")
-        if not 0 < self.max_duration_s <= MAX_DURATION_S:
+        if not 0 < load.max_duration_s <= MAX_DURATION_S:
             raise ValueError(f"--max-duration must be in (0, {MAX_DURATION_S:g}] seconds")
-        if self.rate < 0 or self.warmup < 0 or self.backends < 1:
+        if load.rate < 0 or load.warmup < 0 or self.backends < 1:
             raise ValueError("--rate and --warmup cannot be negative; --backends must be at least 1")
         for name in self.scenarios:
             self.backend.validate(flows.get(SCENARIOS[name].flow))
@@ -117,6 +114,7 @@ def options_from(args: argparse.Namespace) -> CompareOptions:
     given = {f.name: getattr(args, f.name) for f in fields(CompareOptions) if hasattr(args, f.name)}
     return CompareOptions(**{
         **given, "modes": tuple(args.modes), "scenarios": tuple(args.scenarios), "latency": latency_from_args(args),
+        "load": Load(**{f.name: getattr(args, f.name) for f in fields(Load)}),
         "backend": opt.backend(args), "mode_sets": {external_epp.MODE.name: opt.epp_options(args)},
         "filters": tuple(args.filters or ()),
     })

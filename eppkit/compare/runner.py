@@ -38,8 +38,8 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
 
     ``load_tool``: (the installed tool or None, why not) when ``--load-tool`` asks for a cross-check."""
     t_mode = time.monotonic()
-    measured = plan_requests(scenario, options.requests, options.seed, stream=options.stream)
-    warm = plan_requests(scenario, options.warmup, options.seed + 1_000_003, stream=options.stream)
+    measured = plan_requests(scenario, options.load.requests, options.seed, stream=options.stream)
+    warm = plan_requests(scenario, options.load.warmup, options.seed + 1_000_003, stream=options.stream)
     result: dict = {"status": "failed", "error": None, "scorer": mode_options(options, mode).get("scorer")}
     progress.update(f"{label} {mode:<15} starting testbed ...")
     bed = None
@@ -56,18 +56,18 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
     try:
         model = bed.backends[0].model  # servers given by URL may serve another model than the mock's
         measured, warm = with_model(measured, model), with_model(warm, model)
-        client = bed.client(pool_size=max(10, options.concurrency))
+        client = bed.client(pool_size=max(10, options.load.concurrency))
         t_start = time.monotonic()
         result["load_average"] = round(os.getloadavg()[0], 2)  # how busy the machine was: client times move with it
         progress.update(f"{label} {mode:<15} warming up ({len(warm)} requests) ...")
         for req in warm:
-            client.chat(req.body, timeout_s=options.request_timeout_s)
+            client.chat(req.body, timeout_s=options.load.request_timeout_s)
 
         def on_progress(done, total, errors, elapsed):
             progress.update(f"{label} {mode:<15} {done}/{total} requests, {errors} errors, {elapsed:.1f} s")
 
-        driver = Driver(client, concurrency=options.concurrency, rate=options.rate,
-                        max_duration_s=options.max_duration_s, request_timeout_s=options.request_timeout_s,
+        driver = Driver(client, concurrency=options.load.concurrency, rate=options.load.rate,
+                        max_duration_s=options.load.max_duration_s, request_timeout_s=options.load.request_timeout_s,
                         on_progress=on_progress)
         work: WorkloadResult = driver.run(measured)
         client.flush()
@@ -207,12 +207,13 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
             options = replace(options, backend=servers.backend_for(pods))
         total = len(options.scenarios) * len(options.modes)
         n = 0
+        load = options.load
         for name in options.scenarios:
             scenario = SCENARIOS[name]
             block = {
                 "description": scenario.description, "flow": scenario.flow,
-                "workload": {"requests": options.requests, "concurrency": options.concurrency, "rate": options.rate,
-                             "warmup": options.warmup, "seed": options.seed,
+                "workload": {"requests": load.requests, "concurrency": load.concurrency, "rate": load.rate,
+                             "warmup": load.warmup, "seed": options.seed,
                              "stream": scenario.stream if options.stream is None else options.stream},
                 "modes": {},
             }

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field, fields
 
-MAX_JITTER_FRACTION = 0.3
+from eppkit.services.openai_server.flags import ConfigError, check_common, check_jitter
 
-
-class ConfigError(ValueError):
-    pass
+__all__ = ["ConfigError", "EncoderConfig", "add_args", "from_args"]
 
 
 @dataclass
@@ -28,17 +26,8 @@ class EncoderConfig:
         return self.served_model_names[0]
 
     def validate(self) -> "EncoderConfig":
-        if not self.served_model_names or any(not n for n in self.served_model_names):
-            raise ConfigError("--served-model-name cannot be empty")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise ConfigError(f"--{f.name.replace('_', '-')} cannot be negative (got {value})")
-        if self.encode_latency_std_dev > MAX_JITTER_FRACTION * self.encode_latency + 1e-9:
-            raise ConfigError(
-                f"--encode-latency-std-dev ({self.encode_latency_std_dev}) cannot be more than 30% of "
-                f"--encode-latency ({self.encode_latency})"
-            )
+        check_common(self)
+        check_jitter("encode_latency", self.encode_latency, "encode_latency_std_dev", self.encode_latency_std_dev)
         return self
 
 

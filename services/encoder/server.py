@@ -93,13 +93,7 @@ class MockEncoder:
                 span.set_status(Status(StatusCode.ERROR, error.message))
                 span.end()
             raise error
-        override = request.headers.get(HEADER_ENCODE_MS)
-        try:
-            override_ms = float(override) if override is not None else None
-        except ValueError:
-            raise OpenAIError(400, f"{HEADER_ENCODE_MS} must be a number of milliseconds, got {override!r}") from None
-        if override_ms is not None and override_ms < 0:
-            raise OpenAIError(400, f"{HEADER_ENCODE_MS} cannot be negative")
+        override_ms = api.ms_header(request.headers, HEADER_ENCODE_MS)
 
         parent = otel.extract(request.headers)
         rng = random.Random(f"{self.c.seed}:{self.c.instance}:{next(self._seq)}")

@@ -40,6 +40,20 @@ class GenRequest:
         return len(self.prompt_token_list)
 
 
+def ms_header(headers, name: str) -> float | None:
+    """A header of milliseconds (a test's override of a mock's time), or None; a 400 when it is not one."""
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise OpenAIError(400, f"{name} must be a number of milliseconds, got {raw!r}") from None
+    if value < 0 or value != value:
+        raise OpenAIError(400, f"{name} cannot be negative")
+    return value
+
+
 def parse_json(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw)

@@ -15,20 +15,17 @@ import argparse
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from eppkit.core.flags import flag_field, flag_name, flag_of
+from eppkit.services.openai_server.flags import ConfigError, check_common, check_jitter
 from eppkit.services.vllm.failures import FAILURE_TYPES, normalize_failure_type
 
 ROLES = ("prefill", "decode", "both")
 
-# Jitter may not exceed this fraction of its base (llm-d-inference-sim's rule).
-MAX_JITTER_FRACTION = 0.3
-
-
-class ConfigError(ValueError):
-    """A flag value that cannot work; the message names the flag."""
+__all__ = ["ConfigError", "MockLatency", "VllmConfig", "add_args", "flag_name", "from_args", "latency_from_args"]
 
 
 def _knob(default: float, help: str, *, jitter_of: str | None = None, unit: str = "MS") -> Any:
-    return field(default=default, metadata={"help": help, "jitter_of": jitter_of, "unit": unit})
+    return flag_field(default, help, metavar=unit, jitter_of=jitter_of)
 
 
 @dataclass
@@ -71,10 +68,10 @@ class MockLatency:
         for f in fields(MockLatency):
             base = f.metadata["jitter_of"]
             if base is not None:
-                _check_jitter(base, getattr(self, base), f.name, getattr(self, f.name))
+                check_jitter(base, getattr(self, base), f.name, getattr(self, f.name))
         # prefill-time-std-dev is the jitter of the whole per-token prefill time; bound it by
         # the overhead plus one token (the smallest prefill that model can produce).
-        _check_jitter("prefill_overhead", self.prefill_overhead + self.prefill_time_per_token,
+        check_jitter("prefill_overhead", self.prefill_overhead + self.prefill_time_per_token,
                       "prefill_time_std_dev", self.prefill_time_std_dev)
         if self.time_factor_under_load < 1.0:
             raise ConfigError(f"--time-factor-under-load must be >= 1.0 (got {self.time_factor_under_load})")
@@ -84,8 +81,8 @@ def add_latency_args(group, defaults: MockLatency | None = None) -> None:
     """One flag per :class:`MockLatency` knob (``--time-to-first-token MS`` ...) on ``group``."""
     d = defaults or MockLatency()
     for f in fields(MockLatency):
-        group.add_argument(f"--{flag_name(f.name)}", dest=f.name, type=float, default=getattr(d, f.name),
-                           metavar=f.metadata["unit"], help=f"{f.metadata['help']} (default: %(default)s)")
+        group.add_argument(flag_of(f), dest=f.name, type=float, default=getattr(d, f.name),
+                           metavar=f.metadata["metavar"], help=f"{f.metadata['help']} (default: %(default)s)")
 
 
 def latency_from_args(args: argparse.Namespace) -> MockLatency:
@@ -126,12 +123,7 @@ class VllmConfig(MockLatency):
     def validate(self) -> "VllmConfig":
         if self.role not in ROLES:
             raise ConfigError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
-        if not self.served_model_names or any(not n for n in self.served_model_names):
-            raise ConfigError("--served-model-name cannot be empty")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
-                raise ConfigError(f"--{flag_name(f.name)} cannot be negative (got {value})")
+        check_common(self)
         self.validate_latency()
         if self.failure_injection_rate > 100:
             raise ConfigError(f"--failure-injection-rate is a percentage, 0..100 (got {self.failure_injection_rate})")
@@ -149,18 +141,6 @@ class VllmConfig(MockLatency):
                 raise ConfigError(f"--failure-types: {exc}") from None
         self.failure_types = normalized
         return self
-
-
-def _check_jitter(base_name: str, base: float, jitter_name: str, jitter: float) -> None:
-    if jitter > MAX_JITTER_FRACTION * base + 1e-9:
-        raise ConfigError(
-            f"--{flag_name(jitter_name)} ({jitter}) cannot be more than 30% of "
-            f"--{flag_name(base_name)} ({base})"
-        )
-
-
-def flag_name(attr: str) -> str:
-    return attr.replace("_", "-")
 
 
 def add_args(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass
 from typing import Mapping
 
+from eppkit.services.openai_server.flags import non_negative_int
+
 # Canonical names (what the x-mock-failure header and --failure-types take).
 SERVER_ERROR = "500"
 RATE_LIMIT = "429"
@@ -61,12 +63,7 @@ class FailureInjector:
         after = self.after_tokens
         raw_after = headers.get(HEADER_AFTER_TOKENS)
         if raw_after is not None:
-            try:
-                after = int(raw_after)
-            except ValueError:
-                raise ValueError(f"{HEADER_AFTER_TOKENS} must be an integer, got {raw_after!r}") from None
-            if after < 0:
-                raise ValueError(f"{HEADER_AFTER_TOKENS} cannot be negative")
+            after = non_negative_int(raw_after, HEADER_AFTER_TOKENS)
         if forced is not None:
             if forced.strip().lower() in ("", "none", "off"):
                 return None

@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from eppkit.services.openai_server.flags import non_negative_int
+
 PAYLOAD_PART = "request_payload"
 METADATA_PART = "metadata"
 _POSITIONAL_NAMES = (PAYLOAD_PART, METADATA_PART)
@@ -186,11 +188,9 @@ class MultipartReader:
         length = headers.get("content-length")
         if length is not None:
             try:
-                n = int(length)
-            except ValueError:
-                raise MultipartError(f"part Content-Length is not a number: {length!r}") from None
-            if n < 0:
-                raise MultipartError(f"part Content-Length out of range: {n}")
+                n = non_negative_int(length, "part Content-Length")
+            except ValueError as exc:
+                raise MultipartError(str(exc)) from None
             if n > self._max_bytes:
                 raise MultipartTooLarge(f"a part of {n} bytes (its Content-Length) exceeds the limit of {self._max_bytes} bytes")
             await self._need(n, "inside a part (shorter than its Content-Length)")

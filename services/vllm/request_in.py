@@ -12,6 +12,7 @@ from typing import Any
 from aiohttp import web
 from eppkit.observability.contract import Vllm
 from eppkit.services.openai_errors import OpenAIError
+from eppkit.services.openai_server.api import ms_header
 from eppkit.services.pod_headers import BODY_SHA256_KEY
 from eppkit.services.vllm import multipart
 from eppkit.services.vllm.latency import Overrides
@@ -29,7 +30,7 @@ async def await_metadata(request: web.Request, reader: multipart.MultipartReader
                          default_timeout_ms: float) -> dict[str, Any]:
     """The metadata part and the closing boundary, within the timeout (a header may set it); ``span``, started,
     is ended here."""
-    timeout_ms = float_header(request.headers, HEADER_METADATA_TIMEOUT)
+    timeout_ms = ms_header(request.headers, HEADER_METADATA_TIMEOUT)
     if timeout_ms is None:
         timeout_ms = default_timeout_ms
     span.set_attribute(Vllm.MULTIPART_TIMEOUT_MS, timeout_ms)
@@ -132,22 +133,9 @@ def transport_gone(request: web.Request) -> bool:
     return transport is None or transport.is_closing()
 
 
-def float_header(headers, name: str) -> float | None:
-    raw = headers.get(name)
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise OpenAIError(400, f"{name} must be a number of milliseconds, got {raw!r}") from None
-    if value < 0 or value != value:
-        raise OpenAIError(400, f"{name} cannot be negative")
-    return value
-
-
 def overrides(headers) -> Overrides:
     return Overrides(
-        ttft_ms=float_header(headers, HEADER_TTFT),
-        itl_ms=float_header(headers, HEADER_ITL),
-        kv_transfer_ms=float_header(headers, HEADER_KV_TRANSFER),
+        ttft_ms=ms_header(headers, HEADER_TTFT),
+        itl_ms=ms_header(headers, HEADER_ITL),
+        kv_transfer_ms=ms_header(headers, HEADER_KV_TRANSFER),
     )

@@ -19,6 +19,7 @@ from eppkit.compare import report as rp
 from eppkit.modes import kit_names
 from eppkit.pytest_plugin.session import require_simulator
 from eppkit.pytest_plugin.state import require
+from eppkit.workload import Load
 from tests.support import chromium as _chromium
 
 pytestmark = pytest.mark.e2e
@@ -31,7 +32,7 @@ DECISION = {"ext_proc": Epp.PICK, "sidecar": Frontend.ROUTE,
 
 
 def _run(tmp_path, jaeger, runtime, **kw):
-    options = compare.CompareOptions(requests=REQUESTS, concurrency=2, warmup=1, runtime=runtime,
+    options = compare.CompareOptions(load=Load(requests=REQUESTS, concurrency=2, warmup=1), runtime=runtime,
                                      latency=MockLatency(time_to_first_token=50, inter_token_latency=5),
                                      trace_timeout_s=20, **kw)
     out = tmp_path / "report"
@@ -135,8 +136,9 @@ def test_inference_perf_sends_the_same_requests_and_agrees_with_the_kit(tmp_path
     require(inference_perf.find() is not None, inference_perf.missing())
     requests, itl = 24, MockLatency().inter_token_latency
     # two in flight: each tool's client is then light on the two cores it shares with Envoy, the EPP and the mocks
-    options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("stream",), requests=requests,
-                                     concurrency=2, warmup=1, runtime=eppkit_runtime, trace_timeout_s=20,
+    options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("stream",),
+                                     load=Load(requests=requests, concurrency=2, warmup=1), runtime=eppkit_runtime,
+                                     trace_timeout_s=20,
                                      load_tool=inference_perf.NAME)
     out = tmp_path / "report"
     report = compare.run(options, out, jaeger=eppkit_jaeger)

@@ -27,6 +27,7 @@ from eppkit.services.vllm.config import MockLatency
 
 from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from tests.support.reliability import assert_openai_error
 from tests.support.served import backend_spans, serve_alternating
 
 # Under pytest-xdist each callout mode's shared testbed is a group of its own.
@@ -143,8 +144,7 @@ def test_callout_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_ups
     client = bed.client()
     result = client.chat(chat_body(), headers=headers, raw_body=raw_body)
     client.flush()
-    assert result.status == status, result.body
-    assert result.body["error"]["type"] == error_type and result.body["error"]["code"] == code
+    assert_openai_error(result.status, result.body, status, code=code, error_type=error_type)
     assert "x-inference-pod" not in result.headers
     assert result.headers["x-eppkit-callout"] == f"rejected {status}"
 
@@ -165,10 +165,8 @@ def test_callout_down_fails_closed_with_a_502_by_default(eppkit_testbed_factory,
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()
-    assert result.status == 502, result.body
-    assert result.body["error"]["code"] == "callout_unavailable"
-    assert result.body["error"]["type"] == "BadGatewayError"
-    assert "routing service could not pick" in result.body["error"]["message"]
+    assert_openai_error(result.status, result.body, 502, code="callout_unavailable", error_type="BadGatewayError",
+                        mentions="routing service could not pick")
     assert result.headers["x-eppkit-callout"] == "unavailable"
     trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, callout.call_span],
                                       quiet_s=1.0)
@@ -184,8 +182,7 @@ def test_a_callout_slower_than_its_timeout_counts_as_down(eppkit_testbed_factory
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()
-    assert result.status == 502, result.body
-    assert result.body["error"]["code"] == "callout_unavailable"
+    assert_openai_error(result.status, result.body, 502, code="callout_unavailable")
     trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, callout.call_span],
                                       quiet_s=1.0)
     check = TraceCheck(trace)

@@ -34,7 +34,7 @@ from eppkit.services.vllm.config import MockLatency
 from eppkit import TraceCheck
 from eppkit.core.polling import poll
 from eppkit.topology import Topology, VllmSpec
-from tests.support.reliability import wait_for_cluster_health
+from tests.support.reliability import assert_openai_error, wait_for_cluster_health
 from tests.support.served import backend_spans, reports_cache_hits, serve_alternating
 
 pytestmark = pytest.mark.e2e
@@ -138,8 +138,7 @@ def test_epp_verdicts_reach_the_client_as_openai_errors_and_nothing_goes_upstrea
     client = bed.client()
     result = client.chat(chat_body(), headers=headers, raw_body=raw_body)
     client.flush()
-    assert result.status == status, result.body
-    assert result.body["error"]["type"] == error_type and result.body["error"]["code"] == code
+    assert_openai_error(result.status, result.body, status, code=code, error_type=error_type)
     assert "x-inference-pod" not in result.headers
 
     check = TraceCheck(rejected_trace(bed, result))
@@ -170,8 +169,7 @@ def test_every_endpoint_over_the_queue_threshold_sheds_with_429(eppkit_testbed_f
     client.flush()
     for t in fillers:
         t.join()
-    assert result.status == 429, result.body
-    assert result.body["error"]["type"] == "RateLimitError" and result.body["error"]["code"] == "shed"
+    assert_openai_error(result.status, result.body, 429, code="shed", error_type="RateLimitError")
     assert [r.status_code for r in slow] == [200, 200]
     check = TraceCheck(rejected_trace(bed, result))
     check.absent(Vllm.REQUEST, Service.VLLM)

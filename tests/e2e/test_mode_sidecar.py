@@ -22,6 +22,7 @@ from eppkit.services.vllm.config import MockLatency
 
 from eppkit import TraceCheck
 from eppkit.topology import Topology, VllmSpec
+from tests.support.reliability import assert_openai_error
 from tests.support.served import backend_spans, reports_cache_hits
 
 pytestmark = pytest.mark.e2e
@@ -127,8 +128,7 @@ def test_frontend_down_is_a_503_and_nothing_goes_upstream(bed):
     client = bed.client()
     result = client.chat(chat_body())
     client.flush()
-    assert result.status == 503, result.body
-    assert result.body["error"]["code"] == "frontend_unreachable"
+    assert_openai_error(result.status, result.body, 503, code="frontend_unreachable")
     trace = bed.jaeger.wait_for_trace(result.trace_id, [Envoy.INGRESS, Epp.PICK], quiet_s=1.0)
     check = TraceCheck(trace)
     check.absent(Vllm.REQUEST, Service.VLLM)
@@ -139,5 +139,4 @@ def test_frontend_refusal_reaches_the_client(bed):
     client = bed.client()
     result = client.chat(chat_body(), raw_body=b"[1, 2]")
     client.flush()
-    assert result.status == 400, result.body
-    assert result.body["error"]["code"] == "invalid_json"
+    assert_openai_error(result.status, result.body, 400, code="invalid_json")

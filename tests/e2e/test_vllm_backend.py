@@ -42,6 +42,7 @@ from eppkit.core.polling import poll
 from eppkit.modes import external_epp
 from eppkit.pytest_plugin.session import require_simulator
 from eppkit.topology import Topology, VllmSpec
+from eppkit.workload import Load
 from tests.support import parity
 from tests.support.reliability import KIT_EPP_COMMAND
 
@@ -153,8 +154,8 @@ def test_compare_reports_each_modes_steps_in_front_of_a_real_vllm(tmp_path, eppk
     own steps (gateway, the decision, the picker's round trip) from Envoy's and the picker's spans. The session's
     server is handed in (``Backend.running``): compare then starts none of its own."""
     backend = eppkit_vllm_servers.backend_for(Topology(backend="vllm", vllm=[POD]))
-    options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("chat",), requests=3, warmup=1,
-                                     concurrency=2, runtime=eppkit_runtime, backend=backend, trace_timeout_s=30,
+    options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("chat",),
+                                     load=Load(requests=3, warmup=1, concurrency=2), runtime=eppkit_runtime, backend=backend, trace_timeout_s=30,
                                      charts=False)
     report = compare.run(options, tmp_path / "report", jaeger=eppkit_jaeger)
     assert report["backend"]["spans"] == "llm_request" and "vLLM" in report["backend"]["label"]

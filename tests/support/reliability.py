@@ -163,7 +163,8 @@ def restart(bed, name: str, timeout_s: float = 30.0) -> None:
 
 # -- checks -------------------------------------------------------------------------------------------
 
-def assert_openai_error(status: int, body, expected_status: int | tuple[int, ...], *, code=None, mentions=None) -> None:
+def assert_openai_error(status: int, body, expected_status: int | tuple[int, ...], *, code=None, mentions=None,
+                        error_type=None) -> None:
     """``body`` is ``{"error": {"message", "type", ...}}`` and the status is the expected one."""
     wanted = expected_status if isinstance(expected_status, tuple) else (expected_status,)
     assert status in wanted, f"expected HTTP {wanted}, got {status}: {body!r}"[:2000]
@@ -174,6 +175,8 @@ def assert_openai_error(status: int, body, expected_status: int | tuple[int, ...
     if code is not None:
         codes = code if isinstance(code, tuple) else (code,)
         assert error.get("code") in codes, f"expected error.code in {codes}, got {error.get('code')!r}: {error!r}"
+    if error_type is not None:
+        assert error.get("type") == error_type, f"expected error.type {error_type!r}, got {error.get('type')!r}: {error!r}"
     if mentions is not None:
         assert mentions in error["message"], f"expected the message to mention {mentions!r}: {error['message']!r}"
 

@@ -12,6 +12,7 @@ from eppkit.observability.contract import Epp
 from eppkit import compare, modes
 from eppkit.compare import report as rp
 from eppkit.plan import Endpoint
+from eppkit.workload import Load
 from tests.support import kit
 
 pytestmark = pytest.mark.unit
@@ -98,8 +99,8 @@ def fake_create(tmp_path, beds):
 
 
 def options(**kw):
-    defaults = dict(modes=("direct", "ext_proc"), scenarios=("chat",), requests=4, concurrency=2, warmup=1,
-                    trace_timeout_s=0.5)
+    defaults = dict(modes=("direct", "ext_proc"), scenarios=("chat",), trace_timeout_s=0.5,
+                    load=Load(requests=4, concurrency=2, warmup=1))
     return compare.CompareOptions(**{**defaults, **kw})
 
 
@@ -209,8 +210,9 @@ def test_exit_code_is_1_on_a_regression_against_the_baseline(tmp_path, monkeypat
     assert {r["metric"] for r in saved["baseline"]["regressions"]} == {"gateway.p50_ms", "gateway.p90_ms"}
 
 
-@pytest.mark.parametrize("kw", [{"requests": 0}, {"concurrency": 1000}, {"max_duration_s": 0}, {"modes": ("bogus",)},
-                                {"slo": "ttft=fast"}, {"load_tool": "locust"}])
+@pytest.mark.parametrize("kw", [{"load": Load(requests=0)}, {"load": Load(concurrency=1000)},
+                                {"load": Load(max_duration_s=0)}, {"modes": ("bogus",)}, {"slo": "ttft=fast"},
+                                {"load_tool": "locust"}])
 def test_options_refuse_unbounded_runs(kw):
     with pytest.raises(ValueError):
         options(**kw).validate()
