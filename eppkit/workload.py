@@ -235,6 +235,16 @@ class Load:
     warmup: int = flag_field(2, "uncounted requests first")
     request_timeout_s: float = flag_field(30.0, "seconds per request", flag="--request-timeout")
 
+    def validate(self) -> "Load":
+        """ValueError on a load that would not be bounded or makes no sense."""
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.rate < 0:
+            raise ValueError("rate cannot be negative")
+        if self.max_duration_s <= 0:
+            raise ValueError("max_duration_s must be positive")
+        return self
+
 
 class Driver:
     """Sends planned requests with bounded concurrency, rate and duration.
@@ -243,25 +253,14 @@ class Driver:
     thread-safe for this use; each request's span context is per thread).
     """
 
-    def __init__(self, client: TracedClient, *, concurrency: int = Load.concurrency, rate: float = Load.rate,
-                 max_duration_s: float = Load.max_duration_s, request_timeout_s: float = Load.request_timeout_s,
-                 on_progress: Progress | None = None):
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if rate < 0:
-            raise ValueError("rate cannot be negative")
-        if max_duration_s <= 0:
-            raise ValueError("max_duration_s must be positive")
+    def __init__(self, client: TracedClient, load: Load = Load(), *, on_progress: Progress | None = None):
         self.client = client
-        self.concurrency = concurrency
-        self.rate = rate
-        self.max_duration_s = max_duration_s
-        self.request_timeout_s = request_timeout_s
+        self.load = load.validate()  # its requests and warmup are the plan's business, not the driver's
         self.on_progress = on_progress
 
     def send_one(self, request: PlannedRequest, t0: float) -> Sample:
         sent = time.monotonic() - t0
-        result = self.client.chat(request.body, timeout_s=self.request_timeout_s)
+        result = self.client.chat(request.body, timeout_s=self.load.request_timeout_s)
         return Sample(
             index=request.index, trace_id=result.trace_id, status=result.status,
             error=classify(result, request.stream), detail=_detail(result), sent_s=round(sent, 4),
@@ -274,9 +273,9 @@ class Driver:
     def run(self, requests: Sequence[PlannedRequest]) -> WorkloadResult:
         out = WorkloadResult(planned=len(requests))
         lock = threading.Lock()
-        slots = threading.BoundedSemaphore(self.concurrency)
+        slots = threading.BoundedSemaphore(self.load.concurrency)
         t0 = time.monotonic()
-        deadline = t0 + self.max_duration_s
+        deadline = t0 + self.load.max_duration_s
 
         def report() -> None:
             if self.on_progress is not None:
@@ -298,16 +297,16 @@ class Driver:
                 slots.release()
 
         report()
-        with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="eppkit-workload") as pool:
+        with ThreadPoolExecutor(max_workers=self.load.concurrency, thread_name_prefix="eppkit-workload") as pool:
             interrupted = True
             try:
                 for i, request in enumerate(requests):
-                    if self.rate > 0:
-                        wait = t0 + i / self.rate - time.monotonic()
+                    if self.load.rate > 0:
+                        wait = t0 + i / self.load.rate - time.monotonic()
                         if wait > 0:
                             time.sleep(min(wait, max(0.0, deadline - time.monotonic())))
                     if not _acquire_before(slots, deadline):
-                        out.stopped = f"max duration {self.max_duration_s:g} s reached after {i} of {len(requests)} requests"
+                        out.stopped = f"max duration {self.load.max_duration_s:g} s reached after {i} of {len(requests)} requests"
                         break
                     pool.submit(work, request)
                 interrupted = False

@@ -66,9 +66,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         def on_progress(done, total, errors, elapsed):
             progress.update(f"{label} {mode:<15} {done}/{total} requests, {errors} errors, {elapsed:.1f} s")
 
-        driver = Driver(client, concurrency=options.load.concurrency, rate=options.load.rate,
-                        max_duration_s=options.load.max_duration_s, request_timeout_s=options.load.request_timeout_s,
-                        on_progress=on_progress)
+        driver = Driver(client, options.load, on_progress=on_progress)
         work: WorkloadResult = driver.run(measured)
         client.flush()
         media = {r.index: r.media_items for r in measured}

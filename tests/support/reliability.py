@@ -44,7 +44,7 @@ from eppkit.core import procfs
 from eppkit.core.polling import poll
 from eppkit.pytest_plugin.state import require
 from eppkit.topology import Topology, VllmSpec
-from eppkit.workload import SCENARIOS, Driver, plan_requests
+from eppkit.workload import SCENARIOS, Driver, Load, plan_requests
 from tests.support import kit
 
 MODEL = "mock-llm"
@@ -485,11 +485,11 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
     """
     mode = bed.topology.mode
     scenario = SCENARIOS["stream"]
+    load = Load(concurrency=concurrency, max_duration_s=max_duration_s, request_timeout_s=request_timeout_s)
     client = bed.client(pool_size=concurrency)
     try:
         if warmup:
-            Driver(client, concurrency=concurrency, max_duration_s=max_duration_s,
-                   request_timeout_s=request_timeout_s).run(plan_requests(scenario, warmup, seed + 1_000_003))
+            Driver(client, load).run(plan_requests(scenario, warmup, seed + 1_000_003))
         planned = plan_requests(scenario, requests, seed)
         injected = {r.index for r in planned if inject_every and r.index % inject_every == inject_every - 1}
         headers = {id(r.body): {"x-mock-failure": "500"} for r in planned if r.index in injected}
@@ -497,8 +497,7 @@ def run_load(bed, *, requests: int, concurrency: int, max_duration_s: float, inj
         rss_start = sampler.snapshot()
         t_start = time.monotonic()
         with sampler:
-            driver = Driver(_InjectingClient(client, headers), concurrency=concurrency,
-                            max_duration_s=max_duration_s, request_timeout_s=request_timeout_s)
+            driver = Driver(_InjectingClient(client, headers), load)
             work = driver.run(planned)
         rss_end = sampler.snapshot()
         rss_mid = sampler.at(t_start + work.wall_s / 2)

@@ -6,7 +6,7 @@ import time
 import pytest
 from eppkit.observability.client import ClientResult
 
-from eppkit.workload import SCENARIOS, Driver, classify, plan_requests
+from eppkit.workload import SCENARIOS, Driver, Load, classify, plan_requests
 
 pytestmark = pytest.mark.unit
 
@@ -107,7 +107,7 @@ class FakeClient:
 def test_driver_sends_every_request_with_bounded_concurrency_and_reports_progress():
     client = FakeClient(delay_s=0.03, fail_every=4)
     seen = []
-    driver = Driver(client, concurrency=3, on_progress=lambda d, t, e, s: seen.append((d, t, e)))
+    driver = Driver(client, Load(concurrency=3), on_progress=lambda d, t, e, s: seen.append((d, t, e)))
     result = driver.run(plan_requests(SCENARIOS["chat"], 12))
     assert len(result.samples) == 12 and result.stopped is None
     assert [s.index for s in result.samples] == list(range(12))
@@ -120,7 +120,7 @@ def test_driver_sends_every_request_with_bounded_concurrency_and_reports_progres
 def test_driver_keeps_to_the_rate():
     client = FakeClient(delay_s=0.0)
     started = time.monotonic()
-    result = Driver(client, concurrency=8, rate=20).run(plan_requests(SCENARIOS["chat"], 5))
+    result = Driver(client, Load(concurrency=8, rate=20)).run(plan_requests(SCENARIOS["chat"], 5))
     # request i leaves at i/rate: the last one 0.2 s after the first
     assert time.monotonic() - started >= 0.19
     assert all(s.sent_s >= s.index / 20 - 0.005 for s in result.samples)
@@ -129,14 +129,14 @@ def test_driver_keeps_to_the_rate():
 def test_driver_stops_dispatching_at_max_duration():
     client = FakeClient(delay_s=0.2)
     started = time.monotonic()
-    result = Driver(client, concurrency=1, max_duration_s=0.5).run(plan_requests(SCENARIOS["chat"], 50))
+    result = Driver(client, Load(concurrency=1, max_duration_s=0.5)).run(plan_requests(SCENARIOS["chat"], 50))
     assert 1 <= len(result.samples) < 50
     assert "max duration" in result.stopped
     assert time.monotonic() - started < 2.0
 
 
 def test_a_client_exception_is_counted_not_raised():
-    result = Driver(FakeClient(raise_on=2), concurrency=2).run(plan_requests(SCENARIOS["chat"], 3))
+    result = Driver(FakeClient(raise_on=2), Load(concurrency=2)).run(plan_requests(SCENARIOS["chat"], 3))
     assert result.errors() == {"client_error": 1}
     assert "boom" in next(s.detail for s in result.samples if s.error)
 
@@ -144,4 +144,4 @@ def test_a_client_exception_is_counted_not_raised():
 @pytest.mark.parametrize("kwargs", [{"concurrency": 0}, {"rate": -1}, {"max_duration_s": 0}])
 def test_driver_refuses_unbounded_or_nonsense_settings(kwargs):
     with pytest.raises(ValueError):
-        Driver(FakeClient(), **kwargs)
+        Driver(FakeClient(), Load(**kwargs))
