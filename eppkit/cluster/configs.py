@@ -1,0 +1,136 @@
+"""What the one-node cluster's daemons are told: containerd's config, the CNI network, the kubelet's config and the
+kubeconfigs of the kubelet, the controller manager and the scheduler. Pure functions of a :class:`Layout`, so a
+unit test reads each one whole."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+NODE = "127.0.0.1"  # the Node's name, and its Hostname address: the API server reaches the kubelet on loopback
+CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+POD_SUBNET = "10.233.0.0/24"  # only a non-hostNetwork pod would get one; the kit's pods all use the host's network
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one cluster keeps its state: ``home`` in the kit's cache (images persist across up and down),
+    ``run`` under /run (sockets and containerd's state; gone at reboot)."""
+
+    home: Path
+    run: Path = Path("/run/eppkit")
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.home / "containerd"
+
+    @property
+    def containerd_state(self) -> Path:
+        return self.run / "containerd"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.containerd_state / "containerd.sock"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.home / "kubelet"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.home / "pod-logs"
+
+    @property
+    def cni_conf(self) -> Path:
+        return self.home / "cni" / "net.d"
+
+    @property
+    def plane(self) -> Path:
+        """The control plane's folder: certificates, etcd's data, the daemons' logs."""
+        return self.home / "plane"
+
+    @property
+    def state(self) -> Path:
+        return self.home / "state.json"
+
+    @property
+    def kubeconfig(self) -> Path:
+        """The admin kubeconfig: what `--kubeconfig` and the kit's launcher use."""
+        return self.home / "admin.kubeconfig"
+
+
+def containerd_toml(layout: Layout, pause_image: str) -> str:
+    """containerd 1.6's config (keys from its docs/cri/config.md): its own root, state and socket; the pause
+    image the kit imported; oom_score_adj left alone (CAP_SYS_RESOURCE may be missing: runc's "can't get final
+    child's PID from pipe" otherwise); no AppArmor profile loaded; Debian's CNI plugins."""
+    return f"""version = 2
+root = "{layout.containerd_root}"
+state = "{layout.containerd_state}"
+disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.btrfs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
+
+[grpc]
+  address = "{layout.containerd_socket}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause_image}"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  netns_mounts_under_state_dir = true
+  max_container_log_line_size = 262144
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN}"
+    conf_dir = "{layout.cni_conf}"
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+"""
+
+
+def cni_conflist(layout: Layout) -> str:
+    """The node's network: needed for the node to be Ready even when every pod uses the host's network. A bridge
+    without a gateway or masquerading: the plugin then turns on no forwarding and writes no iptables rule."""
+    return json.dumps({"cniVersion": "1.0.0", "name": "eppkit", "plugins": [{
+        "type": "bridge", "bridge": "eppkit0", "isGateway": False, "ipMasq": False, "hairpinMode": False,
+        "ipam": {"type": "host-local", "dataDir": str(layout.home / "cni" / "ipam"),
+                 "ranges": [[{"subnet": POD_SUBNET}]]}}]}, indent=1) + "\n"
+
+
+def kubelet_yaml(layout: Layout, ca_file: Path) -> str:
+    """The kubelet's config (JSON, which is YAML): cgroupfs (no systemd), cgroup v1 allowed, no iptables chains,
+    no image garbage collection (nothing is pulled), served on loopback only. It leaves the host's kernel settings
+    as they are and refuses none of them (protectKernelDefaults false, and the supervisor's private mounts take
+    its writes)."""
+    return json.dumps({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+        "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": "/eppkit",
+        "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
+        "makeIPTablesUtilChains": False, "protectKernelDefaults": False,
+        "address": NODE, "port": 10250, "healthzBindAddress": NODE, "healthzPort": 10248, "readOnlyPort": 0,
+        "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
+                           "x509": {"clientCAFile": str(ca_file)}},
+        "authorization": {"mode": "AlwaysAllow"},
+        "failSwapOn": False, "maxPods": 250, "podLogsDir": str(layout.pod_logs),
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                         "nodefs.inodesFree": "1%"},
+        "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99, "containerLogMaxSize": "50Mi",
+        "volumeStatsAggPeriod": "0s", "syncFrequency": "10s", "fileCheckFrequency": "10s",
+        "nodeStatusUpdateFrequency": "10s", "serializeImagePulls": False, "resolvConf": "/etc/resolv.conf",
+    }, indent=1) + "\n"
+
+
+def kubeconfig(server: str, ca_file: Path, user: str, token: str) -> str:
+    """A kubeconfig for ``user`` by bearer token (JSON, which is YAML)."""
+    ca = base64.b64encode(Path(ca_file).read_bytes()).decode()
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "eppkit", "preferences": {},
+        "clusters": [{"name": "eppkit", "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "eppkit", "context": {"cluster": "eppkit", "user": user}}],
+    }, indent=1) + "\n"

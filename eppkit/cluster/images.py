@@ -1,0 +1,74 @@
+"""Images on the one-node cluster: nothing is pulled. The pause image is made here from the kit's static pause
+binary, and every image goes into containerd's ``k8s.io`` namespace with ``ctr images import`` (a docker-archive
+tar: Python's tarfile writes the pause one, ``docker save`` the kit's others); pods name them with
+``imagePullPolicy: Never``."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+NAMESPACE = "k8s.io"  # containerd's namespace of the CRI plugin
+
+
+def _ctr(socket: Path) -> list[str]:
+    return ["ctr", "--address", str(socket), "--namespace", NAMESPACE]
+
+
+def pause_tag(binary: Path) -> str:
+    """The pause image's name, after its binary's content (a rebuilt binary is another image)."""
+    return f"eppkit.local/pause:{hashlib.sha256(binary.read_bytes()).hexdigest()[:12]}"
+
+
+def docker_archive(binary: Path, tag: str, entrypoint: str = "/pause") -> bytes:
+    """A docker-archive tar of one layer holding ``binary`` at ``entrypoint`` (what ``docker save`` writes)."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tar.gettarinfo(str(binary), arcname=entrypoint.lstrip("/"))
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mtime = 0
+        info.mode = 0o755
+        with binary.open("rb") as fh:
+            tar.addfile(info, fh)
+    layer_bytes = layer.getvalue()
+    diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Entrypoint": [entrypoint], "StopSignal": "SIGTERM"},
+                         "rootfs": {"type": "layers", "diff_ids": [diff_id]}}).encode()
+    config_name = hashlib.sha256(config).hexdigest() + ".json"
+    manifest = json.dumps([{"Config": config_name, "RepoTags": [tag], "Layers": ["layer/layer.tar"]}]).encode()
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in ((config_name, config), ("layer/layer.tar", layer_bytes), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def present(socket: Path, name: str) -> bool:
+    """containerd holds the image ``name`` (as normalized: ``docker.io/...`` for a short name)."""
+    out = subprocess.run([*_ctr(socket), "images", "ls", "-q", f"name=={name}"], capture_output=True, text=True,
+                         timeout=60)
+    return bool(out.stdout.strip())
+
+
+def import_tar(socket: Path, data: bytes) -> None:
+    """Import a docker-archive tar; RuntimeError with ctr's words when it refuses it."""
+    out = subprocess.run([*_ctr(socket), "images", "import", "-"], input=data, capture_output=True,
+                         timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"ctr images import failed: {out.stderr.decode(errors='replace')[-800:]}")
+
+
+def ensure_pause(socket: Path, binary: Path) -> str:
+    """The pause image, imported once per binary; its name (containerd's ``sandbox_image``)."""
+    tag = pause_tag(binary)
+    if not present(socket, tag):
+        import_tar(socket, docker_archive(binary, tag))
+    return tag

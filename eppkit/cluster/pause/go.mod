@@ -1,0 +1,3 @@
+module eppkit.local/pause
+
+go 1.22
