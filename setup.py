@@ -15,7 +15,7 @@ MAPPED = ("services", "observability", "envoy", "plugins")
 # preset's pins).
 DATA = ["py.typed", "*.j2", "templates/*.j2", "templates/*.css", "templates/*.js", "dockerfiles/*.Dockerfile",
         "lua/*.lua", "dynamic_module/go.mod", "dynamic_module/go.sum", "dynamic_module/*.go",
-        "dynamic_module/internal/**/*.go", "dynamic_module/internal/**/*.json", "dynamic_module/README.md",
+        "dynamic_module/internal/**/*.go", "dynamic_module/README.md",
         "pause/*.go", "pause/go.mod", "*_constraints.txt"]
 
 

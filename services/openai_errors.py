@@ -10,11 +10,21 @@ import json
 
 from aiohttp import web
 
-from eppkit.core.paths import PLUGINS
-
-# OpenAI's error type by HTTP status: one table, which the dynamic module's Go filter embeds too.
-_TYPES = {int(status): name for status, name in
-          json.loads((PLUGINS / "dynamic_module/internal/callout/openai_error_types.json").read_text()).items()}
+# OpenAI's error type by HTTP status; the dynamic module's Go filter has the same table (errors.go, a unit test
+# holds the two together).
+_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    408: "TimeoutError",
+    413: "BadRequestError",
+    415: "BadRequestError",
+    422: "BadRequestError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "TimeoutError",
+}
 
 
 # vLLM's type for a body its request model (pydantic) refuses: not JSON, a field missing or of the wrong type.

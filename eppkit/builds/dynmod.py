@@ -46,7 +46,7 @@ class DynmodBuildError(BuildError):
 
 
 def source_files(source_dir: Path | None = None, *, package: str = ".") -> list[Path]:
-    """The files whose content decides the .so: go.mod, go.sum, non-test Go sources and the JSON they embed.
+    """The files whose content decides the .so: go.mod, go.sum and non-test Go sources.
 
     A top-level ``experiments/`` folder holds builds of its own (the multipart probe): left out
     unless ``package`` is inside it.
@@ -54,7 +54,7 @@ def source_files(source_dir: Path | None = None, *, package: str = ".") -> list[
     src = source_dir or SOURCE_DIR
     in_experiments = Path(package).parts[:1] == ("experiments",)
     files = [p for p in (src / "go.mod", src / "go.sum") if p.exists()]
-    for p in sorted([*src.rglob("*.go"), *src.rglob("*.json")]):
+    for p in sorted(src.rglob("*.go")):
         rel = p.relative_to(src)
         if p.name.endswith("_test.go") or (rel.parts[0] == "experiments" and not in_experiments):
             continue

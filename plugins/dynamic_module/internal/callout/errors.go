@@ -1,33 +1,22 @@
 package callout
 
-import (
-	_ "embed"
-	"encoding/json"
-	"strconv"
-)
+import "encoding/json"
 
-// openai_error_types.json is the one table of OpenAI error types by HTTP status, read here and by
-// services/openai_errors.py, so a client sees the same error shape whether the kit's Python services
-// or this filter answered.
-//
-//go:embed openai_error_types.json
-var errorTypesJSON []byte
-
-var errorTypes = func() map[int]string {
-	var byText map[string]string
-	if err := json.Unmarshal(errorTypesJSON, &byText); err != nil {
-		panic("openai_error_types.json: " + err.Error())
-	}
-	types := make(map[int]string, len(byText))
-	for status, name := range byText {
-		code, err := strconv.Atoi(status)
-		if err != nil {
-			panic("openai_error_types.json: status " + status + " is not a number")
-		}
-		types[code] = name
-	}
-	return types
-}()
+// errorTypes mirrors services/openai_errors.py so a client sees the same error shape whether
+// the kit's Python services or this filter answered.
+var errorTypes = map[int]string{
+	400: "BadRequestError",
+	404: "NotFoundError",
+	408: "TimeoutError",
+	413: "BadRequestError",
+	415: "BadRequestError",
+	422: "BadRequestError",
+	429: "RateLimitError",
+	500: "InternalServerError",
+	502: "BadGatewayError",
+	503: "ServiceUnavailableError",
+	504: "TimeoutError",
+}
 
 type openAIError struct {
 	Message string  `json:"message"`
