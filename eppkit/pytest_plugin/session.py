@@ -181,12 +181,12 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
 
 def selected_runtimes(config: pytest.Config) -> list[str]:
     """--eppkit-runtime (or the ini key): local, docker (or an outside package's runtime), all, or a comma list."""
-    from eppkit.runtimes import RUNTIMES
+    from eppkit.runtimes import ALL_RUNTIMES, RUNTIMES
 
     chosen: list[str] = []
     for part in str(values(config).runtime or "local").split(","):
         part = part.strip()
-        for name in (RUNTIMES if part == "all" else (part,)):
+        for name in (ALL_RUNTIMES if part == "all" else (part,)):
             if name not in RUNTIMES:
                 raise pytest.UsageError(f"--eppkit-runtime {name!r}: choose from {', '.join(RUNTIMES)}, all")
             if name not in chosen:

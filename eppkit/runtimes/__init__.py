@@ -11,7 +11,10 @@ from importlib import metadata
 
 from eppkit.topology import Topology
 
-KIT_RUNTIMES = ("local", "docker")
+KIT_RUNTIMES = ("local", "docker", "kubernetes")
+# What "all" means (--eppkit-runtime all): the runtimes every machine with Docker has. The kubernetes runtime needs
+# its one-node cluster (`eppkit cluster up`): named, never implied.
+ALL_EXCLUDES = ("kubernetes",)
 
 
 def _outside() -> dict[str, metadata.EntryPoint]:
@@ -19,6 +22,7 @@ def _outside() -> dict[str, metadata.EntryPoint]:
 
 
 RUNTIMES = KIT_RUNTIMES + tuple(_outside())  # every runtime: the kit's first
+ALL_RUNTIMES = tuple(r for r in RUNTIMES if r not in ALL_EXCLUDES)
 
 
 def launcher(runtime: str, **options):

@@ -93,6 +93,26 @@ def jaeger_container(run_dir: Path, image: str | None = None, ports: PortAllocat
     return Jaeger(run_dir, launcher, ports=ports, max_traces=max_traces)
 
 
+def service_in_image(spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str], make):
+    """One kit service in the services image (``make(name, argv, log_path)``: a container, a pod), as a local
+    process would run: its environment, the run folder as its working folder."""
+    argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
+    if spec.argv and spec.argv[0] == sys.executable:
+        # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
+        # host's virtualenv is not in the image, whose Python has the same packages.
+        argv = ["python", *spec.argv[1:]]
+    made = make(spec.name, [*argv, *extra_args], run_dir / f"{spec.name}.log").with_env(**{**env, **spec.env})
+    # The run folder is shared read-write (services may write caches there), and so is any
+    # absolute path among the arguments (e.g. an encoder cache shared by E and P).
+    made.with_mount(run_dir, "rw").with_cwd(run_dir)  # as a local process: relative paths work
+    for arg in map(str, spec.argv or spec.args):
+        value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
+        path = mount_for_arg(value)
+        if path is not None:
+            made.with_mount(path, "rw")
+    return made
+
+
 class DockerLauncher:
     """Each component in a container of the image set (built or found on first use; see the module docstring)."""
 
@@ -112,22 +132,8 @@ class DockerLauncher:
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
             return self._host.service(spec, env, run_dir, extra_args)
-        argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
-        if spec.argv and spec.argv[0] == sys.executable:
-            # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
-            # host's virtualenv is not in the image, whose Python has the same packages.
-            argv = ["python", *spec.argv[1:]]
-        proc = ManagedContainer(spec.name, self._images().services, [*argv, *extra_args], run_dir / f"{spec.name}.log",
-                                extra_labels=self._labels(run_dir)).with_env(**{**env, **spec.env})
-        # The run folder is shared read-write (services may write caches there), and so is any
-        # absolute path among the arguments (e.g. an encoder cache shared by E and P).
-        proc.with_mount(run_dir, "rw").with_cwd(run_dir)  # as a local process: relative paths work
-        for arg in map(str, spec.argv or spec.args):
-            value = arg.split("=", 1)[1] if arg.startswith("--") and "=" in arg else arg
-            path = mount_for_arg(value)
-            if path is not None:
-                proc.with_mount(path, "rw")
-        return proc
+        return service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedContainer(
+            name, self._images().services, argv, log, extra_labels=self._labels(run_dir)))
 
     def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
               env: dict[str, str]) -> envoy_process.Envoy:

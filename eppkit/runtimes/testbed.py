@@ -425,6 +425,9 @@ class Testbed:
         self._stop_pool()  # on every runtime the control plane's processes are this host's
         if self._jaeger is not None and not self._shared_jaeger:
             _quietly(self._jaeger.stop, "jaeger")
+        release = getattr(self.launcher, "release", None)  # what the runtime holds for the testbed (a namespace)
+        if release is not None:
+            _quietly(lambda: release(self.run_dir), "the runtime's hold")
         self.ports.release()
 
     def __enter__(self) -> "Testbed":

@@ -29,10 +29,14 @@ pytestmark = pytest.mark.e2e
 
 
 def _kit_children(pid: int, runtime: str) -> set:
-    """What `eppkit up` (process ``pid``) runs: the processes under it (the services forked by its zygote too), or its
-    containers."""
+    """What `eppkit up` (process ``pid``) runs: the processes under it (the services forked by its zygote too), its
+    containers, or its pods."""
     if runtime == "local":
         return procfs.descendants(pid)
+    if runtime == "kubernetes":
+        from eppkit.cluster import pod
+
+        return pod.owned_by(pid)
     from eppkit.components import container as containers
 
     return {c.name for c in containers.find({"label": f"eppkit.owner-pid={pid}"})}

@@ -29,7 +29,7 @@ from tests.support.reliability import MODES, run_load, topology
 # two at once would each take twice as long. The eppkit_alone tests never run beside one.
 pytestmark = [pytest.mark.e2e, pytest.mark.load, pytest.mark.xdist_group("load")]
 
-SIZES = {"local": (1000, 100), "docker": (1000, 100)}  # runtime -> (requests, concurrency)
+SIZES = {"local": (1000, 100), "docker": (1000, 100), "kubernetes": (1000, 100)}  # runtime -> (requests, concurrency)
 INJECT_EVERY = 100
 MAX_DISPATCH_S = 300.0
 MIB = 1 << 20

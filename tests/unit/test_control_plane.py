@@ -99,7 +99,10 @@ def test_the_serving_certificate_is_for_loopback_and_signed_by_the_ca(tmp_path):
     assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert server.issuer == ca.subject
     server.verify_directly_issued_by(ca)
-    assert {p.name for p in tmp_path.iterdir()} == {"ca.crt", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub"}
+    assert {p.name for p in tmp_path.iterdir()} == {"ca.crt", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub",
+                                                    "kubelet-client.crt", "kubelet-client.key"}
+    client = x509.load_pem_x509_certificate((tmp_path / "kubelet-client.crt").read_bytes())
+    assert client.issuer == ca.subject and "O=system:masters" in client.subject.rfc4514_string()
 
 
 def test_a_kubeconfig_names_the_server_its_ca_a_token_and_the_namespace(tmp_path):

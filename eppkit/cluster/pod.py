@@ -1,0 +1,373 @@
+"""A kit component as a Pod of the one-node cluster (:mod:`eppkit.cluster`): the kubernetes runtime's twin of
+ManagedProcess and ManagedContainer, with their surface (``name``, ``log_path``, ``start``, ``wait_ready``,
+``stop``, ``kill``, ``pause``, ``is_running``, ``returncode``, ``read_log``, ``log_tail``).
+
+The Pod uses the host's network (hostNetwork: every component binds 127.0.0.1 itself, as on the other runtimes),
+names its node (no scheduler round trip), never restarts, and mounts each host path it reads at the same path
+(hostPath), so rendered configs need no rewriting. Its image is imported into the node's containerd, never
+pulled (``imagePullPolicy: Never``). Its output is followed through the API server into ``log_path`` (what readiness
+and the failure reports read).
+
+Stop is ManagedProcess's: SIGINT to the container (Envoy and the kit's services flush on it), a bounded wait, then
+the Pod deleted at once; kill is SIGKILL (the Pod stays until stop, as a killed container does). Both signal the
+container's task through containerd (``ctr``): the node is this machine's.
+
+Nothing outlives the kit: every Pod carries the kit's labels (its session, its owner) in the testbed's namespace;
+each started Pod is registered and stopped at interpreter exit, and :func:`sweep` deletes the namespaces whose
+owner is gone (at the launcher's first use).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+from eppkit.cluster.configs import NODE
+from eppkit.components.base import Component, LiveSet
+from eppkit.components.container import LABEL, SESSION, TEST_SESSION_LABEL, labels, owner_alive
+
+OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value
+_client = None
+_client_lock = threading.Lock()
+
+
+def client():
+    """One lightkube client of the one-node cluster, shared by this process."""
+    global _client
+    with _client_lock:
+        if _client is None:
+            from lightkube import Client, KubeConfig
+
+            from eppkit.cluster import running
+
+            state = running()
+            if state is None:
+                raise RuntimeError("the one-node cluster is not running: `eppkit cluster up` starts it")
+            _client = Client(KubeConfig.from_file(state["kubeconfig"]), trust_env=False, field_manager="eppkit")
+        return _client
+
+
+def label_value(value: str) -> str:
+    """A label value Kubernetes takes: [A-Za-z0-9._-], at most 63 characters, alphanumeric at both ends."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", ".", value)[:63]
+    return cleaned.strip("._-") or "x"
+
+
+def dns_label(value: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-") or "eppkit"
+
+
+def pod_labels(component: str, **extra: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The kit's labels (those of its containers, made label values) and the owner as an annotation."""
+    raw = labels(component, **extra)
+    owner = raw.pop(f"{LABEL}.owner")
+    return {k: label_value(v) for k, v in raw.items()}, {OWNER_ANNOTATION: owner}
+
+
+def ensure_namespace(name: str) -> str:
+    """The testbed's namespace, created with the kit's labels and owner unless it exists; its name."""
+    from lightkube import ApiError
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    name = dns_label(name)
+    lbls, notes = pod_labels("namespace")
+    try:
+        client().create(Namespace(metadata=ObjectMeta(name=name, labels=lbls, annotations=notes)))
+    except ApiError as exc:
+        if exc.status.code != 409:
+            raise
+    return name
+
+
+def delete_namespace(name: str, wait_s: float = 0.0) -> None:
+    """Delete a testbed's namespace (its Pods were stopped already); with ``wait_s``, until none of its Pods is left
+    (the sandboxes removed: nothing of the testbed runs), not until the namespace itself has gone."""
+    from lightkube import ApiError
+    from lightkube.resources.core_v1 import Namespace, Pod
+
+    try:
+        client().delete(Namespace, name, grace_period=0)
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline and any(True for _ in client().list(Pod, namespace=name)):
+        time.sleep(0.05)
+
+
+def sweep() -> list[str]:
+    """Delete the kit's namespaces whose owner is gone (a SIGKILLed session's); their names."""
+    from lightkube.resources.core_v1 import Namespace
+
+    gone = [ns.metadata.name for ns in client().list(Namespace, labels={LABEL: "1"})
+            if not owner_alive((ns.metadata.annotations or {}).get(OWNER_ANNOTATION, ""))]
+    for name in gone:
+        delete_namespace(name)
+    return gone
+
+
+def remove_workers(tag: str) -> list[str]:
+    """Delete the namespaces of test session ``tag``'s workers (pytest-xdist); their names."""
+    from lightkube.resources.core_v1 import Namespace
+
+    prefix = label_value(f"{tag}/")
+    found = [ns.metadata.name for ns in client().list(Namespace, labels={TEST_SESSION_LABEL: None})
+             if (ns.metadata.labels or {}).get(TEST_SESSION_LABEL, "").startswith(prefix)]
+    for name in found:
+        delete_namespace(name)
+    return found
+
+
+class ManagedPod(Component):
+    """One component in one Pod, started in a ``with``, logged to a file, always deleted (module docstring)."""
+
+    def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *, namespace: str,
+                 entrypoint: Sequence[str] | None = None, extra_labels: dict[str, str] | None = None):
+        self.name = name
+        self.image = image
+        self.argv = [str(a) for a in argv]
+        self.log_path = Path(log_path)
+        self.namespace = namespace
+        self.entrypoint = list(entrypoint) if entrypoint is not None else None
+        self.env: dict[str, str] = {}
+        self.mounts: dict[str, str] = {}  # host path -> "ro" | "rw", mounted at the same path
+        self.cwd: str | None = None
+        self.extra_labels = dict(extra_labels or {})
+        self.pod_name: str | None = None
+        self._starts = 0
+        self._follower: threading.Thread | None = None
+        self._exit_code: int | None = None
+        self._status_at = 0.0
+        self._status = None
+
+    # -- fluent configuration (ManagedContainer's) ---------------------------------------------
+    def with_env(self, **env: str) -> "ManagedPod":
+        self.env.update({k: str(v) for k, v in env.items()})
+        return self
+
+    def with_cwd(self, cwd: str | os.PathLike) -> "ManagedPod":
+        self.cwd = str(Path(cwd).resolve())
+        return self
+
+    def with_mount(self, path: str | os.PathLike, mode: str = "ro") -> "ManagedPod":
+        path = str(Path(path).resolve())
+        if self.mounts.get(path) != "rw":
+            self.mounts[path] = mode
+        return self
+
+    # -- the Pod --------------------------------------------------------------------------------
+    def manifest(self):
+        """The Pod this component is (see the module docstring)."""
+        from lightkube.models.core_v1 import (Container, EnvVar, HostPathVolumeSource, PodSecurityContext, PodSpec,
+                                              Volume, VolumeMount)
+        from lightkube.models.meta_v1 import ObjectMeta
+        from lightkube.resources.core_v1 import Pod
+
+        lbls, notes = pod_labels(self.name, **self.extra_labels)
+        volumes, mounts = [], []
+        for i, (path, mode) in enumerate(sorted(self.mounts.items())):
+            kind = "Directory" if Path(path).is_dir() else "File"
+            volumes.append(Volume(name=f"v{i}", hostPath=HostPathVolumeSource(path=path, type=kind)))
+            mounts.append(VolumeMount(name=f"v{i}", mountPath=path, readOnly=mode == "ro"))
+        env = [EnvVar(name=k, value=v) for k, v in {"PYTHONUNBUFFERED": "1", "HOME": "/tmp", **self.env}.items()]
+        # args: after the image's entrypoint (Jaeger's), or the whole command where it has none (the services');
+        # command: an entrypoint of the launcher's own (Envoy's), as docker's --entrypoint
+        container = Container(name="main", image=self.image, imagePullPolicy="Never", command=self.entrypoint,
+                              args=self.argv,
+                              env=env, volumeMounts=mounts or None, workingDir=self.cwd)
+        return Pod(metadata=ObjectMeta(name=self.pod_name, namespace=self.namespace, labels=lbls, annotations=notes),
+                   spec=PodSpec(nodeName=NODE, hostNetwork=True, dnsPolicy="Default", restartPolicy="Never",
+                                enableServiceLinks=False, automountServiceAccountToken=False,
+                                terminationGracePeriodSeconds=5, containers=[container], volumes=volumes or None,
+                                securityContext=PodSecurityContext(runAsUser=os.getuid(), runAsGroup=os.getgid())))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> "ManagedPod":
+        if self.pod_name is not None:  # started before (e.g. killed by a fault test): a fresh Pod
+            self._delete(wait=False)
+        self.pod_name = dns_label(self.name if self._starts == 0 else f"{self.name}-r{self._starts}")
+        self._starts += 1
+        self._exit_code, self._status = None, None
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        _live.add(self)
+        try:
+            client().create(self.manifest())
+        except Exception as exc:
+            _live.discard(self)
+            raise RuntimeError(f"cannot create pod {self.namespace}/{self.pod_name} for {self.name}: {exc} "
+                               f"(image {self.image})") from exc
+        self._follower = threading.Thread(target=self._copy_output, args=(self.pod_name,), name=f"logs-{self.name}",
+                                          daemon=True)
+        self._follower.start()
+        return self
+
+    def _copy_output(self, pod_name: str) -> None:
+        """Follow the container's output into log_path (retrying until it has started), as the other runtimes do."""
+        with open(self.log_path, "ab", buffering=0) as log:
+            while self.pod_name == pod_name:
+                try:
+                    for line in client().log(pod_name, namespace=self.namespace, follow=True, newlines=True):
+                        log.write(line.encode())
+                    return
+                except Exception:  # not started yet (ContainerCreating), or already gone
+                    if self._terminated() is not None and self._status is None:
+                        return
+                    time.sleep(0.1)
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """SIGINT, a bounded wait, then the Pod deleted at once (module docstring); its exit code."""
+        if self.pod_name is None:
+            return None
+        container = self._container_id()
+        if container and self._task(container) == "RUNNING":
+            self._ctr("tasks", "kill", "-s", "SIGINT", container)
+            self._until_stopped(container, grace_s)
+        code = self._terminated(fresh=True)
+        # Its container has ended: the Pod object goes when the kubelet has removed its sandbox (up to a second),
+        # which the testbed's namespace waits for once for all its Pods (delete_namespace).
+        self._delete(wait=False)
+        return code
+
+    def kill(self) -> None:
+        """Hard kill, for fault tests: no chance to flush. The Pod stays until stop()."""
+        container = self._container_id()
+        if container and self._task(container) == "RUNNING":
+            self._ctr("tasks", "kill", "-s", "SIGKILL", container)
+            self._until_stopped(container, 10.0)
+            self._exit_code = 137  # what the API reports once the kubelet has seen it (up to a second later)
+
+    def pause(self) -> None:
+        """Freeze the component (cgroup freezer; its port still accepts connections), for fault tests."""
+        self._ctr("tasks", "pause", self._container_id())
+
+    def unpause(self) -> None:
+        self._ctr("tasks", "resume", self._container_id())
+
+    def _task(self, container: str) -> str | None:
+        """The container's task as containerd says it (RUNNING, STOPPED, PAUSED), at once: the API hears of it only
+        at the kubelet's next relist (up to a second)."""
+        for line in self._ctr("tasks", "ls").stdout.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) >= 3 and cols[0] == container:
+                return cols[2]
+        return None
+
+    def _until_stopped(self, container: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self._task(container) in ("RUNNING", "PAUSED", "PAUSING"):
+            time.sleep(0.02)
+
+    @staticmethod
+    def _ctr(*args: str) -> subprocess.CompletedProcess:
+        from eppkit.cluster import layout
+
+        socket = layout().containerd_socket
+        return subprocess.run(["ctr", "--address", str(socket), "--namespace", "k8s.io", *args], capture_output=True,
+                              text=True, timeout=30)
+
+    def _delete(self, wait: bool) -> None:
+        from lightkube import ApiError
+        from lightkube.resources.core_v1 import Pod
+
+        name, self.pod_name = self.pod_name, None
+        try:
+            client().delete(Pod, name, namespace=self.namespace, grace_period=0)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+        deadline = time.monotonic() + 30
+        while wait and time.monotonic() < deadline:
+            try:
+                client().get(Pod, name, namespace=self.namespace)
+            except ApiError:
+                break
+            time.sleep(0.05)
+        if self._follower is not None:
+            # The API ends the log stream when the kubelet sees the container gone (its relist, up to a second):
+            # the last lines still land, from the follower, which ends by itself.
+            self._follower.join(timeout=0.3 if not wait else 2.0)
+            self._follower = None
+        _live.discard(self)
+
+    # -- inspection ------------------------------------------------------------------------------
+    def _pod_status(self, fresh: bool = False):
+        """The Pod's status, read at most every 0.2 s (readiness asks for the return code every 50 ms)."""
+        from lightkube import ApiError
+        from lightkube.resources.core_v1 import Pod
+
+        if self.pod_name is None:
+            return None
+        if fresh or time.monotonic() - self._status_at > 0.2:
+            try:
+                self._status = client().get(Pod, self.pod_name, namespace=self.namespace).status
+            except ApiError:
+                self._status = None
+            self._status_at = time.monotonic()
+        return self._status
+
+    def _container_status(self, fresh: bool = False):
+        status = self._pod_status(fresh)
+        return (status.containerStatuses or [None])[0] if status is not None else None
+
+    def _container_id(self) -> str:
+        cs = self._container_status(fresh=True)
+        return (cs.containerID or "").split("://")[-1] if cs is not None else ""
+
+    def _terminated(self, fresh: bool = False) -> int | None:
+        """The exit code once the container has ended (-1: it could not start), else None."""
+        cs = self._container_status(fresh)
+        if cs is None or cs.state is None:
+            return None
+        if cs.state.terminated is not None:
+            return cs.state.terminated.exitCode
+        waiting = cs.state.waiting
+        if waiting is not None and waiting.reason in ("ErrImageNeverPull", "CreateContainerError",
+                                                      "RunContainerError", "CreateContainerConfigError"):
+            with open(self.log_path, "a") as log:  # what readiness and the failure report show
+                log.write(f"pod {self.namespace}/{self.pod_name}: {waiting.reason}: {waiting.message}\n")
+            return -1
+        return None
+
+    @property
+    def pid(self) -> int | None:
+        """The host pid of the container's main process, or None."""
+        container = self._container_id()
+        listed = self._ctr("tasks", "ls").stdout.splitlines()[1:] if container else []
+        return next((int(cols[1]) for cols in (line.split() for line in listed) if cols and cols[0] == container),
+                    None)
+
+    def returncode(self) -> int | None:
+        if self._exit_code is None and self.pod_name is not None:
+            self._exit_code = self._terminated()
+        return self._exit_code
+
+    def is_running(self) -> bool:
+        return self.pod_name is not None and self.returncode() is None
+
+
+_live: LiveSet[ManagedPod] = LiveSet(grace_s=1.0)
+stop_all = _live.stop_all
+
+
+def live_pods() -> list[ManagedPod]:
+    return _live.snapshot()
+
+
+def owned_by(pid: int) -> set[str]:
+    """The pods process ``pid`` started (``namespace/name``), in any namespace."""
+    from lightkube.resources.core_v1 import Pod
+
+    return {f"{p.metadata.namespace}/{p.metadata.name}"
+            for p in client().list(Pod, namespace="*", labels={f"{LABEL}.owner-pid": str(pid)})}
+
+
+def session_namespaces(session: str = SESSION) -> list[str]:
+    from lightkube.resources.core_v1 import Namespace
+
+    return [ns.metadata.name for ns in client().list(Namespace, labels={f"{LABEL}.session": session})]

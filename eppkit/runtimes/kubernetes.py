@@ -1,0 +1,125 @@
+"""The kubernetes runtime: every component of the testbed a Pod of the one-node cluster (:mod:`eppkit.cluster`,
+``eppkit cluster up``), in a namespace of the testbed's own.
+
+Same topology in, same handles out: :class:`KubernetesLauncher` is what it hands the
+:class:`~eppkit.runtimes.testbed.Testbed`, whose components are then :class:`~eppkit.cluster.pod.ManagedPod` s.
+Pods use the host's network and bind 127.0.0.1 on the ports the testbed picked, so URLs, rendered configs and
+readiness checks are the local runtime's; files a component reads are mounted at the same path (hostPath). The images
+are the docker runtime's (:mod:`eppkit.runtimes.images`), imported into the node's containerd once each. What runs on
+the host on every runtime (a program of yours, a real vLLM, the control plane of an EPP that watches an
+InferencePool) runs on the host here too.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from eppkit import cluster
+from eppkit.cluster import images as node_images
+from eppkit.cluster import pod
+from eppkit.cluster.pod import ManagedPod
+from eppkit.components.jaeger import Jaeger
+from eppkit.components.ports import PortAllocator
+from eppkit.components.readiness import LogLineReady
+from eppkit.gateway import process as envoy_process
+from eppkit.gateway import versions as envoy_versions
+from eppkit.plan import ServiceSpec
+from eppkit.runtimes import images
+from eppkit.runtimes.docker import ENVOY_ENTRYPOINT, host_paths, service_in_image
+from eppkit.runtimes.local import LocalLauncher
+
+_swept = False
+
+
+def available() -> tuple[bool, str]:
+    """(True, the API server) when the one-node cluster runs; (False, how to get one) when not."""
+    state = cluster.running()
+    if state is not None:
+        return True, state["server"]
+    lacks = cluster.missing()
+    if lacks:
+        return False, str(cluster.missing_error(lacks))
+    return False, "the one-node Kubernetes cluster is not running: `eppkit cluster up` starts it (a few seconds)"
+
+
+def progress(message: str) -> None:
+    print(f"[images] {message}", file=sys.stderr, flush=True)
+
+
+class PodLauncher:
+    """The program is an image's entrypoint in a Pod (Jaeger, Envoy): what ContainerLauncher is on docker."""
+
+    def __init__(self, image: str, namespace: str, *, entrypoint=None, labels=None):
+        self.image, self.namespace, self.entrypoint, self.labels = image, namespace, entrypoint, labels or {}
+
+    def make(self, name, args, log_path, *, env=None, mounts=()):
+        made = ManagedPod(name, self.image, list(map(str, args)), log_path, namespace=self.namespace,
+                          entrypoint=self.entrypoint, extra_labels=self.labels).with_env(**(env or {}))
+        for path in mounts:
+            made.with_mount(path, "ro")
+        return made
+
+
+class KubernetesLauncher:
+    """Each component a Pod of the one-node cluster (see the module docstring)."""
+
+    runtime = "kubernetes"
+
+    def __init__(self, image_set: images.ImageSet | None = None) -> None:
+        global _swept
+        ok, why = available()
+        if not ok:
+            raise RuntimeError(why)
+        if not _swept:  # namespaces of sessions that died without stopping their testbeds
+            pod.sweep()
+            _swept = True
+        self.image_set = image_set
+        self._host = LocalLauncher()
+
+    def _namespace(self, run_dir: Path) -> str:
+        return pod.ensure_namespace(Path(run_dir).name)
+
+    def _image(self, tag: str) -> str:
+        node_images.ensure_from_docker(cluster.layout().containerd_socket, tag, cluster.layout().home / "images.lock")
+        return tag
+
+    @staticmethod
+    def _labels(run_dir: Path) -> dict[str, str]:
+        return {"eppkit.testbed": pod.label_value(Path(run_dir).name)}
+
+    def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, image: str | None = None, **kwargs) -> Jaeger:
+        launcher = PodLauncher(self._image(image or self._images().jaeger), self._namespace(run_dir),
+                               labels=self._labels(run_dir))
+        return Jaeger(run_dir, launcher, ports=ports, **kwargs)
+
+    def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
+        if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
+            return self._host.service(spec, env, run_dir, extra_args)
+        image, namespace = self._image(self._images().services), self._namespace(run_dir)
+        return service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedPod(
+            name, image, argv, log, namespace=namespace, extra_labels=self._labels(run_dir)))
+
+    def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
+              env: dict[str, str]) -> envoy_process.Envoy:
+        text = config_path.read_text() + "\n" + "\n".join(env.values())
+        mounts = [run_dir, *host_paths(text, skip_under=(run_dir,))]
+        tag = self._images().envoy if binary.path in (envoy_process.find(), images.envoy_binary()) \
+            else images.envoy_image(binary, progress)
+        launcher = PodLauncher(self._image(tag), self._namespace(run_dir), entrypoint=ENVOY_ENTRYPOINT,
+                               labels=self._labels(run_dir))
+        return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
+                                   log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
+
+    def release(self, run_dir: Path) -> None:
+        """The testbed stopped: its namespace goes (its Pods are gone already)."""
+        pod.delete_namespace(pod.dns_label(Path(run_dir).name), wait_s=30.0)
+
+    def _images(self) -> images.ImageSet:
+        if self.image_set is None:
+            self.image_set = images.ensure(progress)
+        return self.image_set
+
+
+def launcher(image_set: images.ImageSet | None = None) -> KubernetesLauncher:
+    return KubernetesLauncher(image_set)
