@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eppkit.builds import gaie
-from eppkit.builds.steps import build_main, go_version, run_step
+from eppkit.builds.steps import build_folder, build_main, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 ETCD_MODULE, ETCD_VERSION = "go.etcd.io/etcd/server/v3", "v3.6.16"
@@ -179,44 +179,30 @@ def kube_ldflags_for(version: str) -> str:
 
 def _build_binaries(go: str, env: dict[str, str], progress: Callable[[str], object]) -> None:
     out = build_dir()
-    tmp = Path(tempfile.mkdtemp(prefix="build.", dir=out.parent))
-    log_path = tmp / "build.log"
     started = time.monotonic()
     hint = "the Go module proxy must serve etcd and Kubernetes at the pinned versions (GOPROXY, network)"
     kube_ldflags = kube_ldflags_for(KUBE_VERSION)
-    try:
+    with build_folder(out, out.parent / "build.failed.log") as (tmp, log, info):
         (tmp / "etcd-wrapper").mkdir()
         (tmp / "kube-wrapper").mkdir()
         kube_src = module_dir(go, env, KUBE_MODULE, KUBE_VERSION)
         (tmp / "kube-wrapper" / "go.mod").write_text(kube_wrapper_gomod((kube_src / "go.mod").read_text()))
-        with log_path.open("w") as log:
-            steps = [
-                ("etcd-wrapper", "creating etcd's wrapper module", [go, "mod", "init", "eppkit-etcd-wrapper"]),
-                ("etcd-wrapper", f"fetching {ETCD_MODULE}@{ETCD_VERSION}", [go, "get", f"{ETCD_MODULE}@{ETCD_VERSION}"]),
-                ("etcd-wrapper", f"compiling etcd {ETCD_VERSION} (cold: 1-3 min; warm: seconds)",
-                 [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp / ETCD), ETCD_MODULE]),
-                ("kube-wrapper", f"fetching {KUBE_PACKAGE}@{KUBE_VERSION} and its dependencies",
-                 [go, "get", f"{KUBE_PACKAGE}@{KUBE_VERSION}"]),
-                ("kube-wrapper", f"compiling kube-apiserver {KUBE_VERSION} (cold: 3-12 min on 2 cores, ~1.8 GB; "
-                 "warm: ~15 s)", [go, "build", "-trimpath", f"-ldflags={kube_ldflags}", "-o", str(tmp / KUBE_APISERVER),
-                                  KUBE_PACKAGE]),
-            ]
-            for folder, what, cmd in steps:
-                run_step(progress, log, what, cmd, tmp / folder, env, label="control plane", hint=hint,
-                      error=ControlPlaneBuildError, timeout_s=STEP_TIMEOUT_S)
-        (tmp / "build-info.json").write_text(json.dumps({
-            "etcd": f"{ETCD_MODULE}@{ETCD_VERSION}", "kube-apiserver": f"{KUBE_PACKAGE}@{KUBE_VERSION}",
-            "go": go_version(go, env), "seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
-        shutil.rmtree(tmp / "etcd-wrapper")
-        shutil.rmtree(tmp / "kube-wrapper")
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        if log_path.exists():
-            shutil.copyfile(log_path, out.parent / "build.failed.log")
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        steps = [
+            ("etcd-wrapper", "creating etcd's wrapper module", [go, "mod", "init", "eppkit-etcd-wrapper"]),
+            ("etcd-wrapper", f"fetching {ETCD_MODULE}@{ETCD_VERSION}", [go, "get", f"{ETCD_MODULE}@{ETCD_VERSION}"]),
+            ("etcd-wrapper", f"compiling etcd {ETCD_VERSION} (cold: 1-3 min; warm: seconds)",
+             [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp / ETCD), ETCD_MODULE]),
+            ("kube-wrapper", f"fetching {KUBE_PACKAGE}@{KUBE_VERSION} and its dependencies",
+             [go, "get", f"{KUBE_PACKAGE}@{KUBE_VERSION}"]),
+            ("kube-wrapper", f"compiling kube-apiserver {KUBE_VERSION} (cold: 3-12 min on 2 cores, ~1.8 GB; "
+             "warm: ~15 s)", [go, "build", "-trimpath", f"-ldflags={kube_ldflags}", "-o", str(tmp / KUBE_APISERVER),
+                              KUBE_PACKAGE]),
+        ]
+        for folder, what, cmd in steps:
+            run_step(progress, log, what, cmd, tmp / folder, env, label="control plane", hint=hint,
+                  error=ControlPlaneBuildError, timeout_s=STEP_TIMEOUT_S)
+        info.update({"etcd": f"{ETCD_MODULE}@{ETCD_VERSION}", "kube-apiserver": f"{KUBE_PACKAGE}@{KUBE_VERSION}",
+                     "go": go_version(go, env)})
     progress(f"control plane: built etcd and kube-apiserver in {time.monotonic() - started:.1f} s ({out})")
 
 

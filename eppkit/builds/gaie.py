@@ -12,17 +12,15 @@ and builds it works everywhere a pinned version can be fetched.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eppkit.builds.steps import build_main, go_version, run_step
+from eppkit.builds.steps import build_folder, build_main, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 VERSION = "v1.5.0"
@@ -70,37 +68,21 @@ def build(progress: Callable[[str], object] = print, *, force: bool = False) -> 
 
 
 def _build_locked(go: str, out: Path, progress: Callable[[str], object]) -> Path:
-    tmp = Path(tempfile.mkdtemp(prefix=f"{VERSION}.", dir=out.parent))
-    tmp.chmod(0o755)
-    wrapper = tmp / "wrapper"
-    wrapper.mkdir()
-    log_path = tmp / "build.log"
     env = {**os.environ, "CGO_ENABLED": "1", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false"}
     hint = f"the Go module proxy must serve {MODULE} {VERSION} and its dependencies (GOPROXY, network)"
     started = time.monotonic()
-    try:
-        with log_path.open("w") as log:
-            steps = [
-                ("creating a wrapper module", [go, "mod", "init", "eppkit-gaie-epp-wrapper"]),
-                (f"fetching {PACKAGE}@{VERSION} and its dependencies", [go, "get", f"{PACKAGE}@{VERSION}"]),
-                (f"compiling the GAIE EPP {VERSION} (cold: 4-8 min on 2 cores; warm: ~30 s)",
-                 [go, "build", f"-ldflags={LDFLAGS}", "-o", str(tmp / BINARY), PACKAGE]),
-            ]
-            for what, cmd in steps:
-                run_step(progress, log, what, cmd, wrapper, env, label="gaie-epp", hint=hint, error=GaieBuildError)
-        (tmp / "build-info.json").write_text(json.dumps({
-            "package": PACKAGE, "version": VERSION, "go": go_version(go, env), "ldflags": LDFLAGS,
-            "seconds": round(time.monotonic() - started, 1),
-        }, indent=2) + "\n")
-        shutil.rmtree(wrapper)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        if log_path.exists():
-            shutil.copyfile(log_path, out.parent / f"{VERSION}.failed.log")
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with build_folder(out, out.parent / f"{VERSION}.failed.log") as (tmp, log, info):
+        wrapper = tmp / "wrapper"
+        wrapper.mkdir()
+        steps = [
+            ("creating a wrapper module", [go, "mod", "init", "eppkit-gaie-epp-wrapper"]),
+            (f"fetching {PACKAGE}@{VERSION} and its dependencies", [go, "get", f"{PACKAGE}@{VERSION}"]),
+            (f"compiling the GAIE EPP {VERSION} (cold: 4-8 min on 2 cores; warm: ~30 s)",
+             [go, "build", f"-ldflags={LDFLAGS}", "-o", str(tmp / BINARY), PACKAGE]),
+        ]
+        for what, cmd in steps:
+            run_step(progress, log, what, cmd, wrapper, env, label="gaie-epp", hint=hint, error=GaieBuildError)
+        info.update({"package": PACKAGE, "version": VERSION, "go": go_version(go, env), "ldflags": LDFLAGS})
     progress(f"gaie-epp: built {out / BINARY} in {time.monotonic() - started:.1f} s")
     return out / BINARY
 

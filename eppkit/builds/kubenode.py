@@ -14,18 +14,16 @@ registry serves the upstream image here. With Go's cache warm from the kube-apis
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from eppkit.builds import controlplane as plane
-from eppkit.builds.steps import build_main, go_version, run_step
+from eppkit.builds.steps import build_folder, build_main, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 KUBELET, CONTROLLER_MANAGER, SCHEDULER, PAUSE = "kubelet", "kube-controller-manager", "kube-scheduler", "pause"
@@ -84,12 +82,10 @@ def build(progress: Callable[[str], object] = print, *, force: bool = False) -> 
 
 def _build(go: str, env: dict[str, str], progress: Callable[[str], object]) -> None:
     out = build_dir()
-    tmp = Path(tempfile.mkdtemp(prefix="node.", dir=out.parent))
-    log_path = tmp / "build.log"
     started = time.monotonic()
     hint = "the Go module proxy must serve Kubernetes at the pinned version (GOPROXY, network)"
     ldflags = plane.kube_ldflags_for(plane.KUBE_VERSION)
-    try:
+    with build_folder(out, out.parent / "node-build.failed.log") as (tmp, log, info):
         wrapper = tmp / "kube-wrapper"
         wrapper.mkdir()
         kube_src = plane.module_dir(go, env, plane.KUBE_MODULE, plane.KUBE_VERSION)
@@ -102,22 +98,11 @@ def _build(go: str, env: dict[str, str], progress: Callable[[str], object]) -> N
                   for name, package in zip(COMPONENTS, packages)]
         steps.append((PAUSE_SOURCE, "compiling the pause binary",
                       [go, "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp / PAUSE), "."]))
-        with log_path.open("w") as log:
-            for folder, what, cmd in steps:
-                run_step(progress, log, what, cmd, folder, env, label="kubernetes node", hint=hint,
-                         error=NodeBuildError, timeout_s=plane.STEP_TIMEOUT_S)
-        (tmp / "build-info.json").write_text(json.dumps({
-            "kubernetes": f"{plane.KUBE_MODULE}@{plane.KUBE_VERSION}", "binaries": [*COMPONENTS, PAUSE],
-            "go": go_version(go, env), "seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
-        shutil.rmtree(wrapper)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        if log_path.exists():
-            shutil.copyfile(log_path, out.parent / "node-build.failed.log")
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        for folder, what, cmd in steps:
+            run_step(progress, log, what, cmd, folder, env, label="kubernetes node", hint=hint,
+                     error=NodeBuildError, timeout_s=plane.STEP_TIMEOUT_S)
+        info.update({"kubernetes": f"{plane.KUBE_MODULE}@{plane.KUBE_VERSION}", "binaries": [*COMPONENTS, PAUSE],
+                     "go": go_version(go, env)})
     progress(f"kubernetes node: built {', '.join(COMPONENTS)} and pause in {time.monotonic() - started:.1f} s ({out})")
 
 

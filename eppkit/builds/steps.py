@@ -4,10 +4,14 @@ version a build records, and the command line of a cached build (``python -m epp
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HEARTBEAT_S = 15.0
@@ -50,6 +54,33 @@ def run_step(progress: Callable[[str], object], log, what: str, cmd: list[str], 
             f"--- last lines of {log.name} ---\n{tail}--- end ---\nHint: {hint}."
         )
     progress(f"{label}:   done in {time.monotonic() - t0:.1f} s")
+
+
+@contextmanager
+def build_folder(out: Path, failed_log: Path) -> Iterator[tuple[Path, object, dict]]:
+    """A folder beside ``out`` to build into, its build log (open) and a dict for build-info.json. When the block
+    ends well the folder, with build-info.json (the dict and the seconds), replaces ``out`` and its scratch folders
+    (``wrapper``, ``*-wrapper``) go; when it fails its log is kept at ``failed_log`` and the folder goes."""
+    tmp = Path(tempfile.mkdtemp(prefix="build.", dir=out.parent))
+    tmp.chmod(0o755)
+    log_path = tmp / "build.log"
+    info: dict = {}
+    started = time.monotonic()
+    try:
+        with log_path.open("w") as log:
+            yield tmp, log, info
+        (tmp / "build-info.json").write_text(json.dumps({**info, "seconds": round(time.monotonic() - started, 1)},
+                                                        indent=2) + "\n")
+        for scratch in [*tmp.glob("*-wrapper"), *tmp.glob("wrapper")]:
+            shutil.rmtree(scratch)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        if log_path.exists():
+            shutil.copyfile(log_path, failed_log)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def go_version(go: str, env: dict[str, str]) -> str:

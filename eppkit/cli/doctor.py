@@ -78,6 +78,20 @@ def _control_plane() -> Check:
                  f"{found.etcd.parent} ({found.source}); CRDs {found.crds}", required=False)
 
 
+def _kubernetes() -> Check:
+    """The one-node cluster of the kubernetes runtime: what this machine lacks for it, and whether it runs."""
+    from eppkit import cluster
+
+    lacks = cluster.missing()
+    if lacks:
+        return Check("kubernetes", False, required=False,
+                     how_to_get=f"for --runtime kubernetes: {', '.join(lacks)} ({cluster.PACKAGES}; "
+                                "eppkit bootstrap --kubernetes)")
+    state = cluster.running()
+    return Check("kubernetes", True, "cluster running" if state else "ready to start (`eppkit cluster up`)",
+                 state["server"] if state else str(cluster.layout().home), required=False)
+
+
 def _go() -> Check:
     go = shutil.which("go")
     if go is None:
@@ -231,6 +245,7 @@ CHECKS: list[Callable[[], Check]] = [
     _jaeger,
     _gaie_epp,
     _control_plane,
+    _kubernetes,
     _go,
     _module("ext_proc protos", "envoy.service.ext_proc.v3.external_processor_pb2", "xds-protos"),
     _otel_protos,

@@ -1,10 +1,9 @@
-"""What the one-node cluster's daemons are told: containerd's config, the CNI network, the kubelet's config and the
-kubeconfigs of the kubelet, the controller manager and the scheduler. Pure functions of a :class:`Layout`, so a
-unit test reads each one whole."""
+"""What the one-node cluster's daemons are told: containerd's config, the CNI network and the kubelet's config (their
+kubeconfigs are the control plane's, :func:`eppkit.components.controlplane.kubeconfig_text`). Pure functions of a
+:class:`Layout`, so a unit test reads each one whole."""
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,15 +121,4 @@ def kubelet_yaml(layout: Layout, ca_file: Path) -> str:
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99, "containerLogMaxSize": "50Mi",
         "volumeStatsAggPeriod": "0s", "syncFrequency": "10s", "fileCheckFrequency": "10s",
         "nodeStatusUpdateFrequency": "10s", "serializeImagePulls": False, "resolvConf": "/etc/resolv.conf",
-    }, indent=1) + "\n"
-
-
-def kubeconfig(server: str, ca_file: Path, user: str, token: str) -> str:
-    """A kubeconfig for ``user`` by bearer token (JSON, which is YAML)."""
-    ca = base64.b64encode(Path(ca_file).read_bytes()).decode()
-    return json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "eppkit", "preferences": {},
-        "clusters": [{"name": "eppkit", "cluster": {"server": server, "certificate-authority-data": ca}}],
-        "users": [{"name": user, "user": {"token": token}}],
-        "contexts": [{"name": "eppkit", "context": {"cluster": "eppkit", "user": user}}],
     }, indent=1) + "\n"

@@ -127,8 +127,7 @@ class Node:
 
     def _kubeconfig(self, name: str) -> Path:
         path = self.layout.home / f"{name}.kubeconfig"
-        path.write_text(configs.kubeconfig(self.plane.server, self.plane.pki / "ca.crt", "eppkit-admin",
-                                           self.plane.token))
+        self.plane.write_kubeconfig(path)
         path.chmod(0o600)
         return path
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from eppkit.cluster.configs import NODE
-from eppkit.components.base import Component, LiveSet
+from eppkit.components.base import FromImage, LiveSet
 from eppkit.components.container import LABEL, SESSION, TEST_SESSION_LABEL, labels, owner_alive
 
 OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value
@@ -124,42 +124,19 @@ def remove_workers(tag: str) -> list[str]:
     return found
 
 
-class ManagedPod(Component):
+class ManagedPod(FromImage):
     """One component in one Pod, started in a ``with``, logged to a file, always deleted (module docstring)."""
 
     def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *, namespace: str,
                  entrypoint: Sequence[str] | None = None, extra_labels: dict[str, str] | None = None):
-        self.name = name
-        self.image = image
-        self.argv = [str(a) for a in argv]
-        self.log_path = Path(log_path)
+        super().__init__(name, image, argv, log_path, entrypoint=entrypoint, extra_labels=extra_labels)
         self.namespace = namespace
-        self.entrypoint = list(entrypoint) if entrypoint is not None else None
-        self.env: dict[str, str] = {}
-        self.mounts: dict[str, str] = {}  # host path -> "ro" | "rw", mounted at the same path
-        self.cwd: str | None = None
-        self.extra_labels = dict(extra_labels or {})
         self.pod_name: str | None = None
         self._starts = 0
         self._follower: threading.Thread | None = None
         self._exit_code: int | None = None
         self._status_at = 0.0
         self._status = None
-
-    # -- fluent configuration (ManagedContainer's) ---------------------------------------------
-    def with_env(self, **env: str) -> "ManagedPod":
-        self.env.update({k: str(v) for k, v in env.items()})
-        return self
-
-    def with_cwd(self, cwd: str | os.PathLike) -> "ManagedPod":
-        self.cwd = str(Path(cwd).resolve())
-        return self
-
-    def with_mount(self, path: str | os.PathLike, mode: str = "ro") -> "ManagedPod":
-        path = str(Path(path).resolve())
-        if self.mounts.get(path) != "rw":
-            self.mounts[path] = mode
-        return self
 
     # -- the Pod --------------------------------------------------------------------------------
     def manifest(self):

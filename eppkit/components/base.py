@@ -1,17 +1,19 @@
 """What a process and a container of the testbed have in common: a log file, readiness,
 ``with``-scoping, and a registry of the live ones so nothing outlives the kit.
 
-:class:`eppkit.components.process.ManagedProcess` and :class:`eppkit.components.container.ManagedContainer`
-build on :class:`Component`; each keeps its own :class:`LiveSet`, stopped at exit.
+:class:`eppkit.components.process.ManagedProcess`, :class:`eppkit.components.container.ManagedContainer` and
+:class:`eppkit.cluster.pod.ManagedPod` build on :class:`Component` (the last two on :class:`FromImage`); each keeps
+its own :class:`LiveSet`, stopped at exit.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Generic, TypeVar
+from typing import Callable, Generic, Sequence, TypeVar
 
 from eppkit.components.readiness import ReadinessTimeout, WaitStrategy, wait_until_ready
 
@@ -50,6 +52,41 @@ class Component:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.read_log().splitlines()[-lines:])
+
+
+class FromImage(Component):
+    """A component run from an image (a container, a Pod): its program, its environment, the host paths it sees (each
+    at the same path, so rendered configs need no rewriting) and its working folder, set before it starts."""
+
+    def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *,
+                 entrypoint: Sequence[str] | None = None, extra_labels: dict[str, str] | None = None):
+        self.name = name
+        self.image = image
+        self.argv = [str(a) for a in argv]
+        self.log_path = Path(log_path)
+        self.entrypoint = list(entrypoint) if entrypoint is not None else None
+        self.env: dict[str, str] = {}
+        self.mounts: dict[str, str] = {}  # host path -> "ro" | "rw", mounted at the same path
+        self.cwd: str | None = None  # the working directory inside (a mounted host path), as ManagedProcess.with_cwd
+        self.extra_labels = dict(extra_labels or {})
+
+    def with_env(self: F, **env: str) -> F:
+        self.env.update({k: str(v) for k, v in env.items()})
+        return self
+
+    def with_cwd(self: F, cwd: str | os.PathLike) -> F:
+        self.cwd = str(Path(cwd).resolve())
+        return self
+
+    def with_mount(self: F, path: str | os.PathLike, mode: str = "ro") -> F:
+        """Mount a host path at the same absolute path inside (read-write wins over read-only)."""
+        path = str(Path(path).resolve())
+        if self.mounts.get(path) != "rw":
+            self.mounts[path] = mode
+        return self
+
+
+F = TypeVar("F", bound=FromImage)
 
 
 def start_whole(whole, what: str) -> None:

@@ -35,7 +35,7 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
-from eppkit.components.base import Component, LiveSet
+from eppkit.components.base import FromImage, LiveSet
 from eppkit.core import procfs
 from eppkit.core.procfs import SESSION_TAG
 
@@ -201,41 +201,17 @@ def _reap_main(session: str) -> int:
 
 
 # -- the component wrapper ---------------------------------------------------------------------
-class ManagedContainer(Component):
+class ManagedContainer(FromImage):
     """One component in one container, started in a ``with``, logged to a file, always removed."""
 
     def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *,
                  entrypoint: Sequence[str] | None = None, extra_labels: dict[str, str] | None = None):
-        self.name = name
-        self.image = image
-        self.argv = [str(a) for a in argv]
-        self.log_path = Path(log_path)
-        self.entrypoint = list(entrypoint) if entrypoint is not None else None
-        self.env: dict[str, str] = {}
-        self.mounts: dict[str, str] = {}  # host path -> "ro" | "rw", mounted at the same path
-        self.cwd: str | None = None  # the working directory inside (a mounted host path), as ManagedProcess.with_cwd
-        self.extra_labels = dict(extra_labels or {})
+        super().__init__(name, image, argv, log_path, entrypoint=entrypoint, extra_labels=extra_labels)
         self._tc = None  # testcontainers DockerContainer
         self._container = None  # docker-py Container
         self._follower: threading.Thread | None = None
         self._log_file = None
         self._exit_code: int | None = None
-
-    # -- fluent configuration -------------------------------------------------------------
-    def with_env(self, **env: str) -> "ManagedContainer":
-        self.env.update({k: str(v) for k, v in env.items()})
-        return self
-
-    def with_cwd(self, cwd: str | os.PathLike) -> "ManagedContainer":
-        self.cwd = str(Path(cwd).resolve())
-        return self
-
-    def with_mount(self, path: str | os.PathLike, mode: str = "ro") -> "ManagedContainer":
-        """Bind-mount a host path at the same absolute path inside, so configs need no rewriting."""
-        path = str(Path(path).resolve())
-        if self.mounts.get(path) != "rw":
-            self.mounts[path] = mode
-        return self
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> "ManagedContainer":

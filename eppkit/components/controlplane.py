@@ -117,6 +117,17 @@ def write_certificates(folder: Path) -> None:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
+def kubeconfig_text(server: str, ca_file: Path, user: str, token: str, namespace: str = "default") -> str:
+    """A kubeconfig for ``user`` by bearer token (JSON, which is YAML), its context in ``namespace``."""
+    ca = base64.b64encode(Path(ca_file).read_bytes()).decode()
+    return json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "eppkit", "preferences": {},
+        "clusters": [{"name": "eppkit", "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": "eppkit", "context": {"cluster": "eppkit", "user": user, "namespace": namespace}}],
+    }, indent=1) + "\n"
+
+
 def sparse_copy(source: Path, target: Path) -> None:
     """etcd's data dir is mostly a preallocated, zero-filled 64 MB WAL: a sparse copy is ~1 MB and ~10 ms."""
     subprocess.run(["cp", "-a", "--sparse=always", str(source), str(target)], check=True, timeout=60)
@@ -159,13 +170,7 @@ class ControlPlane:
 
     def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
         """A kubeconfig for this control plane (JSON, which is YAML), its context in ``namespace``."""
-        ca = base64.b64encode((self.pki / "ca.crt").read_bytes()).decode()
-        Path(path).write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "eppkit", "preferences": {},
-            "clusters": [{"name": "eppkit", "cluster": {"server": self.server, "certificate-authority-data": ca}}],
-            "users": [{"name": USER, "user": {"token": self.token}}],
-            "contexts": [{"name": "eppkit", "context": {"cluster": "eppkit", "user": USER, "namespace": namespace}}],
-        }, indent=1) + "\n")
+        Path(path).write_text(kubeconfig_text(self.server, self.pki / "ca.crt", USER, self.token, namespace))
         return Path(path)
 
     def client(self, namespace: str | None = None):

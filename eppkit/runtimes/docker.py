@@ -127,13 +127,13 @@ class DockerLauncher:
         return {"eppkit.testbed": run_dir.name}
 
     def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, image: str | None = None, **kwargs) -> Jaeger:
-        return jaeger_container(run_dir, image=image or self._images().jaeger, ports=ports, **kwargs)
+        return jaeger_container(run_dir, image=image or self.images().jaeger, ports=ports, **kwargs)
 
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
             return self._host.service(spec, env, run_dir, extra_args)
         return service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedContainer(
-            name, self._images().services, argv, log, extra_labels=self._labels(run_dir)))
+            name, self.images().services, argv, log, extra_labels=self._labels(run_dir)))
 
     def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
               env: dict[str, str]) -> envoy_process.Envoy:
@@ -142,19 +142,19 @@ class DockerLauncher:
         # a Lua file, its search path) is shared read-only at the same path.
         text = config_path.read_text() + "\n" + "\n".join(env.values())
         mounts = [run_dir, *host_paths(text, skip_under=(run_dir,))]
-        launcher = ContainerLauncher(self._envoy_image(binary), entrypoint=ENVOY_ENTRYPOINT,
+        launcher = ContainerLauncher(self.envoy_image(binary), entrypoint=ENVOY_ENTRYPOINT,
                                      labels=self._labels(run_dir))
         # At info level the container's log holds Envoy's "starting main dispatch loop", read as a second sign.
         return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
                                    log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
 
-    def _envoy_image(self, binary: envoy_versions.EnvoyBinary) -> str:
+    def envoy_image(self, binary: envoy_versions.EnvoyBinary) -> str:
         """The image set's Envoy (the one installed with eppkit), or another version's image (images.envoy_image)."""
         if binary.path in (envoy_process.find(), images.envoy_binary()):
-            return self._images().envoy
+            return self.images().envoy
         return images.envoy_image(binary, progress)
 
-    def _images(self) -> images.ImageSet:
+    def images(self) -> images.ImageSet:
         if self.image_set is None:
             self.image_set = images.ensure(progress)
         return self.image_set

@@ -12,7 +12,6 @@ InferencePool) runs on the host here too.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from eppkit import cluster
@@ -26,7 +25,7 @@ from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
 from eppkit.runtimes import images
-from eppkit.runtimes.docker import ENVOY_ENTRYPOINT, host_paths, service_in_image
+from eppkit.runtimes.docker import ENVOY_ENTRYPOINT, DockerLauncher, host_paths, service_in_image
 from eppkit.runtimes.local import LocalLauncher
 
 _swept = False
@@ -41,10 +40,6 @@ def available() -> tuple[bool, str]:
     if lacks:
         return False, str(cluster.missing_error(lacks))
     return False, "the one-node Kubernetes cluster is not running: `eppkit cluster up` starts it (a few seconds)"
-
-
-def progress(message: str) -> None:
-    print(f"[images] {message}", file=sys.stderr, flush=True)
 
 
 class PodLauncher:
@@ -74,7 +69,7 @@ class KubernetesLauncher:
         if not _swept:  # namespaces of sessions that died without stopping their testbeds
             pod.sweep()
             _swept = True
-        self.image_set = image_set
+        self._docker = DockerLauncher(image_set)  # its images (built locally) are the pods' too
         self._host = LocalLauncher()
 
     def _namespace(self, run_dir: Path) -> str:
@@ -89,14 +84,14 @@ class KubernetesLauncher:
         return {"eppkit.testbed": pod.label_value(Path(run_dir).name)}
 
     def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, image: str | None = None, **kwargs) -> Jaeger:
-        launcher = PodLauncher(self._image(image or self._images().jaeger), self._namespace(run_dir),
+        launcher = PodLauncher(self._image(image or self._docker.images().jaeger), self._namespace(run_dir),
                                labels=self._labels(run_dir))
         return Jaeger(run_dir, launcher, ports=ports, **kwargs)
 
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
             return self._host.service(spec, env, run_dir, extra_args)
-        image, namespace = self._image(self._images().services), self._namespace(run_dir)
+        image, namespace = self._image(self._docker.images().services), self._namespace(run_dir)
         return service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedPod(
             name, image, argv, log, namespace=namespace, extra_labels=self._labels(run_dir)))
 
@@ -104,9 +99,8 @@ class KubernetesLauncher:
               env: dict[str, str]) -> envoy_process.Envoy:
         text = config_path.read_text() + "\n" + "\n".join(env.values())
         mounts = [run_dir, *host_paths(text, skip_under=(run_dir,))]
-        tag = self._images().envoy if binary.path in (envoy_process.find(), images.envoy_binary()) \
-            else images.envoy_image(binary, progress)
-        launcher = PodLauncher(self._image(tag), self._namespace(run_dir), entrypoint=ENVOY_ENTRYPOINT,
+        launcher = PodLauncher(self._image(self._docker.envoy_image(binary)), self._namespace(run_dir),
+                               entrypoint=ENVOY_ENTRYPOINT,
                                labels=self._labels(run_dir))
         return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
                                    log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
@@ -114,11 +108,6 @@ class KubernetesLauncher:
     def release(self, run_dir: Path) -> None:
         """The testbed stopped: its namespace goes (its Pods are gone already)."""
         pod.delete_namespace(pod.dns_label(Path(run_dir).name), wait_s=30.0)
-
-    def _images(self) -> images.ImageSet:
-        if self.image_set is None:
-            self.image_set = images.ensure(progress)
-        return self.image_set
 
 
 def launcher(image_set: images.ImageSet | None = None) -> KubernetesLauncher:

@@ -70,3 +70,27 @@ def test_a_machine_without_what_the_cluster_needs_gets_three_lines_naming_it_and
     assert "containerd, root missing" in lines[0]
     assert "apt-get install containerd runc containernetworking-plugins" in lines[1]
     assert "--kubeconfig" in lines[2] and "docs/kubernetes.md" in lines[2]
+
+
+def test_a_component_is_a_host_network_pod_that_is_never_pulled_and_mounts_what_it_reads_at_the_same_path(tmp_path):
+    from eppkit.cluster.pod import ManagedPod, label_value
+
+    config = tmp_path / "envoy.yaml"
+    config.write_text("{}")
+    made = (ManagedPod("envoy", "eppkit/envoy:1.40.0-x", ["-c", str(config)], tmp_path / "envoy.log",
+                       namespace="ns", entrypoint=["/usr/local/bin/envoy"], extra_labels={"eppkit.testbed": "a/b"})
+            .with_env(A="1").with_mount(tmp_path, "rw").with_mount(config, "ro").with_cwd(tmp_path))
+    made.pod_name = "envoy"
+    pod = made.manifest()
+    spec, container = pod.spec, pod.spec.containers[0]
+    assert spec.hostNetwork and spec.nodeName == configs.NODE and spec.restartPolicy == "Never"
+    assert spec.automountServiceAccountToken is False and spec.enableServiceLinks is False
+    assert container.imagePullPolicy == "Never"
+    assert container.command == ["/usr/local/bin/envoy"] and container.args == ["-c", str(config)]
+    assert {(m.mountPath, m.readOnly) for m in container.volumeMounts} == {(str(tmp_path), False), (str(config), True)}
+    assert {v.hostPath.path: v.hostPath.type for v in spec.volumes} == {str(tmp_path): "Directory",
+                                                                          str(config): "File"}
+    assert container.workingDir == str(tmp_path)
+    assert all(len(v) <= 63 for v in pod.metadata.labels.values())
+    assert pod.metadata.labels["eppkit.testbed"] == label_value("a/b") == "a.b"
+    assert "/" in pod.metadata.annotations["eppkit.io/owner"]  # the owner: host/boot/pidns/pid/start, no label
