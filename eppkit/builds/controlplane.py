@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eppkit.builds import gaie
-from eppkit.builds.steps import build_folder, build_main, go_version, run_step
+from eppkit.builds.steps import build_folder, build_main, go_for_build, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 ETCD_MODULE, ETCD_VERSION = "go.etcd.io/etcd/server/v3", "v3.6.16"
@@ -107,12 +107,9 @@ def build(progress: Callable[[str], object] = print, *, force: bool = False) -> 
         raise ControlPlaneBuildError(f"{ASSETS_ENV}={folder} holds no etcd and kube-apiserver.\n"
                                      f"Hint: point it at a folder with both (`setup-envtest use -p path`), or unset it "
                                      "and run `eppkit bootstrap --all` to build them.")
-    go = shutil.which("go")
-    if go is None:
-        raise ControlPlaneBuildError(missing_message() + "\n`go` is not on PATH (https://go.dev/dl/).")
+    go, env = go_for_build(ControlPlaneBuildError, missing_message(), CGO_ENABLED="0")
     root = build_dir().parent
     root.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false"}
     with cache_lock(root / "build.lock"):
         if force or not any(crd_dir().glob("*.yaml")):
             _fetch_crds(go, env, progress)

@@ -14,8 +14,6 @@ registry serves the upstream image here. With Go's cache warm from the kube-apis
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -23,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eppkit.builds import controlplane as plane
-from eppkit.builds.steps import build_folder, build_main, go_version, run_step
+from eppkit.builds.steps import build_folder, build_main, go_for_build, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
 
 KUBELET, CONTROLLER_MANAGER, SCHEDULER, PAUSE = "kubelet", "kube-controller-manager", "kube-scheduler", "pause"
@@ -66,12 +64,9 @@ def build(progress: Callable[[str], object] = print, *, force: bool = False) -> 
     """The binaries, building what is missing (locked: a second session waits and reuses)."""
     if not force and (found := find()) is not None:
         return found
-    go = shutil.which("go")
-    if go is None:
-        raise NodeBuildError(missing_message() + "\n`go` is not on PATH (https://go.dev/dl/).")
+    go, env = go_for_build(NodeBuildError, missing_message(), CGO_ENABLED="0")
     root = build_dir().parent
     root.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false"}
     with cache_lock(root / "build.lock"):
         if force or find() is None:
             _build(go, env, progress)

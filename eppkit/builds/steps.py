@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -81,6 +82,15 @@ def build_folder(out: Path, failed_log: Path) -> Iterator[tuple[Path, object, di
             shutil.copyfile(log_path, failed_log)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def go_for_build(error: type[Exception], missing: str, **env: str) -> tuple[str, dict[str, str]]:
+    """``go`` and the environment of a pinned, reproducible build (no toolchain download, no VCS stamp; ``env``
+    added); ``error`` saying ``missing`` when Go is not on PATH."""
+    go = shutil.which("go")
+    if go is None:
+        raise error(f"{missing}\n`go` is not on PATH (https://go.dev/dl/).")
+    return go, {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-buildvcs=false", **env}
 
 
 def go_version(go: str, env: dict[str, str]) -> str:

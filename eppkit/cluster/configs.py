@@ -5,7 +5,6 @@ kubeconfigs are the control plane's, :func:`eppkit.components.controlplane.kubec
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 NODE = "127.0.0.1"  # the Node's name, and its Hostname address: the API server reaches the kubelet on loopback
@@ -13,51 +12,21 @@ CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 POD_SUBNET = "10.233.0.0/24"  # only a non-hostNetwork pod would get one; the kit's pods all use the host's network
 
 
-@dataclass(frozen=True)
 class Layout:
-    """Where one cluster keeps its state: ``home`` in the kit's cache (images persist across up and down),
-    ``run`` under /run (sockets and containerd's state; gone at reboot)."""
+    """Where one cluster keeps its state: ``home`` in the kit's cache (images persist across up and down), ``run``
+    under /run (containerd's state and socket; gone at reboot)."""
 
-    home: Path
-    run: Path = Path("/run/eppkit")
-
-    @property
-    def containerd_root(self) -> Path:
-        return self.home / "containerd"
-
-    @property
-    def containerd_state(self) -> Path:
-        return self.run / "containerd"
-
-    @property
-    def containerd_socket(self) -> Path:
-        return self.containerd_state / "containerd.sock"
-
-    @property
-    def kubelet_root(self) -> Path:
-        return self.home / "kubelet"
-
-    @property
-    def pod_logs(self) -> Path:
-        return self.home / "pod-logs"
-
-    @property
-    def cni_conf(self) -> Path:
-        return self.home / "cni" / "net.d"
-
-    @property
-    def plane(self) -> Path:
-        """The control plane's folder: certificates, etcd's data, the daemons' logs."""
-        return self.home / "plane"
-
-    @property
-    def state(self) -> Path:
-        return self.home / "state.json"
-
-    @property
-    def kubeconfig(self) -> Path:
-        """The admin kubeconfig: what `--kubeconfig` and the kit's launcher use."""
-        return self.home / "admin.kubeconfig"
+    def __init__(self, home: Path, run: Path = Path("/run/eppkit")) -> None:
+        self.home, self.run = Path(home), Path(run)
+        self.containerd_root = self.home / "containerd"
+        self.containerd_state = self.run / "containerd"
+        self.containerd_socket = self.containerd_state / "containerd.sock"
+        self.kubelet_root = self.home / "kubelet"
+        self.pod_logs = self.home / "pod-logs"
+        self.cni_conf = self.home / "cni" / "net.d"
+        self.plane = self.home / "plane"  # the control plane's certificates, etcd's data
+        self.state = self.home / "state.json"  # the supervisor's: ready or failed, the server, the pids
+        self.kubeconfig = self.home / "admin.kubeconfig"  # what `eppkit cluster status`, the launcher and users read
 
 
 def containerd_toml(layout: Layout, pause_image: str) -> str:

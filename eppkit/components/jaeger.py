@@ -41,16 +41,10 @@ class Jaeger:
         self._own_ports = None if ports is not None else PortAllocator()
         alloc = ports or self._own_ports
         self.ports = JaegerPorts(alloc.port(), alloc.port(), alloc.port(), alloc.port(), alloc.port())
+        self.api_url = f"http://127.0.0.1:{self.ports.query_http}"  # its query API (traces read back)
+        self.otlp_grpc_endpoint = f"127.0.0.1:{self.ports.otlp_grpc}"  # where services send their spans
         self.max_traces = max_traces
         self.process: Component | None = None
-
-    @property
-    def api_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.query_http}"
-
-    @property
-    def otlp_grpc_endpoint(self) -> str:
-        return f"127.0.0.1:{self.ports.otlp_grpc}"
 
     def render_config(self) -> Path:
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(files(__package__))),
