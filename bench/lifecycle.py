@@ -1,4 +1,4 @@
-"""What one test pays for its testbed: start and stop time per mode on the local runtime.
+"""What one test pays for its testbed: start and stop time per mode, on the local runtime unless ``--runtime`` says.
 
 A user's suite starts a testbed per test (``eppkit_testbed_factory``), so start and stop are the
 kit's main cost there. This starts and stops a testbed of each mode ``--rounds`` times, the
@@ -14,8 +14,10 @@ ready, and the wall time to ready. ``--service-start`` picks the way the testbed
     python -m bench.lifecycle --modes direct --rounds 20 --jaeger own
     python -m bench.lifecycle --json bench/results/lifecycle.json
     python -m bench.lifecycle --service-start exec  # the testbeds' services each in its own interpreter
+    python -m bench.lifecycle --runtime kubernetes --rounds 5   # Pods of the one-node cluster (eppkit cluster up)
 
-Only the local runtime: the docker runtime's start is dominated by the engine (see docs/docker.md).
+Jaeger alone and the service alone are timed on the local runtime whatever ``--runtime`` says; the testbeds (and
+their shared Jaeger) run on ``--runtime``.
 """
 
 from __future__ import annotations
@@ -99,10 +101,10 @@ def time_service_start(rounds: int, work: Path) -> dict:
     return out
 
 
-def time_mode(mode: str, rounds: int, jaeger, work: Path) -> dict:
+def time_mode(mode: str, rounds: int, jaeger, work: Path, runtime: str = "local") -> dict:
     starts, stops = [], []
     for i in range(rounds):
-        bed = create(Topology(mode=mode), runtime="local", jaeger=jaeger, run_dir=work / f"{mode}-{i}")
+        bed = create(Topology(mode=mode), runtime=runtime, jaeger=jaeger, run_dir=work / f"{mode}-{i}")
         t0 = time.perf_counter()
         bed.start()
         starts.append(time.perf_counter() - t0)
@@ -119,10 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jaeger", choices=("shared", "own"), default="shared")
     ap.add_argument("--service-start", choices=("fork", "exec"), default="fork",
                     help="how the testbeds' kit services start (EPPKIT_SERVICE_START; default: %(default)s)")
+    ap.add_argument("--runtime", default="local", help="where the testbeds run: local, docker, kubernetes")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    out: dict = {"machine": machine(), "rounds": args.rounds, "jaeger": args.jaeger, "modes": {}}
+    out: dict = {"machine": machine(), "rounds": args.rounds, "jaeger": args.jaeger, "runtime": args.runtime,
+                 "modes": {}}
     with tempfile.TemporaryDirectory(prefix="eppkit-lifecycle-") as tmp:
         work = Path(tmp)
         out["jaeger_alone"] = time_jaeger(min(args.rounds, 5), work)
@@ -131,10 +135,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{'vllm, ' + way:<15} CPU at ready p50 {figures['cpu_s']['p50']:.3f} s   ready p50 "
                   f"{figures['ready_s']['p50']:.2f} s p90 {figures['ready_s']['p90']:.2f} s", flush=True)
         out["service_start"] = os.environ[zygote.ENV] = args.service_start
-        shared = create_jaeger("local", work / "jaeger-shared").start() if args.jaeger == "shared" else None
+        shared = create_jaeger(args.runtime, work / "jaeger-shared").start() if args.jaeger == "shared" else None
         try:
             for mode in modes:
-                out["modes"][mode] = time_mode(mode, args.rounds, shared, work)
+                out["modes"][mode] = time_mode(mode, args.rounds, shared, work, args.runtime)
                 print(f"{mode:<15} start p50 {out['modes'][mode]['start_s']['p50']:.2f} s "
                       f"p90 {out['modes'][mode]['start_s']['p90']:.2f} s   stop p50 "
                       f"{out['modes'][mode]['stop_s']['p50']:.2f} s p90 {out['modes'][mode]['stop_s']['p90']:.2f} s",

@@ -21,7 +21,7 @@ def _ctr(socket: Path) -> list[str]:
 
 def pause_tag(binary: Path) -> str:
     """The pause image's name, after its binary's content (a rebuilt binary is another image)."""
-    return f"eppkit.local/pause:{hashlib.sha256(binary.read_bytes()).hexdigest()[:12]}"
+    return f"localhost/eppkit-pause:{hashlib.sha256(binary.read_bytes()).hexdigest()[:12]}"
 
 
 def docker_archive(binary: Path, tag: str, entrypoint: str = "/pause") -> bytes:
@@ -79,7 +79,11 @@ def ensure_from_docker(socket: Path, tag: str, lock: Path) -> None:
     10-20 s for the kit's services image); RuntimeError with the tools' words when either refuses."""
     from eppkit.core.paths import cache_lock
 
-    name = tag if "/" in tag.split(":")[0] and "." in tag.split("/")[0] else f"docker.io/{tag}"
+    first = tag.split("/")[0]
+    if "/" in tag and ("." in first or ":" in first or first == "localhost"):
+        name = tag  # a registry named: as it is
+    else:  # docker's short names, as containerd stores them
+        name = f"docker.io/{tag}" if "/" in tag else f"docker.io/library/{tag}"
     if present(socket, name):
         return
     with cache_lock(lock):

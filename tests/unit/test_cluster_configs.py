@@ -18,11 +18,11 @@ def layout(tmp_path):
 
 
 def test_containerd_keeps_to_its_own_folders_and_socket_and_leaves_oom_scores_alone(layout):
-    config = tomllib.loads(configs.containerd_toml(layout, "eppkit.local/pause:abc"))
+    config = tomllib.loads(configs.containerd_toml(layout, "localhost/eppkit-pause:abc"))
     assert config["root"] == str(layout.containerd_root) and config["state"] == str(layout.containerd_state)
     assert config["grpc"]["address"] == str(layout.containerd_socket)
     cri = config["plugins"]["io.containerd.grpc.v1.cri"]
-    assert cri["sandbox_image"] == "eppkit.local/pause:abc"
+    assert cri["sandbox_image"] == "localhost/eppkit-pause:abc"
     assert cri["restrict_oom_score_adj"] is True and cri["disable_apparmor"] is True
     assert cri["cni"]["conf_dir"] == str(layout.cni_conf)
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
@@ -50,7 +50,7 @@ def test_the_pause_image_is_a_docker_archive_of_one_layer_with_its_binary(tmp_pa
     binary = tmp_path / "pause"
     binary.write_bytes(b"\x7fELF pause")
     tag = images.pause_tag(binary)
-    assert tag.startswith("eppkit.local/pause:")
+    assert tag.startswith("localhost/eppkit-pause:")
     with tarfile.open(fileobj=io.BytesIO(images.docker_archive(binary, tag))) as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())
         assert manifest[0]["RepoTags"] == [tag]

@@ -1,3 +1,3 @@
-module eppkit.local/pause
+module eppkit-pause
 
 go 1.22
