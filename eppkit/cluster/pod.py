@@ -29,7 +29,7 @@ from typing import Sequence
 
 from eppkit.cluster.configs import NODE
 from eppkit.components.base import FromImage, LiveSet
-from eppkit.components.container import LABEL, SESSION, TEST_SESSION_LABEL, labels, owner_alive
+from eppkit.components.container import LABEL, labels, owner_alive
 
 OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value
 _client = None
@@ -112,18 +112,6 @@ def sweep() -> list[str]:
     return gone
 
 
-def remove_workers(tag: str) -> list[str]:
-    """Delete the namespaces of test session ``tag``'s workers (pytest-xdist); their names."""
-    from lightkube.resources.core_v1 import Namespace
-
-    prefix = label_value(f"{tag}/")
-    found = [ns.metadata.name for ns in client().list(Namespace, labels={TEST_SESSION_LABEL: None})
-             if (ns.metadata.labels or {}).get(TEST_SESSION_LABEL, "").startswith(prefix)]
-    for name in found:
-        delete_namespace(name)
-    return found
-
-
 class ManagedPod(FromImage):
     """One component in one Pod, started in a ``with``, logged to a file, always deleted (module docstring)."""
 
@@ -137,6 +125,7 @@ class ManagedPod(FromImage):
         self._exit_code: int | None = None
         self._status_at = 0.0
         self._status = None
+        self._reason_logged = False
 
     # -- the Pod --------------------------------------------------------------------------------
     def manifest(self):
@@ -170,7 +159,7 @@ class ManagedPod(FromImage):
             self._delete(wait=False)
         self.pod_name = dns_label(self.name if self._starts == 0 else f"{self.name}-r{self._starts}")
         self._starts += 1
-        self._exit_code, self._status = None, None
+        self._exit_code, self._status, self._reason_logged = None, None, False
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _live.add(self)
         try:
@@ -192,8 +181,8 @@ class ManagedPod(FromImage):
                     for line in client().log(pod_name, namespace=self.namespace, follow=True, newlines=True):
                         log.write(line.encode())
                     return
-                except Exception:  # not started yet (ContainerCreating), or already gone
-                    if self._terminated() is not None and self._status is None:
+                except Exception:  # not started yet (ContainerCreating), or it never will (its reason is logged)
+                    if self._terminated() is not None:
                         return
                     time.sleep(0.1)
 
@@ -306,8 +295,10 @@ class ManagedPod(FromImage):
         waiting = cs.state.waiting
         if waiting is not None and waiting.reason in ("ErrImageNeverPull", "CreateContainerError",
                                                       "RunContainerError", "CreateContainerConfigError"):
-            with open(self.log_path, "a") as log:  # what readiness and the failure report show
-                log.write(f"pod {self.namespace}/{self.pod_name}: {waiting.reason}: {waiting.message}\n")
+            if not self._reason_logged:  # what readiness and the failure report show, once
+                self._reason_logged = True
+                with open(self.log_path, "a") as log:
+                    log.write(f"pod {self.namespace}/{self.pod_name}: {waiting.reason}: {waiting.message}\n")
             return -1
         return None
 
@@ -342,9 +333,3 @@ def owned_by(pid: int) -> set[str]:
 
     return {f"{p.metadata.namespace}/{p.metadata.name}"
             for p in client().list(Pod, namespace="*", labels={f"{LABEL}.owner-pid": str(pid)})}
-
-
-def session_namespaces(session: str = SESSION) -> list[str]:
-    from lightkube.resources.core_v1 import Namespace
-
-    return [ns.metadata.name for ns in client().list(Namespace, labels={f"{LABEL}.session": session})]
