@@ -52,6 +52,22 @@ def client():
         return _client
 
 
+def pod_logs() -> Path:
+    """Where the node's kubelet writes its containers' logs (its podLogsDir)."""
+    from eppkit.cluster import layout
+
+    return layout().pod_logs
+
+
+def cri_line(line: bytes) -> bytes:
+    """One line of a CRI log file (``<time> <stream> <F|P> <text>``) as the program wrote it: a full line ends with
+    a newline, a partial one (P) runs on into the next."""
+    parts = line.split(b" ", 3)
+    if len(parts) < 4:
+        return line + b"\n"
+    return parts[3] + (b"" if parts[2] == b"P" else b"\n")
+
+
 def label_value(value: str) -> str:
     """A label value Kubernetes takes: [A-Za-z0-9._-], at most 63 characters, alphanumeric at both ends."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", ".", value)[:63]
@@ -163,28 +179,47 @@ class ManagedPod(FromImage):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _live.add(self)
         try:
-            client().create(self.manifest())
+            created = client().create(self.manifest())
         except Exception as exc:
             _live.discard(self)
             raise RuntimeError(f"cannot create pod {self.namespace}/{self.pod_name} for {self.name}: {exc} "
                                f"(image {self.image})") from exc
-        self._follower = threading.Thread(target=self._copy_output, args=(self.pod_name,), name=f"logs-{self.name}",
-                                          daemon=True)
+        cri_log = pod_logs() / f"{self.namespace}_{self.pod_name}_{created.metadata.uid}" / "main" / "0.log"
+        self._follower = threading.Thread(target=self._copy_output, args=(self.pod_name, cri_log),
+                                          name=f"logs-{self.name}", daemon=True)
         self._follower.start()
         return self
 
-    def _copy_output(self, pod_name: str) -> None:
-        """Follow the container's output into log_path (retrying until it has started), as the other runtimes do."""
+    def _copy_output(self, pod_name: str, cri_log: Path) -> None:
+        """Copy the container's output into log_path as it comes (what readiness and the failure reports read).
+
+        Read from the kubelet's own log file of the container (the node is this machine's), in the CRI format
+        (``<time> <stream> <F|P> <text>``): the API serves a container's log only once the kubelet's relist has
+        seen it running, up to a second after it started, and Envoy's readiness reads its log."""
         with open(self.log_path, "ab", buffering=0) as log:
-            while self.pod_name == pod_name:
-                try:
-                    for line in client().log(pod_name, namespace=self.namespace, follow=True, newlines=True):
-                        log.write(line.encode())
+            source, pending, checked = None, b"", 0.0
+            while True:
+                gone = self.pod_name != pod_name
+                if source is None:
+                    try:
+                        source = open(cri_log, "rb")
+                    except OSError:  # not created yet, or never will be (its reason is logged)
+                        if gone or self._terminated() is not None:
+                            return
+                        time.sleep(0.02)
+                        continue
+                chunk = source.read()
+                if chunk:
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        log.write(cri_line(line))
+                    continue
+                now = time.monotonic()
+                if gone or (now - checked > 0.5 and self._terminated() is not None):
+                    source.close()
                     return
-                except Exception:  # not started yet (ContainerCreating), or it never will (its reason is logged)
-                    if self._terminated() is not None:
-                        return
-                    time.sleep(0.1)
+                checked = now if now - checked > 0.5 else checked
+                time.sleep(0.05)
 
     def stop(self, grace_s: float = 5.0) -> int | None:
         """SIGINT, a bounded wait, then the Pod deleted at once (module docstring); its exit code."""

@@ -94,3 +94,13 @@ def test_a_component_is_a_host_network_pod_that_is_never_pulled_and_mounts_what_
     assert all(len(v) <= 63 for v in pod.metadata.labels.values())
     assert pod.metadata.labels["eppkit.testbed"] == label_value("a/b") == "a.b"
     assert "/" in pod.metadata.annotations["eppkit.io/owner"]  # the owner: host/boot/pidns/pid/start, no label
+
+
+def test_a_cri_log_line_is_given_back_as_the_program_wrote_it():
+    from eppkit.cluster.pod import cri_line
+
+    assert cri_line(b"2026-11-27T13:05:44.658711106Z stderr F [info] starting main dispatch loop") == \
+        b"[info] starting main dispatch loop\n"
+    assert cri_line(b"2026-11-27T13:05:44.6Z stdout P a line cut ") + cri_line(b"2026-11-27T13:05:44.7Z stdout F in two") \
+        == b"a line cut in two\n"
+    assert cri_line(b"2026-11-27T13:05:44.6Z stdout F ") == b"\n"  # an empty line stays one
