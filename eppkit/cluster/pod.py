@@ -5,8 +5,8 @@ ManagedProcess and ManagedContainer, with their surface (``name``, ``log_path``,
 The Pod uses the host's network (hostNetwork: every component binds 127.0.0.1 itself, as on the other runtimes),
 names its node (no scheduler round trip), never restarts, and mounts each host path it reads at the same path
 (hostPath), so rendered configs need no rewriting. Its image is imported into the node's containerd, never
-pulled (``imagePullPolicy: Never``). Its output is followed through the API server into ``log_path`` (what readiness
-and the failure reports read).
+pulled (``imagePullPolicy: Never``). Its output is copied from the kubelet's log file of its container into
+``log_path`` (what readiness and the failure reports read).
 
 Stop is ManagedProcess's: SIGINT to the container (Envoy and the kit's services flush on it), a bounded wait, then
 the Pod deleted at once; kill is SIGKILL (the Pod stays until stop, as a killed container does). Both signal the
