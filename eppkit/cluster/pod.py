@@ -29,7 +29,7 @@ from typing import Sequence
 
 from eppkit.cluster.configs import NODE
 from eppkit.components.base import FromImage, LiveSet
-from eppkit.components.container import LABEL, labels, owner_alive
+from eppkit.components.container import LABEL, SESSION, labels, owner_alive
 
 OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value
 _client = None
@@ -368,3 +368,19 @@ def owned_by(pid: int) -> set[str]:
 
     return {f"{p.metadata.namespace}/{p.metadata.name}"
             for p in client().list(Pod, namespace="*", labels={f"{LABEL}.owner-pid": str(pid)})}
+
+
+def remove_session(session: str = SESSION) -> list[str]:
+    """Delete this session's namespaces that are still there; the names of those that still held Pods no one was
+    stopping (a leak; an empty one is a session Jaeger's, whose Pod was stopped)."""
+    from lightkube.resources.core_v1 import Namespace, Pod
+
+    leaked = []
+    for ns in client().list(Namespace, labels={f"{LABEL}.session": session}):
+        if ns.status is not None and ns.status.phase == "Terminating":
+            continue
+        name = ns.metadata.name
+        if any(p.metadata.deletionTimestamp is None for p in client().list(Pod, namespace=name)):  # none stopping
+            leaked.append(name)
+        delete_namespace(name)
+    return leaked

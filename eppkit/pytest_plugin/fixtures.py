@@ -105,10 +105,14 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
                 image_set = images.ensure(docker_runtime.progress)
         except images.ImageError as exc:
             require(False, f"docker images unavailable: {exc}")
-        with create_jaeger(eppkit_runtime, new_run_dir(f"jaeger-session-{eppkit_runtime}"),
-                           image=image_set.jaeger) as container:
+        run_dir = new_run_dir(f"jaeger-session-{eppkit_runtime}")
+        with create_jaeger(eppkit_runtime, run_dir, image=image_set.jaeger) as container:
             _show_ui(request, eppkit_ui, container, eppkit_runtime)
             yield container
+        if eppkit_runtime == "kubernetes":  # its namespace, as a testbed's goes when it stops
+            from eppkit.cluster import pod
+
+            pod.delete_namespace(pod.dns_label(run_dir.name))
         return
     require(jaeger_mod.find() is not None, "Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
     with create_jaeger("local", new_run_dir("jaeger-session")) as proc:

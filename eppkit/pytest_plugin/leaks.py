@@ -110,9 +110,23 @@ def own_leaks() -> tuple[list[str], str]:
             lines.append("eppkit containers still there at session end (now removed): "
                          + ", ".join([c.name for c in leaked_c] + strays))
 
+    def pods() -> None:
+        if "eppkit.cluster.pod" not in sys.modules:  # the kubernetes runtime never ran
+            return
+        from eppkit.cluster import pod
+
+        leaked_p = pod.live_pods()
+        for p in leaked_p:
+            p.stop(grace_s=1)
+        strays = pod.remove_session()
+        if leaked_p or strays:
+            lines.append("eppkit pods still there at session end (now removed): "
+                         + ", ".join([f"{p.namespace}/{p.name}" for p in leaked_p] + [f"namespace {n}" for n in strays]))
+
     part("the kit's registries of processes", registry)
     part("this session's tagged processes", tagged)
     part("this session's containers", containers)
+    part("this session's pods", pods)
     return lines, looked[0]
 
 
