@@ -1,4 +1,5 @@
-"""The `eppkit` command: doctor, bootstrap, up, run, compare. Its flags come from one table (eppkit.options)."""
+"""The `eppkit` command: doctor, bootstrap, up, run, compare, conformance, cluster. Its flags come from one table
+(eppkit.options); `cluster`'s own two are eppkit.cli.cluster's."""
 
 from __future__ import annotations
 
