@@ -1,5 +1,5 @@
 """What the one-node cluster's daemons are told: containerd's config, the CNI network and the kubelet's config (their
-kubeconfigs are the control plane's, :func:`eppkit.components.controlplane.kubeconfig_text`). Pure functions of a
+kubeconfigs are the control plane's, :func:`eppkit.components.pki.kubeconfig_text`). Pure functions of a
 :class:`Layout`, so a unit test reads each one whole."""
 
 from __future__ import annotations

@@ -358,7 +358,7 @@ _live: LiveSet[ManagedPod] = LiveSet(grace_s=1.0)
 stop_all = _live.stop_all
 
 
-def live_pods() -> list[ManagedPod]:
+def live() -> list[ManagedPod]:
     return _live.snapshot()
 
 

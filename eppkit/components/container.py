@@ -375,7 +375,7 @@ _live: LiveSet[ManagedContainer] = LiveSet(grace_s=1.0)
 stop_all = _live.stop_all
 
 
-def live_containers() -> list[ManagedContainer]:
+def live() -> list[ManagedContainer]:
     return _live.snapshot()
 
 

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from typing import Callable
 
 import pytest
 
@@ -94,39 +95,28 @@ def own_leaks() -> tuple[list[str], str]:
                          + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans))
             _kill(orphans)
 
-    def containers() -> None:
-        if "eppkit.components.container" not in sys.modules:  # the docker runtime never ran
-            return
-        from eppkit.components import container as engine
-
-        leaked_c = engine.live_containers()
-        for c in leaked_c:
-            c.stop(grace_s=1)
-        try:
-            strays = engine.remove_session()
-        except Exception:  # no engine answers (the docker tests skipped): nothing can be there
-            strays = []
-        if leaked_c or strays:
-            lines.append("eppkit containers still there at session end (now removed): "
-                         + ", ".join([c.name for c in leaked_c] + strays))
-
-    def pods() -> None:
-        if "eppkit.cluster.pod" not in sys.modules:  # the kubernetes runtime never ran
-            return
-        from eppkit.cluster import pod
-
-        leaked_p = pod.live_pods()
-        for p in leaked_p:
-            p.stop(grace_s=1)
-        strays = pod.remove_session()
-        if leaked_p or strays:
-            lines.append("eppkit pods still there at session end (now removed): "
-                         + ", ".join([f"{p.namespace}/{p.name}" for p in leaked_p] + [f"namespace {n}" for n in strays]))
+    def runtime(module: str, what: str, name) -> Callable[[], None]:
+        """The look at one runtime's components (``module``: its registry, its session's leftovers), if it ran."""
+        def look() -> None:
+            if module not in sys.modules:  # that runtime never ran
+                return
+            kind = sys.modules[module]
+            leaked = kind.live()
+            for item in leaked:
+                item.stop(grace_s=1)
+            try:
+                strays = kind.remove_session()
+            except Exception:  # nothing answers (its tests skipped): nothing can be there
+                strays = []
+            if leaked or strays:
+                lines.append(f"eppkit {what} still there at session end (now removed): "
+                             + ", ".join([name(item) for item in leaked] + strays))
+        return look
 
     part("the kit's registries of processes", registry)
     part("this session's tagged processes", tagged)
-    part("this session's containers", containers)
-    part("this session's pods", pods)
+    part("this session's containers", runtime("eppkit.components.container", "containers", lambda c: c.name))
+    part("this session's pods", runtime("eppkit.cluster.pod", "pods", lambda p: f"{p.namespace}/{p.name}"))
     return lines, looked[0]
 
 

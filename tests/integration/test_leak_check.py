@@ -220,7 +220,7 @@ def test_a_part_of_the_check_that_fails_is_reported_and_the_others_still_run(mon
     # This session's own processes and containers are not this check's to stop.
     monkeypatch.setattr(process, "live_processes", lambda: [])
     monkeypatch.setattr(zygote, "stop", lambda: None)
-    monkeypatch.setattr(container, "live_containers", lambda: [])
+    monkeypatch.setattr(container, "live", lambda: [])
     monkeypatch.setattr(container, "remove_session", lambda: [])
     lines, looked = leaks.own_leaks()
     assert lines == ["the leak check's look at this session's tagged processes failed (RuntimeError: /proc went "
