@@ -24,6 +24,7 @@ from pathlib import Path
 from eppkit.builds import kubenode
 from eppkit.cluster.configs import CNI_BIN, Layout
 from eppkit.cluster.node import cgroup_dirs, read_state, shims
+from eppkit.core import procfs
 from eppkit.core.paths import cache_dir, cache_lock
 from eppkit.core.procfs import SESSION_TAG
 
@@ -67,20 +68,10 @@ def missing_error(lacks: list[str]) -> ClusterError:
         "Or use a cluster you have: --kubeconfig PATH; see docs/kubernetes.md.")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def running() -> dict | None:
     """The running cluster's state (server, kubeconfig, pids, start phases), or None."""
     state = read_state(layout())
-    if state and state.get("ready") and _alive(int(state.get("supervisor", 0))):
+    if state and state.get("ready") and procfs.alive(int(state.get("supervisor", 0))):
         return state
     return None
 
@@ -135,13 +126,13 @@ def _stop_supervisor(pid: int) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + DOWN_TIMEOUT_S
-    while _alive(pid) and time.monotonic() < deadline:
+    while procfs.alive(pid) and time.monotonic() < deadline:
         try:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
         time.sleep(0.05)
-    if _alive(pid):
+    if procfs.alive(pid):
         os.kill(pid, signal.SIGKILL)
 
 
@@ -151,7 +142,7 @@ def down(progress=print) -> list[str]:
     lay.home.mkdir(parents=True, exist_ok=True)
     with cache_lock(lay.home / "cluster.lock"):
         state = read_state(lay)
-        if state and _alive(int(state.get("supervisor", 0))):
+        if state and procfs.alive(int(state.get("supervisor", 0))):
             progress("cluster: stopping ...")
             started = time.monotonic()
             _stop_supervisor(int(state["supervisor"]))

@@ -15,7 +15,8 @@ from pathlib import Path
 NAMESPACE = "k8s.io"  # containerd's namespace of the CRI plugin
 
 
-def _ctr(socket: Path) -> list[str]:
+def ctr(socket: Path) -> list[str]:
+    """The `ctr` command line for the node's containerd, in the CRI plugin's namespace."""
     return ["ctr", "--address", str(socket), "--namespace", NAMESPACE]
 
 
@@ -53,14 +54,14 @@ def docker_archive(binary: Path, tag: str, entrypoint: str = "/pause") -> bytes:
 
 def present(socket: Path, name: str) -> bool:
     """containerd holds the image ``name`` (as normalized: ``docker.io/...`` for a short name)."""
-    out = subprocess.run([*_ctr(socket), "images", "ls", "-q", f"name=={name}"], capture_output=True, text=True,
+    out = subprocess.run([*ctr(socket), "images", "ls", "-q", f"name=={name}"], capture_output=True, text=True,
                          timeout=60)
     return bool(out.stdout.strip())
 
 
 def import_tar(socket: Path, data: bytes) -> None:
     """Import a docker-archive tar; RuntimeError with ctr's words when it refuses it."""
-    out = subprocess.run([*_ctr(socket), "images", "import", "-"], input=data, capture_output=True,
+    out = subprocess.run([*ctr(socket), "images", "import", "-"], input=data, capture_output=True,
                          timeout=600)
     if out.returncode != 0:
         raise RuntimeError(f"ctr images import failed: {out.stderr.decode(errors='replace')[-800:]}")

@@ -28,6 +28,7 @@ from eppkit.components.controlplane import ControlPlane
 from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
+from eppkit.core import procfs
 from eppkit.core.polling import poll
 
 # What the kubelet writes to the kernel at its start (setupKernelTunables): masked inside the namespace.
@@ -213,7 +214,7 @@ class Node:
             remove_cgroup(cgroup)
 
     def _remove_containers(self) -> None:
-        ctr = ["ctr", "--address", str(self.layout.containerd_socket), "--namespace", images.NAMESPACE]
+        ctr = images.ctr(self.layout.containerd_socket)
         listed = subprocess.run([*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, timeout=30)
         for task in listed.stdout.split():
             subprocess.run([*ctr, "tasks", "kill", "-s", "SIGKILL", task], capture_output=True, timeout=30)
@@ -229,17 +230,9 @@ class Node:
 
 def shims(layout: Layout) -> list[int]:
     """The containerd shims of this cluster still running (a shim outlives containerd by design)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(layout.containerd_socket).encode() in argv:
-            found.append(int(entry.name))
-    return found
+    socket = str(layout.containerd_socket)
+    return [pid for pid in procfs.pids()
+            if (argv := procfs.argv(pid)) and argv[0].endswith("containerd-shim-runc-v2") and socket in argv]
 
 
 def kill_shims(layout: Layout) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Sequence
 
 from eppkit.cluster.configs import NODE
+from eppkit.cluster.images import ctr
 from eppkit.components.base import FromImage, LiveSet
 from eppkit.components.container import LABEL, SESSION, labels, owner_alive
 
@@ -269,8 +270,7 @@ class ManagedPod(FromImage):
         from eppkit.cluster import layout
 
         socket = layout().containerd_socket
-        return subprocess.run(["ctr", "--address", str(socket), "--namespace", "k8s.io", *args], capture_output=True,
-                              text=True, timeout=30)
+        return subprocess.run([*ctr(socket), *args], capture_output=True, text=True, timeout=30)
 
     def _delete(self, wait: bool) -> None:
         from lightkube import ApiError
