@@ -162,8 +162,7 @@ class ManagedPod(FromImage):
         # args: after the image's entrypoint (Jaeger's), or the whole command where it has none (the services');
         # command: an entrypoint of the launcher's own (Envoy's), as docker's --entrypoint
         container = Container(name="main", image=self.image, imagePullPolicy="Never", command=self.entrypoint,
-                              args=self.argv,
-                              env=env, volumeMounts=mounts or None, workingDir=self.cwd)
+                              args=self.argv, env=env, volumeMounts=mounts or None, workingDir=self.cwd)
         return Pod(metadata=ObjectMeta(name=self.pod_name, namespace=self.namespace, labels=lbls, annotations=notes),
                    spec=PodSpec(nodeName=NODE, hostNetwork=True, dnsPolicy="Default", restartPolicy="Never",
                                 enableServiceLinks=False, automountServiceAccountToken=False,
@@ -173,7 +172,7 @@ class ManagedPod(FromImage):
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "ManagedPod":
         if self.pod_name is not None:  # started before (e.g. killed by a fault test): a fresh Pod
-            self._delete(wait=False)
+            self._delete()
         self.pod_name = dns_label(self.name if self._starts == 0 else f"{self.name}-r{self._starts}")
         self._starts += 1
         self._exit_code, self._status, self._reason_logged = None, None, False
@@ -215,11 +214,14 @@ class ManagedPod(FromImage):
                     for line in lines:
                         log.write(cri_line(line))
                     continue
-                now = time.monotonic()
-                if gone or (now - checked > 0.5 and self._terminated() is not None):
+                if gone:
                     source.close()
                     return
-                checked = now if now - checked > 0.5 else checked
+                if time.monotonic() - checked > 0.5:  # the API, at most twice a second: has it ended?
+                    checked = time.monotonic()
+                    if self._terminated() is not None:
+                        source.close()
+                        return
                 time.sleep(0.05)
 
     def stop(self, grace_s: float = 5.0) -> int | None:
@@ -233,7 +235,7 @@ class ManagedPod(FromImage):
         code = self._terminated(fresh=True)
         # Its container has ended: the Pod object goes when the kubelet has removed its sandbox (up to a second),
         # which the testbed's namespace waits for once for all its Pods (delete_namespace).
-        self._delete(wait=False)
+        self._delete()
         return code
 
     def kill(self) -> None:
@@ -251,14 +253,18 @@ class ManagedPod(FromImage):
     def unpause(self) -> None:
         self._ctr("tasks", "resume", self._container_id())
 
-    def _task(self, container: str) -> str | None:
-        """The container's task as containerd says it (RUNNING, STOPPED, PAUSED), at once: the API hears of it only
-        at the kubelet's next relist (up to a second)."""
+    def _task_row(self, container: str) -> tuple[int, str] | None:
+        """The container's task as containerd says it, at once (its pid, and RUNNING, STOPPED, PAUSED): the API
+        hears of it only at the kubelet's next relist (up to a second)."""
         for line in self._ctr("tasks", "ls").stdout.splitlines()[1:]:
             cols = line.split()
             if len(cols) >= 3 and cols[0] == container:
-                return cols[2]
+                return int(cols[1]), cols[2]
         return None
+
+    def _task(self, container: str) -> str | None:
+        row = self._task_row(container)
+        return row[1] if row else None
 
     def _until_stopped(self, container: str, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -272,7 +278,8 @@ class ManagedPod(FromImage):
         socket = layout().containerd_socket
         return subprocess.run([*ctr(socket), *args], capture_output=True, text=True, timeout=30)
 
-    def _delete(self, wait: bool) -> None:
+    def _delete(self) -> None:
+        """Delete the Pod without waiting for it to go (the testbed's namespace waits once for all its Pods)."""
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
 
@@ -282,17 +289,8 @@ class ManagedPod(FromImage):
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
-        deadline = time.monotonic() + 30
-        while wait and time.monotonic() < deadline:
-            try:
-                client().get(Pod, name, namespace=self.namespace)
-            except ApiError:
-                break
-            time.sleep(0.05)
-        if self._follower is not None:
-            # The API ends the log stream when the kubelet sees the container gone (its relist, up to a second):
-            # the last lines still land, from the follower, which ends by itself.
-            self._follower.join(timeout=0.3 if not wait else 2.0)
+        if self._follower is not None:  # it copies what is left of the log file, then ends (the Pod is gone)
+            self._follower.join(timeout=2.0)
             self._follower = None
         _live.discard(self)
 
@@ -341,9 +339,8 @@ class ManagedPod(FromImage):
     def pid(self) -> int | None:
         """The host pid of the container's main process, or None."""
         container = self._container_id()
-        listed = self._ctr("tasks", "ls").stdout.splitlines()[1:] if container else []
-        return next((int(cols[1]) for cols in (line.split() for line in listed) if cols and cols[0] == container),
-                    None)
+        row = self._task_row(container) if container else None
+        return row[0] if row else None
 
     def returncode(self) -> int | None:
         if self._exit_code is None and self.pod_name is not None:
