@@ -71,12 +71,19 @@ class KubernetesLauncher:
             _swept = True
         self._docker = DockerLauncher(image_set)  # its images (built locally) are the pods' too
         self._host = LocalLauncher()
+        self._namespaces: dict[Path, str] = {}  # made once per testbed, not once per component
+        self._imported: set[str] = set()  # on the node already: no `ctr images ls` per component
 
     def _namespace(self, run_dir: Path) -> str:
-        return pod.ensure_namespace(Path(run_dir).name)
+        if run_dir not in self._namespaces:
+            self._namespaces[run_dir] = pod.ensure_namespace(Path(run_dir).name)
+        return self._namespaces[run_dir]
 
     def _image(self, tag: str) -> str:
-        node_images.ensure_from_docker(cluster.layout().containerd_socket, tag, cluster.layout().home / "images.lock")
+        if tag not in self._imported:
+            node_images.ensure_from_docker(cluster.layout().containerd_socket, tag,
+                                           cluster.layout().home / "images.lock")
+            self._imported.add(tag)
         return tag
 
     @staticmethod
@@ -100,14 +107,13 @@ class KubernetesLauncher:
         text = config_path.read_text() + "\n" + "\n".join(env.values())
         mounts = [run_dir, *host_paths(text, skip_under=(run_dir,))]
         launcher = PodLauncher(self._image(self._docker.envoy_image(binary)), self._namespace(run_dir),
-                               entrypoint=ENVOY_ENTRYPOINT,
-                               labels=self._labels(run_dir))
+                               entrypoint=ENVOY_ENTRYPOINT, labels=self._labels(run_dir))
         return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
                                    log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
 
     def release(self, run_dir: Path) -> None:
         """The testbed stopped: its namespace goes (its Pods are gone already)."""
-        pod.delete_namespace(pod.dns_label(Path(run_dir).name), wait_s=30.0)
+        pod.delete_namespace(self._namespaces.pop(run_dir, pod.dns_label(Path(run_dir).name)), wait_s=30.0)
 
 
 def launcher(image_set: images.ImageSet | None = None) -> KubernetesLauncher:
