@@ -143,6 +143,7 @@ class ManagedPod(FromImage):
         self._status_at = 0.0
         self._status = None
         self._reason_logged = False
+        self._container = ""  # its containerd id, once known (_container_id)
 
     # -- the Pod --------------------------------------------------------------------------------
     def manifest(self):
@@ -175,7 +176,7 @@ class ManagedPod(FromImage):
             self._delete()
         self.pod_name = dns_label(self.name if self._starts == 0 else f"{self.name}-r{self._starts}")
         self._starts += 1
-        self._exit_code, self._status, self._reason_logged = None, None, False
+        self._exit_code, self._status, self._reason_logged, self._container = None, None, False, ""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _live.add(self)
         try:
@@ -315,8 +316,18 @@ class ManagedPod(FromImage):
         return (status.containerStatuses or [None])[0] if status is not None else None
 
     def _container_id(self) -> str:
-        cs = self._container_status(fresh=True)
-        return (cs.containerID or "").split("://")[-1] if cs is not None else ""
+        """The Pod's container, asked of containerd by the CRI's labels: it knows the container as soon as it is
+        created, while the API's status names it only after the kubelet's next relist (up to a second; a pid or a
+        stop asked in between found nothing)."""
+        if self.pod_name is None:
+            return ""
+        if not self._container:  # one container per Pod (restartPolicy Never): found once
+            match = ",".join([f'labels."io.kubernetes.pod.namespace"=={self.namespace}',
+                              f'labels."io.kubernetes.pod.name"=={self.pod_name}',
+                              'labels."io.cri-containerd.kind"==container'])
+            found = self._ctr("containers", "ls", "-q", match).stdout.split()
+            self._container = found[0] if found else ""
+        return self._container
 
     def _terminated(self, fresh: bool = False) -> int | None:
         """The exit code once the container has ended (-1: it could not start), else None."""
