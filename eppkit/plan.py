@@ -51,6 +51,10 @@ class ServiceSpec:
     # A program of yours (an EPP of your own) or a real vLLM: a process of this host on every runtime, in its own
     # environment (the kit's services image holds only the kit's own packages; a vLLM's Python is this host's).
     on_host: bool = False
+    # A Kubernetes client (its KUBECONFIG env is the pool's kubeconfig): the API access it needs, as RBAC rules
+    # (``{"apiGroups": [...], "resources": [...], "verbs": [...]}``). On a runtime that is a cluster it runs
+    # in-cluster instead: a ServiceAccount of its own bound to a Role of exactly these rules, its token mounted.
+    kube_rbac: tuple[dict, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from eppkit.builds import kubenode
+from eppkit.cluster import podnet
 from eppkit.cluster.configs import CNI_BIN, Layout
 from eppkit.cluster.node import cgroup_dirs, read_state, shims
 from eppkit.core import procfs
@@ -46,10 +47,10 @@ def missing() -> list[str]:
     lacks = []
     if os.geteuid() != 0:
         lacks.append("root")
-    for tool in ("containerd", "runc", "ctr", "unshare", "mount"):
+    for tool in ("containerd", "runc", "ctr", "unshare", "mount", "ip"):
         if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
             lacks.append(tool)
-    if not all((CNI_BIN / plugin).exists() for plugin in ("bridge", "host-local")):
+    if not all((CNI_BIN / plugin).exists() for plugin in podnet.PLUGINS):
         lacks.append(f"the CNI plugins in {CNI_BIN}")
     if not Path("/sys/fs/cgroup/cgroup.controllers").exists() and not all(
             Path("/sys/fs/cgroup", c).is_dir() for c in ("cpu", "cpuset", "memory", "pids")):
@@ -65,7 +66,8 @@ def missing_error(lacks: list[str]) -> ClusterError:
         f"cannot start the one-node Kubernetes cluster here: {', '.join(lacks)} missing.\n"
         f"It needs root, containerd >= 1.6 with runc and the CNI plugins ({PACKAGES}), cgroups, and "
         "`eppkit bootstrap --kubernetes`.\n"
-        "Or use a cluster you have: --kubeconfig PATH; see docs/kubernetes.md.")
+        "Or run the same testbed on --runtime docker or local (a cluster of your own by kubeconfig is not supported "
+        "yet: docs/kubernetes.md).")
 
 
 def running() -> dict | None:
@@ -158,6 +160,8 @@ def leftovers(lay: Layout | None = None) -> list[str]:
     found += [f"cgroup {c}" for c in cgroup_dirs() if c.exists()]
     if lay.containerd_socket.exists():
         found.append(f"containerd's socket {lay.containerd_socket}")
+    if podnet.exists():
+        found.append(f"the pod network's bridge {podnet.BRIDGE}")
     return found
 
 
@@ -171,4 +175,5 @@ def _clear_leftovers(lay: Layout) -> list[str]:
             remove_cgroup(cgroup)
         if lay.containerd_socket.exists() and running() is None:
             lay.containerd_socket.unlink(missing_ok=True)
+        podnet.down()
     return found

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from eppkit.cluster import podnet
+
 NODE = "127.0.0.1"  # the Node's name, and its Hostname address: the API server reaches the kubelet on loopback
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
-POD_SUBNET = "10.233.0.0/24"  # only a non-hostNetwork pod would get one; the kit's pods all use the host's network
 
 
 class Layout:
@@ -24,6 +25,9 @@ class Layout:
         self.kubelet_root = self.home / "kubelet"
         self.pod_logs = self.home / "pod-logs"
         self.cni_conf = self.home / "cni" / "net.d"
+        self.cni_bin = self.home / "cni" / "bin"  # Debian's plugins and the kit's IPAM (eppkit.cluster.podnet)
+        self.pins = self.run / "pod-addresses"  # pod -> its address, read by the IPAM plugin
+        self.blocks = self.run / "pod-blocks"  # each testbed's block of addresses
         self.plane = self.home / "plane"  # the control plane's certificates, etcd's data
         self.state = self.home / "state.json"  # the supervisor's: ready or failed, the server, the pids
         self.kubeconfig = self.home / "admin.kubeconfig"  # what `eppkit cluster status`, the launcher and users read
@@ -48,7 +52,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.
   netns_mounts_under_state_dir = true
   max_container_log_line_size = 262144
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{CNI_BIN}"
+    bin_dir = "{layout.cni_bin}"
     conf_dir = "{layout.cni_conf}"
     max_conf_num = 1
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -62,12 +66,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.grpc.v1.cri.
 
 
 def cni_conflist(layout: Layout) -> str:
-    """The node's network: needed for the node to be Ready even when every pod uses the host's network. A bridge
-    without a gateway or masquerading: the plugin then turns on no forwarding and writes no iptables rule."""
+    """The pod network (:mod:`eppkit.cluster.podnet`): the bridge ``eppkit0``, without a gateway or masquerading
+    (the plugin then turns on no forwarding and writes no iptables rule), each Pod at the address the kit pinned."""
     return json.dumps({"cniVersion": "1.0.0", "name": "eppkit", "plugins": [{
-        "type": "bridge", "bridge": "eppkit0", "isGateway": False, "ipMasq": False, "hairpinMode": False,
-        "ipam": {"type": "host-local", "dataDir": str(layout.home / "cni" / "ipam"),
-                 "ranges": [[{"subnet": POD_SUBNET}]]}}]}, indent=1) + "\n"
+        "type": "bridge", "bridge": podnet.BRIDGE, "isGateway": False, "ipMasq": False, "hairpinMode": False,
+        "ipam": {"type": podnet.IPAM}}]}, indent=1) + "\n"
 
 
 def kubelet_yaml(layout: Layout, ca_file: Path) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from eppkit.builds import controlplane as plane_build
 from eppkit.builds import kubenode
-from eppkit.cluster import configs, images
+from eppkit.cluster import configs, images, podnet
 from eppkit.cluster.configs import Layout
 from eppkit.components.base import start_whole
 from eppkit.components.controlplane import ControlPlane
@@ -91,6 +91,9 @@ class Node:
         pause = images.pause_tag(self.binaries.path(kubenode.PAUSE))
         (layout.home / "containerd.toml").write_text(configs.containerd_toml(layout, pause))
         (layout.cni_conf / "10-eppkit.conflist").write_text(configs.cni_conflist(layout))
+        podnet.install_plugins(layout.cni_bin, layout.pins, configs.CNI_BIN)
+        podnet.Blocks(layout.blocks).clear()  # no testbed runs on a cluster that is starting
+        podnet.up()
         self.containerd = ManagedProcess("containerd", ["containerd", "--config", str(layout.home / "containerd.toml"),
                                                         "--log-level", "warn"], self.run_dir / "containerd.log").start()
         self.plane = ControlPlane(layout.plane, ports=self.ports, kubelets=True, progress=self.progress)
@@ -208,6 +211,8 @@ class Node:
         if self.containerd is not None:
             self.containerd.stop(grace_s=5.0)
         kill_shims(self.layout)
+        podnet.down()
+        podnet.Blocks(self.layout.blocks).clear()
         if self.plane is not None:
             self.plane.stop()
         for cgroup in cgroup_dirs():

@@ -20,37 +20,20 @@ owner is gone (at the launcher's first use).
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Sequence
 
+from eppkit.cluster import podnet
 from eppkit.cluster.configs import NODE
 from eppkit.cluster.images import ctr
+from eppkit.cluster.namespaces import client, dns_label, pod_labels, remove_session  # noqa: F401 (leak check)
 from eppkit.components.base import FromImage, LiveSet
-from eppkit.components.container import LABEL, SESSION, labels, owner_alive
+from eppkit.components.inference_pool import READY_GATE
 
-OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value
-_client = None
-_client_lock = threading.Lock()
-
-
-def client():
-    """One lightkube client of the one-node cluster, shared by this process."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            from lightkube import Client, KubeConfig
-
-            from eppkit.cluster import running
-
-            state = running()
-            if state is None:
-                raise RuntimeError("the one-node cluster is not running: `eppkit cluster up` starts it")
-            _client = Client(KubeConfig.from_file(state["kubeconfig"]), trust_env=False, field_manager="eppkit")
-        return _client
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read their token
 
 
 def pod_logs() -> Path:
@@ -69,66 +52,6 @@ def cri_line(line: bytes) -> bytes:
     return parts[3] + (b"" if parts[2] == b"P" else b"\n")
 
 
-def label_value(value: str) -> str:
-    """A label value Kubernetes takes: [A-Za-z0-9._-], at most 63 characters, alphanumeric at both ends."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", ".", value)[:63]
-    return cleaned.strip("._-") or "x"
-
-
-def dns_label(value: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:63].strip("-") or "eppkit"
-
-
-def pod_labels(component: str, **extra: str) -> tuple[dict[str, str], dict[str, str]]:
-    """The kit's labels (those of its containers, made label values) and the owner as an annotation."""
-    raw = labels(component, **extra)
-    owner = raw.pop(f"{LABEL}.owner")
-    return {k: label_value(v) for k, v in raw.items()}, {OWNER_ANNOTATION: owner}
-
-
-def ensure_namespace(name: str) -> str:
-    """The testbed's namespace, created with the kit's labels and owner unless it exists; its name."""
-    from lightkube import ApiError
-    from lightkube.models.meta_v1 import ObjectMeta
-    from lightkube.resources.core_v1 import Namespace
-
-    name = dns_label(name)
-    lbls, notes = pod_labels("namespace")
-    try:
-        client().create(Namespace(metadata=ObjectMeta(name=name, labels=lbls, annotations=notes)))
-    except ApiError as exc:
-        if exc.status.code != 409:
-            raise
-    return name
-
-
-def delete_namespace(name: str, wait_s: float = 0.0) -> None:
-    """Delete a testbed's namespace (its Pods were stopped already); with ``wait_s``, until none of its Pods is left
-    (the sandboxes removed: nothing of the testbed runs), not until the namespace itself has gone."""
-    from lightkube import ApiError
-    from lightkube.resources.core_v1 import Namespace, Pod
-
-    try:
-        client().delete(Namespace, name, grace_period=0)
-    except ApiError as exc:
-        if exc.status.code != 404:
-            raise
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(True for _ in client().list(Pod, namespace=name)):
-        time.sleep(0.05)
-
-
-def sweep() -> list[str]:
-    """Delete the kit's namespaces whose owner is gone (a SIGKILLed session's); their names."""
-    from lightkube.resources.core_v1 import Namespace
-
-    gone = [ns.metadata.name for ns in client().list(Namespace, labels={LABEL: "1"})
-            if not owner_alive((ns.metadata.annotations or {}).get(OWNER_ANNOTATION, ""))]
-    for name in gone:
-        delete_namespace(name)
-    return gone
-
-
 class ManagedPod(FromImage):
     """One component in one Pod, started in a ``with``, logged to a file, always deleted (module docstring)."""
 
@@ -143,30 +66,75 @@ class ManagedPod(FromImage):
         self._status_at = 0.0
         self._status = None
         self._reason_logged = False
-        self._container = ""  # its containerd id, once known (_container_id)
+        self._cid = ""  # its containerd id, once known (_container_id)
+        self.address: str | None = None  # on the pod network at this address (on_pod_network), else the host's
+        self._probe: tuple[str, int] | None = None
+        self._pod_labels: dict[str, str] = {}
+        self._service_account: str | None = None
+
+    def in_cluster(self, service_account: str, server: str) -> "ManagedPod":
+        """A Kubernetes client in-cluster: ``service_account``'s token, the cluster's CA and its namespace where
+        client libraries look (/var/run/secrets/kubernetes.io/serviceaccount), and the API server's address in
+        ``KUBERNETES_SERVICE_HOST``/``PORT`` (a Pod on the host's network reaches it there; no Service is routed)."""
+        host, port = server.removeprefix("https://").rsplit(":", 1)
+        self._service_account = service_account
+        self.env.pop("KUBECONFIG", None)
+        return self.with_env(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
+
+    def on_pod_network(self, address: str, *, ready_path: str | None, port: int,
+                       labels: dict[str, str] | None = None) -> "ManagedPod":
+        """Not on the host's network: on the pod network (:mod:`eppkit.cluster.podnet`) at ``address``, Ready when
+        its kubelet's readiness probe (``GET ready_path`` on ``port``, or a TCP connect, every second) passes and
+        the kit has set its readiness gate (:data:`~eppkit.components.inference_pool.READY_GATE`), with ``labels``
+        beside the kit's."""
+        self.address, self._probe, self._pod_labels = address, (ready_path, port), dict(labels or {})
+        return self
 
     # -- the Pod --------------------------------------------------------------------------------
     def manifest(self):
         """The Pod this component is (see the module docstring)."""
-        from lightkube.models.core_v1 import (Container, EnvVar, HostPathVolumeSource, PodSecurityContext, PodSpec,
-                                              Volume, VolumeMount)
+        from lightkube.models.core_v1 import (ConfigMapProjection, Container, DownwardAPIProjection,
+                                              DownwardAPIVolumeFile, EnvVar, HostPathVolumeSource, HTTPGetAction,
+                                              KeyToPath, ObjectFieldSelector, PodReadinessGate, PodSecurityContext,
+                                              PodSpec, Probe, ProjectedVolumeSource, ServiceAccountTokenProjection,
+                                              TCPSocketAction, Volume, VolumeMount, VolumeProjection)
         from lightkube.models.meta_v1 import ObjectMeta
         from lightkube.resources.core_v1 import Pod
 
         lbls, notes = pod_labels(self.name, **self.extra_labels)
+        lbls.update(self._pod_labels)
         volumes, mounts = [], []
         for i, (path, mode) in enumerate(sorted(self.mounts.items())):
             kind = "Directory" if Path(path).is_dir() else "File"
             volumes.append(Volume(name=f"v{i}", hostPath=HostPathVolumeSource(path=path, type=kind)))
             mounts.append(VolumeMount(name=f"v{i}", mountPath=path, readOnly=mode == "ro"))
+        if self._service_account is not None:  # what the ServiceAccount admission plugin would add (it is off)
+            volumes.append(Volume(name="kube-api-access", projected=ProjectedVolumeSource(sources=[
+                VolumeProjection(serviceAccountToken=ServiceAccountTokenProjection(path="token",
+                                                                                  expirationSeconds=3607)),
+                VolumeProjection(configMap=ConfigMapProjection(name="kube-root-ca.crt",
+                                                               items=[KeyToPath(key="ca.crt", path="ca.crt")])),
+                VolumeProjection(downwardAPI=DownwardAPIProjection(items=[DownwardAPIVolumeFile(
+                    path="namespace", fieldRef=ObjectFieldSelector(fieldPath="metadata.namespace"))]))])))
+            mounts.append(VolumeMount(name="kube-api-access", mountPath=SERVICE_ACCOUNT_DIR, readOnly=True))
         env = [EnvVar(name=k, value=v) for k, v in {"PYTHONUNBUFFERED": "1", "HOME": "/tmp", **self.env}.items()]
         # args: after the image's entrypoint (Jaeger's), or the whole command where it has none (the services');
         # command: an entrypoint of the launcher's own (Envoy's), as docker's --entrypoint
+        probe = gates = None
+        if self._probe is not None:  # on the pod network: its kubelet's probe, and the gate set_ready writes
+            path, port = self._probe
+            probe = Probe(httpGet=HTTPGetAction(path=path, port=port) if path else None,
+                          tcpSocket=None if path else TCPSocketAction(port=port),
+                          periodSeconds=1, timeoutSeconds=1, successThreshold=1, failureThreshold=1)
+            gates = [PodReadinessGate(conditionType=READY_GATE)]
         container = Container(name="main", image=self.image, imagePullPolicy="Never", command=self.entrypoint,
-                              args=self.argv, env=env, volumeMounts=mounts or None, workingDir=self.cwd)
+                              args=self.argv, env=env, volumeMounts=mounts or None, workingDir=self.cwd,
+                              readinessProbe=probe)
         return Pod(metadata=ObjectMeta(name=self.pod_name, namespace=self.namespace, labels=lbls, annotations=notes),
-                   spec=PodSpec(nodeName=NODE, hostNetwork=True, dnsPolicy="Default", restartPolicy="Never",
+                   spec=PodSpec(nodeName=NODE, hostNetwork=self.address is None, dnsPolicy="Default",
+                                restartPolicy="Never", readinessGates=gates,
                                 enableServiceLinks=False, automountServiceAccountToken=False,
+                                serviceAccountName=self._service_account,
                                 terminationGracePeriodSeconds=5, containers=[container], volumes=volumes or None,
                                 securityContext=PodSecurityContext(runAsUser=os.getuid(), runAsGroup=os.getgid())))
 
@@ -176,9 +144,15 @@ class ManagedPod(FromImage):
             self._delete()
         self.pod_name = dns_label(self.name if self._starts == 0 else f"{self.name}-r{self._starts}")
         self._starts += 1
-        self._exit_code, self._status, self._reason_logged, self._container = None, None, False, ""
+        self._exit_code, self._status, self._reason_logged, self._cid = None, None, False, ""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         _live.add(self)
+        if self.address is not None:
+            from eppkit.cluster import layout
+
+            self._until_no_sandbox()  # a Pod of this name before (a restarted pool pod): its address freed first
+            podnet.forget(self.address)
+            podnet.pin(layout().pins, self.namespace, self.pod_name, self.address)
         try:
             created = client().create(self.manifest())
         except Exception as exc:
@@ -254,6 +228,21 @@ class ManagedPod(FromImage):
     def unpause(self) -> None:
         self._ctr("tasks", "resume", self._container_id())
 
+    def _until_no_sandbox(self, timeout_s: float = 15.0) -> None:
+        """Until no sandbox of this Pod's name runs (the kubelet stops one, its network torn down first, a second
+        or so after its Pod was deleted; until then its network namespace holds the address)."""
+        match = ",".join([f'labels."io.kubernetes.pod.namespace"=={self.namespace}',
+                          f'labels."io.kubernetes.pod.name"=={self.pod_name}',
+                          'labels."io.cri-containerd.kind"==sandbox'])
+        sandboxes = set(self._ctr("containers", "ls", "-q", match).stdout.split())
+        deadline = time.monotonic() + timeout_s
+        while sandboxes and time.monotonic() < deadline:
+            running = {cols[0] for line in self._ctr("tasks", "ls").stdout.splitlines()[1:]
+                       if len(cols := line.split()) >= 3 and cols[2] != "STOPPED"}
+            if not sandboxes & running:
+                return
+            time.sleep(0.1)
+
     def _task_row(self, container: str) -> tuple[int, str] | None:
         """The container's task as containerd says it, at once (its pid, and RUNNING, STOPPED, PAUSED): the API
         hears of it only at the kubelet's next relist (up to a second)."""
@@ -290,6 +279,10 @@ class ManagedPod(FromImage):
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
+        if self.address is not None:  # the CNI's DEL reads no address: the pin can go now
+            from eppkit.cluster import layout
+
+            podnet.unpin(layout().pins, self.namespace, name)
         if self._follower is not None:  # it copies what is left of the log file, then ends (the Pod is gone)
             self._follower.join(timeout=2.0)
             self._follower = None
@@ -321,13 +314,13 @@ class ManagedPod(FromImage):
         stop asked in between found nothing)."""
         if self.pod_name is None:
             return ""
-        if not self._container:  # one container per Pod (restartPolicy Never): found once
+        if not self._cid:  # one container per Pod (restartPolicy Never): found once
             match = ",".join([f'labels."io.kubernetes.pod.namespace"=={self.namespace}',
                               f'labels."io.kubernetes.pod.name"=={self.pod_name}',
                               'labels."io.cri-containerd.kind"==container'])
             found = self._ctr("containers", "ls", "-q", match).stdout.split()
-            self._container = found[0] if found else ""
-        return self._container
+            self._cid = found[0] if found else ""
+        return self._cid
 
     def _terminated(self, fresh: bool = False) -> int | None:
         """The exit code once the container has ended (-1: it could not start), else None."""
@@ -368,27 +361,3 @@ stop_all = _live.stop_all
 
 def live() -> list[ManagedPod]:
     return _live.snapshot()
-
-
-def owned_by(pid: int) -> set[str]:
-    """The pods process ``pid`` started (``namespace/name``), in any namespace."""
-    from lightkube.resources.core_v1 import Pod
-
-    return {f"{p.metadata.namespace}/{p.metadata.name}"
-            for p in client().list(Pod, namespace="*", labels={f"{LABEL}.owner-pid": str(pid)})}
-
-
-def remove_session(session: str = SESSION) -> list[str]:
-    """Delete this session's namespaces that are still there; the names of those that still held Pods no one was
-    stopping (a leak; an empty one is a session Jaeger's, whose Pod was stopped)."""
-    from lightkube.resources.core_v1 import Namespace, Pod
-
-    leaked = []
-    for ns in client().list(Namespace, labels={f"{LABEL}.session": session}):
-        if ns.status is not None and ns.status.phase == "Terminating":
-            continue
-        name = ns.metadata.name
-        if any(p.metadata.deletionTimestamp is None for p in client().list(Pod, namespace=name)):  # none stopping
-            leaked.append(name)
-        delete_namespace(name)
-    return leaked

@@ -96,6 +96,19 @@ class ControlPlane:
         self._keep_data = False
         self._namespaces: set[str] = set()
 
+    @classmethod
+    def attached(cls, run_dir: Path) -> "ControlPlane":
+        """One that runs already (the one-node cluster's): its certificates and kubeconfig in ``run_dir``, its
+        server and token read from that kubeconfig; stop() leaves it running."""
+        import json
+
+        config = json.loads((Path(run_dir) / "kubeconfig").read_text())
+        plane = cls(run_dir)
+        plane.server = config["clusters"][0]["cluster"]["server"]
+        plane.token = config["users"][0]["user"]["token"]
+        plane._keep_data = True
+        return plane
+
     # -- where it is ---------------------------------------------------------------------
     @property
     def pki(self) -> Path:
@@ -203,7 +216,9 @@ class ControlPlane:
                 "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(port),
                 "--tls-cert-file", str(pki / "apiserver.crt"), "--tls-private-key-file", str(pki / "apiserver.key"),
                 "--token-auth-file", str(pki / "tokens.csv"), "--anonymous-auth=false",
-                "--authorization-mode", "AlwaysAllow",
+                # A cluster's (kubelets): RBAC, so an in-cluster EPP has only its Role's rights (the kit's token is
+                # system:masters, and so are its daemons'); the testbeds' own: everything allowed on loopback.
+                "--authorization-mode", "RBAC" if self.kubelets else "AlwaysAllow",
                 "--service-account-issuer", "https://kubernetes.default.svc",
                 "--service-account-key-file", str(pki / "sa.pub"),
                 "--service-account-signing-key-file", str(pki / "sa.key"),

@@ -52,6 +52,26 @@ def check_pod_ip(ip: str) -> str:
     return ip
 
 
+class LoopbackPods:
+    """Where a testbed's pods are: loopback addresses of this machine (every runtime but kubernetes, whose pool Pods
+    are on its pod network: :class:`eppkit.cluster.podnet.BlockPods`)."""
+
+    def address(self, index: int) -> str:
+        return pod_address(index)
+
+    def check(self, ip: str) -> str:
+        return check_pod_ip(ip)
+
+    def shared_port(self, ports, hosts: list[str]) -> int:
+        """One port free on every address of ``hosts`` (they are this machine's)."""
+        return ports.shared_port(hosts)
+
+
+LOOPBACK_PODS = LoopbackPods()
+READY_GATE = "eppkit.io/ready"  # the readiness gate of a real pool Pod: what set_ready writes (InferencePoolObjects)
+MEMBER_LABEL = "eppkit.pool-member"  # a real Pod of the pool (the namespace also holds the testbed's other Pods)
+
+
 @dataclass(frozen=True)
 class PodState:
     name: str
@@ -96,11 +116,16 @@ class InferencePoolObjects:
     """The API objects of one pool: ``create`` it with its pods, then change it as a test needs."""
 
     def __init__(self, plane: "ControlPlane", namespace: str, name: str = "vllm-pool",
-                 selector: dict[str, str] | None = None) -> None:
+                 selector: dict[str, str] | None = None, *, real_pods: bool = False) -> None:
         self.plane = plane
         self.namespace = namespace
         self.name = name
         self.selector = dict(selector or DEFAULT_SELECTOR)
+        # real_pods: each pod is a Pod a kubelet runs (the kubernetes runtime), made by the testbed before it joins
+        # the pool here: its labels written, and its Ready condition its kubelet's, through a readiness gate
+        # (READY_GATE) this writes; never a Pod object made or a status written in the kubelet's place.
+        self.real_pods = real_pods
+        self._labels: dict[str, dict[str, str] | None] = {}  # a real pod's own labels (None: the pool's)
         self._client = plane.client(namespace)
         self._pool = _pool_resource()
 
@@ -132,7 +157,7 @@ class InferencePoolObjects:
         from lightkube import ApiError
 
         self.require_crd()
-        pods = [(name, check_pod_ip(ip)) for name, ip in pods]
+        pods = [(name, ip if self.real_pods else check_pod_ip(ip)) for name, ip in pods]
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": {"selector": {"matchLabels": self.selector},
@@ -143,7 +168,7 @@ class InferencePoolObjects:
             self._client.create(self._pool.from_dict(body))
         except ApiError as exc:
             raise self._fail(f"the API server refused InferencePool {self.name}", exc) from None
-        if len(pods) > BULK_CONCURRENCY:
+        if len(pods) > BULK_CONCURRENCY and not self.real_pods:
             asyncio.run(self._add_many(pods, target_ports[0], ready))
         else:
             for name, ip in pods:
@@ -171,11 +196,17 @@ class InferencePoolObjects:
 
     def add_pod(self, name: str, ip: str, *, ready: bool = True, labels: dict[str, str] | None = None,
                 port: int | None = None) -> None:
-        """A Pod with the pool's labels (or ``labels``), then its status: ``ip``, Ready or not."""
+        """A Pod with the pool's labels (or ``labels``), then its status: ``ip``, Ready or not. A real pod is
+        there already: its labels are written, then its gate, and this returns once its kubelet agrees."""
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
 
+        if self.real_pods:
+            self._labels[name] = dict(labels) if labels else None
+            self._join(name)
+            self.set_ready(name, ready)
+            return
         check_pod_ip(ip)
         port = port or self.target_ports()[0]
         try:
@@ -185,16 +216,55 @@ class InferencePoolObjects:
             raise self._fail(f"the API server refused pod {name}", exc) from None
 
     def set_ready(self, name: str, ready: bool) -> None:
-        """Write the pod's Ready condition (what a kubelet's readiness probe would)."""
+        """Write the pod's Ready condition (what a kubelet's readiness probe would). A real pod: its readiness
+        gate, then until its kubelet has made Ready agree (a pod started again gets the pool's labels back)."""
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
 
+        if self.real_pods:
+            self._join(name)
+            condition = {"type": READY_GATE, "status": "True" if ready else "False", "lastTransitionTime": _now()}
+            try:
+                self._client.patch(Pod.Status, name, {"status": {"conditions": [condition]}},
+                                   patch_type=PatchType.STRATEGIC)
+            except ApiError as exc:
+                raise self._fail(f"cannot set pod {name} ready={ready}", exc) from None
+            self._until_ready(name, ready)
+            return
         ip = self.pod(name).ip
         try:
             self._client.patch(Pod.Status, name, status_patch(ip, ready), patch_type=PatchType.MERGE)
         except ApiError as exc:
             raise self._fail(f"cannot set pod {name} ready={ready}", exc) from None
+
+    def _join(self, name: str) -> None:
+        """A real pod's labels: the pool's (or its own), and the member label, unless it has them."""
+        from lightkube import ApiError
+        from lightkube.resources.core_v1 import Pod
+        from lightkube.types import PatchType
+
+        wanted = {**(self._labels.get(name) or self.selector), MEMBER_LABEL: "true"}
+        try:
+            have = self._client.get(Pod, name).metadata.labels or {}
+            if wanted.items() - have.items():
+                self._client.patch(Pod, name, {"metadata": {"labels": wanted}}, patch_type=PatchType.MERGE)
+        except ApiError as exc:
+            raise self._fail(f"cannot label pod {name}", exc) from None
+
+    def _until_ready(self, name: str, ready: bool, timeout_s: float = 20.0) -> None:
+        """Until the kubelet has Ready as ``ready`` (its probe and the gate; a second or so)."""
+        import time
+
+        deadline, last = time.monotonic() + timeout_s, None
+        while time.monotonic() < deadline:
+            last = self.pod(name)
+            if last.ready == ready:
+                return
+            time.sleep(0.05)
+        raise ControlPlaneError(f"pod {name} in namespace {self.namespace} not {'Ready' if ready else 'unready'} "
+                                f"within {timeout_s:g} s of its gate set (its IP {last.ip if last else '?'}); "
+                                f"`kubectl describe pod {name} -n {self.namespace}` shows its probe's failures")
 
     def delete_pod(self, name: str) -> None:
         """Remove the pod at once (grace period 0: no kubelet would ever confirm a graceful end)."""
@@ -234,10 +304,12 @@ class InferencePoolObjects:
         return [int(p["number"]) for p in self.pool_spec()["targetPorts"]]
 
     def pods(self) -> list[PodState]:
-        """Every pod of the namespace, in name order, whether the pool's selector matches it or not."""
+        """Every pod of the namespace, in name order, whether the pool's selector matches it or not (real pods: every
+        pod that joined the pool; the testbed's other Pods share the namespace)."""
         from lightkube.resources.core_v1 import Pod
 
-        return sorted((_state(pod) for pod in self._client.list(Pod)), key=lambda p: p.name)
+        found = self._client.list(Pod, labels={MEMBER_LABEL: "true"}) if self.real_pods else self._client.list(Pod)
+        return sorted((_state(pod) for pod in found), key=lambda p: p.name)
 
     def pod(self, name: str) -> PodState:
         from lightkube import ApiError
@@ -255,6 +327,7 @@ class InferencePoolObjects:
 
         try:
             self._client.delete(self._pool, self.name)
-            self._client.deletecollection(Pod, grace_period=0)
+            if not self.real_pods:  # real pods are the testbed's to stop
+                self._client.deletecollection(Pod, grace_period=0)
         except ApiError:
             pass  # gone already, or the control plane is stopping: nothing of it outlives the session

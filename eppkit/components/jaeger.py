@@ -29,7 +29,7 @@ class Jaeger:
     (default: the cached binary) or, with a :class:`~eppkit.components.launchers.ContainerLauncher`, a container."""
 
     def __init__(self, run_dir: Path, launcher: Launcher | None = None, ports: PortAllocator | None = None,
-                 max_traces: int = 200_000):
+                 max_traces: int = 200_000, pods_host: str | None = None):
         self.run_dir = Path(run_dir)
         if launcher is None:
             binary = find()
@@ -44,6 +44,7 @@ class Jaeger:
         self.api_url = f"http://127.0.0.1:{self.ports.query_http}"  # its query API (traces read back)
         self.otlp_grpc_endpoint = f"127.0.0.1:{self.ports.otlp_grpc}"  # where services send their spans
         self.max_traces = max_traces
+        self.pods_host = pods_host  # also takes spans there (the kubernetes runtime's pod network: cluster/podnet)
         self.process: Component | None = None
 
     def render_config(self) -> Path:
@@ -52,7 +53,7 @@ class Jaeger:
         text = env.get_template("jaeger.yaml.j2").render(
             host="127.0.0.1", otlp_grpc_port=self.ports.otlp_grpc, otlp_http_port=self.ports.otlp_http,
             query_http_port=self.ports.query_http, query_grpc_port=self.ports.query_grpc,
-            health_port=self.ports.health, max_traces=self.max_traces,
+            health_port=self.ports.health, max_traces=self.max_traces, pods_host=self.pods_host,
         )
         path = self.run_dir / "jaeger.yaml"
         self.run_dir.mkdir(parents=True, exist_ok=True)

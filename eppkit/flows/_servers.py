@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from eppkit.backends import Server
-from eppkit.components.inference_pool import pod_address
+from eppkit.components.inference_pool import LOOPBACK_PODS
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
 from eppkit.plan import Endpoint, ServiceSpec
 from eppkit.topology import Topology
-
-
-def pod_hosts(n: int) -> list[str]:
-    """One loopback address per pod, 127.0.0.2 upwards (Linux routes all of 127/8 to lo)."""
-    return [pod_address(i) for i in range(n)]
 
 
 def instance(topology: Topology, ports: PortAllocator, name: str, role: str, model: str,
@@ -32,10 +27,11 @@ def instance(topology: Topology, ports: PortAllocator, name: str, role: str, mod
     return spec, Endpoint(name, host, port, role, model)
 
 
-def pool(topology: Topology, ports: PortAllocator, pod_addresses: bool) -> FlowPlan:
+def pool(topology: Topology, ports: PortAllocator, pod_addresses) -> FlowPlan:
     """The topology's vLLMs (role both) as one pool Envoy routes to; servers given by URL start nothing.
 
-    With pod addresses each vLLM is a pod on its own loopback address, all on one port; ``pods_per_mock``
+    With pod addresses (True: loopback ones; or where the runtime puts pods, such as
+    :class:`eppkit.cluster.podnet.BlockPods`) each vLLM is a pod on its own address, all on one port; ``pods_per_mock``
     pods share one mock process (its instance is its first pod's name)."""
     out = FlowPlan()
     backend = topology.backend
@@ -56,8 +52,9 @@ def pool(topology: Topology, ports: PortAllocator, pod_addresses: bool) -> FlowP
             out.services.append(service)
             out.routable.append(endpoint)
         return out
-    hosts = pod_hosts(len(topology.vllm))
-    shared = ports.shared_port(hosts)
+    addresses = pod_addresses if hasattr(pod_addresses, "address") else LOOPBACK_PODS  # True: loopback
+    hosts = [addresses.address(i) for i in range(len(topology.vllm))]
+    shared = addresses.shared_port(ports, hosts)
     per = topology.pods_per_mock
     for start in range(0, len(topology.vllm), per):
         group, group_hosts = topology.vllm[start:start + per], hosts[start:start + per]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import Any, TYPE_CHECKING, Callable
 
 from eppkit.components.ports import PortAllocator
 from eppkit.core.registry import Registry
@@ -33,9 +33,10 @@ class FlowPlan:
     servers: dict[str, str] = field(default_factory=dict)
 
 
-# (topology, ports, run folder, pod_addresses) -> the plan; pod_addresses: each vLLM on its own loopback
-# address on one shared port (the mode's EPP watches an InferencePool: eppkit.modes.Mode.watches_pool).
-Plan = Callable[[Topology, PortAllocator, Path, bool], FlowPlan]
+# (topology, ports, run folder, pod_addresses) -> the plan; pod_addresses: each vLLM a pod on an address of its own
+# on one shared port (the mode's EPP watches an InferencePool: eppkit.modes.Mode.watches_pool): False, or where the
+# runtime puts pods (eppkit.components.inference_pool.LoopbackPods, eppkit.cluster.podnet.BlockPods).
+Plan = Callable[[Topology, PortAllocator, Path, Any], FlowPlan]
 # (the topology, what its backend emits: eppkit.observability.expected_spans.BACKEND_SPANS, media items in the
 # request) -> the spans a successful request of this flow adds behind Envoy's upstream span.
 Spans = Callable[[Topology, str, int], "tuple[SpanRule, ...]"]

@@ -73,6 +73,16 @@ class GaieEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
         return self
 
 
+# What the EPP may read in its namespace (GAIE's chart v1.5.0: config/charts/epplib/templates/_rbac.yaml and
+# inferencepool/templates/rbac.yaml; its metrics auth, the chart's ClusterRole, is off here).
+RBAC = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]},
+    {"apiGroups": ["inference.networking.x-k8s.io"], "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+     "verbs": ["get", "watch", "list"]},
+    {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": ["get", "watch", "list"]},
+)
+
+
 def _progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -99,7 +109,8 @@ def plan(topology, options: GaieEppOptions, ports, backends, pools=None, kube: P
     numbers = {"grpc": ports.port(), "health": ports.port(), "metrics": ports.port()}
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc"], health_path=None,
                       argv=epp_argv(str(binary), options, numbers, kube), grpc_health_port=numbers["health"],
-                      env={"KUBECONFIG": kube.kubeconfig, "OTEL_SERVICE_NAME": OTEL_SERVICE}, standard_otel=True)
+                      env={"KUBECONFIG": kube.kubeconfig, "OTEL_SERVICE_NAME": OTEL_SERVICE}, standard_otel=True,
+                      kube_rbac=RBAC)
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port))
 
 

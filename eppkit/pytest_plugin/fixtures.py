@@ -110,9 +110,9 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
             _show_ui(request, eppkit_ui, container, eppkit_runtime)
             yield container
         if eppkit_runtime == "kubernetes":  # its namespace, as a testbed's goes when it stops
-            from eppkit.cluster import pod
+            from eppkit.cluster import namespaces
 
-            pod.delete_namespace(pod.dns_label(run_dir.name))
+            namespaces.delete_namespace(namespaces.dns_label(run_dir.name))
         return
     require(jaeger_mod.find() is not None, "Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
     with create_jaeger("local", new_run_dir("jaeger-session")) as proc:

@@ -12,12 +12,14 @@ InferencePool) runs on the host here too.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from eppkit import cluster
 from eppkit.cluster import images as node_images
-from eppkit.cluster import pod
+from eppkit.cluster import namespaces, podnet
 from eppkit.cluster.pod import ManagedPod
+from eppkit.components.controlplane import ControlPlane
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
 from eppkit.components.readiness import LogLineReady
@@ -67,16 +69,17 @@ class KubernetesLauncher:
         if not ok:
             raise RuntimeError(why)
         if not _swept:  # namespaces of sessions that died without stopping their testbeds
-            pod.sweep()
+            namespaces.sweep()
             _swept = True
         self._docker = DockerLauncher(image_set)  # its images (built locally) are the pods' too
         self._host = LocalLauncher()
         self._namespaces: dict[Path, str] = {}  # made once per testbed, not once per component
         self._imported: set[str] = set()  # on the node already: no `ctr images ls` per component
+        self._blocks: dict[Path, podnet.BlockPods] = {}  # each testbed's block of pod addresses
 
     def _namespace(self, run_dir: Path) -> str:
         if run_dir not in self._namespaces:
-            self._namespaces[run_dir] = pod.ensure_namespace(Path(run_dir).name)
+            self._namespaces[run_dir] = namespaces.ensure_namespace(Path(run_dir).name)
         return self._namespaces[run_dir]
 
     def _image(self, tag: str) -> str:
@@ -88,19 +91,32 @@ class KubernetesLauncher:
 
     @staticmethod
     def _labels(run_dir: Path) -> dict[str, str]:
-        return {"eppkit.testbed": pod.label_value(Path(run_dir).name)}
+        return {"eppkit.testbed": namespaces.label_value(Path(run_dir).name)}
 
     def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, image: str | None = None, **kwargs) -> Jaeger:
         launcher = PodLauncher(self._image(image or self._docker.images().jaeger), self._namespace(run_dir),
                                labels=self._labels(run_dir))
-        return Jaeger(run_dir, launcher, ports=ports, **kwargs)
+        return Jaeger(run_dir, launcher, ports=ports, pods_host=podnet.HOST, **kwargs)
 
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
+        pod_ip = _pod_network_address(spec)
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
+            if pod_ip is not None:
+                raise ValueError(f"{spec.name} runs on the host, and on this runtime an InferencePool's pods are Pods "
+                                 "of the pod network: use the kit's mock as the backend, or another runtime")
             return self._host.service(spec, env, run_dir, extra_args)
         image, namespace = self._image(self._docker.images().services), self._namespace(run_dir)
-        return service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedPod(
+        if pod_ip is not None:  # a pool's pod: reaches the host's network at podnet.HOST, not at 127.0.0.1
+            env = {k: _to_host(v) for k, v in env.items()}
+            extra_args = [_to_host(a) for a in extra_args]
+        made = service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedPod(
             name, image, argv, log, namespace=namespace, extra_labels=self._labels(run_dir)))
+        if pod_ip is not None:
+            made.on_pod_network(pod_ip, ready_path=spec.health_path, port=spec.port)
+        if spec.kube_rbac:  # a Kubernetes client (an EPP watching its pool): in-cluster, with its own rights
+            made.in_cluster(namespaces.grant(namespace, namespaces.dns_label(spec.name), spec.kube_rbac),
+                            cluster.running()["server"])
+        return made
 
     def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
               env: dict[str, str]) -> envoy_process.Envoy:
@@ -111,9 +127,49 @@ class KubernetesLauncher:
         return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
                                    log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
 
+    # -- an InferencePool's home: the cluster's API server, the testbed's namespace, its block of the pod network --
+    def pool_home(self, run_dir: Path) -> tuple[ControlPlane, str]:
+        """Where a testbed's InferencePool lives: the cluster's own API server, in the testbed's namespace, its
+        pods the Pods the kubelet runs (eppkit.components.inference_pool's real_pods)."""
+        return ControlPlane.attached(cluster.layout().plane), self._namespace(run_dir)
+
+    def pod_addresses(self, run_dir: Path) -> podnet.BlockPods:
+        """The testbed's block of the pod network (reserved once, given back at release)."""
+        if run_dir not in self._blocks:
+            blocks = podnet.Blocks(cluster.layout().blocks)
+            self._blocks[run_dir] = podnet.BlockPods(blocks.reserve(self._namespace(run_dir)))
+        return self._blocks[run_dir]
+
     def release(self, run_dir: Path) -> None:
-        """The testbed stopped: its namespace goes (its Pods are gone already)."""
-        pod.delete_namespace(self._namespaces.pop(run_dir, pod.dns_label(Path(run_dir).name)), wait_s=30.0)
+        """The testbed stopped: its namespace goes (its Pods are gone already), and its block of addresses."""
+        namespaces.delete_namespace(self._namespaces.pop(run_dir, namespaces.dns_label(Path(run_dir).name)), wait_s=30.0)
+        held = self._blocks.pop(run_dir, None)
+        if held is not None:
+            podnet.Blocks(cluster.layout().blocks).release(held.block)
+
+
+def _pod_network_address(spec: ServiceSpec) -> str | None:
+    """The spec's address when it is on the pod network (a pool's pod), else None."""
+    hosts = spec.host.split(",")
+    on_network = [h for h in hosts if _in_subnet(h)]
+    if not on_network:
+        return None
+    if len(hosts) > 1:
+        raise ValueError(f"{spec.name} would serve {len(hosts)} pods, and on this runtime each pod is a Pod of its "
+                         "own: leave pods_per_mock at 1")
+    return on_network[0]
+
+
+def _in_subnet(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host) in podnet.SUBNET
+    except ValueError:
+        return False
+
+
+def _to_host(value: str) -> str:
+    """What a Pod of the pod network is told: the host's loopback is podnet.HOST for it."""
+    return value.replace("127.0.0.1:", f"{podnet.HOST}:")
 
 
 def launcher(image_set: images.ImageSet | None = None) -> KubernetesLauncher:

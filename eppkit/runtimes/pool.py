@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from eppkit.components.controlplane import ControlPlane
-from eppkit.components.inference_pool import InferencePoolObjects, PodState, check_pod_ip, pod_address
+from eppkit.components.inference_pool import InferencePoolObjects, LoopbackPods, PodState
 from eppkit.components.ports import PortAllocator
 from eppkit.flows._servers import instance
 from eppkit.gateway import eds
@@ -39,6 +39,7 @@ class PoolBed(Protocol):
     run_dir: Path
     ports: PortAllocator
     envoy_admin_url: str
+    pod_addresses: LoopbackPods  # where its pods are (eppkit.components.inference_pool, eppkit.cluster.podnet)
 
     def envoy_running(self) -> bool: ...
 
@@ -58,12 +59,15 @@ class PoolBed(Protocol):
 class InferencePoolHandle:
     """The pool's API objects, the mock behind each pod, and Envoy's view of the pool (see the module docstring)."""
 
-    def __init__(self, bed: PoolBed, plane: ControlPlane, target: PoolTarget, *, shared: bool) -> None:
+    def __init__(self, bed: PoolBed, plane: ControlPlane, target: PoolTarget, *, shared: bool,
+                 real_pods: bool = False) -> None:
         self._bed = bed
         self.plane = plane
         self.target = target
         self.shared = shared  # on a shared control plane the objects go when the testbed stops
-        self.objects = InferencePoolObjects(plane, target.namespace, target.name)
+        # real_pods: each mock is the Pod itself, run by a kubelet (the kubernetes runtime); else its Pod is an API
+        # object whose status this writes.
+        self.objects = InferencePoolObjects(plane, target.namespace, target.name, real_pods=real_pods)
         self.eds_dir = bed.run_dir / eds.FOLDER
         self._servers: dict[str, str] = {}  # pod -> the testbed service (mock) serving its address
         self._models: dict[str, str] = {}  # pod -> the model it serves (body routing's pools)
@@ -79,7 +83,7 @@ class InferencePoolHandle:
         if len(ports) != 1:
             raise ValueError(f"the pods of an InferencePool share one target port; got {sorted(ports)}")
         for ep in backends:
-            check_pod_ip(ep.host)
+            self._bed.pod_addresses.check(ep.host)
             self._servers[ep.name] = servers.get(ep.name, ep.name)
             self._models[ep.name] = ep.model
         self._clusters.update({pool["cluster"]: pool["model"] for pool in pools})
@@ -107,11 +111,12 @@ class InferencePoolHandle:
                         if f"vllm-{i}" not in taken)
         elif name in taken:
             raise ValueError(f"pod {name} exists already in namespace {self.target.namespace}")
+        addresses = self._bed.pod_addresses
         if ip is None:
             used = {p.ip for p in self.pods()}
-            ip = next(pod_address(i) for i in range(self._next_index, self._next_index + 10_000)
-                      if pod_address(i) not in used)
-        check_pod_ip(ip)
+            ip = next(a for i in range(self._next_index, self._next_index + 10_000)
+                      if (a := addresses.address(i)) not in used)
+        addresses.check(ip)
         self._next_index += 1
         model = model or self._bed.topology.vllm[0].model
         if model not in self._clusters.values() and any(m is not None for m in self._clusters.values()):

@@ -35,6 +35,7 @@ from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 from eppkit.runtimes.launching import Launcher
+from eppkit.components.inference_pool import LOOPBACK_PODS
 from eppkit.runtimes.pool import InferencePoolHandle
 from eppkit.services.picker.headers import SERVED
 from eppkit.services.pod_headers import HEADER_POD
@@ -108,6 +109,7 @@ class Testbed:
         self._shared_plane = None if topology.own_control_plane else control_plane
         self.control_plane: ControlPlane | None = None  # its own (None: the shared one, or none)
         self.pool: InferencePoolHandle | None = None
+        self.pod_addresses = LOOPBACK_PODS  # where a pool's pods are (set at start)
         self._plane_binaries: controlplane_build.ControlPlaneBinaries | None = None
 
     # -- handles ----------------------------------------------------------------------
@@ -258,7 +260,10 @@ class Testbed:
         # Two tiers, each started at once and then waited on: a Python service takes ~0.4 s to
         # import and bind, so one after another was most of a testbed's start. The pickers come
         # second because their first metrics scrape must find the backends up.
-        layout = self.flow.plan(self.topology, self.ports, self.run_dir, watches_pool)
+        if watches_pool:  # where its pods are: loopback addresses, or the runtime's own (a cluster's pod network)
+            pod_addresses = getattr(self.launcher, "pod_addresses", None)
+            self.pod_addresses = pod_addresses(self.run_dir) if pod_addresses is not None else LOOPBACK_PODS
+        layout = self.flow.plan(self.topology, self.ports, self.run_dir, self.pod_addresses if watches_pool else False)
         self._start_services(layout.services, env)
         self.layout = layout
         self.backends = layout.routable
@@ -299,7 +304,14 @@ class Testbed:
 
     # -- the control plane of an EPP that watches an InferencePool ----------------------------
     def _pool_target(self) -> PoolTarget:
-        """This testbed's namespace in the control plane (started now if need be) and its kubeconfig."""
+        """This testbed's namespace in the control plane (started now if need be) and its kubeconfig; or, on a
+        runtime that is a cluster, the cluster's own API server, its pods real (the launcher's pool_home)."""
+        pool_home = getattr(self.launcher, "pool_home", None)
+        if pool_home is not None:
+            plane, namespace = pool_home(self.run_dir)
+            target = PoolTarget(str(plane.write_kubeconfig(self.run_dir / "kubeconfig", namespace)), namespace)
+            self.pool = InferencePoolHandle(self, plane, target, shared=True, real_pods=True)
+            return target
         if self._shared_plane is not None:
             self.control_plane = None
             plane = self._shared_plane.get()
@@ -325,7 +337,9 @@ class Testbed:
         return self.envoy is not None
 
     def start_backend(self, name: str, endpoint: Endpoint, spec: ServiceSpec) -> None:
-        self.services.pop(name, None)
+        old = self.services.pop(name, None)
+        if old is not None:  # killed before (a crashed pod): what is left of it goes (a container, a Pod)
+            _quietly(old.process.stop, name)
         self._start_services([spec], self.topology.service_env(self.otlp_endpoint))
         self.backends = [ep for ep in self.backends if ep.name != endpoint.name] + [endpoint]
 

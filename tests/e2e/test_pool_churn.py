@@ -67,7 +67,7 @@ def test_a_pod_added_under_load_gets_traffic(eppkit_testbed_factory, watcher, re
         load.wait_served(10)
         added = time.monotonic()
         pod = bed.pool.add_pod()  # returns once its mock answers, its Pod is Ready and Envoy has it
-        assert (pod.name, pod.ip, pod.ready) == ("vllm-2", "127.0.0.4", True)
+        assert (pod.name, pod.ip, pod.ready) == ("vllm-2", bed.pod_addresses.address(2), True)
         first = load.wait_for(lambda sent: any(s.pod == pod.name for s in sent), f"a request served by {pod.name}",
                               since=added, timeout_s=20)
     record_property("added_first_served_s", round(min(s.started for s in first if s.pod == pod.name) - added, 3))
@@ -133,3 +133,26 @@ def test_an_edited_selector_moves_the_traffic_to_the_pods_it_selects(eppkit_test
         after = load.wait_served(15, since=edited + STOP_PICKING_S)
     assert served(after) == {canary.name: len(after)}, served(after)
     assert all(s.ok for s in load.sent()), served(load.sent())
+
+
+@CONTRACT  # where the pool's pods are is the runtime's: loopback addresses, or a cluster's pod network
+def test_each_pod_serves_at_its_own_address_and_the_runtime_says_it_is_ready(eppkit_testbed_factory):
+    import requests
+
+    bed = eppkit_testbed_factory(watcher_topology("kit-epp", ("vllm-0", "vllm-1")))
+    pods = bed.pool.pods()
+    assert [(p.name, p.ip, p.ready) for p in pods] == [
+        ("vllm-0", bed.pod_addresses.address(0), True), ("vllm-1", bed.pod_addresses.address(1), True)]
+    port = bed.pool.objects.target_ports()[0]
+    for pod in pods:  # each answers at its own address, as itself
+        answer = requests.get(f"http://{pod.ip}:{port}/health", timeout=5)
+        assert answer.status_code == 200, (pod, answer.status_code)
+    if bed.runtime == "kubernetes":  # real Pods: the kubelet ran each, on the pod network, and made it Ready
+        from lightkube.resources.core_v1 import Pod
+
+        client = bed.pool.plane.client(bed.pool.target.namespace)
+        for pod in pods:
+            real = client.get(Pod, pod.name)
+            assert real.spec.hostNetwork is not True and real.status.podIP == pod.ip
+            assert real.status.containerStatuses[0].ready is True  # the kubelet's probe: nothing else writes it
+        client.close()

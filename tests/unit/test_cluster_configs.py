@@ -8,7 +8,7 @@ import tomllib
 
 import pytest
 import yaml
-from eppkit.cluster import configs, images, missing_error
+from eppkit.cluster import configs, images, missing_error, podnet
 from eppkit.cluster.configs import Layout
 
 
@@ -32,7 +32,18 @@ def test_the_network_turns_on_no_forwarding_and_writes_no_iptables_rule(layout):
     plugin = json.loads(configs.cni_conflist(layout))["plugins"][0]
     assert plugin["type"] == "bridge"
     assert plugin["isGateway"] is False and plugin["ipMasq"] is False  # else: ip_forward on, a MASQUERADE rule
-    assert plugin["ipam"]["dataDir"].startswith(str(layout.home))
+    assert plugin["ipam"] == {"type": podnet.IPAM}
+
+
+def test_each_testbed_reserves_its_own_block_of_pod_addresses(tmp_path):
+    blocks = podnet.Blocks(tmp_path / "blocks")
+    first, second = blocks.reserve("a"), blocks.reserve("b")
+    assert first != second and podnet.address(first, 0) != podnet.address(second, 0)
+    blocks.release(first)
+    assert blocks.reserve("c") == first
+    assert podnet.address(1, 252) == "10.233.1.254"
+    with pytest.raises(ValueError):
+        podnet.address(1, 253)
 
 
 def test_the_kubelet_listens_on_loopback_writes_no_iptables_chain_and_collects_no_image(layout, tmp_path):
@@ -69,11 +80,12 @@ def test_a_machine_without_what_the_cluster_needs_gets_three_lines_naming_it_and
     assert len(lines) == 3
     assert "containerd, root missing" in lines[0]
     assert "apt-get install containerd runc containernetworking-plugins" in lines[1]
-    assert "--kubeconfig" in lines[2] and "docs/kubernetes.md" in lines[2]
+    assert "--runtime docker or local" in lines[2] and "docs/kubernetes.md" in lines[2]
 
 
 def test_a_component_is_a_host_network_pod_that_is_never_pulled_and_mounts_what_it_reads_at_the_same_path(tmp_path):
-    from eppkit.cluster.pod import ManagedPod, label_value
+    from eppkit.cluster.namespaces import label_value
+    from eppkit.cluster.pod import ManagedPod
 
     config = tmp_path / "envoy.yaml"
     config.write_text("{}")
