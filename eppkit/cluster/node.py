@@ -213,6 +213,8 @@ class Node:
         kill_shims(self.layout)
         podnet.down()
         podnet.Blocks(self.layout.blocks).clear()
+        for pin in self.layout.pins.glob("*") if self.layout.pins.is_dir() else []:
+            pin.unlink(missing_ok=True)
         if self.plane is not None:
             self.plane.stop()
         for cgroup in cgroup_dirs():

@@ -69,7 +69,8 @@ class KubernetesLauncher:
         if not ok:
             raise RuntimeError(why)
         if not _swept:  # namespaces of sessions that died without stopping their testbeds
-            namespaces.sweep()
+            gone = namespaces.sweep()
+            podnet.Blocks(cluster.layout().blocks).release_owned(set(gone))  # their pods' addresses too
             _swept = True
         self._docker = DockerLauncher(image_set)  # its images (built locally) are the pods' too
         self._host = LocalLauncher()

@@ -108,6 +108,61 @@ def test_a_component_is_a_host_network_pod_that_is_never_pulled_and_mounts_what_
     assert "/" in pod.metadata.annotations["eppkit.io/owner"]  # the owner: host/boot/pidns/pid/start, no label
 
 
+def test_a_pool_pod_is_on_the_pod_network_ready_by_its_probe_and_the_gate_the_kit_writes(tmp_path):
+    from eppkit.cluster.pod import ManagedPod
+    from eppkit.components.inference_pool import READY_GATE
+
+    made = ManagedPod("vllm-0", "eppkit/services:x", ["python", "-m", "services.vllm"], tmp_path / "vllm-0.log",
+                      namespace="ns").on_pod_network("10.233.1.2", ready_path="/health", port=8000)
+    made.pod_name = "vllm-0"
+    spec = made.manifest().spec
+    assert not spec.hostNetwork
+    probe = spec.containers[0].readinessProbe
+    assert (probe.httpGet.path, probe.httpGet.port, probe.periodSeconds) == ("/health", 8000, 1)
+    assert [g.conditionType for g in spec.readinessGates] == [READY_GATE]
+    grpc = ManagedPod("p", "i", [], tmp_path / "p.log", namespace="ns").on_pod_network("10.233.1.3", ready_path=None,
+                                                                                      port=9000)
+    grpc.pod_name = "p"
+    assert grpc.manifest().spec.containers[0].readinessProbe.tcpSocket.port == 9000
+
+
+def test_an_in_cluster_client_gets_its_service_account_token_and_the_api_server_but_no_kubeconfig(tmp_path):
+    from eppkit.cluster.pod import SERVICE_ACCOUNT_DIR, ManagedPod
+
+    made = (ManagedPod("epp", "eppkit/services:x", ["/cache/epp"], tmp_path / "epp.log", namespace="ns")
+            .with_env(KUBECONFIG=str(tmp_path / "kubeconfig"), OTEL_SERVICE_NAME="gaie-epp")
+            .in_cluster("epp", "https://127.0.0.1:6443"))
+    made.pod_name = "epp"
+    spec = made.manifest().spec
+    env = {e.name: e.value for e in spec.containers[0].env}
+    assert "KUBECONFIG" not in env and env["OTEL_SERVICE_NAME"] == "gaie-epp"
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
+    assert spec.serviceAccountName == "epp" and spec.hostNetwork
+    mount = next(m for m in spec.containers[0].volumeMounts if m.mountPath == SERVICE_ACCOUNT_DIR)
+    sources = next(v for v in spec.volumes if v.name == mount.name).projected.sources
+    assert [s.serviceAccountToken.path for s in sources if s.serviceAccountToken] == ["token"]
+    assert [s.configMap.name for s in sources if s.configMap] == ["kube-root-ca.crt"]
+
+
+def test_on_the_pod_network_a_pod_reaches_the_host_at_its_bridge_address_and_serves_one_pod():
+    from eppkit.plan import ServiceSpec
+    from eppkit.runtimes.kubernetes import _pod_network_address, _to_host
+
+    assert _to_host("http://127.0.0.1:4317") == f"http://{podnet.HOST}:4317"
+    assert _pod_network_address(ServiceSpec("vllm-0", "services.vllm", 8000, host="10.233.4.2")) == "10.233.4.2"
+    assert _pod_network_address(ServiceSpec("epp", "services.epp", 9000)) is None
+    with pytest.raises(ValueError, match="pods_per_mock at 1"):
+        _pod_network_address(ServiceSpec("vllm-0", "services.vllm", 8000, host="10.233.4.2,10.233.4.3"))
+
+
+def test_a_testbeds_block_holds_its_pods_and_refuses_an_address_outside_it():
+    pods = podnet.BlockPods(7)
+    assert pods.address(0) == "10.233.7.2" and pods.check("10.233.7.200") == "10.233.7.200"
+    for outside in ("10.233.8.2", "127.0.0.2", "pod"):
+        with pytest.raises(ValueError, match="outside this testbed's block"):
+            pods.check(outside)
+
+
 def test_a_cri_log_line_is_given_back_as_the_program_wrote_it():
     from eppkit.cluster.pod import cri_line
 
