@@ -13,8 +13,9 @@ the Pod deleted at once; kill is SIGKILL (the Pod stays until stop, as a killed 
 container's task through containerd (``ctr``): the node is this machine's.
 
 Nothing outlives the kit: every Pod carries the kit's labels (its session, its owner) in the testbed's namespace;
-each started Pod is registered and stopped at interpreter exit, and :func:`sweep` deletes the namespaces whose
-owner is gone (at the launcher's first use).
+each started Pod is registered and stopped at interpreter exit; a watchdog (:mod:`eppkit.components.reaper`) deletes
+the session's namespaces when its process ends in any way (a SIGKILL too), and :func:`~eppkit.cluster.namespaces.sweep`
+deletes those whose owner is gone (at the launcher's first use).
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ from typing import Sequence
 from eppkit.cluster import podnet
 from eppkit.cluster.configs import NODE
 from eppkit.cluster.images import ctr
+from eppkit.cluster import namespaces
 from eppkit.cluster.namespaces import client, dns_label, pod_labels, remove_session  # noqa: F401 (leak check)
+from eppkit.components import reaper
+from eppkit.components.container import SESSION
 from eppkit.components.base import FromImage, LiveSet
 from eppkit.components.inference_pool import READY_GATE
 
@@ -140,6 +144,7 @@ class ManagedPod(FromImage):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "ManagedPod":
+        reaper.watch(namespaces.__name__, SESSION)  # this process killed: its namespaces go all the same
         if self.pod_name is not None:  # started before (e.g. killed by a fault test): a fresh Pod
             self._delete()
         self.pod_name = dns_label(self.name if self._starts == 0 else f"{self.name}-r{self._starts}")

@@ -13,7 +13,7 @@ pulled, and needs a bridge network):
 - every container is labelled ``eppkit=1`` plus this session's id and its owner (boot id,
   pid and start time of the Python process that made it);
 - every started container is registered and stopped at interpreter exit;
-- a watchdog process (``python -m eppkit.components.container reap``) holds the read end of a pipe
+- a watchdog process (:mod:`eppkit.components.reaper`) holds the read end of a pipe
   whose write end only this process has; when this process ends in any way (even
   SIGKILL) the pipe closes and the watchdog removes the session's containers;
 - :func:`sweep` removes labelled containers whose owner is gone (run at session start and
@@ -27,14 +27,13 @@ import math
 import os
 import re
 import socket
-import subprocess
 import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Sequence
 
+from eppkit.components import reaper
 from eppkit.components.base import FromImage, LiveSet
 from eppkit.core import procfs
 from eppkit.core.procfs import SESSION_TAG
@@ -43,7 +42,6 @@ LABEL = "eppkit"
 TEST_SESSION_LABEL = f"{LABEL}.test-session"
 SESSION = uuid.uuid4().hex[:12]
 _counter = itertools.count(1)
-_reaper: subprocess.Popen | None = None
 _configured = False
 
 
@@ -168,38 +166,6 @@ def sweep() -> list[str]:
     return _remove(orphans)
 
 
-def _start_reaper() -> None:
-    """Start the watchdog once per process (see the module docstring)."""
-    global _reaper
-    if _reaper is not None and _reaper.poll() is None:
-        return
-    _reaper = subprocess.Popen(
-        [sys.executable, "-m", "eppkit.components.container", "reap", SESSION],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        # Its own session: Ctrl-C in the terminal must not take the watchdog down with us.
-        start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent),
-    )
-
-
-def _reap_main(session: str) -> int:
-    """Watchdog: wait for our owner's end (EOF on stdin), then remove the session's containers."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        while sys.stdin.buffer.read(4096):
-            pass
-    except OSError:
-        pass
-    for _ in range(3):  # the engine may be briefly busy removing the owner's own stops
-        try:
-            remove_session(session)
-            return 0
-        except Exception:
-            time.sleep(1)
-    return 1
-
-
 # -- the component wrapper ---------------------------------------------------------------------
 class ManagedContainer(FromImage):
     """One component in one container, started in a ``with``, logged to a file, always removed."""
@@ -218,7 +184,7 @@ class ManagedContainer(FromImage):
         from testcontainers.core.container import DockerContainer
 
         _configure_testcontainers()
-        _start_reaper()
+        reaper.watch(__name__, SESSION)
         if self._tc is not None:  # started before (e.g. killed by a fault test): a fresh container
             self._remove()
         seq = next(_counter)
@@ -380,10 +346,8 @@ def live() -> list[ManagedContainer]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "reap":
-        sys.exit(_reap_main(sys.argv[2]))
     if len(sys.argv) == 2 and sys.argv[1] == "sweep":
         print("\n".join(sweep()))
         sys.exit(0)
-    print("usage: python -m eppkit.components.container reap <session> | sweep", file=sys.stderr)
+    print("usage: python -m eppkit.components.container sweep", file=sys.stderr)
     sys.exit(2)

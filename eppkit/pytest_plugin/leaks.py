@@ -21,12 +21,13 @@ from typing import Callable
 
 import pytest
 
+from eppkit.components import reaper
 from eppkit.core import procfs
 from eppkit.pytest_plugin.parallel import LOOKS, REPORTED, WORKER_LEAKS, WORKER_LOOK, is_controller, worker_id
 from eppkit.pytest_plugin.state import SESSION_TAG
 
 GRACE_S = 2.0  # for processes still exiting after their group was killed
-CONTROLLER_GRACE_S = 10.0  # for a finished worker's docker watchdog, which removes what its worker left, then exits
+CONTROLLER_GRACE_S = 10.0  # for a finished worker's watchdogs (eppkit.components.reaper), which removes what its worker left, then exits
 
 
 def tagged_processes(tag: str | None = None, *, workers: bool = False, grace_s: float = 0.0) -> list[tuple[int, str]]:
@@ -34,9 +35,7 @@ def tagged_processes(tag: str | None = None, *, workers: bool = False, grace_s: 
     of this run), this process and its docker watchdog excepted; waits up to ``grace_s`` for them to go."""
     tag = tag or os.environ.get(SESSION_TAG, "")
     spared = {os.getpid()}
-    reaper = getattr(sys.modules.get("eppkit.components.container"), "_reaper", None)
-    if reaper is not None:  # the docker watchdog: it must outlive this process, by design
-        spared.add(reaper.pid)
+    spared.update(p.pid for p in reaper.watchdogs())  # they outlive this process by design
     deadline = time.monotonic() + grace_s
     found = procfs.tagged(tag, workers=workers, spared=spared)
     # The grace is for processes exiting: what was found is watched until it is gone, by its pid. (Scanning every

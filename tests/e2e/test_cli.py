@@ -17,6 +17,7 @@ from eppkit import modes
 from eppkit.backends import inference_sim
 from eppkit.compare import report as rp
 from eppkit.core import procfs
+from eppkit.core.polling import poll
 from eppkit.pytest_plugin.session import require_simulator
 from eppkit.pytest_plugin.state import require
 from eppkit.ui import zipkin
@@ -146,6 +147,27 @@ def test_up_serves_until_ctrl_c_and_leaves_nothing_running(eppkit_jaeger, eppkit
         else:
             survivors = sorted(_kit_children(proc.pid, eppkit_runtime))
         assert survivors == [], f"left running after Ctrl-C: {survivors}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@CONTRACT  # what the runtime does when its owner dies: children with it, containers and Pods by its watchdog
+def test_up_killed_with_sigkill_leaves_nothing_running(eppkit_jaeger, eppkit_runtime, tmp_path):
+    proc, envoy_url, lines = start_up(["--runtime", eppkit_runtime, "--mode", "ext_proc"], tmp_path, timeout_s=60)
+    try:
+        assert envoy_url, "".join(lines)
+        children = _kit_children(proc.pid, eppkit_runtime)
+        assert len(children) >= 4, f"expected jaeger, 2 vLLMs, the EPP and envoy ({eppkit_runtime}), got {children}"
+        proc.kill()  # SIGKILL: no handler, no atexit; what it started goes by the runtime's own means
+        proc.wait(timeout=10)
+        if eppkit_runtime == "local":
+            left = lambda: [pid for pid in children if procfs.alive(pid)]  # noqa: E731
+        else:
+            left = lambda: sorted(_kit_children(proc.pid, eppkit_runtime))  # noqa: E731
+        survivors = poll(left, until=lambda found: found == [], timeout_s=30, interval_s=0.5,
+                         describe="what the killed `eppkit up` started, gone")
+        assert survivors == []
     finally:
         if proc.poll() is None:
             proc.kill()

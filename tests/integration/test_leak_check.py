@@ -144,7 +144,7 @@ def leave_a_container(name: str, out, then: str = "", labels: str = "{}") -> str
     return f"""
         import json, os, signal
         from eppkit.runtimes import images
-        from eppkit.components import container
+        from eppkit.components import container, reaper
         from eppkit.components.container import ManagedContainer
 
         def test_leaves_a_container(tmp_path):
@@ -198,7 +198,7 @@ def test_under_xdist_a_container_of_a_dead_worker_and_watchdog_is_removed_by_the
     # Owned, as its label says, by the controller (alive until its check): another session's sweep of
     # orphaned containers (this suite's other workers) must not remove it first.
     code, out = run_session(tmp_path, leave_a_container(
-        "stray", out_file, then="os.kill(container._reaper.pid, signal.SIGKILL); container._reaper.wait(); os._exit(3)",
+        "stray", out_file, then="[w] = reaper.watchdogs(); os.kill(w.pid, signal.SIGKILL); w.wait(); os._exit(3)",
         labels='{"eppkit.owner": container.owner_id(os.getppid())}'), "-n", "2", "--max-worker-restart", "0")
     name, _ = json.loads(out_file.read_text())
     assert code == 1, out
