@@ -1,6 +1,6 @@
 """`python -m bench.epp_hop`: the EPP hop of every EPP the kit hosts, as a multiple of the floor, in one run.
 
-The floor is bench/noop_epp: a Go ext_proc server that answers every message at once and picks a fixed list
+The floor is eppkit/floors (``-transport extproc``): a Go ext_proc server that answers every message at once and picks a fixed list
 (no logic at all): what Envoy's gRPC stream to an EPP costs on this machine. Beside it the echo EPP (the same
 in Python: ``python -m eppkit.services.echo_epp``), the kit's EPP (ext_proc, sidecar) and GAIE's EPP v1.5.0.
 Every EPP gets its own testbed (two fast mocks: TTFT 5 ms, 1 ms per token), all up at once; rounds go through
@@ -17,44 +17,27 @@ Writes bench/results/epp-hop-<time>.json and prints the Markdown table (docs/ben
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from bench.system import loadavg, machine
-from eppkit.core.paths import cache_dir, cache_lock
 from eppkit.observability import steps
 from eppkit.runtimes import create, create_jaeger
 from eppkit.runtimes.testbed import new_run_dir
 from eppkit.services.vllm.config import MockLatency
 from eppkit.topology import Topology, VllmSpec
 
-NOOP_SOURCE = Path(__file__).resolve().parent / "noop_epp"
 RESULTS = Path(__file__).resolve().parent / "results"
 FLOOR = "noop (Go)"
 
 
 def build_noop() -> Path:
-    """The Go no-op EPP, built once per source version into the cache."""
-    digest = hashlib.sha256(b"".join((NOOP_SOURCE / n).read_bytes() for n in ("main.go", "go.mod", "go.sum")))
-    target = cache_dir() / "bin" / f"noop-epp-{digest.hexdigest()[:12]}"
-    if target.is_file():
-        return target
-    go = shutil.which("go")
-    if go is None:
-        raise SystemExit("bench.epp_hop: the floor is a Go program; install Go (https://go.dev/dl/)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with cache_lock(target.with_name(target.name + ".lock")):
-        if not target.is_file():
-            print(f"building the no-op EPP (Go) into {target} ...", file=sys.stderr, flush=True)
-            subprocess.run([go, "build", "-trimpath", "-o", str(target), "."], cwd=NOOP_SOURCE, check=True,
-                           env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}, timeout=1800)
-    return target
+    """The Go no-op EPP: the kit's ext_proc floor (eppkit/floors, built once per source version)."""
+    from eppkit.builds import floors
+
+    return floors.build(lambda m: print(m, file=sys.stderr, flush=True))
 
 
 def epps(noop: Path) -> dict[str, tuple[str, dict]]:

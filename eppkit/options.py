@@ -263,6 +263,9 @@ def _table() -> list[Option]:
                type=float, group="report"),
         Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
                group="report"),
+        Option("--no-floors", "skip each picker mode's floor: the same wiring with a picker that costs nothing (a Go "
+               "server of its transport, eppkit/floors), run beside it to split what the integration style costs from "
+               "what its picker adds", S({COMPARE}), action="store_false", dest="floors", group="report"),
         Option("--slo", "the latency objective goodput is measured against: limits on ttft, tpot and e2e, in ms or s, "
                "or none (default: %(default)s)", S({COMPARE}), default="ttft=200ms,tpot=20ms",
                metavar="KEY=VALUE[,...]", group="report"),

@@ -51,6 +51,7 @@ class CompareOptions:
     # More options of one mode (e.g. external-epp's epp_command from --epp-command), by mode name.
     mode_sets: dict = field(default_factory=dict)
     charts: bool = True
+    floors: bool = True  # each picker mode's floor beside it (eppkit.compare.floors)
     # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
     filters: tuple = ()
     envoy_version: str | None = None

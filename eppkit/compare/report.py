@@ -109,11 +109,17 @@ def summarize_mode(samples: list[dict], *, planned: int, wall_s: float, stopped:
 
 
 def add_overheads(modes: dict[str, dict]) -> None:
-    """Give every mode ``overhead_vs_direct``: its p50/p90/p99 minus direct's, per step in OVERHEAD_STEPS."""
+    """Give every mode ``overhead_vs_direct``: its p50/p90/p99 minus direct's, per step in OVERHEAD_STEPS; and a mode
+    with a floor (eppkit.compare.floors) ``over_floor``: the same minus its floor's (what its picker adds)."""
     base = modes.get("direct")
     for name, result in modes.items():
         if result.get("status") != "ok":
             continue
+        floor = modes.get(result.get("floor") or "")
+        if floor is not None and floor.get("status") == "ok":
+            result["over_floor"] = {step: {q: _diff(result["steps"][step].get(q), floor["steps"][step].get(q))
+                                           for q in ("p50", "p90", "p99")}
+                                    for step in OVERHEAD_STEPS if result["steps"].get(step) and floor["steps"].get(step)}
         if base is None or base.get("status") != "ok":
             result["overhead_vs_direct"] = None
             continue
@@ -218,16 +224,24 @@ def _over(result: dict, step: str, q: str = "p50") -> float | None:
     return ((result.get("overhead_vs_direct") or {}).get(step) or {}).get(q)
 
 
+def _picker_share(result: dict) -> str:
+    """The mode's gateway p50 minus its floor's (what its picker adds over one that costs nothing); "floor" on a
+    floor's own row; "–" without one."""
+    if str(result.get("scorer")) == "floor":
+        return "floor"
+    share = ((result.get("over_floor") or {}).get("gateway") or {}).get("p50")
+    return "–" if share is None else _f(share, 2, signed=True) + f" ({result['floor']})"
+
+
 SUMMARY_COLUMNS = ("mode", "status", "ok/sent", "errors", "complete", "req/s", "e2e p50", "p90", "p99",
-                   "Δe2e p50", "gateway p50", "Δgateway", "decision p50", "roundtrip p50", "ttft p50")
+                   "Δe2e p50", "gateway p50", "Δgateway", "picker share", "decision p50", "roundtrip p50", "ttft p50")
 
 
 def summary_rows(block: dict) -> list[list[str]]:
     rows = []
     for mode, r in block.get("modes", {}).items():
         if r.get("status") != "ok":
-            rows.append([mode, "FAILED", "–", _one_line(r.get("error")), "–", "–", "–", "–", "–", "–", "–", "–", "–",
-                         "–", "–"])
+            rows.append([mode, "FAILED", "–", _one_line(r.get("error"))] + ["–"] * (len(SUMMARY_COLUMNS) - 4))
             continue
         req = r["requests"]
         errors = ", ".join(f"{k}×{v}" for k, v in r["errors"].items()) or "0"
@@ -235,7 +249,7 @@ def summary_rows(block: dict) -> list[list[str]]:
             mode, "ok", f"{req['ok']}/{req['sent']}", errors, pct(r["completeness"]["ratio"]),
             _f(r["throughput"]["requests_per_s"]),
             _f(_q(r, "e2e", "p50")), _f(_q(r, "e2e", "p90")), _f(_q(r, "e2e", "p99")), _f(_over(r, "e2e"), signed=True),
-            _f(_q(r, "gateway", "p50"), 2), _f(_over(r, "gateway"), 2, signed=True),
+            _f(_q(r, "gateway", "p50"), 2), _f(_over(r, "gateway"), 2, signed=True), _picker_share(r),
             _f(_q(r, "decision", "p50"), 2), _f(_q(r, "roundtrip", "p50"), 2), _f(_q(r, "ttft", "p50")),
         ])
     return rows

@@ -13,6 +13,7 @@ from typing import Callable
 
 from eppkit import modes
 from eppkit.builds import inference_perf
+from eppkit.compare import floors
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import loadtool
 from eppkit.compare import report as rp
@@ -33,10 +34,12 @@ from eppkit.workload import SCENARIOS, Driver, Scenario, WorkloadResult, plan_re
 
 def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jaeger, out_dir: Path,
              progress: ProgressLine, label: str, create: Callable = create_testbed,
-             load_tool: tuple[inference_perf.LoadTool | None, str] | None = None) -> dict:
+             load_tool: tuple[inference_perf.LoadTool | None, str] | None = None,
+             topology: Topology | None = None) -> dict:
     """Run one mode through one scenario; always returns a result (``status`` ok or failed).
 
-    ``load_tool``: (the installed tool or None, why not) when ``--load-tool`` asks for a cross-check."""
+    ``load_tool``: (the installed tool or None, why not) when ``--load-tool`` asks for a cross-check.
+    ``topology``: another testbed under the mode's name (a floor: eppkit.compare.floors)."""
     t_mode = time.monotonic()
     measured = plan_requests(scenario, options.load.requests, options.seed, stream=options.stream)
     warm = plan_requests(scenario, options.load.warmup, options.seed + 1_000_003, stream=options.stream)
@@ -44,7 +47,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
     progress.update(f"{label} {mode:<15} starting testbed ...")
     bed = None
     try:
-        bed = create(topology_for(options, mode, scenario), runtime=options.runtime, jaeger=jaeger)
+        bed = create(topology or topology_for(options, mode, scenario), runtime=options.runtime, jaeger=jaeger)
         result["run_dir"] = str(bed.run_dir)
         bed.start()
     except KeyboardInterrupt:
@@ -221,6 +224,12 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
                 label = f"[{n}/{total} {name}]"
                 block["modes"][mode] = run_mode(options, scenario, mode, jaeger, out_dir, progress, label, create,
                                                 load_tool=tool)
+                key = floors.floor_of(mode) if options.floors else None
+                if key is not None:
+                    block["modes"][mode]["floor"] = key
+                    if key not in block["modes"]:  # one floor per transport and scenario, right after its first mode
+                        block["modes"][key] = run_floor(options, scenario, key, jaeger, out_dir, progress, label,
+                                                        create)
             rp.add_overheads(block["modes"])
     finally:
         if servers is not None:
@@ -229,6 +238,20 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
             own.stop()
     report["wall_s"] = round(time.monotonic() - t0, 1)
     return report
+
+
+def run_floor(options: CompareOptions, scenario: Scenario, key: str, jaeger: Jaeger, out_dir: Path,
+              progress: ProgressLine, label: str, create: Callable) -> dict:
+    """A floor (eppkit.compare.floors): the same scenario and load through the same wiring, its picker a Go server
+    that costs nothing."""
+    try:
+        mode, mode_set = floors.floor_topology(key, progress.message)
+    except Exception as exc:  # no Go: the floor is reported failed, with what to do, and the run goes on
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "scorer": "floor"}
+    topology = replace(topology_for(options, mode, scenario), options=mode_set)
+    result = run_mode(options, scenario, key, jaeger, out_dir, progress, label, create, topology=topology)
+    result["scorer"] = "floor"
+    return result
 
 
 def failed_modes(report: dict) -> list[str]:

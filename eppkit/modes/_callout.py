@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from eppkit.modes._pickers import picker_service
@@ -16,10 +17,17 @@ class CalloutOptions(PickerOptions):
     callout_timeout_ms: int = 1000  # the filter's wait for /pick; slower counts as down
     pick_latency_ms: float = 0.0  # time each pick takes on purpose (decision cost in comparisons)
     pick_latency_jitter_ms: float = 0.0  # uniform jitter around it, at most 30% of it
+    # A callout service of yours in the kit's place: its command line, with {port} (where the filter calls it:
+    # POST /pick, GET /health) and {endpoints} (the pool, host:port,...). compare's floor is one (eppkit/floors).
+    callout_command: str = ""
 
 
 def callout_service(options: CalloutOptions, port: int, backends: list[Endpoint], pools) -> ServiceSpec:
-    """The callout routing service both callout modes ask (``services.callout``)."""
+    """The callout routing service both callout modes ask (``services.callout``, or ``callout_command``)."""
+    if options.callout_command:
+        argv = shlex.split(options.callout_command.format(
+            port=port, endpoints=",".join(ep.address for ep in backends)))
+        return ServiceSpec(name="callout", module="", port=port, argv=argv, health_path="/health", on_host=True)
     extra: list[str] = []
     if options.pick_latency_ms:
         extra += ["--pick-latency", f"{options.pick_latency_ms:g}"]

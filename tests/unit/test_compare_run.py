@@ -100,7 +100,7 @@ def fake_create(tmp_path, beds):
 
 def options(**kw):
     defaults = dict(modes=("direct", "ext_proc"), scenarios=("chat",), trace_timeout_s=0.5,
-                    load=Load(requests=4, concurrency=2, warmup=1))
+                    load=Load(requests=4, concurrency=2, warmup=1), floors=False)
     return compare.CompareOptions(**{**defaults, **kw})
 
 
@@ -162,7 +162,7 @@ def test_a_mode_that_serves_no_request_is_failed_with_the_error_kinds(tmp_path, 
 
 def _args(tmp_path, **kw):
     argv = ["--modes", "direct,ext_proc", "--scenario", "chat", "--requests", "3", "--out", str(tmp_path / "out"),
-            "--no-charts"]
+            "--no-charts", "--no-floors"]
     for k, v in kw.items():
         argv += [f"--{k}", str(v)]
     return kit.parse("compare", *argv)
@@ -259,3 +259,33 @@ def test_the_load_figures_and_objective_reach_the_report(tmp_path, monkeypatch):
         assert result["load_metrics"]["goodput"]["slo"] == {"e2e": 1000.0}
         assert result["load_metrics"]["itl"] is None, "not streamed: no token gaps"
         assert "load_tool" not in result
+
+
+def test_each_picker_mode_gets_its_floor_once_per_transport_and_the_report_splits_its_cost(tmp_path, monkeypatch):
+    from eppkit.compare import floors
+
+    monkeypatch.setattr(floors.floor_build, "build", lambda progress=print: Path("/cache/bin/eppkit-floor-x"))
+    seen = []
+
+    def create(topology, runtime="local", jaeger=None):
+        seen.append((topology.mode, dict(topology.options)))
+        return FakeBed(tmp_path / f"run-{len(seen)}", topology, trace_file="chat-ext_proc.json")
+
+    report = compare.run(options(modes=("direct", "ext_proc", "external-epp", "lua-callout"), floors=True,
+                                 mode_sets={"external-epp": {"epp_command": "myepp --port {grpc_port}"}}),
+                         tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
+    floor_runs = [(m, o) for m, o in seen if "floor" in str(o)]
+    assert floor_runs == [  # one ext_proc floor for ext_proc and external-epp; lua-callout's own, its filter's
+        ("external-epp", {"epp_command": "/cache/bin/eppkit-floor-x -transport extproc -port {grpc_port} "
+                                         "-pick {endpoints}"}),
+        ("lua-callout", {"callout_command": "/cache/bin/eppkit-floor-x -transport callout -port {port} "
+                                            "-pick {endpoints}"})]
+    block = report["scenarios"]["chat"]["modes"]
+    assert list(block) == ["direct", "ext_proc", "floor-ext_proc", "external-epp", "lua-callout", "floor-lua-callout"]
+    assert "floor" not in block["direct"]
+    assert block["ext_proc"]["floor"] == block["external-epp"]["floor"] == "floor-ext_proc"
+    assert block["floor-ext_proc"]["scorer"] == "floor"
+    # The same saved trace everywhere: each mode's share over its floor is 0 here, and it is reported.
+    assert block["ext_proc"]["over_floor"]["gateway"]["p50"] == 0
+    table = compare.rp.format_table(report)
+    assert "+0.00 (floor-ext_proc)" in table and "floor-lua-callout" in table

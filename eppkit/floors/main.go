@@ -1,14 +1,24 @@
-// The floor of an EPP hop: an ext_proc server that answers every message at once, in the order Envoy asks,
-// and picks nothing but a fixed list (header, envoy.lb metadata and a route refresh on the request headers;
-// every body chunk echoed as a streamed mutation with its own end_of_stream). What Envoy's gRPC stream to
-// an EPP costs on this machine, with no EPP logic at all: bench/epp_hop.py measures EPPs as multiples of it.
+// The floor of an integration style: a picker that costs nothing, speaking the transport Envoy uses to ask it.
+// eppkit compare runs each picker mode once more with this in the picker's place (eppkit/compare/floors.py), so a
+// mode's cost splits into what its transport costs on this machine and what its picker adds.
+//
+//	floor -transport extproc -port P -pick host:port[,host:port...]
+//	    an ext_proc server that answers every message at once, in the order Envoy asks, and picks the fixed list
+//	    (header, envoy.lb metadata and a route refresh on the request headers; every body chunk echoed as a
+//	    streamed mutation with its own end_of_stream)
+//	floor -transport callout -port P -pick host:port[,host:port...]
+//	    the callout service's POST /pick (the Lua filter's and the dynamic module's): the body read, the list
+//	    answered at once ({"endpoint": first, "fallbacks": [rest]} and the destination header); GET /health
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"io"
 	"log"
 	"net"
+	"net/http"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -71,21 +81,52 @@ func (n *noop) Process(stream pb.ExternalProcessor_ProcessServer) error {
 	}
 }
 
-func main() {
-	port := flag.String("port", "9002", "the port to listen on (127.0.0.1)")
-	pick := flag.String("pick", "", "the destination every request gets: host:port[,host:port...]")
-	flag.Parse()
-	metadata, err := structpb.NewStruct(map[string]any{"envoy.lb": map[string]any{destination: *pick}})
+// callout answers the callout filters' POST /pick at once.
+func callout(pick string) http.Handler {
+	endpoints := strings.Split(pick, ",")
+	answer, err := json.Marshal(map[string]any{"endpoint": endpoints[0], "fallbacks": endpoints[1:],
+		"scorer": "floor", "reason": "floor"})
 	if err != nil {
 		log.Fatal(err)
 	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("content-type", "application/json")
+		io.WriteString(w, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("POST /pick", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // the whole body, as a picker that reads it would
+		w.Header().Set("content-type", "application/json")
+		w.Header().Set(destination, pick)
+		w.Write(answer)
+	})
+	return mux
+}
+
+func main() {
+	transport := flag.String("transport", "extproc", "extproc | callout")
+	port := flag.String("port", "9002", "the port to listen on (127.0.0.1)")
+	pick := flag.String("pick", "", "the destination every request gets: host:port[,host:port...]")
+	flag.Parse()
 	listener, err := net.Listen("tcp", "127.0.0.1:"+*port)
 	if err != nil {
 		log.Fatal(err)
 	}
-	server := grpc.NewServer(grpc.MaxRecvMsgSize(80<<20), grpc.MaxSendMsgSize(80<<20))
-	pb.RegisterExternalProcessorServer(server, &noop{pick: *pick, metadata: metadata})
-	healthpb.RegisterHealthServer(server, health.NewServer()) // "" SERVING
-	log.Printf("noop-epp on 127.0.0.1:%s, picking %s", *port, *pick)
-	log.Fatal(server.Serve(listener))
+	switch *transport {
+	case "callout":
+		log.Printf("floor (callout) on 127.0.0.1:%s, picking %s", *port, *pick)
+		log.Fatal(http.Serve(listener, callout(*pick)))
+	case "extproc":
+		metadata, err := structpb.NewStruct(map[string]any{"envoy.lb": map[string]any{destination: *pick}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		server := grpc.NewServer(grpc.MaxRecvMsgSize(80<<20), grpc.MaxSendMsgSize(80<<20))
+		pb.RegisterExternalProcessorServer(server, &noop{pick: *pick, metadata: metadata})
+		healthpb.RegisterHealthServer(server, health.NewServer()) // "" SERVING
+		log.Printf("floor (extproc) on 127.0.0.1:%s, picking %s", *port, *pick)
+		log.Fatal(server.Serve(listener))
+	default:
+		log.Fatalf("-transport %q: extproc or callout", *transport)
+	}
 }

@@ -1,4 +1,4 @@
-module eppkit.bench/noop_epp
+module eppkit.floors
 
 go 1.26.8
 

@@ -1,0 +1,44 @@
+"""Each picker mode's floor: the same wiring with a picker that costs nothing, so a mode's cost splits into what its
+integration style costs on this machine (the floor) and what its picker adds (the mode minus its floor).
+
+A floor is a Go server of the mode's transport (``eppkit/floors``, built once: :mod:`eppkit.builds.floors`) that
+answers at once with a fixed pick: for the ext_proc modes (ext_proc, external-epp, gaie-epp) one ext_proc floor
+behind the same Envoy configuration (as an EPP of your own: ``external-epp``); for each callout mode its own filter
+calling the callout floor (``callout_command``). The sidecar's floor is the ext_proc one: its frontend hop (the EPP
+asking the frontend) is part of what its pickers add.
+"""
+
+from __future__ import annotations
+
+from eppkit import modes
+from eppkit.builds import floors as floor_build
+from eppkit.modes import external_epp
+from eppkit.observability.contract import Envoy
+
+PREFIX = "floor-"  # a floor's key among a scenario's modes (and in its files' names)
+
+
+def floor_of(mode: str) -> str | None:
+    """The key of ``mode``'s floor in a scenario's results ("floor-ext_proc", "floor-lua-callout"), or None."""
+    entry = modes.get(mode)
+    if not entry.pickers:  # direct
+        return None
+    if entry.picker_call == Envoy.EXT_PROC_CALL:
+        return PREFIX + "ext_proc"
+    if entry.picker_call == Envoy.CALLOUT_CALL:
+        return PREFIX + mode
+    return None
+
+
+def floor_topology(key: str, progress=print) -> tuple[str, dict]:
+    """(the mode it runs as, its options) for floor ``key``: the floor binary in the picker's place."""
+    binary = floor_build.build(progress)
+    transport_of = key.removeprefix(PREFIX)
+    if transport_of == "ext_proc":
+        return external_epp.MODE.name, {"epp_command": f"{binary} -transport extproc -port {{grpc_port}} "
+                                                        "-pick {endpoints}"}
+    return transport_of, {"callout_command": f"{binary} -transport callout -port {{port}} -pick {{endpoints}}"}
+
+
+def is_floor(key: str) -> bool:
+    return key.startswith(PREFIX)
