@@ -13,7 +13,7 @@ from __future__ import annotations
 from eppkit import modes
 from eppkit.builds import floors as floor_build
 from eppkit.modes import external_epp
-from eppkit.observability.contract import Envoy
+from eppkit.observability.contract import Envoy, Service
 
 PREFIX = "floor-"  # a floor's key among a scenario's modes (and in its files' names)
 
@@ -21,13 +21,11 @@ PREFIX = "floor-"  # a floor's key among a scenario's modes (and in its files' n
 def floor_of(mode: str) -> str | None:
     """The key of ``mode``'s floor in a scenario's results ("floor-ext_proc", "floor-lua-callout"), or None."""
     entry = modes.get(mode)
-    if not entry.pickers:  # direct
-        return None
+    if Service.CALLOUT in entry.pickers:  # the Lua filter's or the dynamic module's own call
+        return PREFIX + mode
     if entry.picker_call == Envoy.EXT_PROC_CALL:
         return PREFIX + "ext_proc"
-    if entry.picker_call == Envoy.CALLOUT_CALL:
-        return PREFIX + mode
-    return None
+    return None  # direct: no picker
 
 
 def floor_topology(key: str, progress=print) -> tuple[str, dict]:

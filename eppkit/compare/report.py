@@ -339,13 +339,14 @@ def backend_text(report: dict) -> str:
 def render_markdown(report: dict) -> str:
     cfg = report.get("config", {})
     latency = cfg.get("latency") or {}  # the mocks' MockLatency, as a dict
+    load = cfg.get("load") or cfg  # eppkit.workload.Load, as a dict (reports before it: the config itself)
     lines = [f"# eppkit compare — {report.get('created', '')}", ""]
     if report.get("backend"):
         lines += [f"**Backend:** {backend_text(report)}.", ""]
     lines.append(
         f"Modes {', '.join(cfg.get('modes', []))} on the `{cfg.get('runtime')}` runtime; "
-        f"{cfg.get('requests')} requests per mode and scenario ({cfg.get('warmup')} warm-up requests not counted), "
-        f"concurrency {cfg.get('concurrency')}, {'rate ' + str(cfg.get('rate')) + '/s' if cfg.get('rate') else 'no rate limit'}, "
+        f"{load.get('requests')} requests per mode and scenario ({load.get('warmup')} warm-up requests not counted), "
+        f"concurrency {load.get('concurrency')}, {'rate ' + str(load.get('rate')) + '/s' if load.get('rate') else 'no rate limit'}, "
         f"seed {cfg.get('seed')}. Scorer of every picker mode: `{cfg.get('scorer')}`"
         f"{' ' + json.dumps(cfg['scorer_parameters']) if cfg.get('scorer_parameters') else ''}. "
         f"Mock vLLM: TTFT {latency.get('time_to_first_token')} ms, ITL {latency.get('inter_token_latency')} ms, "

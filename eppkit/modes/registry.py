@@ -60,13 +60,18 @@ class Mode:
 
     def specialized(self, options: Any) -> "Mode":
         """This mode as a testbed with ``options`` runs it: an EPP of your own that names its decision span
-        (option ``decision_span``, "service:name") has that span as its decision, and every request has it."""
+        (option ``decision_span``, "service:name") has that span as its decision, and every request has it; a callout
+        service of yours (``callout_command``) is expected to emit no span."""
+        mode = self
+        if getattr(options, "callout_command", ""):  # a callout service of yours: its spans are its own business
+            mode = replace(self, spans=tuple(s for s in self.spans if s[0] not in self.pickers), decision=None,
+                           picker_span=None)
         span = getattr(options, "decision_span", "")
         if not span:
-            return self
+            return mode
         service, _, name = span.partition(":")
         decision = (service.strip(), name.strip())
-        return replace(self, decision=decision, spans=self.spans + (decision,))
+        return replace(mode, decision=decision, spans=mode.spans + (decision,))
 
     def read_options(self, raw: dict[str, Any]) -> Any:
         """``raw`` (Topology.options) as this mode's options; ValueError naming what is wrong."""
