@@ -11,6 +11,7 @@ from eppkit import modes, options
 from eppkit.backends import BackendMissing
 from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
+from eppkit.builds.floors import FloorBuildError
 from eppkit.components.controlplane import ControlPlaneError
 from eppkit.components.readiness import ReadinessTimeout
 from eppkit.gateway.config import EnvoyConfigInvalid
@@ -21,7 +22,7 @@ from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 # A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout); so does a
 # control plane that cannot be built or started, or refuses what the testbed asks of it.
 USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
-               ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing)
+               FloorBuildError, ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing)
 COMMANDS = {
     "doctor": "check every prerequisite",
     "bootstrap": "build what PyPI does not ship and `eppkit compare` needs (Jaeger, the dynamic module; --all: GAIE's "

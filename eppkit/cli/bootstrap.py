@@ -6,6 +6,7 @@ import time
 
 from eppkit.builds import controlplane as controlplane_build
 from eppkit.builds import dynmod as dynmod_build
+from eppkit.builds import floors as floors_build
 from eppkit.builds import gaie as gaie_build
 from eppkit.builds import jaeger, python_deps
 from eppkit.gateway import process as envoy_process
@@ -37,6 +38,7 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     progress(f"jaeger: version {jaeger.version(jaeger_bin)}")
     so = dynmod_build.build(progress=progress)
     progress(f"dynamic module: {so}")
+    progress(f"floors (compare's picker that costs nothing): {floors_build.build(progress)}")
     if all_builds or kubernetes:
         code = _first_use_builds()
         if code:
