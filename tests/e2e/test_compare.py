@@ -32,6 +32,8 @@ DECISION = {"ext_proc": Epp.PICK, "sidecar": Frontend.ROUTE,
 
 
 def _run(tmp_path, jaeger, runtime, **kw):
+    """compare with 3 requests per mode; the floors only where a test asks for them (they are judged on their own)."""
+    kw.setdefault("floors", False)
     options = compare.CompareOptions(load=Load(requests=REQUESTS, concurrency=2, warmup=1), runtime=runtime,
                                      latency=MockLatency(time_to_first_token=50, inter_token_latency=5),
                                      trace_timeout_s=20, **kw)
@@ -97,6 +99,35 @@ def test_compare_numbers_are_the_spans_numbers_for_every_mode(tmp_path, eppkit_j
     _chromium.screenshot(page, out / "report.png")
 
 
+def test_each_picker_mode_runs_beside_its_floor_and_the_report_splits_its_cost(tmp_path, eppkit_jaeger, eppkit_runtime):
+    """Each transport's floor (eppkit/floors: a Go server that picks at once) runs the same requests through the same
+    wiring: its traces hold Envoy's call and no picker span, every request served, and each mode's share over it is
+    in the report and the table."""
+    picking = ("ext_proc", "lua-callout", "dynmod-callout")
+    report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=("direct", *picking), scenarios=("chat",),
+                       floors=True)
+    results = report["scenarios"]["chat"]["modes"]
+    assert list(results) == ["direct", "ext_proc", "floor-ext_proc", "lua-callout", "floor-lua-callout",
+                             "dynmod-callout", "floor-dynmod-callout"]
+    failed = {m: r["error"] for m, r in results.items() if r["status"] != "ok"}
+    assert not failed, f"modes failed to run (logs under {out}/logs): {failed}"
+    api = JaegerClient(eppkit_jaeger.api_url)
+    for mode in picking:
+        key = results[mode]["floor"]
+        floor = results[key]
+        assert floor["scorer"] == "floor" and floor["requests"]["ok"] == REQUESTS, (key, floor["requests"])
+        assert floor["completeness"]["ratio"] == 1.0, (key, floor["completeness"])
+        for sample in floor["samples"]:  # Envoy called the floor; the floor, a program of its own, traced nothing
+            services = {s.service for s in api.get_trace(sample["trace_id"]).spans}
+            assert not services & {Service.EPP, Service.CALLOUT}, (key, services)
+        over = results[mode]["over_floor"]["gateway"]["p50"]
+        assert over == pytest.approx(results[mode]["steps"]["gateway"]["p50"] - floor["steps"]["gateway"]["p50"],
+                                     abs=1e-3)
+    assert "floor" not in results["direct"]
+    table = rp.format_table(report)
+    assert "picker share" in table and f"({results['lua-callout']['floor']})" in table
+
+
 def test_compare_with_the_simulator_is_complete_and_labelled_external(tmp_path, eppkit_jaeger, eppkit_runtime):
     require_simulator()
     report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=MODES, scenarios=("stream",),
@@ -138,7 +169,7 @@ def test_inference_perf_sends_the_same_requests_and_agrees_with_the_kit(tmp_path
     # two in flight: each tool's client is then light on the two cores it shares with Envoy, the EPP and the mocks
     options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("stream",),
                                      load=Load(requests=requests, concurrency=2, warmup=1), runtime=eppkit_runtime,
-                                     trace_timeout_s=20,
+                                     trace_timeout_s=20, floors=False,
                                      load_tool=inference_perf.NAME)
     out = tmp_path / "report"
     report = compare.run(options, out, jaeger=eppkit_jaeger)

@@ -156,7 +156,7 @@ def test_compare_reports_each_modes_steps_in_front_of_a_real_vllm(tmp_path, eppk
     backend = eppkit_vllm_servers.backend_for(Topology(backend="vllm", vllm=[POD]))
     options = compare.CompareOptions(modes=("direct", "ext_proc"), scenarios=("chat",),
                                      load=Load(requests=3, warmup=1, concurrency=2), runtime=eppkit_runtime, backend=backend, trace_timeout_s=30,
-                                     charts=False)
+                                     charts=False, floors=False)
     report = compare.run(options, tmp_path / "report", jaeger=eppkit_jaeger)
     assert report["backend"]["spans"] == "llm_request" and "vLLM" in report["backend"]["label"]
     for mode, result in report["scenarios"]["chat"]["modes"].items():
