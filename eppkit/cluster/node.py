@@ -92,7 +92,7 @@ class Node:
         (layout.home / "containerd.toml").write_text(configs.containerd_toml(layout, pause))
         (layout.cni_conf / "10-eppkit.conflist").write_text(configs.cni_conflist(layout))
         podnet.install_plugins(layout.cni_bin, layout.pins, configs.CNI_BIN)
-        podnet.Blocks(layout.blocks).clear()  # no testbed runs on a cluster that is starting
+        podnet.clear(layout.pins, layout.blocks)  # no testbed runs on a cluster that is starting
         podnet.up()
         self.containerd = ManagedProcess("containerd", ["containerd", "--config", str(layout.home / "containerd.toml"),
                                                         "--log-level", "warn"], self.run_dir / "containerd.log").start()
@@ -212,9 +212,7 @@ class Node:
             self.containerd.stop(grace_s=5.0)
         kill_shims(self.layout)
         podnet.down()
-        podnet.Blocks(self.layout.blocks).clear()
-        for pin in self.layout.pins.glob("*") if self.layout.pins.is_dir() else []:
-            pin.unlink(missing_ok=True)
+        podnet.clear(self.layout.pins, self.layout.blocks)
         if self.plane is not None:
             self.plane.stop()
         for cgroup in cgroup_dirs():

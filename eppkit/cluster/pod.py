@@ -73,7 +73,6 @@ class ManagedPod(FromImage):
         self._cid = ""  # its containerd id, once known (_container_id)
         self.address: str | None = None  # on the pod network at this address (on_pod_network), else the host's
         self._probe: tuple[str, int] | None = None
-        self._pod_labels: dict[str, str] = {}
         self._service_account: str | None = None
 
     def in_cluster(self, service_account: str, server: str) -> "ManagedPod":
@@ -85,13 +84,12 @@ class ManagedPod(FromImage):
         self.env.pop("KUBECONFIG", None)
         return self.with_env(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
 
-    def on_pod_network(self, address: str, *, ready_path: str | None, port: int,
-                       labels: dict[str, str] | None = None) -> "ManagedPod":
+    def on_pod_network(self, address: str, *, ready_path: str | None, port: int) -> "ManagedPod":
         """Not on the host's network: on the pod network (:mod:`eppkit.cluster.podnet`) at ``address``, Ready when
         its kubelet's readiness probe (``GET ready_path`` on ``port``, or a TCP connect, every second) passes and
-        the kit has set its readiness gate (:data:`~eppkit.components.inference_pool.READY_GATE`), with ``labels``
-        beside the kit's."""
-        self.address, self._probe, self._pod_labels = address, (ready_path, port), dict(labels or {})
+        the kit has set its readiness gate (:data:`~eppkit.components.inference_pool.READY_GATE`); the pool's labels
+        are written when it joins the pool (InferencePoolObjects)."""
+        self.address, self._probe = address, (ready_path, port)
         return self
 
     # -- the Pod --------------------------------------------------------------------------------
@@ -106,7 +104,6 @@ class ManagedPod(FromImage):
         from lightkube.resources.core_v1 import Pod
 
         lbls, notes = pod_labels(self.name, **self.extra_labels)
-        lbls.update(self._pod_labels)
         volumes, mounts = [], []
         for i, (path, mode) in enumerate(sorted(self.mounts.items())):
             kind = "Directory" if Path(path).is_dir() else "File"
@@ -236,10 +233,7 @@ class ManagedPod(FromImage):
     def _until_no_sandbox(self, timeout_s: float = 15.0) -> None:
         """Until no sandbox of this Pod's name runs (the kubelet stops one, its network torn down first, a second
         or so after its Pod was deleted; until then its network namespace holds the address)."""
-        match = ",".join([f'labels."io.kubernetes.pod.namespace"=={self.namespace}',
-                          f'labels."io.kubernetes.pod.name"=={self.pod_name}',
-                          'labels."io.cri-containerd.kind"==sandbox'])
-        sandboxes = set(self._ctr("containers", "ls", "-q", match).stdout.split())
+        sandboxes = set(self._cri_containers("sandbox"))
         deadline = time.monotonic() + timeout_s
         while sandboxes and time.monotonic() < deadline:
             running = {cols[0] for line in self._ctr("tasks", "ls").stdout.splitlines()[1:]
@@ -320,12 +314,15 @@ class ManagedPod(FromImage):
         if self.pod_name is None:
             return ""
         if not self._cid:  # one container per Pod (restartPolicy Never): found once
-            match = ",".join([f'labels."io.kubernetes.pod.namespace"=={self.namespace}',
-                              f'labels."io.kubernetes.pod.name"=={self.pod_name}',
-                              'labels."io.cri-containerd.kind"==container'])
-            found = self._ctr("containers", "ls", "-q", match).stdout.split()
+            found = self._cri_containers("container")
             self._cid = found[0] if found else ""
         return self._cid
+
+    def _cri_containers(self, kind: str) -> list[str]:
+        """containerd's ids of this Pod's ``kind`` ("container", "sandbox"), by the labels the CRI gives them."""
+        match = ",".join([f'labels."io.kubernetes.pod.namespace"=={self.namespace}',
+                          f'labels."io.kubernetes.pod.name"=={self.pod_name}', f'labels."io.cri-containerd.kind"=={kind}'])
+        return self._ctr("containers", "ls", "-q", match).stdout.split()
 
     def _terminated(self, fresh: bool = False) -> int | None:
         """The exit code once the container has ended (-1: it could not start), else None."""

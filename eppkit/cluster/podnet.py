@@ -123,6 +123,13 @@ def unpin(pins: Path, namespace: str, pod: str) -> None:
     (pins / f"{namespace}_{pod}").unlink(missing_ok=True)
 
 
+def clear(pins: Path, blocks: Path) -> None:
+    """Every pin and every block reservation gone (the cluster starts or stops: no testbed holds any)."""
+    for folder in (pins, blocks):
+        for path in folder.glob("*") if folder.is_dir() else []:
+            path.unlink(missing_ok=True)
+
+
 class Blocks:
     """Each testbed's block of addresses, reserved by a file made exclusively (sessions and workers share them)."""
 
@@ -153,9 +160,6 @@ class Blocks:
             except OSError:
                 pass
 
-    def clear(self) -> None:
-        for path in self.folder.glob("*") if self.folder.is_dir() else []:
-            path.unlink(missing_ok=True)
 
 
 def address(block: int, index: int) -> str:
