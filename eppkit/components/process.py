@@ -2,7 +2,7 @@
 
 Guarantees that nothing outlives the kit:
 - every child runs in its own session (process group) so we can signal the whole group;
-- on Linux each child also gets PR_SET_PDEATHSIG=SIGKILL, so even a SIGKILLed parent
+- on Linux each child also gets PR_SET_PDEATHSIG=SIGKILL (set by setpriv as it execs), so even a SIGKILLed parent
   (where no ``finally`` runs) takes its children with it;
 - every started process is registered and stopped at interpreter exit.
 """
@@ -10,6 +10,7 @@ Guarantees that nothing outlives the kit:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from typing import Sequence
 
 from eppkit.components import zygote
 from eppkit.components.base import Component, LiveSet
-from eppkit.core.procfs import die_with_parent
+from eppkit.core.procfs import dying_with_parent
 
 
 class ManagedProcess(Component):
@@ -55,20 +56,25 @@ class ManagedProcess(Component):
                     raise RuntimeError(f"cannot start {self.name}: {exc} (argv: {self.argv})") from exc
                 _live.add(self)
                 return self
+        argv = self.argv
+        # Linux sends the parent-death signal when the *thread* that forked the child ends: a process started
+        # from a worker thread (a pool that starts a testbed) would be killed with that thread. Such a one is
+        # stopped by its owner, or found by the leak check, instead.
+        if threading.current_thread() is threading.main_thread():
+            executable = shutil.which(argv[0], path=env.get("PATH")) if os.sep not in argv[0] else argv[0]
+            if executable is None or not os.path.exists(os.path.join(self.cwd or "", executable)):
+                raise RuntimeError(f"cannot start {self.name}: {argv[0]} not found (argv: {self.argv})")
+            argv = dying_with_parent(argv)
         self._log_file = open(self.log_path, "ab", buffering=0)
         try:
             self._proc = subprocess.Popen(
-                self.argv,
+                argv,
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
                 cwd=self.cwd,
-                start_new_session=True,
-                # Linux sends the parent-death signal when the *thread* that forked the child ends: a process
-                # started from a worker thread (a pool that starts a testbed) would be killed with that thread.
-                # Such a one is stopped by its owner, or found by the leak check, instead.
-                preexec_fn=die_with_parent if threading.current_thread() is threading.main_thread() else None,
+                start_new_session=True,  # no preexec_fn: subprocess may vfork (procfs.dying_with_parent)
             )
         except OSError as exc:
             self._log_file.close()

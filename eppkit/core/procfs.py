@@ -26,6 +26,18 @@ def die_with_parent() -> None:
             pass
 
 
+def dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run so that it is SIGKILLed when its parent exits, set by ``setpriv --pdeathsig`` (util-linux) as
+    it execs: the same as :func:`die_with_parent` in a ``preexec_fn``, but without one, so ``subprocess`` can
+    ``vfork``. A ``preexec_fn`` forces a real ``fork()``, which runs every ``pthread_atfork`` handler of the
+    parent, and gRPC's waits for its own threads: a process that holds a gRPC channel can deadlock in that
+    ``fork()`` (seen in an xdist worker starting Envoy). ``argv`` unchanged where setpriv is missing."""
+    import shutil
+
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else list(argv)
+
+
 def _stat(pid: int | str) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (state first), or None when gone."""
     try:

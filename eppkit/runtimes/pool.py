@@ -9,7 +9,7 @@ written and Envoy has the pool's endpoints (the testbed is the gateway's control
     bed.pool.set_ready("vllm-0", False)        # what a failing readiness probe writes; its mock keeps running
     bed.pool.set_ready("vllm-0", False, stop_server=True)   # its mock killed, then not Ready (a crashed pod)
     bed.pool.set_ready("vllm-0", True)         # its mock started again if it was stopped, then Ready
-    bed.pool.remove_pod("vllm-1")              # the Pod deleted, Envoy told, then its mock stopped
+    bed.pool.remove_pod("vllm-1")              # Envoy drops it, the Pod deleted, then its mock stopped
     bed.pool.edit(target_ports=[...], selector={...})
     bed.pool.roll(drain_s=0.5)                 # a rolling replacement of every pod, one at a time
 
@@ -129,9 +129,12 @@ class InferencePoolHandle:
         return self.objects.pod(name)
 
     def remove_pod(self, name: str) -> None:
-        """Delete the pod (at once), take it out of Envoy's pool, then stop its mock (if it serves only it)."""
+        """Take the pod out of Envoy's pool, delete it (at once), then stop its mock (if it serves only it).
+        Envoy first, as a gateway drops a terminating endpoint: an EPP's late pick of it is then not in Envoy's
+        pool and falls back, where a pick of a deleted Pod's address would wait out Envoy's connect timeout
+        (on a pod network nothing refuses a connection to an address that left)."""
+        self.sync_envoy(leaving=name)
         self.objects.delete_pod(name)
-        self.sync_envoy()
         self._stop_server(name, required=False)
         self._models.pop(name, None)
 
@@ -164,17 +167,18 @@ class InferencePoolHandle:
             replaced.append((old, new.name))
         return replaced
 
-    def endpoints(self) -> list[tuple[str, int]]:
-        """What Envoy routes to: every pod the pool selects that has an IP, on each target port."""
+    def endpoints(self, *, leaving: str | None = None) -> list[tuple[str, int]]:
+        """What Envoy routes to: every pod the pool selects that has an IP (but ``leaving``), on each target port."""
         spec = self.objects.pool_spec()
         selector = spec["selector"].get("matchLabels", {})
         ports = [int(p["number"]) for p in spec["targetPorts"]]
-        return [(pod.ip, port) for pod in self.pods() if pod.ip and selector.items() <= pod.labels.items()
-                for port in ports]
+        return [(pod.ip, port) for pod in self.pods()
+                if pod.ip and pod.name != leaving and selector.items() <= pod.labels.items() for port in ports]
 
-    def sync_envoy(self, *, wait: bool = True) -> None:
-        """Write the pool's endpoints for Envoy; with ``wait``, until Envoy's ``picked`` cluster holds them."""
-        addresses = self.endpoints()
+    def sync_envoy(self, *, wait: bool = True, leaving: str | None = None) -> None:
+        """Write the pool's endpoints for Envoy (without the pod ``leaving``); with ``wait``, until Envoy's
+        ``picked`` cluster holds them."""
+        addresses = self.endpoints(leaving=leaving)
         by_ip = {pod.ip: pod.name for pod in self.pods()}
         self._version += 1
         clusters = {cluster: [a for a in addresses if model is None or self._models.get(by_ip.get(a[0])) == model]

@@ -21,7 +21,7 @@ import time
 import pytest
 
 from eppkit.modes import gaie_epp
-from tests.support.churn import WATCHERS, BackgroundLoad, served, watcher_topology
+from tests.support.churn import WATCHERS, BackgroundLoad, details, served, watcher_topology
 from tests.support.contract import CONTRACT
 from tests.support.reliability import require_gaie_epp
 
@@ -57,7 +57,7 @@ def test_a_pod_that_turns_not_ready_is_no_longer_picked(eppkit_testbed_factory, 
     record_property("not_ready_still_picked_s", round(max(picked_late, default=0.0), 3))
     assert not [s for s in picked_late if s > STOP_PICKING_S], (
         f"{watcher} still picked {victim} {max(picked_late):.2f} s after it turned not Ready: {served(after)}")
-    assert all(s.ok for s in load.sent()), served(load.sent())
+    assert all(s.ok for s in load.sent()), f"{served(load.sent())}: {details(load.sent())}"
     assert len({s.pod for s in load.sent(since=changed + STOP_PICKING_S)}) == 2  # the other two serve
 
 
@@ -71,7 +71,7 @@ def test_a_pod_added_under_load_gets_traffic(eppkit_testbed_factory, watcher, re
         first = load.wait_for(lambda sent: any(s.pod == pod.name for s in sent), f"a request served by {pod.name}",
                               since=added, timeout_s=20)
     record_property("added_first_served_s", round(min(s.started for s in first if s.pod == pod.name) - added, 3))
-    assert all(s.ok for s in load.sent()), served(load.sent())
+    assert all(s.ok for s in load.sent()), f"{served(load.sent())}: {details(load.sent())}"
 
 
 def test_a_rolling_replacement_fails_no_request_a_fallback_could_serve(eppkit_testbed_factory, watcher,
@@ -97,7 +97,7 @@ def test_a_rolling_replacement_fails_no_request_a_fallback_could_serve(eppkit_te
           f"{len(during)} requests, {len(failed)} failed ({len(uncoverable)} cut mid-answer): {served(during)}")
     assert {p.name for p in bed.pool.pods()} == new
     assert set(served(load.sent(since=done + STOP_PICKING_S))) <= new
-    assert failed == uncoverable, f"failures a fallback could have served: {served(failed)}"
+    assert failed == uncoverable, f"failures a fallback could have served: {served(failed)}: {details(failed)}"
 
 
 @CONTRACT  # the pool's pods changed in the runtime
@@ -132,7 +132,7 @@ def test_an_edited_selector_moves_the_traffic_to_the_pods_it_selects(eppkit_test
         bed.pool.edit(selector={"app": "vllm", "track": "canary"})
         after = load.wait_served(15, since=edited + STOP_PICKING_S)
     assert served(after) == {canary.name: len(after)}, served(after)
-    assert all(s.ok for s in load.sent()), served(load.sent())
+    assert all(s.ok for s in load.sent()), f"{served(load.sent())}: {details(load.sent())}"
 
 
 @CONTRACT  # where the pool's pods are is the runtime's: loopback addresses, or a cluster's pod network

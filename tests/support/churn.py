@@ -46,6 +46,7 @@ class Sent:
     status: int
     pod: str | None  # the mock that answered
     error: str | None  # None: served in full
+    detail: str | None = None  # a failure's own words: the error body's message (Envoy's, with its reason), or the client's
 
     @property
     def ok(self) -> bool:
@@ -79,8 +80,9 @@ class BackgroundLoad:
         while not self._stop.is_set() and time.monotonic() < deadline:
             started = time.monotonic()
             result = self._client.chat(self._body(), timeout_s=self.request_timeout_s)
-            sent = Sent(started, time.monotonic(), result.status, result.headers.get("x-inference-pod"),
-                        classify(result, stream=True))
+            error = classify(result, stream=True)
+            sent = Sent(started, time.monotonic(), result.status, result.headers.get("x-inference-pod"), error,
+                        failure_detail(result) if error else None)
             with self._lock:
                 self._sent.append(sent)
             self._stop.wait(self.pause_s)
@@ -112,6 +114,21 @@ class BackgroundLoad:
     def wait_served(self, count: int, *, since: float = 0.0, timeout_s: float = 30.0) -> list[Sent]:
         return self.wait_for(lambda sent: sum(s.ok for s in sent) >= count, f"{count} requests served",
                              since=since, timeout_s=timeout_s)
+
+
+def failure_detail(result) -> str:
+    """What a failed request was told: the message of its error body (Envoy's local reply names its reason, e.g.
+    ``upstream connect error ... (upstream_reset_before_response_started{connection_termination})``), else the
+    client's error."""
+    body = result.body
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message"))[:300]
+    return (result.error or str(body))[:300]
+
+
+def details(sent: list[Sent]) -> dict[str, int]:
+    """How many failures said each thing (a failure's ``detail``)."""
+    return dict(Counter(s.detail for s in sent if not s.ok))
 
 
 def served(sent: list[Sent]) -> dict[str, int]:
