@@ -31,6 +31,7 @@ from eppkit.gateway import versions as envoy_versions
 from eppkit.modes import external_epp
 from eppkit.modes.options import parse_set
 from eppkit.runtimes import RUNTIMES
+from eppkit.services.epp import BODY_PATHS
 from eppkit.services.picker import scorers
 from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
 from eppkit.core.flags import flag_of, flagged
@@ -261,6 +262,10 @@ def _table() -> list[Option]:
                "(default: %(default)s)", S({COMPARE}), default=0.25, type=float, group="report"),
         Option("--threshold-ms", "and at least this many ms (default: %(default)s)", S({COMPARE}), default=2.0,
                type=float, group="report"),
+        Option("--body-paths", f"how Envoy sends the request body to an ext_proc EPP, comma-separated of "
+               f"{','.join(BODY_PATHS)} or 'all': each mode that takes a path runs once per path, beside its floor "
+               "(default: streamed, the EPP protocol's)", S({COMPARE}), default=BODY_PATHS[:1],
+               type=lambda v: _names(v, BODY_PATHS, "body path"), group="workload"),
         Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
                group="report"),
         Option("--no-floors", "skip each picker mode's floor: the same wiring with a picker that costs nothing (a Go "

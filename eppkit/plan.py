@@ -18,6 +18,7 @@ class Endpoint:
     port: int
     role: str = "both"
     model: str = "mock-llm"
+    kv_events: str | None = None  # its KV-cache events publisher (tcp://host:port), when Topology.kv_events
 
     @property
     def address(self) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from eppkit.gateway.user_filters import UserFilter
 
+from eppkit.services.picker.scorers.kv_events import TYPE as KV_EVENTS_SCORER
 from eppkit.backends import Backend
 from eppkit.services.encoder.config import EncoderConfig
 from eppkit.services.vllm.config import MockLatency
@@ -55,9 +56,18 @@ class Topology:
     # Pools of many pods: one mock process serves this many pods' addresses (a process per pod costs ~50 MB).
     # Its x-inference-pod names the process's first pod; the endpoint that served is Envoy's served header.
     pods_per_mock: int = 1
+    # Every mock vLLM publishes its KV-cache events as vLLM does (--kv-events-config: ZeroMQ on a port of its own;
+    # services/openai_server/kvevents.py) and the pickers learn where (a user's EPP: {kv_events}). On by itself when
+    # the picker's scorer is kv-events-scorer.
+    kv_events: bool = False
 
     def __post_init__(self) -> None:
         self.backend = Backend.of(self.backend)
+
+    @property
+    def publishes_kv_events(self) -> bool:
+        """Whether the mocks publish KV-cache events: asked for, or the picker's scorer reads them."""
+        return self.kv_events or self.options.get("scorer") == KV_EVENTS_SCORER
 
     @property
     def tracing(self) -> bool:

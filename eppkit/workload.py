@@ -39,6 +39,12 @@ class Scenario:
     max_tokens: tuple[int, int]
     media_items: tuple[int, int] = (0, 0)  # images per request (epd)
     image_bytes: tuple[int, int] = (2048, 8192)
+    # Prompt sizes in KiB, one per request in turn (request i: prompt_kb[i % len]); prompt_words then only bounds
+    # them. Empty: the prompt is prompt_words long.
+    prompt_kb: tuple[int, ...] = ()
+    # The context window the servers need (their --max-model-len, the flag vLLM, the simulator and the mock share);
+    # None: their default.
+    max_model_len: int | None = None
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -52,6 +58,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "epd", False, (8, 30), (8, 16), media_items=(1, 3)),
     Scenario("pd", "P/D: prefill on P, KV transfer, decode on D",
              "pd", False, (20, 200), (8, 24)),
+    Scenario("prompt-sizes", "prompts of 1, 4, 16, 64 and 256 KiB in turn, 8-16 tokens out as SSE: TTFT and the "
+             "EPP hop per prompt size (the curve of report.html)",
+             "aggregated", True, (100, 50_000), (8, 16), prompt_kb=(1, 4, 16, 64, 256), max_model_len=65536),
 )}
 
 PROMPT_WORDS = (
@@ -71,6 +80,7 @@ class PlannedRequest:
     body: dict
     prompt_words: int
     media_items: int
+    prompt_kb: int | None = None  # the size it was made to (a scenario with prompt_kb)
 
     @property
     def stream(self) -> bool:
@@ -92,8 +102,13 @@ def plan_requests(scenario: Scenario, count: int, seed: int = 0, *, stream: bool
     rng = random.Random(f"eppkit-workload:{scenario.name}:{seed}")
     out = []
     for i in range(count):
-        words = rng.randint(*scenario.prompt_words)
-        text = " ".join(rng.choice(PROMPT_WORDS) for _ in range(words))
+        kb = scenario.prompt_kb[i % len(scenario.prompt_kb)] if scenario.prompt_kb else None
+        if kb is None:
+            words = rng.randint(*scenario.prompt_words)
+            text = " ".join(rng.choice(PROMPT_WORDS) for _ in range(words))
+        else:
+            text = _text_of(rng, kb * 1024)
+            words = len(text.split())
         items = rng.randint(*scenario.media_items)
         if items:
             content: str | list = [{"type": "text", "text": text}] + [
@@ -108,8 +123,18 @@ def plan_requests(scenario: Scenario, count: int, seed: int = 0, *, stream: bool
             "stream": scenario.stream if stream is None else stream,
             "seed": rng.randrange(2**31),
         }
-        out.append(PlannedRequest(i, body, words, items))
+        out.append(PlannedRequest(i, body, words, items, kb))
     return out
+
+
+def _text_of(rng: random.Random, size: int) -> str:
+    """Words drawn until the text is ``size`` bytes (cut at a word's end, so a few bytes over)."""
+    parts, length = [], -1
+    while length < size:
+        word = rng.choice(PROMPT_WORDS)
+        parts.append(word)
+        length += len(word) + 1
+    return " ".join(parts)
 
 
 # -- results -----------------------------------------------------------------------------------

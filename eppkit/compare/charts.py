@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eppkit.compare import promptsizes
 from eppkit.compare.report import PART_COLORS, mode_color
 from eppkit.observability import steps as st
 from eppkit.observability.html import service_color
@@ -89,6 +90,29 @@ def steps_chart(block: dict, stem: Path, title: str) -> list[Path]:
             seen.setdefault(lab, h)
     order = [p for p in st.BREAKDOWN if p in seen]
     fig.legend([seen[p] for p in order], order, loc="outside lower center", ncols=len(order), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=11)
+    return _save(fig, stem)
+
+
+def prompt_sizes_chart(block: dict, stem: Path, title: str) -> list[Path] | None:
+    """TTFT and gateway p50 against the prompt size, one line per mode (PNG and SVG); None without a curve."""
+    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok" and r.get("by_prompt_kb")]
+    if not modes:
+        return None
+    fig = _figure(4.6 * len(promptsizes.MEASURES), 3.8)
+    axes = fig.subplots(1, len(promptsizes.MEASURES), squeeze=False)[0]
+    for ax, (name, _) in zip(axes, promptsizes.MEASURES):
+        for m in modes:
+            points = [(p["kb"], p[name]) for p in block["modes"][m]["by_prompt_kb"] if p.get(name) is not None]
+            if points:
+                ax.plot(*zip(*points), marker="o", markersize=3, label=m, color=mode_color(m, None),
+                        linestyle="--" if m.startswith("floor-") else "-")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("prompt (KiB)")
+        ax.set_ylabel("ms, p50")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
     fig.suptitle(title, fontsize=11)
     return _save(fig, stem)
 

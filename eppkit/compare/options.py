@@ -10,9 +10,11 @@ from eppkit import flows, modes
 from eppkit import options as opt
 from eppkit.backends import Backend
 from eppkit.builds import inference_perf
+from eppkit.compare import bodypaths
 from eppkit.compare import loadmetrics as lm
 from eppkit.modes import external_epp
 from eppkit.modes.options import read_options
+from eppkit.services.epp import BODY_PATHS
 from eppkit.services.picker.settings import PickerSettings
 from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import Topology, VllmSpec
@@ -52,6 +54,9 @@ class CompareOptions:
     mode_sets: dict = field(default_factory=dict)
     charts: bool = True
     floors: bool = True  # each picker mode's floor beside it (eppkit.compare.floors)
+    # How Envoy sends the request body to an ext_proc EPP: each mode that takes a path runs once per path
+    # (eppkit.compare.bodypaths).
+    body_paths: tuple[str, ...] = _default("body_paths")
     # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
     filters: tuple = ()
     envoy_version: str | None = None
@@ -68,6 +73,9 @@ class CompareOptions:
         bad = [s for s in self.scenarios if s not in SCENARIOS]
         if bad:
             raise ValueError(f"unknown scenario(s) {', '.join(bad)}; choose from {', '.join(SCENARIOS)}")
+        bad = [p for p in self.body_paths if p not in BODY_PATHS]
+        if bad or not self.body_paths:
+            raise ValueError(f"body path(s) {', '.join(bad) or 'none'}: choose from {', '.join(BODY_PATHS)}")
         if not self.modes or not self.scenarios:
             raise ValueError("need at least one mode and one scenario")
         load = self.load
@@ -98,13 +106,28 @@ def mode_options(options: CompareOptions, mode: str) -> dict:
     return {**scoring, **extra}
 
 
-def topology_for(options: CompareOptions, mode: str, scenario: Scenario) -> Topology:
+def server_args(scenario: Scenario) -> list[str]:
+    """What the scenario asks of every server it runs on (a long prompt's context window)."""
+    return ["--max-model-len", str(scenario.max_model_len)] if scenario.max_model_len else []
+
+
+def runs(options: CompareOptions) -> list[tuple[str, str, str]]:
+    """(key, mode, body path) of every run a scenario gets, in order: each mode, once per body path it takes
+    (eppkit.compare.bodypaths)."""
+    return [(bodypaths.key(mode, path), mode, path) for mode in options.modes for path in options.body_paths
+            if bodypaths.takes(mode, path, mode_options(options, mode))]
+
+
+def topology_for(options: CompareOptions, mode: str, scenario: Scenario, body_path: str = bodypaths.DEFAULT) -> Topology:
+    mode_set = mode_options(options, mode)
+    if body_path != bodypaths.DEFAULT:
+        mode_set = {**mode_set, bodypaths.OPTION: body_path}
     return Topology(
         mode=mode, flow=scenario.flow,
-        vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)],
+        vllm=[VllmSpec(name=f"vllm-{i}", extra_args=server_args(scenario)) for i in range(options.backends)],
         prefill=1, decode=options.backends, encoders=2,
         latency=options.latency, encode_latency=options.encode_latency, seed=options.seed,
-        options=mode_options(options, mode), backend=options.backend,
+        options=mode_set, backend=options.backend,
         filters=list(options.filters), envoy_version=options.envoy_version,
     )
 
@@ -117,5 +140,5 @@ def options_from(args: argparse.Namespace) -> CompareOptions:
         **given, "modes": tuple(args.modes), "scenarios": tuple(args.scenarios), "latency": latency_from_args(args),
         "load": Load(**{f.name: getattr(args, f.name) for f in fields(Load)}),
         "backend": opt.backend(args), "mode_sets": {external_epp.MODE.name: opt.epp_options(args)},
-        "filters": tuple(args.filters or ()),
+        "filters": tuple(args.filters or ()), "body_paths": tuple(args.body_paths),
     })

@@ -30,6 +30,9 @@ def write(report: dict, out_dir: str | Path, *, charts: bool = True) -> dict[str
             stem = out / f"steps-{scenario}"
             drawn.steps_chart(block, stem, f"{scenario}: where the time goes, per mode")
             block["charts"]["steps"] = stem.name + ".png"
+            stem = out / f"prompt-sizes-{scenario}"
+            if drawn.prompt_sizes_chart(block, stem, f"{scenario}: per prompt size, p50 per mode"):
+                block["charts"]["prompt sizes"] = stem.name + ".png"
             for mode in ok:
                 rep = block["modes"][mode].get("representative")
                 if not rep or not rep.get("file") or not (out / rep["file"]).is_file():

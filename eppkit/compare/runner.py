@@ -13,11 +13,11 @@ from typing import Callable
 
 from eppkit import modes
 from eppkit.builds import inference_perf
-from eppkit.compare import floors
+from eppkit.compare import bodypaths, floors
 from eppkit.compare import loadmetrics as lm
-from eppkit.compare import loadtool
+from eppkit.compare import loadtool, promptsizes
 from eppkit.compare import report as rp
-from eppkit.compare.options import CompareOptions, mode_options, topology_for
+from eppkit.compare.options import CompareOptions, mode_options, runs, topology_for
 from eppkit.compare.progress import ProgressLine, _Quiet
 from eppkit.compare.traces import collect_traces
 from eppkit.components.jaeger import Jaeger
@@ -43,7 +43,8 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
     t_mode = time.monotonic()
     measured = plan_requests(scenario, options.load.requests, options.seed, stream=options.stream)
     warm = plan_requests(scenario, options.load.warmup, options.seed + 1_000_003, stream=options.stream)
-    result: dict = {"status": "failed", "error": None, "scorer": mode_options(options, mode).get("scorer")}
+    result: dict = {"status": "failed", "error": None,
+                    "scorer": mode_options(options, bodypaths.split(mode)[0]).get("scorer")}
     progress.update(f"{label} {mode:<15} starting testbed ...")
     bed = None
     try:
@@ -73,7 +74,9 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         work: WorkloadResult = driver.run(measured)
         client.flush()
         media = {r.index: r.media_items for r in measured}
-        samples = [{**s.to_json(), "ok": s.ok} for s in work.samples]
+        sizes = {r.index: r.prompt_kb for r in measured if r.prompt_kb}
+        samples = [{**s.to_json(), "ok": s.ok, **({"prompt_kb": sizes[s.index]} if s.index in sizes else {})}
+                   for s in work.samples]
 
         def rules(sample):
             return bed.expected_spans(media_items=media.get(sample["index"], 0))
@@ -90,6 +93,8 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
             s["steps"] = {k: round(v, 3) for k, v in st.step_durations(from_jaeger_json(raw), bed.mode).items()} if raw else {}
         result.update(rp.summarize_mode(samples, planned=len(measured), wall_s=work.wall_s, stopped=work.stopped))
         result["load_metrics"] = lm.summarize(samples, wall_s=work.wall_s, slo=lm.Slo.parse(options.slo))
+        if sizes:
+            result["by_prompt_kb"] = promptsizes.curve(samples)
         result["samples"] = samples
         result["startup_s"] = round(t_start - t_mode, 3)
         if result["requests"]["ok"] == 0:
@@ -206,7 +211,8 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
             pods = Topology(vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)], seed=options.seed,
                             backend=options.backend)
             options = replace(options, backend=servers.backend_for(pods))
-        total = len(options.scenarios) * len(options.modes)
+        planned = runs(options)
+        total = len(options.scenarios) * len(planned)
         n = 0
         load = options.load
         for name in options.scenarios:
@@ -219,17 +225,19 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
                 "modes": {},
             }
             report["scenarios"][name] = block
-            for mode in options.modes:
+            for key, mode, path in planned:
                 n += 1
                 label = f"[{n}/{total} {name}]"
-                block["modes"][mode] = run_mode(options, scenario, mode, jaeger, out_dir, progress, label, create,
-                                                load_tool=tool)
-                key = floors.floor_of(mode) if options.floors else None
-                if key is not None:
-                    block["modes"][mode]["floor"] = key
-                    if key not in block["modes"]:  # one floor per transport and scenario, right after its first mode
-                        block["modes"][key] = run_floor(options, scenario, key, jaeger, out_dir, progress, label,
-                                                        create)
+                block["modes"][key] = run_mode(options, scenario, key, jaeger, out_dir, progress, label, create,
+                                               load_tool=tool, topology=topology_for(options, mode, scenario, path))
+                block["modes"][key]["body_path"] = path if bodypaths.applies(mode) else None
+                floor = floors.floor_of(mode) if options.floors else None
+                if floor is not None:
+                    floor = bodypaths.key(floor, path)
+                    block["modes"][key]["floor"] = floor
+                    if floor not in block["modes"]:  # one floor per transport, path and scenario, after its first mode
+                        block["modes"][floor] = run_floor(options, scenario, floor, jaeger, out_dir, progress, label,
+                                                          create)
             rp.add_overheads(block["modes"])
     finally:
         if servers is not None:

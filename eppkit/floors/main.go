@@ -2,10 +2,12 @@
 // eppkit compare runs each picker mode once more with this in the picker's place (eppkit/compare/floors.py), so a
 // mode's cost splits into what its transport costs on this machine and what its picker adds.
 //
-//	floor -transport extproc -port P -pick host:port[,host:port...]
+//	floor -transport extproc -port P -pick host:port[,host:port...] [-body streamed|buffered|none]
 //	    an ext_proc server that answers every message at once, in the order Envoy asks, and picks the fixed list
-//	    (header, envoy.lb metadata and a route refresh on the request headers; every body chunk echoed as a
-//	    streamed mutation with its own end_of_stream)
+//	    (header, envoy.lb metadata and a route refresh), as Envoy's request_body_mode lets it: streamed
+//	    (FULL_DUPLEX_STREAMED) on the request headers, every body chunk echoed as a streamed mutation with its own
+//	    end_of_stream; buffered (BUFFERED) on the one body message, the headers answered empty first; none (NONE)
+//	    on the request headers
 //	floor -transport callout -port P -pick host:port[,host:port...]
 //	    the callout service's POST /pick (the Lua filter's and the dynamic module's): the body read, the list
 //	    answered at once ({"endpoint": first, "fallbacks": [rest]} and the destination header); GET /health
@@ -34,16 +36,32 @@ type noop struct {
 	pb.UnimplementedExternalProcessorServer
 	pick     string
 	metadata *structpb.Struct
+	buffered bool // Envoy sends the body whole (BUFFERED): the decision answers it
 }
 
-func (n *noop) decision() *pb.ProcessingResponse {
+func (n *noop) common() *pb.CommonResponse {
 	mutation := &pb.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
 		Header:       &corev3.HeaderValue{Key: destination, RawValue: []byte(n.pick)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD}}}
+	return &pb.CommonResponse{ClearRouteCache: true, HeaderMutation: mutation}
+}
+
+func (n *noop) onHeaders() *pb.ProcessingResponse {
+	if n.buffered {
+		return &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{}}}
+	}
 	return &pb.ProcessingResponse{
-		Response: &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{
-			Response: &pb.CommonResponse{ClearRouteCache: true, HeaderMutation: mutation}}},
+		Response:        &pb.ProcessingResponse_RequestHeaders{RequestHeaders: &pb.HeadersResponse{Response: n.common()}},
 		DynamicMetadata: n.metadata}
+}
+
+func (n *noop) onBody(body *pb.HttpBody) *pb.ProcessingResponse {
+	if n.buffered {
+		return &pb.ProcessingResponse{
+			Response:        &pb.ProcessingResponse_RequestBody{RequestBody: &pb.BodyResponse{Response: n.common()}},
+			DynamicMetadata: n.metadata}
+	}
+	return &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestBody{RequestBody: echo(body)}}
 }
 
 func echo(body *pb.HttpBody) *pb.BodyResponse {
@@ -63,9 +81,9 @@ func (n *noop) Process(stream pb.ExternalProcessor_ProcessServer) error {
 		var out *pb.ProcessingResponse
 		switch r := req.Request.(type) {
 		case *pb.ProcessingRequest_RequestHeaders:
-			out = n.decision()
+			out = n.onHeaders()
 		case *pb.ProcessingRequest_RequestBody:
-			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestBody{RequestBody: echo(r.RequestBody)}}
+			out = n.onBody(r.RequestBody)
 		case *pb.ProcessingRequest_RequestTrailers:
 			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestTrailers{RequestTrailers: &pb.TrailersResponse{}}}
 		case *pb.ProcessingRequest_ResponseHeaders:
@@ -107,6 +125,7 @@ func main() {
 	transport := flag.String("transport", "extproc", "extproc | callout")
 	port := flag.String("port", "9002", "the port to listen on (127.0.0.1)")
 	pick := flag.String("pick", "", "the destination every request gets: host:port[,host:port...]")
+	body := flag.String("body", "streamed", "extproc: how Envoy sends the request body: streamed | buffered | none")
 	flag.Parse()
 	listener, err := net.Listen("tcp", "127.0.0.1:"+*port)
 	if err != nil {
@@ -121,10 +140,13 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
+		if *body != "streamed" && *body != "buffered" && *body != "none" {
+			log.Fatalf("-body %q: streamed, buffered or none", *body)
+		}
 		server := grpc.NewServer(grpc.MaxRecvMsgSize(80<<20), grpc.MaxSendMsgSize(80<<20))
-		pb.RegisterExternalProcessorServer(server, &noop{pick: *pick, metadata: metadata})
+		pb.RegisterExternalProcessorServer(server, &noop{pick: *pick, metadata: metadata, buffered: *body == "buffered"})
 		healthpb.RegisterHealthServer(server, health.NewServer()) // "" SERVING
-		log.Printf("floor (extproc) on 127.0.0.1:%s, picking %s", *port, *pick)
+		log.Printf("floor (extproc, request body %s) on 127.0.0.1:%s, picking %s", *body, *port, *pick)
 		log.Fatal(server.Serve(listener))
 	default:
 		log.Fatalf("-transport %q: extproc or callout", *transport)

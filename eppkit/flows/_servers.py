@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from eppkit.backends import Server
+import json
+
+from eppkit.backends import MOCK, Server
 from eppkit.components.inference_pool import LOOPBACK_PODS
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
@@ -22,9 +24,18 @@ def instance(topology: Topology, ports: PortAllocator, name: str, role: str, mod
         port = ports.port(all_interfaces=True)  # its port must be free on every interface, not only on loopback
     else:
         port = port or ports.port()
+    kv_events = None
+    if topology.publishes_kv_events:
+        if backend.preset != MOCK or not backend.starts_servers:
+            raise ValueError(f"KV-cache events: the kit's mock publishes them; the {backend.label} backend is not "
+                             "started with them (leave kv_events off and pick another scorer)")
+        kv_events = f"tcp://{host.split(',')[0]}:{ports.port()}"
+        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv_events,
+                  "topic": f"kv@{name}@{model}"}
+        extra = [*extra, "--kv-events-config", json.dumps(config, separators=(",", ":"))]
     spec = backend.server(Server(name, role, model, host, port, index, topology.seed, topology.latency, tuple(extra),
                                  backend.command))
-    return spec, Endpoint(name, host, port, role, model)
+    return spec, Endpoint(name, host, port, role, model, kv_events=kv_events)
 
 
 def pool(topology: Topology, ports: PortAllocator, pod_addresses) -> FlowPlan:
@@ -65,7 +76,7 @@ def pool(topology: Topology, ports: PortAllocator, pod_addresses) -> FlowPlan:
                               host=",".join(group_hosts), port=shared, index=start)
         out.services.append(service)
         for spec, host in zip(group, group_hosts):
-            out.routable.append(Endpoint(spec.name, host, shared, spec.role, spec.model))
+            out.routable.append(Endpoint(spec.name, host, shared, spec.role, spec.model, kv_events=_.kv_events))
             if spec.name != service.name:
                 out.servers[spec.name] = service.name
     return out

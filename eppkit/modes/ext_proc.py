@@ -10,6 +10,7 @@ and ``tracing`` come from :class:`eppkit.modes.options.PickerOptions`):
 | ``epp_keepalive_ms`` | 0 | HTTP/2 PING interval and timeout on the EPP connection: a hung EPP fails its requests (500) after twice this; 0: off |
 | ``epp_health_check_interval_ms`` | 500 | Envoy's TCP health check of the EPP; 0: none (then fail-open cannot work for requests with a body, see docs/modes-ext_proc.md) |
 | ``epp_process_response`` | False | also send response headers/body through the EPP |
+| ``epp_request_body`` | ``streamed`` | how Envoy sends the request body to the EPP: ``streamed`` (FULL_DUPLEX_STREAMED, the EPP protocol's), ``buffered`` (BUFFERED, one message), ``none`` (NONE: the EPP decides on the headers) |
 | ``epp_subset_hint`` | None | the EPP protocol's subset hint on every request: ``["ip:port", ...]`` or ``"ip:port,ip:port"``; an entry naming a backend (``vllm-1``) is its address |
 | ``epp_disabled`` | False | do not start the EPP (Envoy still points at its port): the EPP-down case |
 | ``epp_args`` | [] | extra command-line arguments for the EPP |
@@ -32,7 +33,7 @@ from eppkit.modes.options import PickerOptions
 from eppkit.modes.registry import Mode, register
 from eppkit.observability.contract import Cluster, Envoy, Epp, Service
 from eppkit.plan import Endpoint, ModePlan, ServiceSpec
-from eppkit.services.epp import MULTIPART_TRIGGERS
+from eppkit.services.epp import BODY_PATHS, MULTIPART_TRIGGERS, REQUEST_BODY
 
 
 @dataclass
@@ -47,6 +48,14 @@ class EnvoyExtProcOptions:
     # The EPP protocol's subset hint on every request (envoy.lb.subset_hint): a list of "ip:port", or the
     # same as one comma-separated string; None: none (the EPP picks from its whole pool).
     epp_subset_hint: list | str | None = None
+    # How Envoy sends the request body to the EPP (eppkit.services.epp.REQUEST_BODY): streamed, buffered, none.
+    epp_request_body: str = BODY_PATHS[0]
+
+    def check_request_body(self, *, allowed: tuple[str, ...] = BODY_PATHS) -> None:
+        """ValueError unless ``epp_request_body`` is one of ``allowed`` (what the mode's EPP can take)."""
+        if self.epp_request_body not in allowed:
+            raise ValueError(f"epp_request_body {self.epp_request_body!r}: this mode takes "
+                             f"{', '.join(allowed)} (of {', '.join(BODY_PATHS)})")
 
 
 @dataclass
@@ -59,6 +68,7 @@ class ExtProcOptions(PickerOptions, EnvoyExtProcOptions):
         super().validate()
         if self.multipart_trigger not in MULTIPART_TRIGGERS:
             raise ValueError(f"multipart_trigger must be one of {', '.join(MULTIPART_TRIGGERS)}")
+        self.check_request_body()
         return self
 
 
@@ -70,6 +80,8 @@ def epp_service(topology, options: ExtProcOptions, port: int, backends: list[End
         extra += ["--frontend-url", frontend_url]
     if topology.flow == "multipart":
         extra += ["--multipart", "--multipart-trigger", options.multipart_trigger]
+    if options.epp_request_body != BODY_PATHS[0]:
+        extra += ["--request-body", options.epp_request_body]
     return picker_service("epp", "eppkit.services.epp", port, options, backends, pools,
                           extra=[*extra, *options.epp_args], health_path=None)  # gRPC: the testbed waits for the port
 
@@ -78,6 +90,9 @@ def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_
                epp_host: str = "127.0.0.1") -> dict[str, Any]:
     """The ext_proc template's variables (the EPP at ``epp_host:epp_port``: an IP, or a name Envoy resolves)."""
     multipart = topology.flow == "multipart"
+    if multipart and options.epp_request_body != BODY_PATHS[0]:
+        raise ValueError(f"the multipart flow needs the request body streamed through the EPP; "
+                         f"epp_request_body is {options.epp_request_body!r}")
     return {
         **body_routing_vars(options.body_routing, backends),
         "epp_host": epp_host,
@@ -91,6 +106,7 @@ def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_
         "epp_health_check_interval_ms": options.epp_health_check_interval_ms,
         "epp_keepalive_ms": options.epp_keepalive_ms,
         "epp_subset_hint": subset_hint(options.epp_subset_hint, backends),
+        "epp_request_body_mode": REQUEST_BODY[options.epp_request_body],
     }
 
 

@@ -20,7 +20,8 @@ Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
 Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_proc, the port Envoy
 connects to), ``{health_port}`` (grpc.health.v1; readiness waits for SERVING there, or on the gRPC
 port when the command does not use it), ``{metrics_port}``, ``{endpoints}`` (the pool,
-``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``), and for a controller EPP that
+``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``), ``{kv_events}`` (where each mock publishes
+its KV-cache events, ``name=tcp://host:port,...``: Topology.kv_events), and for a controller EPP that
 watches an InferencePool: ``{kubeconfig}`` (a kubeconfig file of the testbed's Kubernetes control plane),
 ``{pool_name}``, ``{pool_namespace}``. A command that uses any of these three gets the control plane: the
 testbed's namespace holds the InferencePool and one Pod per mock (each on its own loopback address, all on
@@ -43,7 +44,8 @@ from eppkit.observability.contract import Cluster, Envoy, Service
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 
 POOL_PLACEHOLDERS = ("kubeconfig", "pool_name", "pool_namespace")  # any of them: the EPP watches an InferencePool
-PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints", *POOL_PLACEHOLDERS)
+PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints", "kv_events",
+                *POOL_PLACEHOLDERS)
 
 
 @dataclass
@@ -72,6 +74,7 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
             split_address(self.epp_address)
         if self.max_fallbacks < 0:
             raise ValueError("max_fallbacks cannot be negative")
+        self.check_request_body()
         if self.crds and not watches_pool(self):
             raise ValueError("crds go into the control plane of a controller EPP: its epp_command must use "
                              "{kubeconfig}, {pool_name} or {pool_namespace}")
@@ -115,7 +118,8 @@ def watches_pool(options: ExternalEppOptions) -> bool:
 def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint], pool: PoolTarget | None = None) -> list[str]:
     """The command line: ``template`` with its placeholders filled, split as a shell would."""
     values = {**ports, "endpoints": ",".join(ep.address for ep in backends),
-              "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends)}
+              "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends),
+              "kv_events": ",".join(f"{ep.name}={ep.kv_events}" for ep in backends if ep.kv_events)}
     if pool is not None:
         values.update(kubeconfig=pool.kubeconfig, pool_name=pool.name, pool_namespace=pool.namespace)
     return shlex.split(template.format(**values))

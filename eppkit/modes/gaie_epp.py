@@ -70,6 +70,8 @@ class GaieEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
             raise ValueError("conformance and epp_config are two EndpointPickerConfigs: give one")
         if self.max_fallbacks < 0:
             raise ValueError("max_fallbacks cannot be negative")
+        # v1.5.0 reads the body as it streams and answers it as streamed mutations (the EPP protocol's way).
+        self.check_request_body(allowed=("streamed",))
         return self
 
 

@@ -22,7 +22,7 @@ import asyncio
 import sys
 
 from eppkit.observability.contract import Service
-from eppkit.services.epp import MULTIPART_TRIGGERS, server
+from eppkit.services.epp import BODY_PATHS, MULTIPART_TRIGGERS, server
 from eppkit.services.epp.sidecar import FrontendPicker
 from eppkit.services.picker import settings, transport
 from eppkit.services.runner import add_common_args, run_then_flush
@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--multipart-trigger", choices=MULTIPART_TRIGGERS, default=MULTIPART_TRIGGERS[0],
                    help="when part 2 goes: on the first response body chunk of a streamed request (first-token; "
                    "other requests on the headers) or always on the response headers (default: %(default)s)")
+    p.add_argument("--request-body", choices=BODY_PATHS, default=BODY_PATHS[0],
+                   help="how Envoy sends the request body (its request_body_mode): streamed (FULL_DUPLEX_STREAMED), "
+                   "buffered (BUFFERED: one message) or none (NONE: decide on the headers) (default: %(default)s)")
     return p
 
 
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         picker = FrontendPicker(picker, args.frontend_url, timeout_s=args.frontend_timeout)
     return run_then_flush(lambda: asyncio.run(server.serve_forever(
         args.host, args.port, picker, scrapers, tracer, multipart=args.multipart,
-        multipart_trigger=args.multipart_trigger)))
+        multipart_trigger=args.multipart_trigger, request_body=args.request_body)))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ The EPP protocol of the Gateway API Inference Extension, as spoken here:
 - the headers response asks Envoy to clear its route cache, so the route is matched again
   now that the decision exists;
 - in FULL_DUPLEX_STREAMED the body goes back as ``streamed_response`` chunks; the last one
-  carries ``end_of_stream``.
+  carries ``end_of_stream``; in BUFFERED the decision answers the one body message (the body itself unchanged);
+  with no body sent (NONE) it answers the headers.
 """
 
 from __future__ import annotations
@@ -78,9 +79,12 @@ def headers_response(
     clear_route_cache: bool = False,
     response_path: bool = False,
     replace_body: bytes | None = None,
+    to_body: bool = False,
 ) -> pb.ProcessingResponse:
     """A HeadersResponse (request or response path) with header mutations and dynamic metadata; with
-    ``replace_body``, CONTINUE_AND_REPLACE: the body is that, whole, and Envoy asks nothing more of this path."""
+    ``replace_body``, CONTINUE_AND_REPLACE: the body is that, whole, and Envoy asks nothing more of this path.
+    ``to_body``: the same as the answer to the request's body message (a BUFFERED body: Envoy holds the headers
+    until the body is answered, so the mutation and the new route still apply to them)."""
     common = pb.CommonResponse(clear_route_cache=clear_route_cache)
     if replace_body is not None:
         common.status = pb.CommonResponse.CONTINUE_AND_REPLACE
@@ -89,7 +93,7 @@ def headers_response(
         common.header_mutation.set_headers.extend(_set_header(k, v) for k, v in set_headers.items())
     common.header_mutation.remove_headers.extend(remove_headers)
     msg = pb.ProcessingResponse()
-    target = msg.response_headers if response_path else msg.request_headers
+    target = msg.response_headers if response_path else msg.request_body if to_body else msg.request_headers
     target.response.CopyFrom(common)
     if metadata:
         msg.dynamic_metadata.CopyFrom(dynamic_metadata(metadata))

@@ -9,7 +9,7 @@ from typing import Sequence
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.observability import otel
-from eppkit.services.epp import protocol
+from eppkit.services.epp import BODY_PATHS, protocol
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.epp.stream import StreamProcessor
 from eppkit.services.picker.scraper import MetricsScraper
@@ -31,15 +31,16 @@ def incoming_context(context: grpc.aio.ServicerContext):
 
 class ExternalProcessor(pb_grpc.ExternalProcessorServicer):
     def __init__(self, picker: Picker, tracer: trace.Tracer, *, multipart: bool = False,
-                 multipart_trigger: str = "first-token"):
+                 multipart_trigger: str = "first-token", request_body: str = BODY_PATHS[0]):
         self.picker = picker
+        self.request_body = request_body  # how Envoy sends the body (eppkit.services.epp.REQUEST_BODY)
         self.tracer = tracer
         self.multipart = multipart  # the two-phase multipart flow (stream.py, HOLDING)
         self.multipart_trigger = multipart_trigger
 
     async def Process(self, request_iterator, context):  # noqa: N802 (gRPC method name)
         stream = StreamProcessor(self.picker, self.tracer, incoming_context(context), multipart=self.multipart,
-                                 multipart_trigger=self.multipart_trigger)
+                                 multipart_trigger=self.multipart_trigger, request_body=self.request_body)
         try:
             async for request in request_iterator:
                 for response in await stream.handle(request):
@@ -65,14 +66,16 @@ class EppServer:
 
 
 async def start(host: str, port: int, picker: Picker, scrapers: Sequence[MetricsScraper], tracer: trace.Tracer, *,
-                multipart: bool = False, multipart_trigger: str = "first-token") -> EppServer:
+                multipart: bool = False, multipart_trigger: str = "first-token",
+                request_body: str = BODY_PATHS[0]) -> EppServer:
     """``scrapers``: one per pool the picker reads; ``multipart``: the two-phase flow."""
     # Envoy sends request body in FULL_DUPLEX_STREAMED as fast as it arrives, several MiB in one
     # message when the client writes quickly; gRPC's default 4 MiB receive limit turned any larger
     # body into a 500 ("Received message larger than max"). Envoy buffers at most 64 MiB per connection.
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                                       ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
-    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker, tracer, multipart=multipart, multipart_trigger=multipart_trigger), server)
+    pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker, tracer, multipart=multipart, multipart_trigger=multipart_trigger,
+                                                                    request_body=request_body), server)
     # grpc.health.v1 on the same port, SERVING once the server runs, for the server ("") and the three
     # services the EPP protocol names: liveness, readiness and the ext_proc service itself.
     health_servicer = health.aio.HealthServicer()
@@ -87,13 +90,15 @@ async def start(host: str, port: int, picker: Picker, scrapers: Sequence[Metrics
         await scraper.start()
     await picker.start()
     await server.start()
-    log.info("epp listening on grpc://%s:%d (scorer %s%s)", host, bound, picker.scorer_name,
-             ", two-phase multipart" if multipart else "")
+    log.info("epp listening on grpc://%s:%d (scorer %s, request body %s%s)", host, bound, picker.scorer_name,
+             request_body, ", two-phase multipart" if multipart else "")
     return EppServer(server, tuple(scrapers), picker, bound)
 
 
 async def serve_forever(host: str, port: int, picker: Picker, scrapers: Sequence[MetricsScraper], tracer: trace.Tracer,
-                        *, multipart: bool = False, multipart_trigger: str = "first-token") -> None:
-    running = await start(host, port, picker, scrapers, tracer, multipart=multipart, multipart_trigger=multipart_trigger)
+                        *, multipart: bool = False, multipart_trigger: str = "first-token",
+                        request_body: str = BODY_PATHS[0]) -> None:
+    running = await start(host, port, picker, scrapers, tracer, multipart=multipart, multipart_trigger=multipart_trigger,
+                          request_body=request_body)
     await until_stopped()
     await running.stop()

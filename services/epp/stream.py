@@ -12,6 +12,12 @@ picker decides, and only then the headers response (destination header, ``envoy.
 metadata, clear_route_cache) and the body (unchanged, streamed back, end_of_stream on the last
 chunk) go out together, which releases the request upstream.
 
+With the body buffered by Envoy (``request_body="buffered"``, BUFFERED) the headers are answered at once (Envoy
+waits for that before it sends the body), the whole body comes in one message, and its answer carries the
+decision (the headers are still held, so the mutation and the new route apply); the body goes on unchanged.
+With no body sent (``request_body="none"``, NONE) the picker decides on the headers alone, as it does for a
+request without a body. Either way a trailers message that follows is answered empty.
+
 The two-phase multipart flow (``multipart=True``) adds HOLDING between BUFFERING and FORWARDED:
 
     BUFFERING --request_body(eos)--> HOLDING --response_headers [+ first response_body]--> FORWARDED
@@ -41,7 +47,7 @@ from typing import Awaitable, Callable
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from eppkit.observability.contract import Epp, Error, GenAi, Http, Rpc
-from eppkit.services.epp import MULTIPART_TRIGGERS, protocol
+from eppkit.services.epp import BODY_PATHS, MULTIPART_TRIGGERS, protocol
 from eppkit.services.epp.sidecar import Picker
 from eppkit.services.picker.decision import Decision, PickError
 from eppkit.services.picker.request import BadRequest, LlmRequest, parse_request
@@ -76,9 +82,15 @@ class StreamProcessor:
         on_decision: Callable[[Decision], Awaitable[None]] | None = None,
         multipart: bool = False,
         multipart_trigger: str = "first-token",
+        request_body: str = BODY_PATHS[0],
     ):
         if multipart_trigger not in MULTIPART_TRIGGERS:
             raise ValueError(f"multipart trigger {multipart_trigger!r}: choose one of {', '.join(MULTIPART_TRIGGERS)}")
+        if request_body not in BODY_PATHS:
+            raise ValueError(f"request body {request_body!r}: choose one of {', '.join(BODY_PATHS)}")
+        if multipart and request_body != "streamed":
+            raise ValueError("the two-phase multipart flow needs the request body streamed")
+        self.request_body = request_body
         self.picker = picker
         self.tracer = tracer
         self.parent = parent
@@ -129,20 +141,24 @@ class StreamProcessor:
                 Http.URL_PATH: self.headers.get(":path", ""),
             },
         )
-        if msg.end_of_stream:  # no body (e.g. GET /v1/models): decide on headers alone
+        if msg.end_of_stream or self.request_body == "none":  # no body (GET /v1/models), or none sent: decide now
             return await self._decide(trailers=False, body_follows=False)
         self.phase = Phase.BUFFERING
+        if self.request_body == "buffered":
+            return [protocol.headers_response()]  # Envoy sends the buffered body once the headers are answered
         return []
 
     async def _on_request_body(self, msg: pb.HttpBody) -> Responses:
         if self.phase is not Phase.BUFFERING:
             return self._out_of_order("request_body")
         self.body += msg.body
-        if msg.end_of_stream:
+        if msg.end_of_stream or self.request_body == "buffered":  # buffered: the whole body, trailers or not
             return await self._decide(trailers=False, body_follows=True)
         return []
 
     async def _on_request_trailers(self, msg: pb.HttpTrailers) -> Responses:
+        if self.phase is Phase.FORWARDED and self.request_body != "streamed":
+            return [protocol.trailers_response()]  # decided on the headers or the buffered body already
         if self.phase is not Phase.BUFFERING:
             return self._out_of_order("request_trailers")
         # The body ended without end_of_stream because trailers follow: decide now.
@@ -236,16 +252,19 @@ class StreamProcessor:
 
     @staticmethod
     def _decision_response(decision: Decision, set_headers: dict[str, str], remove: list[str], *,
-                           replace_body: bytes | None = None) -> pb.ProcessingResponse:
+                           replace_body: bytes | None = None, to_body: bool = False) -> pb.ProcessingResponse:
         """The headers response that carries the decision: headers, ``envoy.lb`` metadata, a new route (and with
-        ``replace_body``, the whole body: CONTINUE_AND_REPLACE)."""
+        ``replace_body``, the whole body: CONTINUE_AND_REPLACE); ``to_body``: as the buffered body's answer."""
         return protocol.headers_response(
-            set_headers, remove_headers=remove, clear_route_cache=True, replace_body=replace_body,
+            set_headers, remove_headers=remove, clear_route_cache=True, replace_body=replace_body, to_body=to_body,
             metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: decision.metadata_value}})
 
     def _release(self, decision: Decision, *, trailers: bool, body_follows: bool) -> Responses:
         """The messages that carry the decision and let the request go upstream."""
         set_headers, remove = decision.headers()
+        if self.request_body == "buffered" and body_follows:
+            # The answer to the buffered body: the decision; the body goes on as Envoy holds it.
+            return [self._decision_response(decision, set_headers, remove, to_body=True)]
         if body_follows:
             # In FULL_DUPLEX_STREAMED Envoy cannot trust the original length once a processor
             # may rewrite the body; say the length of the body we send back.

@@ -35,6 +35,14 @@ def prompt_tokens(text: str) -> list[str]:
     return TOKEN_RE.findall(text)
 
 
+VOCAB_SIZE = 32000
+
+
+def token_id(token: str) -> int:
+    """A token's id: a stable hash (no vocabulary file), the same in the mock's KV events and the pickers."""
+    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=4).digest(), "big") % VOCAB_SIZE
+
+
 def prompt_text_of(body: dict[str, Any]) -> str:
     """The text the model would see: chat messages flattened, or the completion prompt.
 

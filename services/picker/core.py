@@ -142,7 +142,11 @@ class Picker:
         return [self.pool, *(self.stages.pools() if self.stages is not None else [])]
 
     async def start(self) -> None:
-        pass
+        watch = getattr(self.scorer, "watch", None)  # a scorer that follows the pods (kv-events-scorer) starts now
+        if watch is not None:
+            watch(list(self.pool.endpoints))
 
     async def close(self) -> None:
-        pass
+        close = getattr(self.scorer, "close", None)
+        if close is not None:
+            close()

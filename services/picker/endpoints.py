@@ -25,6 +25,7 @@ class PoolEndpoint:
     healthy: bool = True
     last_scrape: float | None = None  # time.monotonic() of the last successful scrape
     last_error: str | None = None
+    kv_events: str | None = None  # where it publishes its KV-cache events (tcp://host:port), when it does
 
     @property
     def address(self) -> str:
@@ -98,3 +99,16 @@ def format_endpoints(endpoints: Iterable[Named], *, models: bool = False) -> str
         return f"{ep.name}={ep.address}{served}"
 
     return ",".join(item(ep) for ep in endpoints)
+
+
+def parse_kv_events(spec: str) -> dict[str, str]:
+    """``"vllm-0=tcp://127.0.0.1:9100,..."`` -> {name: publisher URL}; ValueError on a bad item."""
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in spec.split(",")):
+        if not item:
+            continue
+        name, sep, url = item.partition("=")
+        if not sep or not name.strip() or "://" not in url:
+            raise ValueError(f"--kv-events item {item!r} is not name=tcp://host:port")
+        out[name.strip()] = url.strip()
+    return out

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from eppkit.services.picker import scorers
 from eppkit.services.picker.core import Picker
-from eppkit.services.picker.endpoints import Named, format_endpoints, parse_endpoints
+from eppkit.services.picker.endpoints import Named, format_endpoints, parse_endpoints, parse_kv_events
 from eppkit.services.picker.kube_pool import DEFAULT_GROUP, VERSIONS, KubePool
 from eppkit.services.picker.pool import RUNNING_METRIC, WAITING_METRIC, Pool
 from eppkit.services.picker.scraper import MetricsScraper
@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> No
         g.add_argument("--encoder-endpoints", default="",
                        help="disaggregated flows: encoders ([name=]host:port,...); a request with media also gets "
                             "x-encoder-hosts-ports (one encoder per item at most, rotating)")
+    g.add_argument("--kv-events", default="",
+                   help="where the pool's endpoints publish their KV-cache events: name=tcp://host:port,... (the "
+                        "kv-events-scorer subscribes; vLLM's --kv-events-config endpoint) (default: none)")
     k = parser.add_argument_group("the pool from Kubernetes (instead of --endpoints; the GAIE EPP's flag names)")
     k.add_argument("--pool-name", default="",
                    help="learn the pool from this InferencePool (inference.networking.k8s.io/v1) and the Ready pods it "
@@ -108,13 +111,17 @@ def settings_from_args(args: argparse.Namespace) -> PickerSettings:
 
 
 def create_picker(settings: PickerSettings = DEFAULTS, endpoints: str = "", *, prefill: str = "",
-                  encoders: str = "") -> Picker:
-    """The picker for ``settings`` over pools written as :func:`parse_endpoints` reads them."""
+                  encoders: str = "", kv_events: str = "") -> Picker:
+    """The picker for ``settings`` over pools written as :func:`parse_endpoints` reads them (``kv_events``: where
+    endpoints publish their KV-cache events, :func:`parse_kv_events`)."""
     settings.validate()
+    publishers = parse_kv_events(kv_events)
 
     def pool(text: str) -> Pool:
-        return Pool(parse_endpoints(text), waiting_metric=settings.waiting_metric,
-                    running_metric=settings.running_metric)
+        listed = parse_endpoints(text)
+        for ep in listed:
+            ep.kv_events = publishers.get(ep.name)
+        return Pool(listed, waiting_metric=settings.waiting_metric, running_metric=settings.running_metric)
 
     stage_picker = None
     if prefill or encoders:
@@ -132,7 +139,7 @@ def build(args: argparse.Namespace) -> tuple[Picker, list]:
     if watched and args.endpoints:
         raise ValueError("--endpoints and --pool-name are two sources of the pool: give one")
     picker = create_picker(settings, args.endpoints, prefill=getattr(args, "prefill_endpoints", ""),
-                           encoders=getattr(args, "encoder_endpoints", ""))
+                           encoders=getattr(args, "encoder_endpoints", ""), kv_events=getattr(args, "kv_events", ""))
     scrapers = [MetricsScraper(p, interval_s=settings.metrics_interval, keep_when_empty=watched and p is picker.pool)
                 for p in picker.pools()]
     if not watched:
@@ -158,7 +165,11 @@ def service_args(settings: PickerSettings, endpoints: Iterable[Named], *, models
 
     ``settings`` may be any object with :class:`PickerSettings`' attributes (a mode's options).
     """
+    endpoints = list(endpoints)
     args = ["--endpoints", format_endpoints(endpoints, models=models)]
+    publishers = [f"{ep.name}={ep.kv_events}" for ep in endpoints if getattr(ep, "kv_events", None)]
+    if publishers:
+        args += ["--kv-events", ",".join(publishers)]
     prefill, encoders = list(prefill), list(encoders)
     if prefill:
         args += ["--prefill-endpoints", format_endpoints(prefill)]

@@ -8,13 +8,10 @@ blocks the mock's prefix cache holds. Token ids are stable hashes (no vocabulary
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from eppkit.services.openai_server.tokens import prompt_text_of, prompt_tokens
-
-VOCAB_SIZE = 32000
+from eppkit.services.openai_server.tokens import prompt_text_of, prompt_tokens, token_id
 
 
 @dataclass(frozen=True)
@@ -26,10 +23,6 @@ class Tokenized:
     @property
     def count(self) -> int:
         return len(self.tokens)
-
-
-def token_id(token: str) -> int:
-    return int.from_bytes(hashlib.blake2b(token.encode(), digest_size=4).digest(), "big") % VOCAB_SIZE
 
 
 def tokenize(body: dict[str, Any]) -> Tokenized:

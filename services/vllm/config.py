@@ -18,6 +18,7 @@ from typing import Any
 from eppkit.core.flags import flag_field, flag_name, flag_of
 from eppkit.services.openai_server.flags import ConfigError, check_common, check_jitter
 from eppkit.services.vllm.failures import FAILURE_TYPES, normalize_failure_type
+from eppkit.services.openai_server.kvevents import KvEventsConfig
 
 ROLES = ("prefill", "decode", "both")
 
@@ -102,6 +103,7 @@ class VllmConfig(MockLatency):
     default_max_tokens: int = 16
     block_size: int = 16
     kv_cache_size: int = 16384  # blocks
+    kv_events_config: str | None = None  # vLLM's --kv-events-config JSON (services/openai_server/kvevents.py); None: no events
     max_body_bytes: int = 8 * 1024 * 1024
     # multipart (two-phase) mode
     multipart_metadata_timeout: float = 10000.0
@@ -133,6 +135,10 @@ class VllmConfig(MockLatency):
             raise ConfigError("--block-size and --kv-cache-size must be at least 1")
         if self.max_model_len < 1:
             raise ConfigError("--max-model-len must be at least 1")
+        try:
+            KvEventsConfig.parse(self.kv_events_config)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         normalized = []
         for t in self.failure_types:
             try:
@@ -167,6 +173,10 @@ def add_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens, help="output length when the request sets none (default: %(default)s)")
     g.add_argument("--block-size", type=int, default=d.block_size, help="KV-cache block size in tokens (default: %(default)s)")
     g.add_argument("--kv-cache-size", type=int, default=d.kv_cache_size, help="KV-cache capacity in blocks (default: %(default)s)")
+    g.add_argument("--kv-events-config", default=None, metavar="JSON",
+                   help='vLLM\'s KV-cache events: {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": '
+                   '"tcp://127.0.0.1:5557", "replay_endpoint": ..., "topic": ..., "event_format": "named"|"positional"} '
+                   '(default: none)')
     g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body accepted; beyond: 413 (default: %(default)s)")
 
     g = parser.add_argument_group("multipart mode and encoder cache")

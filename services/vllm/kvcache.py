@@ -4,21 +4,29 @@ Prompt tokens are cut into blocks of ``--block-size``; each block is named by th
 of everything up to and including it (as vLLM's prefix caching does), so a block hits
 only when the whole prefix matches. The cache keeps ``--kv-cache-size`` blocks, least
 recently used out first. ``usage`` is the vLLM gauge: blocks held by running requests
-over capacity.
+over capacity. Every change is told to ``on_events`` as vLLM's KV events (services/openai_server/kvevents.py): the blocks
+an insert stored (one ``BlockStored`` per run of new blocks, with its parent), those it evicted
+(``BlockRemoved``), a ``clear`` (``AllBlocksCleared``).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from typing import Callable
+
+from eppkit.services.openai_server.tokens import token_id
+from eppkit.services.openai_server.kvevents import AllBlocksCleared, BlockRemoved, BlockStored, Event
 
 
 class PrefixCache:
-    def __init__(self, block_size: int, capacity_blocks: int) -> None:
+    def __init__(self, block_size: int, capacity_blocks: int,
+                 on_events: Callable[[list[Event]], None] | None = None) -> None:
         self.block_size = block_size
         self.capacity = capacity_blocks
         self._blocks: OrderedDict[bytes, None] = OrderedDict()
         self.in_use = 0  # blocks held by running requests
+        self.on_events = on_events
 
     def _hashes(self, tokens: list[str]) -> list[bytes]:
         out = []
@@ -42,11 +50,35 @@ class PrefixCache:
         return hits * self.block_size
 
     def insert(self, tokens: list[str]) -> None:
-        for digest in self._hashes(tokens):
+        hashes = self._hashes(tokens)
+        new = [i for i, digest in enumerate(hashes) if digest not in self._blocks]
+        for digest in hashes:
             self._blocks[digest] = None
             self._blocks.move_to_end(digest)
+        evicted = []
         while len(self._blocks) > self.capacity:
-            self._blocks.popitem(last=False)
+            evicted.append(self._blocks.popitem(last=False)[0])
+        if self.on_events is not None and (new or evicted):
+            self.on_events(self._stored(hashes, new, tokens) + ([BlockRemoved(evicted)] if evicted else []))
+
+    def _stored(self, hashes: list[bytes], new: list[int], tokens: list[str]) -> list[Event]:
+        """One BlockStored per run of consecutive new blocks, its parent the block before it."""
+        runs: list[list[int]] = []
+        for i in new:
+            if runs and runs[-1][-1] == i - 1:
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+        size = self.block_size
+        return [BlockStored(block_hashes=[hashes[i] for i in run], parent_block_hash=hashes[run[0] - 1] if run[0] else None,
+                            token_ids=[token_id(t) for t in tokens[run[0] * size:(run[-1] + 1) * size]],
+                            block_size=size) for run in runs]
+
+    def clear(self) -> None:
+        """Every block out (vLLM's reset_prefix_cache): AllBlocksCleared."""
+        self._blocks.clear()
+        if self.on_events is not None:
+            self.on_events([AllBlocksCleared()])
 
     def blocks_for(self, n_tokens: int) -> int:
         return -(-n_tokens // self.block_size)

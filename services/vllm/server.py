@@ -48,6 +48,7 @@ from eppkit.services.vllm.failures import (
     FailureInjector,
 )
 from eppkit.services.vllm.kvcache import PrefixCache
+from eppkit.services.openai_server.kvevents import KvEventsConfig, ZmqPublisher
 from eppkit.services.vllm.latency import LatencyModel
 from eppkit.services.vllm.scheduler import QueueFull, Scheduler
 from opentelemetry import trace
@@ -65,7 +66,10 @@ class MockVllm:
         self.tracer = tracer or trace.get_tracer(TRACER_SCOPE)
         self.latency = LatencyModel(config)
         self.scheduler = Scheduler(config.max_num_seqs, config.max_waiting_queue_length)
-        self.cache = PrefixCache(config.block_size, config.kv_cache_size)
+        # vLLM's KV events (--kv-events-config): the publisher binds at app start, the cache tells it every change.
+        self.kv_events = KvEventsConfig.parse(config.kv_events_config)
+        self.publisher: ZmqPublisher | None = None
+        self.cache = PrefixCache(config.block_size, config.kv_cache_size, on_events=self._publish)
         self.failures = FailureInjector(
             config.failure_injection_rate, config.failure_types, config.failure_after_tokens, config.seed
         )
@@ -96,10 +100,34 @@ class MockVllm:
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.on_startup.append(self.watcher.start)
+        app.on_startup.append(self._start_kv_events)
         app.on_shutdown.append(self.watcher.cancel_all)
         app.on_cleanup.append(self.watcher.stop)
+        app.on_cleanup.append(self._stop_kv_events)
         return app
+
+    async def _start_kv_events(self, app: web.Application) -> None:
+        if self.kv_events.enabled:
+            self.publisher = ZmqPublisher(self.kv_events)
+            log.info("KV events on %s (topic %r, %s)", self.kv_events.endpoint, self.kv_events.topic,
+                     self.kv_events.event_format)
+            self.cache.clear()  # a (re)started engine holds nothing: its first batch says so (AllBlocksCleared)
+
+    async def _stop_kv_events(self, app: web.Application) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None
+
+    def _publish(self, events) -> None:
+        if self.publisher is not None:
+            self.publisher.publish(events)
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's POST /reset_prefix_cache: every block out (AllBlocksCleared)."""
+        self.cache.clear()
+        return web.Response(text="")
 
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(text="")

@@ -10,6 +10,7 @@ import pytest
 from eppkit.observability.contract import Callout, Client, EchoEpp, Epp, Eppkit, Frontend, Service, Stream, Vllm
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.services.vllm.config import MockLatency
+from eppkit.services.epp import BODY_PATHS
 
 from eppkit import compare
 from eppkit.backends import SIM, Backend
@@ -126,6 +127,36 @@ def test_each_picker_mode_runs_beside_its_floor_and_the_report_splits_its_cost(t
     assert "floor" not in results["direct"]
     table = rp.format_table(report)
     assert "picker share" in table and f"({results['lua-callout']['floor']})" in table
+
+
+def test_each_body_path_runs_beside_its_floor_and_prompt_sizes_draw_the_curve(tmp_path, eppkit_jaeger, eppkit_runtime):
+    """ext_proc with the body streamed, buffered and not sent, each beside its floor, through prompts of 1 to 256 KiB:
+    every request served, Envoy's own record says how the body went (no body replies when none is sent), and the
+    report holds a point per size for each run."""
+    options = compare.CompareOptions(modes=("ext_proc",), scenarios=("prompt-sizes",), body_paths=BODY_PATHS,
+                                     load=Load(requests=5, concurrency=1, warmup=1), runtime=eppkit_runtime,
+                                     latency=MockLatency(time_to_first_token=50, inter_token_latency=5),
+                                     trace_timeout_s=20, floors=True)
+    out = tmp_path / "report"
+    report = compare.run(options, out, jaeger=eppkit_jaeger)
+    output.write(report, out)
+    results = report["scenarios"]["prompt-sizes"]["modes"]
+    assert list(results) == ["ext_proc", "floor-ext_proc", "ext_proc+buffered", "floor-ext_proc+buffered",
+                             "ext_proc+none", "floor-ext_proc+none"]
+    failed = {m: r["error"] for m, r in results.items() if r["status"] != "ok"}
+    assert not failed, f"runs failed (logs under {out}/logs): {failed}"
+    for key, result in results.items():
+        assert result["requests"]["ok"] == 5 and result["completeness"]["ratio"] == 1.0, (key, result["requests"])
+        curve = result["by_prompt_kb"]
+        assert [p["kb"] for p in curve] == [1, 4, 16, 64, 256], (key, curve)
+        assert all(p["requests"] == 1 and p["ttft"] and p["hold"] is not None for p in curve), (key, curve)
+    # Envoy's per-phase record: the EPP answered body messages when the body went to it, none when it did not.
+    assert {k for k, r in results.items() if "epp_release" in r["hop"]} == {
+        "ext_proc", "floor-ext_proc", "ext_proc+buffered", "floor-ext_proc+buffered"}
+    assert results["ext_proc+none"]["floor"] == "floor-ext_proc+none" and results["ext_proc+none"]["body_path"] == "none"
+    summary = (out / "summary.md").read_text()
+    assert "Per prompt size" in summary and "| 256 KiB |" in summary
+    assert (out / "prompt-sizes-prompt-sizes.svg").is_file()
 
 
 def test_compare_with_the_simulator_is_complete_and_labelled_external(tmp_path, eppkit_jaeger, eppkit_runtime):

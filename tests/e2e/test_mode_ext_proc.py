@@ -344,3 +344,23 @@ def test_an_http2_body_with_trailers_reaches_the_backend_once_and_whole(bed, pie
     assert result.status == 200, (result.body, result.error)
     assert result.headers[HEADER_BODY_SHA256] == hashlib.sha256(data).hexdigest()
     served_trace(bed, result)
+
+
+@pytest.mark.eppkit_needs_mock("reads the body's digest the mock reports")
+@pytest.mark.parametrize("body_path", ["buffered", "none"])
+def test_with_the_body_buffered_or_not_sent_the_pick_still_serves_the_whole_body_once(eppkit_testbed_factory,
+                                                                                       body_path):
+    # epp_request_body: Envoy sends the EPP the body whole (BUFFERED) or not at all (NONE); the decision answers
+    # the body or the headers. h2c with a trailer and a paced body: the answer to the trailers is empty either way.
+    bed = eppkit_testbed_factory(ext_proc_topology(epp_request_body=body_path))
+    data = json.dumps(chat_body("Where does this body go?")).encode()
+    client = bed.client()
+    results = [client.chat(None, raw_body=data, protocol="h2c", pieces=3, pause_s=0.02,
+                           trailers={"x-client-checksum": hashlib.sha256(data).hexdigest()}) for _ in range(2)]
+    client.flush()
+    assert [(r.status, r.headers[HEADER_BODY_SHA256]) for r in results] == [(200, hashlib.sha256(data).hexdigest())] * 2, [r.body for r in results]
+    assert {bed.served_pod(r.headers) for r in results} == {"vllm-0", "vllm-1"}  # round robin: both picks served
+    check = TraceCheck(served_trace(bed, results[0]))
+    pick = check.one(Epp.PICK, service=Service.EPP)
+    # The model is in the body: a buffered body gives it to the picker, no body leaves it unknown.
+    assert pick.attributes.get("gen_ai.request.model") == (MODEL if body_path == "buffered" else None)

@@ -289,3 +289,27 @@ def test_each_picker_mode_gets_its_floor_once_per_transport_and_the_report_split
     assert block["ext_proc"]["over_floor"]["gateway"]["p50"] == 0
     table = compare.rp.format_table(report)
     assert "+0.00 (floor-ext_proc)" in table and "floor-lua-callout" in table
+
+
+def test_each_body_path_a_mode_takes_runs_beside_its_own_floor(tmp_path, monkeypatch):
+    from eppkit.compare import floors
+
+    monkeypatch.setattr(floors.floor_build, "build", lambda progress=print: Path("/cache/bin/eppkit-floor-x"))
+    seen = []
+
+    def create(topology, runtime="local", jaeger=None):
+        seen.append((topology.mode, dict(topology.options)))
+        return FakeBed(tmp_path / f"run-{len(seen)}", topology, trace_file="chat-ext_proc.json")
+
+    report = compare.run(options(modes=("direct", "ext_proc", "gaie-epp"), floors=True,
+                                 body_paths=("streamed", "buffered", "none")),
+                         tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
+    block = report["scenarios"]["chat"]["modes"]
+    # direct has no EPP and GAIE's EPP v1.5.0 takes the body streamed only: each runs once.
+    assert list(block) == ["direct", "ext_proc", "floor-ext_proc", "ext_proc+buffered", "floor-ext_proc+buffered",
+                           "ext_proc+none", "floor-ext_proc+none", "gaie-epp"]
+    assert [o.get("epp_request_body") for m, o in seen if m == "ext_proc"] == [None, "buffered", "none"]
+    assert ("external-epp", {"epp_command": "/cache/bin/eppkit-floor-x -transport extproc -port {grpc_port} "
+                                            "-pick {endpoints} -body none", "epp_request_body": "none"}) in seen
+    assert block["ext_proc+none"]["floor"] == "floor-ext_proc+none" and block["ext_proc+none"]["body_path"] == "none"
+    assert block["direct"]["body_path"] is None and block["gaie-epp"]["floor"] == "floor-ext_proc"

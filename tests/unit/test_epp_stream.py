@@ -18,10 +18,10 @@ pytestmark = pytest.mark.unit
 BODY = json.dumps({"model": "mock-llm", "prompt": "hello", "max_tokens": 2}).encode()
 
 
-def make_stream(spans, picker=None, endpoints="vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002"):
+def make_stream(spans, picker=None, endpoints="vllm-0=127.0.0.1:8001,vllm-1=127.0.0.1:8002", **kwargs):
     pool = Pool(parse_endpoints(endpoints))
     picker = picker or Picker(pool, RoundRobin())
-    return StreamProcessor(picker, spans.tracer, otel.extract({"traceparent": TRACEPARENT}))
+    return StreamProcessor(picker, spans.tracer, otel.extract({"traceparent": TRACEPARENT}), **kwargs)
 
 
 def set_headers(resp: pb.ProcessingResponse) -> dict:
@@ -65,6 +65,42 @@ def test_spans_process_pick_inject_under_envoys_context_and_closed_before_answer
     assert pick.attributes["epp.reason"].startswith("round-robin")
     assert pick.attributes["gen_ai.request.model"] == "mock-llm"
     assert process.attributes["epp.endpoint"] == "127.0.0.1:8001"
+
+
+def test_a_buffered_body_is_answered_with_the_decision_and_goes_on_unchanged():
+    # BUFFERED: Envoy waits for the headers' answer before it sends the body, whole, in one message (trailers or not).
+    spans = Spans()
+    stream = make_stream(spans, request_body="buffered")
+    headers_out, body_out, trailers_out = feed(stream, headers_msg(), body_msg(BODY, False),
+                                               pb.ProcessingRequest(request_trailers=pb.HttpTrailers()))
+    assert [r.WhichOneof("response") for r in headers_out] == ["request_headers"]
+    assert not headers_out[0].request_headers.response.header_mutation.set_headers  # no decision yet
+    (decision,) = body_out
+    assert decision.WhichOneof("response") == "request_body"
+    common = decision.request_body.response
+    assert {h.header.key: h.header.raw_value.decode() for h in common.header_mutation.set_headers} == {
+        "x-gateway-destination-endpoint": "127.0.0.1:8001,127.0.0.1:8002"}
+    assert common.clear_route_cache and not common.HasField("body_mutation")
+    md = decision.dynamic_metadata.fields["envoy.lb"].struct_value.fields
+    assert md["x-gateway-destination-endpoint"].string_value == "127.0.0.1:8001,127.0.0.1:8002"
+    assert [r.WhichOneof("response") for r in trailers_out] == ["request_trailers"]
+    assert spans.by_name("epp.pick").attributes["gen_ai.request.model"] == "mock-llm"
+
+
+def test_with_no_body_sent_the_headers_are_answered_with_the_decision():
+    spans = Spans()
+    stream = make_stream(spans, request_body="none")
+    (out, trailers_out) = feed(stream, headers_msg(), pb.ProcessingRequest(request_trailers=pb.HttpTrailers()))
+    assert set_headers(out[0]) == {"x-gateway-destination-endpoint": "127.0.0.1:8001,127.0.0.1:8002"}
+    assert len(out) == 1 and stream.phase is Phase.FORWARDED
+    assert [r.WhichOneof("response") for r in trailers_out] == ["request_trailers"]
+
+
+def test_an_unknown_body_path_or_multipart_without_streaming_is_refused():
+    with pytest.raises(ValueError, match="choose one of streamed, buffered, none"):
+        make_stream(Spans(), request_body="chunked")
+    with pytest.raises(ValueError, match="multipart flow needs the request body streamed"):
+        make_stream(Spans(), request_body="buffered", multipart=True)
 
 
 def test_request_without_body_is_decided_on_headers():

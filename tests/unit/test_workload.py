@@ -39,6 +39,14 @@ def test_plans_stay_within_the_scenario_ranges(name):
             assert isinstance(content, str) and len(content.split()) == req.prompt_words
 
 
+def test_prompt_sizes_come_in_turn_at_their_size():
+    planned = plan_requests(SCENARIOS["prompt-sizes"], 7, seed=3)
+    assert [r.prompt_kb for r in planned] == [1, 4, 16, 64, 256, 1, 4]
+    for r in planned:
+        size = len(r.body["messages"][0]["content"].encode())
+        assert r.prompt_kb * 1024 <= size < r.prompt_kb * 1024 + 20, (r.prompt_kb, size)
+
+
 def test_stream_override_and_scenario_shapes():
     assert all(r.stream for r in plan_requests(SCENARIOS["chat"], 4, stream=True))
     assert not any(r.stream for r in plan_requests(SCENARIOS["stream"], 4, stream=False))
