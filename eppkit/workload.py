@@ -42,6 +42,9 @@ class Scenario:
     # Prompt sizes in KiB, one per request in turn (request i: prompt_kb[i % len]); prompt_words then only bounds
     # them. Empty: the prompt is prompt_words long.
     prompt_kb: tuple[int, ...] = ()
+    # Conversations that share a system prompt: this many system prompts of prompt_words words, request i under
+    # system prompt i % shared_prefixes, its own question after it (what a prefix-cache-aware picker is for). 0: none.
+    shared_prefixes: int = 0
     # The context window the servers need (their --max-model-len, the flag vLLM, the simulator and the mock share);
     # None: their default.
     max_model_len: int | None = None
@@ -58,6 +61,9 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
              "epd", False, (8, 30), (8, 16), media_items=(1, 3)),
     Scenario("pd", "P/D: prefill on P, KV transfer, decode on D",
              "pd", False, (20, 200), (8, 24)),
+    Scenario("shared-prefix", "4 conversations, each a system prompt of 300-400 words of its own, a short question "
+             "after it, in turn: where a prefix-cache-aware picker sends them (the prefix-cache table)",
+             "aggregated", False, (300, 400), (4, 8), shared_prefixes=4),
     Scenario("prompt-sizes", "prompts of 1, 4, 16, 64 and 256 KiB in turn, 8-16 tokens out as SSE: TTFT and the "
              "EPP hop per prompt size (the curve of report.html)",
              "aggregated", True, (100, 50_000), (8, 16), prompt_kb=(1, 4, 16, 64, 256), max_model_len=65536),
@@ -100,6 +106,8 @@ def plan_requests(scenario: Scenario, count: int, seed: int = 0, *, stream: bool
     if count < 0:
         raise ValueError("count cannot be negative")
     rng = random.Random(f"eppkit-workload:{scenario.name}:{seed}")
+    systems = [" ".join(rng.choice(PROMPT_WORDS) for _ in range(rng.randint(*scenario.prompt_words)))
+               for _ in range(scenario.shared_prefixes)]
     out = []
     for i in range(count):
         kb = scenario.prompt_kb[i % len(scenario.prompt_kb)] if scenario.prompt_kb else None
@@ -116,9 +124,14 @@ def plan_requests(scenario: Scenario, count: int, seed: int = 0, *, stream: bool
                 for _ in range(items)]
         else:
             content = text
+        messages = [{"role": "user", "content": content}]
+        if systems:
+            question = " ".join(rng.choice(PROMPT_WORDS) for _ in range(rng.randint(5, 12)))
+            messages = [{"role": "system", "content": systems[i % len(systems)]}, {"role": "user", "content": question}]
+            words = len(systems[i % len(systems)].split())
         body = {
             "model": MODEL,
-            "messages": [{"role": "user", "content": content}],
+            "messages": messages,
             "max_tokens": rng.randint(*scenario.max_tokens),
             "stream": scenario.stream if stream is None else stream,
             "seed": rng.randrange(2**31),

@@ -13,7 +13,7 @@ from typing import Callable
 
 from eppkit import modes
 from eppkit.builds import inference_perf
-from eppkit.compare import bodypaths, floors
+from eppkit.compare import bodypaths, cachehits, floors
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import loadtool, promptsizes
 from eppkit.compare import report as rp
@@ -90,11 +90,16 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
             if s["trace_id"] in hops:
                 s["hop"] = hops[s["trace_id"]].phases()
             raw = raws.get(s["trace_id"])
-            s["steps"] = {k: round(v, 3) for k, v in st.step_durations(from_jaeger_json(raw), bed.mode).items()} if raw else {}
+            trace = from_jaeger_json(raw) if raw else None
+            s["steps"] = {k: round(v, 3) for k, v in st.step_durations(trace, bed.mode).items()} if trace else {}
+            prefix = cachehits.of_trace(trace) if trace else None
+            if prefix is not None:
+                s["prefix"] = prefix
         result.update(rp.summarize_mode(samples, planned=len(measured), wall_s=work.wall_s, stopped=work.stopped))
         result["load_metrics"] = lm.summarize(samples, wall_s=work.wall_s, slo=lm.Slo.parse(options.slo))
         if sizes:
             result["by_prompt_kb"] = promptsizes.curve(samples)
+        result["prefix_cache"] = cachehits.summarize(samples)
         result["samples"] = samples
         result["startup_s"] = round(t_start - t_mode, 3)
         if result["requests"]["ok"] == 0:

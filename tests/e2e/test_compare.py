@@ -159,6 +159,30 @@ def test_each_body_path_runs_beside_its_floor_and_prompt_sizes_draw_the_curve(tm
     assert (out / "prompt-sizes-prompt-sizes.svg").is_file()
 
 
+def test_the_prefix_cache_table_shows_where_a_kv_aware_picker_sent_shared_prefixes(tmp_path, eppkit_jaeger,
+                                                                                      eppkit_runtime):
+    """Conversations sharing system prompts through ext_proc, once with kv-events-scorer (the pods' KV events), once
+    with round-robin: the pods' own prefill spans say how much of each prompt they already held."""
+    rates = {}
+    for scorer in ("kv-events-scorer", "round-robin"):
+        options = compare.CompareOptions(modes=("ext_proc",), scenarios=("shared-prefix",), scorer=scorer, backends=3,
+                                         load=Load(requests=16, concurrency=1, warmup=0), runtime=eppkit_runtime,
+                                         latency=MockLatency(time_to_first_token=5, inter_token_latency=1),
+                                         trace_timeout_s=20, floors=False)
+        out = tmp_path / scorer
+        report = compare.run(options, out, jaeger=eppkit_jaeger)
+        output.write(report, out)
+        result = report["scenarios"]["shared-prefix"]["modes"]["ext_proc"]
+        assert result["status"] == "ok" and result["requests"]["ok"] == 16, (result.get("error"), result["requests"])
+        cache = result["prefix_cache"]
+        assert cache["requests"] == 16 and cache["prompt_tokens"] > 16 * 300, cache
+        rates[scorer] = cache["ratio"]
+        assert "Prefix cache, from the pods' prefill spans" in (out / "summary.md").read_text()
+    # 4 conversations on 3 pods: the KV-aware picker misses each conversation's first request only (4 of 16); round
+    # robin sends each conversation to each pod once before any hit (12 of 16 miss).
+    assert rates["kv-events-scorer"] > 0.6 and rates["round-robin"] < 0.35, rates
+
+
 def test_compare_with_the_simulator_is_complete_and_labelled_external(tmp_path, eppkit_jaeger, eppkit_runtime):
     require_simulator()
     report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=MODES, scenarios=("stream",),
