@@ -32,6 +32,7 @@ Your own vLLM (a GPU, another model): ``Backend(preset="vllm", command="vllm ser
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from typing import Sequence
@@ -78,6 +79,13 @@ def command(*, host: str, port: int, model: str | Sequence[str], seed: int, own:
                 "--enable-lora", "--max-loras", "1", "--max-lora-rank", "8"]  # vllm:lora_requests_info: GAIE's EPP reads it
     return [*base, "--host", host, "--port", str(port), "--served-model-name", *names, "--seed", str(seed),
             *map(str, extra)]
+
+
+def kv_events_config(port: int, topic: str) -> str:
+    """``--kv-events-config``: its KV-cache events on ``port`` (a ZeroMQ PUB; vLLM binds an endpoint only when it is a
+    wildcard, so every interface: the port must be free on all), under ``topic``."""
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{port}",
+                       "topic": topic}, separators=(",", ":"))
 
 
 def env(name: str, index: int, *, own: bool = False) -> dict[str, str]:

@@ -57,6 +57,7 @@ class _Server:
     key: _Key
     models: tuple[str, ...]
     process: "ManagedProcess"
+    kv_events: str | None = None  # where it publishes its KV-cache events (the kit's install: always)
 
 
 class ServerPool:
@@ -100,8 +101,13 @@ class ServerPool:
                 server.process.stop()
                 del self._servers[key.index]
             host = self.hosts[key.index]
+            extra, kv_events = list(key.extra), None
+            if not key.command:  # the kit's install publishes its KV-cache events (vLLM binds only a wildcard)
+                events_port = PortAllocator().port(all_interfaces=True)
+                kv_events = f"tcp://{host}:{events_port}"
+                extra += ["--kv-events-config", real_vllm.kv_events_config(events_port, f"kv@{key.name}@{models[0]}")]
             argv = real_vllm.command(host=host, port=self.port, model=models, seed=key.seed, own=key.command,
-                                     extra=list(key.extra))
+                                     extra=extra)
             argv += ["--otlp-traces-endpoint", f"http://{self.otlp_endpoint}"]
             self._starts += 1
             log = self._folder() / f"{key.name}-{self._starts}.log"
@@ -109,7 +115,7 @@ class ServerPool:
             sys.stderr.write(f"\neppkit: starting vLLM {key.name} (serving {', '.join(models)}) on {host}:{self.port}, "
                              f"shared by the testbeds after it; log {log}\n")
             process = ManagedProcess(key.name, argv, log).with_env(**env).with_cwd(self._folder()).start()
-            self._servers[key.index] = _Server(key, models, process)
+            self._servers[key.index] = _Server(key, models, process, kv_events)
             started.append(self._servers[key.index])
         try:
             for server in started:
@@ -130,6 +136,11 @@ class ServerPool:
             raise KeyError(f"no vLLM server of pod {name!r} runs in this session; running: "
                            f"{', '.join(s.key.name for s in self._servers.values()) or 'none'}")
         return server.process
+
+    def kv_events(self, name: str) -> str | None:
+        """Where the pod ``name``'s server publishes its KV-cache events (``tcp://host:port``); None for a command
+        of yours."""
+        return next(s.kv_events for s in self._servers.values() if s.key.name == name)
 
     def kill(self, name: str) -> None:
         """SIGKILL the pod's whole server (its process group), as a pod dies; the next topology that needs it

@@ -65,12 +65,19 @@ def mock(tmp_path_factory):
     """The mock, exporting to whichever Jaeger a request's test hands it (the OTLP endpoint is per runtime)."""
     started: dict[str, ServiceProcess] = {}
 
-    def for_jaeger(otlp_endpoint: str) -> str:
+    publishers: dict[str, str] = {}
+
+    def for_jaeger(otlp_endpoint: str) -> tuple[str, str]:
+        """(its URL, its KV-cache events publisher)."""
         if otlp_endpoint not in started:
+            publishers[otlp_endpoint] = f"tcp://127.0.0.1:{PortAllocator().port()}"
+            events = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": publishers[otlp_endpoint],
+                      "topic": f"kv@mock-parity@{parity.MODEL}"}
             args = ["--instance", "mock-parity", "--served-model-name", parity.MODEL, "--max-model-len",
-                    str(parity.MAX_MODEL_LEN), "--otlp-endpoint", otlp_endpoint, *LATENCY.args()]
+                    str(parity.MAX_MODEL_LEN), "--otlp-endpoint", otlp_endpoint, *LATENCY.args(),
+                    "--kv-events-config", json.dumps(events)]
             started[otlp_endpoint] = ServiceProcess("eppkit.services.vllm", args).start()
-        return started[otlp_endpoint].url
+        return started[otlp_endpoint].url, publishers[otlp_endpoint]
 
     yield for_jaeger
     for proc in started.values():
@@ -92,10 +99,13 @@ def sim(tmp_path_factory):
         proc.stop()
 
 
-def observe_all(url: str, jaeger_url: str | None = None) -> dict[str, dict[str, str]]:
+def observe_all(url: str, jaeger_url: str | None = None, kv_events: str | None = None) -> dict[str, dict[str, str]]:
     """Every case's observation and, with ``jaeger_url``, each served request's ``llm_request`` span and for
-    a refused one whether it has one; the /metrics families after them."""
+    a refused one whether it has one; the /metrics families after them; with ``kv_events`` (a publisher), the shape
+    of its KV-cache events as "kv-events"."""
     out, traced = {}, {}
+    if kv_events is not None:
+        out["kv-events"] = parity.kv_event_shape(kv_events, url)
     for case in parity.CASES:
         trace_id = uuid.uuid4().hex
         out[case.name] = parity.observe(url, case, headers={"traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"})
@@ -117,8 +127,8 @@ def observe_all(url: str, jaeger_url: str | None = None) -> dict[str, dict[str, 
 
 
 @pytest.fixture(scope="module")
-def vllm_seen(vllm, eppkit_jaeger):
-    return observe_all(vllm, eppkit_jaeger.api_url)
+def vllm_seen(vllm, eppkit_jaeger, eppkit_vllm_servers):
+    return observe_all(vllm, eppkit_jaeger.api_url, kv_events=eppkit_vllm_servers.kv_events(POD.name))
 
 
 def check(stand_in: str, seen: dict, vllm_seen: dict, *, spans: bool = True) -> None:
@@ -129,6 +139,8 @@ def check(stand_in: str, seen: dict, vllm_seen: dict, *, spans: bool = True) -> 
             (Path(dump) / f"{name}.json").write_text(json.dumps(observed, indent=1, sort_keys=True))
     if not spans:  # a stand-in that emits no spans: that part does not apply
         vllm_seen = {case: {k: v for k, v in obs.items() if not k.startswith("span")} for case, obs in vllm_seen.items()}
+    if "kv-events" not in seen:  # a stand-in not started with KV-cache events (the simulator's need a real tokenizer)
+        vllm_seen = {case: obs for case, obs in vllm_seen.items() if case != "kv-events"}
     new, gone = parity.unexplained(parity.differences(seen, vllm_seen), parity.KNOWN[stand_in])
     assert not new and not gone, (
         f"{stand_in} against vLLM: differences tests/support/parity.py KNOWN does not list:\n  " + "\n  ".join(new)
@@ -138,7 +150,8 @@ def check(stand_in: str, seen: dict, vllm_seen: dict, *, spans: bool = True) -> 
 
 def test_the_mock_answers_traces_and_counts_as_vllm_does_but_for_the_differences_it_lists(mock, eppkit_jaeger,
                                                                                          vllm_seen):
-    seen = observe_all(mock(eppkit_jaeger.otlp_grpc_endpoint), eppkit_jaeger.api_url)
+    url, kv_events = mock(eppkit_jaeger.otlp_grpc_endpoint)
+    seen = observe_all(url, eppkit_jaeger.api_url, kv_events=kv_events)
     check("mock", seen, vllm_seen)
 
 

@@ -182,6 +182,62 @@ def metric_shape(text: str) -> dict[str, str]:
     return out
 
 
+# A prompt long enough to fill whole KV blocks on any server (the mock's of 16 tokens, a CPU vLLM's of up to 128),
+# sent twice while its KV-cache events are read (:func:`kv_event_shape`).
+KV_PROMPT = _chat(messages=[{"role": "user", "content": " ".join(f"block{i % 37} word{i}" for i in range(200))}],
+                  max_tokens=2)
+
+
+def _kv_type(value: Any) -> str:
+    if isinstance(value, (bytes, bytearray)):
+        return f"bytes[{len(value)}]"
+    if isinstance(value, list):
+        return f"list[{_kv_type(value[0])}]" if value else "list (empty)"
+    if isinstance(value, dict):
+        return "map"
+    return _type(value)
+
+
+def kv_event_shape(publisher: str, base_url: str, timeout_s: float = 20.0) -> dict[str, str]:
+    """A server's KV-cache events while :data:`KV_PROMPT` is sent to it twice: the frames, the batch, each event kind
+    and each field's type (``kv.BlockStored.block_hashes -> list[bytes[32]]``), flattened like an answer."""
+    import time
+
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(publisher)
+    out: dict[str, str] = {}
+    kinds: dict[str, set[str]] = {}  # a field's types over every event of its kind ("bytes[32] | null")
+    try:
+        time.sleep(0.5)  # a SUB socket sees only what is published after it joined
+        for _ in range(2):
+            requests.post(f"{base_url}/v1/chat/completions", json=KV_PROMPT, timeout=120).raise_for_status()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and sub.poll(1000 if "kv.BlockStored" in out else 5000):
+            frames = sub.recv_multipart()
+            out["kv.frames"] = f"{len(frames)}: topic str, seq bytes[{len(frames[1])}], payload" if len(frames) == 3 \
+                else f"{len(frames)} frames"
+            batch = msgpack.unpackb(frames[-1], raw=False)
+            out["kv.batch"] = f"array[{len(batch)}]: {', '.join(_kv_type(v) if i != 1 else 'events' for i, v in enumerate(batch))}"
+            for event in batch[1]:
+                if isinstance(event, dict):
+                    tag, fields = event.get("type"), {k: v for k, v in event.items() if k != "type"}
+                    out[f"kv.{tag}"] = "map tagged type"
+                else:
+                    tag, fields = event[0], {f"[{i}]": v for i, v in enumerate(event[1:], start=1)}
+                    out[f"kv.{tag}"] = "array, tag first"
+                for name, value in fields.items():
+                    kinds.setdefault(f"kv.{tag}.{name}", set()).add(_kv_type(value))
+    finally:
+        sub.close(0)
+        ctx.term()
+    return {**out, **{path: " | ".join(sorted(types)) for path, types in kinds.items()}}
+
+
 # -- what differs, and why -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

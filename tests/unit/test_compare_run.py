@@ -261,7 +261,8 @@ def test_the_load_figures_and_objective_reach_the_report(tmp_path, monkeypatch):
         assert "load_tool" not in result
 
 
-def test_each_picker_mode_gets_its_floor_once_per_transport_and_the_report_splits_its_cost(tmp_path, monkeypatch):
+def recording_floors(tmp_path, monkeypatch):
+    """A floor binary that need not be built, and a testbed factory that records (mode, options) of each testbed."""
     from eppkit.compare import floors
 
     monkeypatch.setattr(floors.floor_build, "build", lambda progress=print: Path("/cache/bin/eppkit-floor-x"))
@@ -271,6 +272,11 @@ def test_each_picker_mode_gets_its_floor_once_per_transport_and_the_report_split
         seen.append((topology.mode, dict(topology.options)))
         return FakeBed(tmp_path / f"run-{len(seen)}", topology, trace_file="chat-ext_proc.json")
 
+    return seen, create
+
+
+def test_each_picker_mode_gets_its_floor_once_per_transport_and_the_report_splits_its_cost(tmp_path, monkeypatch):
+    seen, create = recording_floors(tmp_path, monkeypatch)
     report = compare.run(options(modes=("direct", "ext_proc", "external-epp", "lua-callout"), floors=True,
                                  mode_sets={"external-epp": {"epp_command": "myepp --port {grpc_port}"}}),
                          tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
@@ -292,15 +298,7 @@ def test_each_picker_mode_gets_its_floor_once_per_transport_and_the_report_split
 
 
 def test_each_body_path_a_mode_takes_runs_beside_its_own_floor(tmp_path, monkeypatch):
-    from eppkit.compare import floors
-
-    monkeypatch.setattr(floors.floor_build, "build", lambda progress=print: Path("/cache/bin/eppkit-floor-x"))
-    seen = []
-
-    def create(topology, runtime="local", jaeger=None):
-        seen.append((topology.mode, dict(topology.options)))
-        return FakeBed(tmp_path / f"run-{len(seen)}", topology, trace_file="chat-ext_proc.json")
-
+    seen, create = recording_floors(tmp_path, monkeypatch)
     report = compare.run(options(modes=("direct", "ext_proc", "gaie-epp"), floors=True,
                                  body_paths=("streamed", "buffered", "none")),
                          tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
