@@ -3,12 +3,13 @@
 Every change of the mock's prefix cache (services/vllm/kvcache.py) is an event; a request's changes (the blocks its
 prompt evicted, then the blocks it stored) go out as one batch, as vLLM sends one per engine step:
 
-- ``BlockStored``: ``block_hashes`` (the new blocks, in prompt order; sha256 digests, 32 bytes, each covering the
-  whole prefix up to its block's end), ``parent_block_hash`` (the block before the first, None at the prompt's
-  start), ``token_ids`` (every token of those blocks; the ids the kit's tokenizer gives:
-  :func:`eppkit.services.openai_server.tokens.token_id`), ``block_size``, ``lora_id`` None, ``medium`` ``"GPU"``,
-  ``lora_name`` None;
-- ``BlockRemoved``: ``block_hashes`` evicted (least recently used first), ``medium``;
+- ``BlockStored``: ``block_hashes`` (the new blocks, in prompt order; each the sha256 of the whole prefix up to its
+  block's end, published as vLLM 0.32 does by default: its low 64 bits as an int, :func:`external_hash`),
+  ``parent_block_hash`` (the block before the first, None at the prompt's start), ``token_ids`` (every token of
+  those blocks; the ids the kit's tokenizer gives: :func:`eppkit.services.openai_server.tokens.token_id`),
+  ``block_size``, ``lora_id`` None, ``medium`` ``"GPU"``, ``lora_name`` None, ``extra_keys`` (None per block),
+  ``group_idx`` 0, ``kv_cache_spec_kind`` ``"full_attention"``;
+- ``BlockRemoved``: ``block_hashes`` evicted (least recently used first), ``medium``, ``group_idx``;
 - ``AllBlocksCleared``: the cache emptied (``POST /reset_prefix_cache``, and once at start: a restarted engine holds
   nothing, and says so).
 
@@ -27,6 +28,7 @@ kit's ``event_format``.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
@@ -38,21 +40,36 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 FORMATS = ("named", "positional")
 
 
+BlockHash = bytes | int  # vLLM's ExternalBlockHash
+
+
+def external_hash(digest: bytes) -> BlockHash:
+    """A block's hash as vLLM publishes it: the low 64 bits as an int (``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES``, on by
+    default in vLLM 0.32), or the digest itself with the variable set to 0."""
+    if os.environ.get("VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES", "1") == "0":
+        return digest
+    return int.from_bytes(digest, "big") & ((1 << 64) - 1)
+
+
 @dataclass(frozen=True)
 class BlockStored:
-    block_hashes: list[bytes]
-    parent_block_hash: bytes | None
+    block_hashes: list[BlockHash]
+    parent_block_hash: BlockHash | None
     token_ids: list[int]
     block_size: int
     lora_id: int | None = None
     medium: str | None = MEDIUM_GPU
     lora_name: str | None = None
+    extra_keys: list | None = None  # one entry per block (None: no LoRA, media or salt in its hash)
+    group_idx: int | None = 0  # the KV-cache group (one: full attention)
+    kv_cache_spec_kind: str | None = "full_attention"
 
 
 @dataclass(frozen=True)
 class BlockRemoved:
-    block_hashes: list[bytes]
+    block_hashes: list[BlockHash]
     medium: str | None = MEDIUM_GPU
+    group_idx: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -63,8 +80,9 @@ class AllBlocksCleared:
 Event = BlockStored | BlockRemoved | AllBlocksCleared
 # Each event's fields in vLLM's order (the positional format's order, the named format's keys).
 FIELDS: dict[type, tuple[str, ...]] = {
-    BlockStored: ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"),
-    BlockRemoved: ("block_hashes", "medium"),
+    BlockStored: ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name",
+                  "extra_keys", "group_idx", "kv_cache_spec_kind"),
+    BlockRemoved: ("block_hashes", "medium", "group_idx"),
     AllBlocksCleared: (),
 }
 BY_TAG = {cls.__name__: cls for cls in FIELDS}

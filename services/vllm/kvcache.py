@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import Callable
 
 from eppkit.services.openai_server.tokens import token_id
-from eppkit.services.openai_server.kvevents import AllBlocksCleared, BlockRemoved, BlockStored, Event
+from eppkit.services.openai_server.kvevents import AllBlocksCleared, BlockRemoved, BlockStored, Event, external_hash
 
 
 class PrefixCache:
@@ -59,7 +59,8 @@ class PrefixCache:
         while len(self._blocks) > self.capacity:
             evicted.append(self._blocks.popitem(last=False)[0])
         if self.on_events is not None and (new or evicted):
-            self.on_events(self._stored(hashes, new, tokens) + ([BlockRemoved(evicted)] if evicted else []))
+            removed = [BlockRemoved([external_hash(d) for d in evicted])] if evicted else []
+            self.on_events(self._stored(hashes, new, tokens) + removed)
 
     def _stored(self, hashes: list[bytes], new: list[int], tokens: list[str]) -> list[Event]:
         """One BlockStored per run of consecutive new blocks, its parent the block before it."""
@@ -70,9 +71,10 @@ class PrefixCache:
             else:
                 runs.append([i])
         size = self.block_size
-        return [BlockStored(block_hashes=[hashes[i] for i in run], parent_block_hash=hashes[run[0] - 1] if run[0] else None,
+        return [BlockStored(block_hashes=[external_hash(hashes[i]) for i in run],
+                            parent_block_hash=external_hash(hashes[run[0] - 1]) if run[0] else None,
                             token_ids=[token_id(t) for t in tokens[run[0] * size:(run[-1] + 1) * size]],
-                            block_size=size) for run in runs]
+                            block_size=size, extra_keys=[None] * len(run)) for run in runs]
 
     def clear(self) -> None:
         """Every block out (vLLM's reset_prefix_cache): AllBlocksCleared."""

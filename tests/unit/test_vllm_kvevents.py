@@ -9,7 +9,7 @@ import zmq
 from eppkit.services.openai_server.tokens import token_id
 from eppkit.services.vllm.kvcache import PrefixCache
 from eppkit.services.openai_server.kvevents import (END_SEQ, AllBlocksCleared, BlockRemoved, BlockStored, KvEventsConfig,
-                                           ZmqPublisher, decode_batch, encode_batch)
+                                           ZmqPublisher, decode_batch, encode_batch, external_hash)
 
 pytestmark = pytest.mark.unit
 
@@ -25,6 +25,8 @@ def test_an_insert_tells_the_new_blocks_with_their_parent_and_tokens_and_what_it
     (stored,) = told.pop()
     assert isinstance(stored, BlockStored) and stored.parent_block_hash is None and stored.block_size == 4
     assert len(stored.block_hashes) == 2 and stored.token_ids == [token_id(t) for t in tokens(8)]
+    assert all(isinstance(h, int) and h < 2**64 for h in stored.block_hashes)  # vLLM 0.32's default: 64-bit ints
+    assert (stored.extra_keys, stored.group_idx, stored.kv_cache_spec_kind) == ([None, None], 0, "full_attention")
     cache.insert(tokens(9))
     assert told == [], "nothing new, nothing told"
     cache.insert(tokens(16))  # blocks 3 and 4 are new: the cache holds 3, so block 1 (least recently used) goes
@@ -37,7 +39,7 @@ def test_an_insert_tells_the_new_blocks_with_their_parent_and_tokens_and_what_it
 
 
 def stored_first_two(cache, size):
-    return cache._hashes(tokens(2 * size))
+    return [external_hash(d) for d in cache._hashes(tokens(2 * size))]
 
 
 @pytest.mark.parametrize("event_format", ["named", "positional"])
@@ -50,7 +52,7 @@ def test_both_formats_decode_back_to_the_same_events(event_format):
     if event_format == "named":  # vLLM since vllm-project/vllm#42892: maps tagged "type"
         assert first["type"] == "BlockStored" and first["block_hashes"] == [b"\x01" * 32] and first["medium"] == "GPU"
     else:  # older vLLM and llm-d-inference-sim: positional, the tag first
-        assert first[:5] == ["BlockStored", [b"\x01" * 32], None, [1, 2], 2]
+        assert first[:5] == ["BlockStored", [b"\x01" * 32], None, [1, 2], 2] and first[-2:] == [0, "full_attention"]
     assert decode_batch(payload) == (12.5, events)
 
 
