@@ -290,6 +290,9 @@ def _table() -> list[Option]:
         Option("--shed-header", "a request header ('name: value') that makes the EPP shed the request (429); the "
                "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),
                metavar="'NAME: VALUE'", group="conformance"),
+        Option("--cache-aware", "the EPP routes by where the pods' KV-cache blocks are (it reads their KV events: "
+               "{kv_events}): judge it (check kv-cache-affinity; default: that check is n/a)", S({CONFORMANCE}),
+               action="store_true", group="conformance"),
         Option("--request-timeout", "seconds a check waits for one request (an EPP that never answers fails its check, "
                "never hangs the suite) (default: %(default)s)", S({CONFORMANCE}), default=4.0, type=float,
                dest="request_timeout_s", group="conformance"),

@@ -25,7 +25,8 @@ def target_from(args: argparse.Namespace) -> Target:
     """The EPP the command line names (its flags: eppkit.options, command conformance)."""
     epp = opt.epp_options(args)
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
-    return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None).validate()
+    return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None,
+                  cache_aware=args.cache_aware).validate()
 
 
 def envoy_versions(value: str | None) -> list[str | None]:

@@ -47,6 +47,9 @@ class Target:
     test_header_options: dict[str, Any] = field(default_factory=dict)
     pods: tuple[str, ...] = PODS
     envoy_version: str | None = None  # the Envoy that judges (None: the one installed with eppkit)
+    # The EPP says it routes by where the pods' KV-cache blocks are (it reads their KV events: {kv_events}): the
+    # kv-cache-affinity check judges it; otherwise that check is n/a.
+    cache_aware: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in EPP_MODES:
@@ -91,7 +94,8 @@ class Target:
 
     def describe(self) -> dict[str, Any]:
         return {"mode": self.mode, "label": self.label, **{k: v for k, v in self.options.items() if v},
-                **({"shed_header": self.shed_header} if self.shed_header else {})}
+                **({"shed_header": self.shed_header} if self.shed_header else {}),
+                **({"cache_aware": True} if self.cache_aware else {})}
 
     def replace(self, **changes: Any) -> "Target":
         return dataclasses.replace(self, **changes)

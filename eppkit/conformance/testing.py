@@ -5,7 +5,7 @@
 
     test_my_epp = conformance_tests()   # the EPP of --eppkit-epp-command / --eppkit-epp-address
 
-``conformance_tests(mode=..., options=..., shed_header=..., checks=...)`` takes what ``eppkit conformance``
+``conformance_tests(mode=..., options=..., shed_header=..., checks=..., cache_aware=...)`` takes what ``eppkit conformance``
 takes. Each check is one test (id = the check's): a pass passes, a failed *must* fails with the evidence, a failed
 *should* passes with a warning (``strict=True``: fails), a check that does not apply or could not be judged is
 skipped with why. The testbeds are the plugin's shared ones
@@ -43,10 +43,10 @@ def outcome(result: Result, level: str = MUST, strict: bool = False) -> None:
 
 
 def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any] | None = None, *,
-                      shed_header: str | None = None, checks: Iterable[str] = (),
+                      shed_header: str | None = None, checks: Iterable[str] = (), cache_aware: bool = False,
                       request_timeout_s: float = REQUEST_TIMEOUT_S, strict: bool = False, budget: str = "") -> Callable:
     """A test function, parametrized over the checks, judging the EPP of ``mode`` (and ``options``)."""
-    target = Target(mode=mode, options=dict(options or {}), shed_header=shed_header)
+    target = Target(mode=mode, options=dict(options or {}), shed_header=shed_header, cache_aware=cache_aware)
     names = [c.name for c in selected(checks)]
     results: dict[str, dict[str, Result]] = {}  # runtime -> check -> result: a check's needs, per runtime
     concurrent: dict[str, bool] = {}  # runtime -> the EPP serves streams at once (Harness.probe_concurrency)

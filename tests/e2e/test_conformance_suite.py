@@ -14,7 +14,7 @@ import pytest
 
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks.latency import Budget
-from eppkit.conformance.suite import SCHEMA, run
+from eppkit.conformance.suite import SCHEMA, run, selected
 from eppkit.conformance.target import Target
 from tests.support.contract import CONTRACT
 from tests.support.reliability import KIT_EPP_COMMAND, require_gaie_epp
@@ -38,7 +38,9 @@ def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, 
     # machine (eppkit conformance from the wheel in .ci/run judges the default one).
     report = run(target, eppkit_testbed_factory, runtime=eppkit_runtime, budget=LOADED_MACHINE)
     assert report["verdict"] == "conforms", rp.text(report)
-    assert {c["status"] for c in report["checks"]} == {"pass"}, rp.text(report)
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses.pop("kv-cache-affinity") == "n/a"  # judged only for an EPP that says it is cache-aware (below)
+    assert set(statuses.values()) == {"pass"}, rp.text(report)
     # The EPP hop as Envoy recorded it: the decision and the release after the body, before the upstream.
     assert {"hold", "epp_decision", "epp_release", "upstream"} <= set(report["hop"]), report["hop"]
     paths = rp.write(report, tmp_path)
@@ -47,6 +49,23 @@ def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, 
     assert suite.get("tests") == str(len(report["checks"])) and suite.get("failures") == "0"
     assert "conforms" in paths["html"].read_text()
     assert report["versions"]["envoy"] and report["versions"]["eppkit"]
+
+
+def test_kv_cache_affinity_passes_an_epp_that_reads_the_pods_kv_events_and_fails_one_that_does_not(
+        eppkit_testbed_factory):
+    # The kit's EPP said cache-aware twice: with kv-events-scorer (it subscribes to the pods' KV-cache events) and with
+    # round-robin (it does not look): the pods' own cached_tokens judge each.
+    judged = {}
+    for scorer in ("kv-events-scorer", "round-robin"):
+        target = Target("ext_proc", {"scorer": scorer}, cache_aware=True)
+        report = run(target, eppkit_testbed_factory, runtime="local", checks=selected(["kv-cache-affinity"]),
+                     budget=LOADED_MACHINE)
+        judged[scorer] = next(c for c in report["checks"] if c["id"] == "kv-cache-affinity")
+    assert judged["kv-events-scorer"]["status"] == "pass", judged["kv-events-scorer"]
+    assert judged["kv-events-scorer"]["message"] == "all 12 later turns went to a pod holding their prefix"
+    failing = judged["round-robin"]
+    assert failing["status"] == "fail" and "which held none of its prefix" in failing["message"], failing
+    assert any("prompt tokens cached" in line and "Envoy's access log" in line for line in failing["evidence"])
 
 
 def test_gaie_epp_gets_a_verdict_with_each_deviation_named_and_evidenced(eppkit_testbed_factory, eppkit_runtime):

@@ -8,6 +8,9 @@ fixed point and the EPP is judged (its picks as Envoy logged them, and which pod
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 from eppkit.conformance.checks.protocol import SERVES
 from eppkit.conformance.checks.registry import (
     DATA_PLANE,
@@ -245,3 +248,51 @@ def fail_open(h):
     problems = [h.cause(s) for s in sents if not served(s)]
     return judged(problems, evidence, failing="with the EPP unreachable and failure_mode_allow, requests failed",
                   passing="served round robin without the EPP")
+
+
+KV_EVENTS = "vLLM's KV-cache events, as llm-d's precise prefix-cache scorer and Dynamo's KV router read them"
+CONVERSATIONS, TURNS = 4, 4  # four conversations on three pods: a picker blind to the blocks cannot line them up
+EVENTS_S = 0.3  # after each round of turns: the pods' KV events reach the EPP
+
+
+def _conversation(c: int, turn: int) -> str:
+    """Conversation ``c``'s prompt at ``turn``: a prefix of its own (~100 tokens: several KV blocks of 16), then
+    its turn's question."""
+    words = ("pool", "route", "block", "token", "cache", "prefill", "decode", "envoy", "picker", "gateway")
+    prefix = " ".join(f"{words[(c * 3 + i) % len(words)]}{c}x{i}" for i in range(100))
+    return f"{prefix} Turn {turn}: which pod answers?"
+
+
+@check("kv-cache-affinity", "a cache-aware EPP sends prompts that share a prefix to a pod that holds its blocks",
+       category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=NEEDS, per_protocol=False)
+def kv_cache_affinity(h):
+    """For an EPP that says it is cache-aware (``--cache-aware``): four conversations, each a prompt prefix of its
+    own and four turns, sent one at a time and interleaved to pods that publish their KV-cache events (vLLM's
+    ZeroMQ events; the EPP learns where from ``{kv_events}``). Every turn after a conversation's first must go to a
+    pod that already held its prefix, in that pod's own words: the answer's ``usage.prompt_tokens_details.
+    cached_tokens`` (the blocks it found in its prefix cache)."""
+    if not h.target.cache_aware:
+        return not_applicable("the EPP does not say it is cache-aware (--cache-aware): where it sends a prompt is not "
+                              "judged by where its blocks are")
+    bed = h.bed("kv-events", topology=dataclasses.replace(h.target.topology(), kv_events=True))
+    names = {ep.address: ep.name for ep in bed.backends}
+    holders: dict[int, set[str]] = {c: set() for c in range(CONVERSATIONS)}
+    evidence, problems = [], []
+    for turn in range(TURNS):
+        for c in range(CONVERSATIONS):
+            sent = h.must_serve(h.send(bed, prompt=_conversation(c, turn)), f"turn {turn} of conversation {c}")
+            usage = (sent.result.body or {}).get("usage") or {}
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            pod = names.get(sent.hop["upstream"], sent.hop["upstream"])
+            evidence.append(f"conversation {c}, turn {turn}: {pod} served it with {cached} of its "
+                            f"{usage.get('prompt_tokens')} prompt tokens cached; " + evidence_of(sent.hop))
+            if turn and not cached:
+                problems.append(f"conversation {c}'s turn {turn} went to {pod}, which held none of its prefix "
+                                f"(held by {', '.join(sorted(holders[c]))})")
+            holders[c].add(pod)
+        time.sleep(EVENTS_S)
+    later = CONVERSATIONS * (TURNS - 1)
+    return judged(problems, evidence, failing="prompts that share a prefix went to pods that did not hold it",
+                  passing=f"all {later} later turns went to a pod holding their prefix",
+                  fix="score the pods by the blocks their KV-cache events say they hold ({kv_events}: where each "
+                      "pod publishes them)")
