@@ -15,6 +15,7 @@ import requests
 from eppkit.services.picker.scraper import parse_metrics
 from eppkit.topology import Topology, VllmSpec
 from eppkit.services.vllm.config import MockLatency
+from tests.support.reliability import require_gaie_epp
 
 pytestmark = pytest.mark.e2e
 
@@ -44,10 +45,10 @@ def hit_rate(bed) -> tuple[float, dict]:
     return hits / queries, {"hits": hits, "queries": queries}
 
 
-def run(eppkit_testbed_factory, scorer: str) -> tuple[float, dict, list[str]]:
-    bed = eppkit_testbed_factory(Topology(mode="ext_proc", vllm=[VllmSpec(f"vllm-{i}") for i in range(3)],
+def run(eppkit_testbed_factory, scorer: str | None, mode: str = "ext_proc") -> tuple[float, dict, list[str]]:
+    bed = eppkit_testbed_factory(Topology(mode=mode, vllm=[VllmSpec(f"vllm-{i}") for i in range(3)],
                                           latency=MockLatency(time_to_first_token=5, inter_token_latency=1),
-                                          options={"scorer": scorer}))
+                                          options={"scorer": scorer} if scorer else {}, kv_events=True))
     client = bed.client()
     served = []
     for body in bodies():
@@ -64,6 +65,7 @@ def test_the_kv_events_scorer_sends_shared_prefixes_where_their_blocks_are(eppki
     rr_rate, rr_counts, _ = run(eppkit_testbed_factory, "round-robin")
     record_property("kv_events_hit_rate", round(kv_rate, 3))
     record_property("round_robin_hit_rate", round(rr_rate, 3))
+    print(f"\nprefix-cache hit rate: kv-events-scorer {kv_rate:.2f} {kv_counts}, round-robin {rr_rate:.2f} {rr_counts}")
     # Each conversation stays on one pod once its first request stored its blocks there.
     by_group = {g: {kv_served[q * GROUPS + g] for q in range(1, QUESTIONS)} for g in range(GROUPS)}
     assert all(len(pods) == 1 for pods in by_group.values()), by_group
@@ -94,3 +96,13 @@ def test_a_pod_whose_cache_is_reset_loses_its_traffic_advantage(eppkit_testbed_f
     trace = bed.jaeger.wait_for_trace(after.trace_id, ["epp.pick"])
     reason = next(s for s in trace.spans if s.name == "epp.pick").attributes["epp.reason"]
     assert reason.startswith("no pod holds this prompt's first block"), reason
+
+
+def test_gaies_epp_on_the_same_conversations_reports_its_hit_rate(eppkit_testbed_factory, record_property):
+    # GAIE's EPP v1.5.0 with its built-in plugins (an approximate prefix scorer: it remembers what it routed, not what
+    # the pods hold): its rate is reported, not judged; the pods publish their events all the same.
+    require_gaie_epp()
+    rate, counts, served = run(eppkit_testbed_factory, None, mode="gaie-epp")
+    record_property("gaie_epp_hit_rate", round(rate, 3))
+    print(f"\nGAIE's EPP v1.5.0: prefix-cache hit rate {rate:.0%} ({counts}); served {served}")
+    assert len(served) == GROUPS * QUESTIONS and counts["queries"] > 0
