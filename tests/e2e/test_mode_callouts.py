@@ -62,6 +62,10 @@ def chat_body(**extra):
 
 def callout_topology(callout: CalloutMode, **options) -> Topology:
     options.setdefault("scorer", "round-robin")
+    # The filter's wait for /pick: these tests judge verdicts, not speed. The default 1 s was once too short beside a
+    # real vLLM's engine test on the 2-core CI machine (CI run I of stop 43: a forced pick answered 502 "callout
+    # returned 504: upstream request timeout" instead of its 503); the slow-callout test sets its own.
+    options.setdefault("callout_timeout_ms", 5000)
     return Topology(mode=callout.mode, vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
                     latency=MockLatency(time_to_first_token=30, inter_token_latency=5), options=options)
 
