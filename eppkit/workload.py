@@ -236,7 +236,9 @@ def _tokens(result: ClientResult) -> int:
     return 0
 
 
-def _detail(result: ClientResult) -> str | None:
+def failure_detail(result: ClientResult) -> str | None:
+    """What a failed request was told: the client's error, or an excerpt of the error body (Envoy's local reply names
+    its reason); None when it was answered 200."""
     if result.error:
         return result.error[:300]
     if result.status != 200:
@@ -301,7 +303,7 @@ class Driver:
         result = self.client.chat(request.body, timeout_s=self.load.request_timeout_s)
         return Sample(
             index=request.index, trace_id=result.trace_id, status=result.status,
-            error=classify(result, request.stream), detail=_detail(result), sent_s=round(sent, 4),
+            error=classify(result, request.stream), detail=failure_detail(result), sent_s=round(sent, 4),
             e2e_ms=round(result.e2e_ms, 3), ttft_ms=None if result.ttft_ms is None else round(result.ttft_ms, 3),
             tokens=_tokens(result), media_items=request.media_items, pod=result.headers.get("x-inference-pod"),
             tpot_ms=None if result.tpot_ms is None else round(result.tpot_ms, 3),

@@ -41,6 +41,9 @@ def selected(only: Iterable[str] = (), categories: Iterable[str] = ()) -> list[C
 def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Result:
     """``check`` against the harness's EPP, once per client protocol (HTTP/1.1, h2c) unless its rule has none;
     not run when a check it needs failed (or was not run for that reason)."""
+    why = check.not_declared(getattr(harness, "target", None))
+    if why is not None:
+        return Result(NOT_APPLICABLE, why)
     blocked = [n for n in check.needs if n in results and (results[n].status == FAIL or results[n].blocked)]
     if blocked:
         return Result(NOT_RUN, f"it needs {', '.join(blocked)}, which "

@@ -32,6 +32,7 @@ import os
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,7 +187,7 @@ class ZmqPublisher:
             self._replay.bind(config.replay_endpoint)
         self._topic = config.topic.encode()
         self._queue: queue.Queue[list[Event] | None] = queue.Queue()
-        self._buffer: list[tuple[int, bytes]] = []
+        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)  # what the replay socket sends
         self.sent = 0  # batches sent so far (the next seq)
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
         self._thread.start()
@@ -215,7 +216,6 @@ class ZmqPublisher:
             self._pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
             self.sent += 1
             self._buffer.append((seq, payload))
-            del self._buffer[:-self.config.buffer_steps]
 
     def _serve_replay(self) -> None:
         frames = self._replay.recv_multipart()

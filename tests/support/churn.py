@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from eppkit.core.polling import poll
-from eppkit.workload import classify
+from eppkit.workload import classify, failure_detail
 from tests.support.reliability import MODEL, topology
 
 # The kit's EPP as a Kubernetes controller: its pool from the testbed's InferencePool, as GAIE's EPP learns it.
@@ -46,7 +46,7 @@ class Sent:
     status: int
     pod: str | None  # the mock that answered
     error: str | None  # None: served in full
-    detail: str | None = None  # a failure's own words: the error body's message (Envoy's, with its reason), or the client's
+    detail: str | None = None  # a failure's own words (eppkit.workload.failure_detail: the client's error or the error body)
 
     @property
     def ok(self) -> bool:
@@ -114,16 +114,6 @@ class BackgroundLoad:
     def wait_served(self, count: int, *, since: float = 0.0, timeout_s: float = 30.0) -> list[Sent]:
         return self.wait_for(lambda sent: sum(s.ok for s in sent) >= count, f"{count} requests served",
                              since=since, timeout_s=timeout_s)
-
-
-def failure_detail(result) -> str:
-    """What a failed request was told: the message of its error body (Envoy's local reply names its reason, e.g.
-    ``upstream connect error ... (upstream_reset_before_response_started{connection_termination})``), else the
-    client's error."""
-    body = result.body
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return str(body["error"].get("message"))[:300]
-    return (result.error or str(body))[:300]
 
 
 def details(sent: list[Sent]) -> dict[str, int]:

@@ -263,17 +263,21 @@ def _conversation(c: int, turn: int) -> str:
     return f"{prefix} Turn {turn}: which pod answers?"
 
 
+def _cache_aware(target) -> str | None:
+    if target is not None and target.cache_aware:
+        return None
+    return ("the EPP does not say it is cache-aware (--cache-aware): where it sends a prompt is not judged by where "
+            "its blocks are")
+
+
 @check("kv-cache-affinity", "a cache-aware EPP sends prompts that share a prefix to a pod that holds its blocks",
-       category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=NEEDS, per_protocol=False)
+       category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=NEEDS, per_protocol=False, declared=_cache_aware)
 def kv_cache_affinity(h):
     """For an EPP that says it is cache-aware (``--cache-aware``): four conversations, each a prompt prefix of its
     own and four turns, sent one at a time and interleaved to pods that publish their KV-cache events (vLLM's
     ZeroMQ events; the EPP learns where from ``{kv_events}``). Every turn after a conversation's first must go to a
     pod that already held its prefix, in that pod's own words: the answer's ``usage.prompt_tokens_details.
     cached_tokens`` (the blocks it found in its prefix cache)."""
-    if not h.target.cache_aware:
-        return not_applicable("the EPP does not say it is cache-aware (--cache-aware): where it sends a prompt is not "
-                              "judged by where its blocks are")
     bed = h.bed("kv-events", topology=dataclasses.replace(h.target.topology(), kv_events=True))
     names = {ep.address: ep.name for ep in bed.backends}
     holders: dict[int, set[str]] = {c: set() for c in range(CONVERSATIONS)}

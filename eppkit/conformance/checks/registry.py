@@ -68,6 +68,13 @@ class Check:
     run: Callable[..., Result]  # (harness) -> Result
     needs: tuple[str, ...] = ()  # checks whose failure leaves this one not run
     per_protocol: bool = True  # run once per client protocol (HTTP/1.1, h2c); False: its rule has no HTTP in it
+    # A rule only some EPPs take on (they say so: the target's flags): (target) -> why it does not apply to this one,
+    # or None. The suite reports n/a with that reason without running it; pytest makes no test of it.
+    declared: Callable[..., str | None] | None = None
+
+    def not_declared(self, target) -> str | None:
+        """Why this check does not apply to ``target`` by what it declares, or None."""
+        return self.declared(target) if self.declared is not None else None
 
     @property
     def doc(self) -> str:
@@ -79,11 +86,12 @@ _order = iter(range(10_000))
 
 
 def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
-          needs: tuple[str, ...] = (), per_protocol: bool = True) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+          needs: tuple[str, ...] = (), per_protocol: bool = True,
+          declared: Callable[..., str | None] | None = None) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated function (``harness -> Result``) as check ``name``."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
-        CHECKS.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol))
+        CHECKS.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared))
         return fn
 
     return register

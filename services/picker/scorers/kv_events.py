@@ -22,6 +22,7 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from eppkit.services.openai_server.kvevents import AllBlocksCleared, BlockRemoved, BlockStored, decode_batch
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
 from eppkit.services.picker.scorers import Pick, register
@@ -68,8 +69,6 @@ class PodBlocks:
         self.held.clear()
 
     def apply(self, event) -> None:
-        from eppkit.services.openai_server.kvevents import AllBlocksCleared, BlockRemoved, BlockStored
-
         if isinstance(event, AllBlocksCleared):
             self.clear()
         elif isinstance(event, BlockRemoved):
@@ -121,8 +120,6 @@ class Subscriber:
 
     def _run(self) -> None:
         import zmq
-
-        from eppkit.services.openai_server.kvevents import decode_batch
 
         ctx = zmq.Context()
         poller = zmq.Poller()
