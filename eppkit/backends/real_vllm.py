@@ -32,7 +32,6 @@ Your own vLLM (a GPU, another model): ``Backend(preset="vllm", command="vllm ser
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from typing import Sequence
@@ -42,6 +41,7 @@ from eppkit.builds import vllm_cpu
 from eppkit.core import procfs
 from eppkit.observability.expected_spans import LLM_REQUEST
 from eppkit.plan import ServiceSpec
+from eppkit.services.openai_server.kvevents import KvEventsConfig
 
 NAME = "vllm"
 MODEL = vllm_cpu.MODEL
@@ -84,8 +84,7 @@ def command(*, host: str, port: int, model: str | Sequence[str], seed: int, own:
 def kv_events_config(port: int, topic: str) -> str:
     """``--kv-events-config``: its KV-cache events on ``port`` (a ZeroMQ PUB; vLLM binds an endpoint only when it is a
     wildcard, so every interface: the port must be free on all), under ``topic``."""
-    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://*:{port}",
-                       "topic": topic}, separators=(",", ":"))
+    return KvEventsConfig.flag(f"tcp://*:{port}", topic)
 
 
 def env(name: str, index: int, *, own: bool = False) -> dict[str, str]:

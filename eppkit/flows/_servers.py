@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from eppkit.backends import MOCK, Server
 from eppkit.components.inference_pool import LOOPBACK_PODS
 from eppkit.components.ports import PortAllocator
 from eppkit.flows.registry import FlowPlan
 from eppkit.plan import Endpoint, ServiceSpec
+from eppkit.services.openai_server.kvevents import KvEventsConfig
 from eppkit.topology import Topology
 
 
@@ -30,9 +29,7 @@ def instance(topology: Topology, ports: PortAllocator, name: str, role: str, mod
             raise ValueError(f"KV-cache events: the kit's mock publishes them; the {backend.label} backend is not "
                              "started with them (leave kv_events off and pick another scorer)")
         kv_events = f"tcp://{host.split(',')[0]}:{ports.port()}"
-        config = {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": kv_events,
-                  "topic": f"kv@{name}@{model}"}
-        extra = [*extra, "--kv-events-config", json.dumps(config, separators=(",", ":"))]
+        extra = [*extra, "--kv-events-config", KvEventsConfig.flag(kv_events, f"kv@{name}@{model}")]
     spec = backend.server(Server(name, role, model, host, port, index, topology.seed, topology.latency, tuple(extra),
                                  backend.command))
     return spec, Endpoint(name, host, port, role, model, kv_events=kv_events)
@@ -72,11 +69,11 @@ def pool(topology: Topology, ports: PortAllocator, pod_addresses) -> FlowPlan:
         first = group[0]
         if per > 1 and len({(s.role, s.model, tuple(s.extra_args)) for s in group}) > 1:
             raise ValueError(f"pods served by one mock share its role, model and flags: {[s.name for s in group]}")
-        service, _ = instance(topology, ports, first.name, first.role, first.model, first.extra_args,
-                              host=",".join(group_hosts), port=shared, index=start)
+        service, mock = instance(topology, ports, first.name, first.role, first.model, first.extra_args,
+                                 host=",".join(group_hosts), port=shared, index=start)
         out.services.append(service)
         for spec, host in zip(group, group_hosts):
-            out.routable.append(Endpoint(spec.name, host, shared, spec.role, spec.model, kv_events=_.kv_events))
+            out.routable.append(Endpoint(spec.name, host, shared, spec.role, spec.model, kv_events=mock.kv_events))
             if spec.name != service.name:
                 out.servers[spec.name] = service.name
     return out

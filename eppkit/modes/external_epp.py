@@ -42,6 +42,7 @@ from eppkit.modes.options import CommonOptions, FailOpenOptions
 from eppkit.modes.registry import Mode, register
 from eppkit.observability.contract import Cluster, Envoy, Service
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
+from eppkit.services.picker.endpoints import format_kv_events
 
 POOL_PLACEHOLDERS = ("kubeconfig", "pool_name", "pool_namespace")  # any of them: the EPP watches an InferencePool
 PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints", "kv_events",
@@ -119,7 +120,7 @@ def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint], 
     """The command line: ``template`` with its placeholders filled, split as a shell would."""
     values = {**ports, "endpoints": ",".join(ep.address for ep in backends),
               "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends),
-              "kv_events": ",".join(f"{ep.name}={ep.kv_events}" for ep in backends if ep.kv_events)}
+              "kv_events": format_kv_events(backends)}
     if pool is not None:
         values.update(kubeconfig=pool.kubeconfig, pool_name=pool.name, pool_namespace=pool.namespace)
     return shlex.split(template.format(**values))

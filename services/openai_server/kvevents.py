@@ -162,6 +162,12 @@ class KvEventsConfig:
             raise ValueError(f"--kv-events-config: event_format {config.event_format!r}: {' or '.join(FORMATS)}")
         return config
 
+    @staticmethod
+    def flag(endpoint: str, topic: str) -> str:
+        """``--kv-events-config``'s JSON for a ZeroMQ publisher on ``endpoint`` under ``topic`` (the mock and vLLM)."""
+        return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint, "topic": topic},
+                          separators=(",", ":"))
+
     @property
     def enabled(self) -> bool:
         return self.enable_kv_cache_events and self.publisher == "zmq"

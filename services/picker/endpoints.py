@@ -8,7 +8,7 @@ every model). :func:`format_endpoints` writes what :func:`parse_endpoints` reads
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Any, Iterable, Protocol
 
 
 @dataclass
@@ -99,6 +99,11 @@ def format_endpoints(endpoints: Iterable[Named], *, models: bool = False) -> str
         return f"{ep.name}={ep.address}{served}"
 
     return ",".join(item(ep) for ep in endpoints)
+
+
+def format_kv_events(endpoints: Iterable[Any]) -> str:
+    """Where the endpoints that publish KV-cache events do (``.kv_events``), as :func:`parse_kv_events` reads it."""
+    return ",".join(f"{ep.name}={ep.kv_events}" for ep in endpoints if getattr(ep, "kv_events", None))
 
 
 def parse_kv_events(spec: str) -> dict[str, str]:

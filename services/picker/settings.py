@@ -19,7 +19,8 @@ from typing import Any, Iterable
 
 from eppkit.services.picker import scorers
 from eppkit.services.picker.core import Picker
-from eppkit.services.picker.endpoints import Named, format_endpoints, parse_endpoints, parse_kv_events
+from eppkit.services.picker.endpoints import (Named, format_endpoints, format_kv_events, parse_endpoints,
+                                              parse_kv_events)
 from eppkit.services.picker.kube_pool import DEFAULT_GROUP, VERSIONS, KubePool
 from eppkit.services.picker.pool import RUNNING_METRIC, WAITING_METRIC, Pool
 from eppkit.services.picker.scraper import MetricsScraper
@@ -167,9 +168,9 @@ def service_args(settings: PickerSettings, endpoints: Iterable[Named], *, models
     """
     endpoints = list(endpoints)
     args = ["--endpoints", format_endpoints(endpoints, models=models)]
-    publishers = [f"{ep.name}={ep.kv_events}" for ep in endpoints if getattr(ep, "kv_events", None)]
+    publishers = format_kv_events(endpoints)
     if publishers:
-        args += ["--kv-events", ",".join(publishers)]
+        args += ["--kv-events", publishers]
     prefill, encoders = list(prefill), list(encoders)
     if prefill:
         args += ["--prefill-endpoints", format_endpoints(prefill)]
