@@ -31,6 +31,10 @@ from eppkit.topology import Topology, VllmSpec
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FLOOR = "noop (Go)"
+BODY_FLOOR = "noop (Go), decides after the body"
+SIDECAR_FLOOR = "sidecar floor (Go EPP + Go frontend)"
+OWN_FLOOR = {"echo (Python)": FLOOR, "kit ext_proc": BODY_FLOOR, "kit sidecar": SIDECAR_FLOOR,
+             "GAIE EPP v1.5.0": BODY_FLOOR}  # each EPP's own floor: where it decides, over its own hops
 
 
 def build_noop() -> Path:
@@ -45,6 +49,9 @@ def epps(noop: Path) -> dict[str, tuple[str, dict]]:
     python = sys.executable
     return {
         FLOOR: ("external-epp", {"epp_command": f"{noop} --port {{grpc_port}} --pick {{endpoints}}"}),
+        BODY_FLOOR: ("external-epp", {"epp_command": f"{noop} --port {{grpc_port}} --pick {{endpoints}} -decide body"}),
+        SIDECAR_FLOOR: ("external-epp", {"epp_command": f"{noop} --port {{grpc_port}} --pick {{endpoints}} -decide body "
+                                                        "-frontend"}),
         "echo (Python)": ("external-epp", {"epp_command": f"{python} -m eppkit.services.echo_epp --port {{grpc_port}} "
                                                           "--endpoints {endpoints}"}),
         "kit ext_proc": ("ext_proc", {}),
@@ -127,14 +134,21 @@ def markdown(report: dict) -> str:
         times = v["p50"] / floor[key]["p50"] if floor.get(key) and floor[key]["p50"] else None
         return f"{v['p50']:.2f} / {v['p90']:.2f}" + (f" (×{times:.1f})" if times and name != FLOOR else "")
 
+    def own(name: str) -> str:
+        """The hold's p50 over that of the floor deciding where this EPP does, over the same hops (OWN_FLOOR)."""
+        base = summary.get(OWN_FLOOR.get(name, ""), {}).get("hold")
+        v = summary[name].get("hold")
+        return f"×{v['p50'] / base['p50']:.1f} ({OWN_FLOOR[name]})" if v and base and base["p50"] else "–"
+
     lines = [f"EPP hop, Envoy's record (ms, p50 / p90; ×: the p50 as a multiple of the Go no-op's). "
              f"{report['rounds']} rounds × {report['requests']} chat + {report['gets']} GET per EPP; "
              f"{report['created']}; load {report['load_before']} → {report['load_after']}.", "",
-             "| EPP | hold (body end → upstream) | decision after the body | body released | GET decision (round trip) |",
-             "|---|--:|--:|--:|--:|"]
+             "| EPP | hold (body end → upstream) | decision after the body | body released | GET decision (round trip) "
+             "| hold × its own floor |",
+             "|---|--:|--:|--:|--:|--:|"]
     for name in summary:
         lines.append(f"| {name} | {cell(name, 'hold')} | {cell(name, 'epp_decision')} | {cell(name, 'epp_release')} | "
-                     f"{cell(name, 'get_decision')} |")
+                     f"{cell(name, 'get_decision')} | {own(name)} |")
     return "\n".join(lines)
 
 

@@ -112,6 +112,15 @@ def _names(value: str, known: Sequence[str], what: str, every: Sequence[str] | N
     return names
 
 
+def _sweep(value: str) -> tuple[int, ...]:
+    from eppkit.compare import sweep  # the compare package: imported only when the flag is given
+
+    try:
+        return sweep.steps(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 # -- user filters on the command line (their order on it is their order in the chain) -----------------
 
 class _AppendFilter(argparse.Action):
@@ -266,6 +275,10 @@ def _table() -> list[Option]:
                f"{','.join(BODY_PATHS)} or 'all': each mode that takes a path runs once per path, beside its floor "
                "(default: streamed, the EPP protocol's)", S({COMPARE}), default=BODY_PATHS[:1],
                type=lambda v: _names(v, BODY_PATHS, "body path"), group="workload"),
+        Option("--concurrency-sweep", "run every mode, body path and floor once per concurrency of this comma list "
+               "(e.g. 1,4,16,32), each step bounded as a run is; a table and a chart per concurrency "
+               "(default: none: --concurrency only)", S({COMPARE}), default=(), type=_sweep, metavar="N,N,...",
+               group="workload"),
         Option("--no-charts", "skip the PNG/SVG charts", S({COMPARE}), action="store_false", dest="charts",
                group="report"),
         Option("--no-floors", "skip each picker mode's floor: the same wiring with a picker that costs nothing (a Go "

@@ -17,7 +17,7 @@ from eppkit.core.paths import cache_dir, cache_lock
 
 SOURCE = Path(__file__).resolve().parent.parent / "floors"
 FILES = ("main.go", "go.mod", "go.sum")
-TRANSPORTS = ("extproc", "callout")
+TRANSPORTS = ("extproc", "callout", "frontend")
 
 
 class FloorBuildError(RuntimeError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eppkit.compare import promptsizes
+from eppkit.compare import promptsizes, sweep
 from eppkit.compare.report import PART_COLORS, mode_color
 from eppkit.observability import steps as st
 from eppkit.observability.html import service_color
@@ -113,6 +113,34 @@ def prompt_sizes_chart(block: dict, stem: Path, title: str) -> list[Path] | None
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=11)
+    return _save(fig, stem)
+
+
+def concurrency_chart(block: dict, stem: Path, title: str) -> list[Path] | None:
+    """TTFT, gateway and hold p50 against the concurrency, one line per run swept (PNG and SVG); None outside a
+    sweep (eppkit.compare.sweep)."""
+    found = sweep.curves(block)
+    if not found:
+        return None
+    fig = _figure(4.6 * len(promptsizes.MEASURES), 3.8)
+    axes = fig.subplots(1, len(promptsizes.MEASURES), squeeze=False)[0]
+    for ax, (name, _) in zip(axes, promptsizes.MEASURES):
+        for run, points in found.items():
+            xy = [(p["concurrency"], p[name]) for p in points if p.get(name) is not None]
+            if xy:
+                ax.plot(*zip(*xy), marker="o", markersize=3, label=run, color=mode_color(run, None),
+                        linestyle="--" if run.startswith("floor-") else "-")
+        ax.set_xscale("log", base=2)
+        levels = sorted({p["concurrency"] for points in found.values() for p in points})
+        ax.set_xticks(levels, [str(c) for c in levels])
+        ax.set_xlabel("requests in flight")
+        ax.set_ylabel("ms, p50")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    labelled = next((ax for ax in axes if ax.get_legend_handles_labels()[0]), None)
+    if labelled is not None:
+        labelled.legend(fontsize=7)
     fig.suptitle(title, fontsize=11)
     return _save(fig, stem)
 

@@ -4,13 +4,13 @@ each mode gets for a scenario."""
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from eppkit import flows, modes
 from eppkit import options as opt
 from eppkit.backends import Backend
 from eppkit.builds import inference_perf
-from eppkit.compare import bodypaths
+from eppkit.compare import bodypaths, sweep
 from eppkit.compare import loadmetrics as lm
 from eppkit.modes import external_epp
 from eppkit.modes.options import read_options
@@ -57,6 +57,8 @@ class CompareOptions:
     # How Envoy sends the request body to an ext_proc EPP: each mode that takes a path runs once per path
     # (eppkit.compare.bodypaths).
     body_paths: tuple[str, ...] = _default("body_paths")
+    # Every run once per concurrency of this list, in place of load.concurrency (eppkit.compare.sweep); (): none.
+    concurrency_sweep: tuple[int, ...] = ()
     # Bring your own plugin: the user's filters in every mode's chain, and the Envoy version (None: installed one).
     filters: tuple = ()
     envoy_version: str | None = None
@@ -83,6 +85,10 @@ class CompareOptions:
             raise ValueError(f"--requests must be 1..{MAX_REQUESTS}")
         if not 1 <= load.concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"--concurrency must be 1..{MAX_CONCURRENCY}")
+        if self.concurrency_sweep:
+            sweep.steps(",".join(map(str, self.concurrency_sweep)))
+            if self.concurrency_sweep[-1] > MAX_CONCURRENCY:
+                raise ValueError(f"--concurrency-sweep: each concurrency 1..{MAX_CONCURRENCY}")
         if not 0 < load.max_duration_s <= MAX_DURATION_S:
             raise ValueError(f"--max-duration must be in (0, {MAX_DURATION_S:g}] seconds")
         if load.rate < 0 or load.warmup < 0 or self.backends < 1:
@@ -111,11 +117,17 @@ def server_args(scenario: Scenario) -> list[str]:
     return ["--max-model-len", str(scenario.max_model_len)] if scenario.max_model_len else []
 
 
-def runs(options: CompareOptions) -> list[tuple[str, str, str]]:
-    """(key, mode, body path) of every run a scenario gets, in order: each mode, once per body path it takes
-    (eppkit.compare.bodypaths)."""
-    return [(bodypaths.key(mode, path), mode, path) for mode in options.modes for path in options.body_paths
-            if bodypaths.takes(mode, path, mode_options(options, mode))]
+def runs(options: CompareOptions) -> list[tuple[str, str, str, int | None]]:
+    """(key, mode, body path, concurrency or None) of every run a scenario gets, in order: each mode, once per body
+    path it takes (eppkit.compare.bodypaths), once per concurrency of a sweep (eppkit.compare.sweep)."""
+    return [(sweep.key(bodypaths.key(mode, path), c), mode, path, c) for mode in options.modes
+            for path in options.body_paths if bodypaths.takes(mode, path, mode_options(options, mode))
+            for c in (options.concurrency_sweep or (None,))]
+
+
+def at(options: CompareOptions, concurrency: int | None) -> CompareOptions:
+    """The options of one step of a sweep: its concurrency in the load's place (the options themselves outside one)."""
+    return options if concurrency is None else replace(options, load=replace(options.load, concurrency=concurrency))
 
 
 def topology_for(options: CompareOptions, mode: str, scenario: Scenario, body_path: str = bodypaths.DEFAULT) -> Topology:
@@ -141,4 +153,5 @@ def options_from(args: argparse.Namespace) -> CompareOptions:
         "load": Load(**{f.name: getattr(args, f.name) for f in fields(Load)}),
         "backend": opt.backend(args), "mode_sets": {external_epp.MODE.name: opt.epp_options(args)},
         "filters": tuple(args.filters or ()), "body_paths": tuple(args.body_paths),
+        "concurrency_sweep": tuple(args.concurrency_sweep),
     })

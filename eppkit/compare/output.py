@@ -30,6 +30,9 @@ def write(report: dict, out_dir: str | Path, *, charts: bool = True) -> dict[str
             stem = out / f"steps-{scenario}"
             drawn.steps_chart(block, stem, f"{scenario}: where the time goes, per mode")
             block["charts"]["steps"] = stem.name + ".png"
+            stem = out / f"concurrency-{scenario}"
+            if drawn.concurrency_chart(block, stem, f"{scenario}: per concurrency, p50 per run"):
+                block["charts"]["concurrency"] = stem.name + ".png"
             stem = out / f"prompt-sizes-{scenario}"
             if drawn.prompt_sizes_chart(block, stem, f"{scenario}: per prompt size, p50 per mode"):
                 block["charts"]["prompt sizes"] = stem.name + ".png"

@@ -25,7 +25,7 @@ from typing import Any
 
 from eppkit import modes
 from eppkit.compare import loadmetrics as lm
-from eppkit.compare import cachehits, loadtool, promptsizes
+from eppkit.compare import cachehits, loadtool, promptsizes, sweep
 from eppkit.compare import tables
 from eppkit.compare.tables import aligned as _aligned
 from eppkit.compare.tables import fmt as _f
@@ -110,11 +110,12 @@ def summarize_mode(samples: list[dict], *, planned: int, wall_s: float, stopped:
 
 def add_overheads(modes: dict[str, dict]) -> None:
     """Give every mode ``overhead_vs_direct``: its p50/p90/p99 minus direct's, per step in OVERHEAD_STEPS; and a mode
-    with a floor (eppkit.compare.floors) ``over_floor``: the same minus its floor's (what its picker adds)."""
-    base = modes.get("direct")
+    with a floor (eppkit.compare.floors) ``over_floor``: the same minus its floor's (what its picker adds). A step of a
+    concurrency sweep is set against direct's at the same step."""
     for name, result in modes.items():
         if result.get("status") != "ok":
             continue
+        base = modes.get(sweep.key("direct", sweep.split(name)[1]))
         floor = modes.get(result.get("floor") or "")
         if floor is not None and floor.get("status") == "ok":
             result["over_floor"] = {step: {q: _diff(result["steps"][step].get(q), floor["steps"][step].get(q))
@@ -270,10 +271,10 @@ def step_table(block: dict) -> tuple[list[str], list[list[str]]]:
 
 
 def extra_tables(report: dict, block: dict) -> list[tables.Table]:
-    """A scenario's tables beyond the summary and the steps: the prompt-size curve, the prefix-cache hits, the load
-    figures, the load tool's cross-check."""
+    """A scenario's tables beyond the summary and the steps: the concurrency sweep, the prompt-size curve, the
+    prefix-cache hits, the load figures, the load tool's cross-check."""
     slo = lm.Slo.parse((report.get("config") or {}).get("slo") or "")
-    return [t for t in (promptsizes.table(block), cachehits.table(block), lm.table(block, slo.text),
+    return [t for t in (sweep.table(block), promptsizes.table(block), cachehits.table(block), lm.table(block, slo.text),
                         loadtool.table(block)) if t is not None]
 
 

@@ -13,11 +13,11 @@ from typing import Callable
 
 from eppkit import modes
 from eppkit.builds import inference_perf
-from eppkit.compare import bodypaths, cachehits, floors
+from eppkit.compare import bodypaths, cachehits, floors, sweep
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import loadtool, promptsizes
 from eppkit.compare import report as rp
-from eppkit.compare.options import CompareOptions, mode_options, runs, topology_for
+from eppkit.compare.options import CompareOptions, at, mode_options, runs, topology_for
 from eppkit.compare.progress import ProgressLine, _Quiet
 from eppkit.compare.traces import collect_traces
 from eppkit.components.jaeger import Jaeger
@@ -44,7 +44,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
     measured = plan_requests(scenario, options.load.requests, options.seed, stream=options.stream)
     warm = plan_requests(scenario, options.load.warmup, options.seed + 1_000_003, stream=options.stream)
     result: dict = {"status": "failed", "error": None,
-                    "scorer": mode_options(options, bodypaths.split(mode)[0]).get("scorer")}
+                    "scorer": mode_options(options, bodypaths.split(sweep.split(mode)[0])[0]).get("scorer")}
     progress.update(f"{label} {mode:<15} starting testbed ...")
     bed = None
     try:
@@ -226,23 +226,29 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
                 "description": scenario.description, "flow": scenario.flow,
                 "workload": {"requests": load.requests, "concurrency": load.concurrency, "rate": load.rate,
                              "warmup": load.warmup, "seed": options.seed,
+                             "concurrency_sweep": list(options.concurrency_sweep),
                              "stream": scenario.stream if options.stream is None else options.stream},
                 "modes": {},
             }
             report["scenarios"][name] = block
-            for key, mode, path in planned:
+            for key, mode, path, concurrency in planned:
                 n += 1
                 label = f"[{n}/{total} {name}]"
-                block["modes"][key] = run_mode(options, scenario, key, jaeger, out_dir, progress, label, create,
+                step = at(options, concurrency)  # a step of a concurrency sweep: its own concurrency
+                block["modes"][key] = run_mode(step, scenario, key, jaeger, out_dir, progress, label, create,
                                                load_tool=tool, topology=topology_for(options, mode, scenario, path))
                 block["modes"][key]["body_path"] = path if bodypaths.applies(mode) else None
+                if concurrency is not None:
+                    block["modes"][key]["concurrency"] = concurrency
                 floor = floors.floor_of(mode) if options.floors else None
                 if floor is not None:
-                    floor = bodypaths.key(floor, path)
+                    floor = sweep.key(bodypaths.key(floor, path), concurrency)
                     block["modes"][key]["floor"] = floor
-                    if floor not in block["modes"]:  # one floor per transport, path and scenario, after its first mode
-                        block["modes"][floor] = run_floor(options, scenario, floor, jaeger, out_dir, progress, label,
+                    if floor not in block["modes"]:  # one floor per transport, path, step and scenario, after its first mode
+                        block["modes"][floor] = run_floor(step, scenario, floor, jaeger, out_dir, progress, label,
                                                           create)
+                        if concurrency is not None:
+                            block["modes"][floor]["concurrency"] = concurrency
             rp.add_overheads(block["modes"])
     finally:
         if servers is not None:

@@ -24,6 +24,7 @@ class Pool:
         self.endpoints = endpoints
         self.waiting_metric = waiting_metric
         self.running_metric = running_metric
+        self.load_metrics = frozenset((waiting_metric, running_metric))  # what a scrape needs of /metrics
         self._unloaded: set[str] = set()  # endpoints already warned about: their /metrics lacks the load
 
     def __len__(self) -> int:

@@ -20,17 +20,34 @@ from prometheus_client.parser import text_string_to_metric_families
 log = logging.getLogger("picker.scraper")
 
 
-def parse_metrics(text: str) -> dict[str, float]:
+def parse_metrics(text: str, only: frozenset[str] | None = None) -> dict[str, float]:
     """Sum every sample of each metric in Prometheus text format (labels are summed over; NaN skipped).
 
-    A malformed exposition raises ValueError, as Prometheus fails such a scrape whole.
+    ``only``: the sample names wanted; the other lines (and the comments) are dropped before parsing. A vLLM's
+    exposition is some 550 lines of histograms, 7 ms of parsing on the picker's loop per endpoint and scrape,
+    which a request arriving meanwhile waits out; the two load gauges are a few lines.
+    A malformed exposition (of the lines parsed) raises ValueError, as Prometheus fails such a scrape whole.
     """
+    if only is not None:
+        text = "\n".join(line for line in text.splitlines() if _sample_name(line) in only)
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if not math.isnan(sample.value):
                 totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
     return totals
+
+
+def _sample_name(line: str) -> str:
+    """The metric name a sample line starts with ("" for a comment or a blank line)."""
+    if not line or line[0] == "#":
+        return ""
+    end = len(line)
+    for stop in ("{", " ", "\t"):
+        at = line.find(stop)
+        if 0 <= at < end:
+            end = at
+    return line[:end]
 
 
 @dataclass
@@ -97,7 +114,9 @@ class MetricsScraper:
             self.pool.record_scrape(ep, None, error=f"GET {url}: {exc.__class__.__name__}: {exc}")
             return
         try:
-            figures = parse_metrics(text)
+            figures = parse_metrics(text, self.pool.load_metrics)
+            if len(figures) < len(self.pool.load_metrics):  # lacking a load metric: all of them, for the warning
+                figures = parse_metrics(text)
         except ValueError as exc:  # answering, so up; but its figures cannot be trusted: keep the last ones
             ep.last_error = f"GET {url}: malformed metrics ({exc}); health unchanged"
             log.warning("endpoint %s (%s): malformed /metrics: %s", ep.name, ep.address, exc)

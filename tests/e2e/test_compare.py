@@ -104,12 +104,12 @@ def test_each_picker_mode_runs_beside_its_floor_and_the_report_splits_its_cost(t
     """Each transport's floor (eppkit/floors: a Go server that picks at once) runs the same requests through the same
     wiring: its traces hold Envoy's call and no picker span, every request served, and each mode's share over it is
     in the report and the table."""
-    picking = ("ext_proc", "lua-callout", "dynmod-callout")
+    picking = ("ext_proc", "sidecar", "lua-callout", "dynmod-callout")
     report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=("direct", *picking), scenarios=("chat",),
                        floors=True)
     results = report["scenarios"]["chat"]["modes"]
-    assert list(results) == ["direct", "ext_proc", "floor-ext_proc", "lua-callout", "floor-lua-callout",
-                             "dynmod-callout", "floor-dynmod-callout"]
+    assert list(results) == ["direct", "ext_proc", "floor-ext_proc", "sidecar", "floor-sidecar", "lua-callout",
+                             "floor-lua-callout", "dynmod-callout", "floor-dynmod-callout"]
     failed = {m: r["error"] for m, r in results.items() if r["status"] != "ok"}
     assert not failed, f"modes failed to run (logs under {out}/logs): {failed}"
     api = JaegerClient(eppkit_jaeger.api_url)
@@ -120,7 +120,7 @@ def test_each_picker_mode_runs_beside_its_floor_and_the_report_splits_its_cost(t
         assert floor["completeness"]["ratio"] == 1.0, (key, floor["completeness"])
         for sample in floor["samples"]:  # Envoy called the floor; the floor, a program of its own, traced nothing
             services = {s.service for s in api.get_trace(sample["trace_id"]).spans}
-            assert not services & {Service.EPP, Service.CALLOUT}, (key, services)
+            assert not services & {Service.EPP, Service.CALLOUT, Service.FRONTEND}, (key, services)
         over = results[mode]["over_floor"]["gateway"]["p50"]
         assert over == pytest.approx(results[mode]["steps"]["gateway"]["p50"] - floor["steps"]["gateway"]["p50"],
                                      abs=1e-3)

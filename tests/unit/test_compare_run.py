@@ -277,17 +277,21 @@ def recording_floors(tmp_path, monkeypatch):
 
 def test_each_picker_mode_gets_its_floor_once_per_transport_and_the_report_splits_its_cost(tmp_path, monkeypatch):
     seen, create = recording_floors(tmp_path, monkeypatch)
-    report = compare.run(options(modes=("direct", "ext_proc", "external-epp", "lua-callout"), floors=True,
+    report = compare.run(options(modes=("direct", "ext_proc", "sidecar", "external-epp", "lua-callout"), floors=True,
                                  mode_sets={"external-epp": {"epp_command": "myepp --port {grpc_port}"}}),
                          tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
     floor_runs = [(m, o) for m, o in seen if "floor" in str(o)]
-    assert floor_runs == [  # one ext_proc floor for ext_proc and external-epp; lua-callout's own, its filter's
+    assert floor_runs == [  # one ext_proc floor for ext_proc and external-epp; the sidecar's and lua-callout's own
         ("external-epp", {"epp_command": "/cache/bin/eppkit-floor-x -transport extproc -port {grpc_port} "
-                                         "-pick {endpoints}"}),
+                                         "-pick {endpoints} -decide body"}),
+        ("external-epp", {"epp_command": "/cache/bin/eppkit-floor-x -transport extproc -port {grpc_port} "
+                                         "-pick {endpoints} -decide body -frontend"}),
         ("lua-callout", {"callout_command": "/cache/bin/eppkit-floor-x -transport callout -port {port} "
                                             "-pick {endpoints}"})]
     block = report["scenarios"]["chat"]["modes"]
-    assert list(block) == ["direct", "ext_proc", "floor-ext_proc", "external-epp", "lua-callout", "floor-lua-callout"]
+    assert list(block) == ["direct", "ext_proc", "floor-ext_proc", "sidecar", "floor-sidecar", "external-epp",
+                           "lua-callout", "floor-lua-callout"]
+    assert block["sidecar"]["floor"] == "floor-sidecar"
     assert "floor" not in block["direct"]
     assert block["ext_proc"]["floor"] == block["external-epp"]["floor"] == "floor-ext_proc"
     assert block["floor-ext_proc"]["scorer"] == "floor"
@@ -308,6 +312,49 @@ def test_each_body_path_a_mode_takes_runs_beside_its_own_floor(tmp_path, monkeyp
                            "ext_proc+none", "floor-ext_proc+none", "gaie-epp"]
     assert [o.get("epp_request_body") for m, o in seen if m == "ext_proc"] == [None, "buffered", "none"]
     assert ("external-epp", {"epp_command": "/cache/bin/eppkit-floor-x -transport extproc -port {grpc_port} "
-                                            "-pick {endpoints} -body none", "epp_request_body": "none"}) in seen
+                                            "-pick {endpoints} -decide body -body none",
+                            "epp_request_body": "none"}) in seen
     assert block["ext_proc+none"]["floor"] == "floor-ext_proc+none" and block["ext_proc+none"]["body_path"] == "none"
     assert block["direct"]["body_path"] is None and block["gaie-epp"]["floor"] == "floor-ext_proc"
+
+
+def test_a_concurrency_sweep_runs_each_mode_and_floor_once_per_step_and_tabulates_them(tmp_path, monkeypatch):
+    seen, create = recording_floors(tmp_path, monkeypatch)
+    loads = []
+    monkeypatch.setattr(compare.runner, "Driver", _recording_driver(compare.runner.Driver, loads))
+    report = compare.run(options(modes=("direct", "ext_proc"), floors=True, concurrency_sweep=(1, 8)),
+                         tmp_path / "r", jaeger=FakeJaegerProcess(), create=create)
+    block = report["scenarios"]["chat"]["modes"]
+    assert list(block) == ["direct@c1", "direct@c8", "ext_proc@c1", "floor-ext_proc@c1", "ext_proc@c8",
+                           "floor-ext_proc@c8"]
+    assert loads == [1, 8, 1, 1, 8, 8]  # each step driven at its own concurrency, its floor too
+    assert block["ext_proc@c8"]["floor"] == "floor-ext_proc@c8" and block["ext_proc@c8"]["concurrency"] == 8
+    assert block["ext_proc@c8"]["overhead_vs_direct"] is not None  # against direct at the same step
+    assert report["scenarios"]["chat"]["workload"]["concurrency_sweep"] == [1, 8]
+    table = next(t for t in rp.extra_tables(report, report["scenarios"]["chat"]) if "concurrency" in t.title)
+    assert table.columns == ("in flight", "direct", "ext_proc", "floor-ext_proc")
+    assert [row[0] for row in table.rows] == ["1", "8"]
+    compare.output.write(report, tmp_path / "r")
+    assert (tmp_path / "r" / "concurrency-chat.png").is_file()
+    assert "Per concurrency" in (tmp_path / "r" / "summary.md").read_text()
+
+
+def _recording_driver(real, loads):
+    class Recording(real):
+        def __init__(self, client, load, **kw):
+            loads.append(load.concurrency)
+            super().__init__(client, load, **kw)
+    return Recording
+
+
+def test_a_concurrency_sweep_is_checked_before_anything_runs():
+    from eppkit.compare import sweep
+
+    assert sweep.steps("16,1,4,4") == (1, 4, 16)
+    assert sweep.split("floor-ext_proc+buffered@c16") == ("floor-ext_proc+buffered", 16)
+    assert sweep.split("ext_proc") == ("ext_proc", None)
+    for bad in ("0,4", "a,b", "1,2,3,4,5,6,7,8,9"):
+        with pytest.raises(ValueError, match="--concurrency-sweep"):
+            sweep.steps(bad)
+    with pytest.raises(ValueError, match="--concurrency-sweep"):
+        options(concurrency_sweep=(1, 1000)).validate()

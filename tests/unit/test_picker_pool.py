@@ -71,6 +71,18 @@ def test_parse_metrics_reads_the_mock_vllms_own_exposition():
     assert m["vllm:request_success_total"] == 1
 
 
+def test_parse_metrics_reads_only_the_samples_asked_for():
+    text = ("# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{engine="0"} 2\n'
+            "vllm:num_requests_waiting_other 7\n"
+            "vllm:num_requests_running\t3\n"
+            "some histogram garbage {\n")
+    only = frozenset({"vllm:num_requests_waiting", "vllm:num_requests_running"})
+    assert parse_metrics(text, only) == {"vllm:num_requests_waiting": 2.0, "vllm:num_requests_running": 3.0}
+    with pytest.raises(ValueError):
+        parse_metrics("vllm:num_requests_waiting {not a sample\n", only)
+
+
 def test_parse_metrics_refuses_a_malformed_exposition():
     with pytest.raises(ValueError):
         parse_metrics("vllm:num_requests_waiting 1\ngarbage line\n")

@@ -1,0 +1,78 @@
+"""The concurrency sweep: with ``--concurrency-sweep 1,4,16,32`` every run of a comparison (each mode, each body path
+it takes, each floor) runs once per concurrency, in one comparison, each step in a testbed of its own and bounded as
+any run is (``--requests``, ``--max-duration``, ``--request-timeout``). A step's results are under
+``<run>@c<n>`` (``ext_proc@c16``, ``floor-ext_proc+buffered@c16``); a table (console, summary.md, report.html) and a
+chart (report.html) set each run's TTFT, gateway and hold p50 against the concurrency. With a scenario whose
+prompts come in sizes (``prompt-sizes``) the per-size table has a column per step: the long-prompt curve at each
+concurrency."""
+
+from __future__ import annotations
+
+from eppkit.compare import promptsizes, tables
+
+SEP = "@c"
+MAX_STEPS = 8
+
+
+def key(run_key: str, concurrency: int | None) -> str:
+    """The key of ``run_key`` (a mode's or a floor's) at one step of the sweep; itself outside a sweep (None)."""
+    return run_key if concurrency is None else f"{run_key}{SEP}{concurrency}"
+
+
+def split(run_key: str) -> tuple[str, int | None]:
+    """(the run without its step, the step's concurrency or None)."""
+    base, sep, step = run_key.rpartition(SEP)
+    return (base, int(step)) if sep and step.isdigit() else (run_key, None)
+
+
+def steps(value: str) -> tuple[int, ...]:
+    """``--concurrency-sweep``'s value: distinct concurrencies, ascending (ValueError on anything else)."""
+    try:
+        found = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError:
+        raise ValueError(f"--concurrency-sweep {value!r}: a comma list of whole numbers, e.g. 1,4,16,32") from None
+    if not found or found[0] < 1 or len(found) > MAX_STEPS:
+        raise ValueError(f"--concurrency-sweep {value!r}: 1 to {MAX_STEPS} concurrencies, each at least 1")
+    return tuple(found)
+
+
+def _measure(result: dict, name: str, where: str) -> float | None:
+    """A run's p50 of one of :data:`promptsizes.MEASURES` (its steps', or Envoy's record of the hop)."""
+    summary = (result.get(where if where == "steps" else "hop") or {}).get(name) or {}
+    return summary.get("p50")
+
+
+def curves(block: dict) -> dict[str, list[dict]]:
+    """Per run swept (its key without the step): one point per concurrency, ascending, with the p50 of each of
+    :data:`promptsizes.MEASURES`; {} outside a sweep."""
+    out: dict[str, list[dict]] = {}
+    for run_key, result in block.get("modes", {}).items():
+        base, concurrency = split(run_key)
+        if concurrency is None or result.get("status") != "ok":
+            continue
+        point = {"concurrency": concurrency, "requests": (result.get("requests") or {}).get("ok")}
+        point.update({name: _measure(result, name, where) for name, where in promptsizes.MEASURES})
+        out.setdefault(base, []).append(point)
+    return {base: sorted(points, key=lambda p: p["concurrency"]) for base, points in out.items()}
+
+
+def table(block: dict) -> tables.Table | None:
+    """Rows: the concurrencies; a column per run swept: "ttft / gateway / hold" p50 (ms). None outside a sweep."""
+    found = curves(block)
+    if not found:
+        return None
+    by_run = {base: {p["concurrency"]: p for p in points} for base, points in found.items()}
+    levels = sorted({c for points in by_run.values() for c in points})
+    rows = []
+    for c in levels:
+        cells = []
+        for base in by_run:
+            p = by_run[base].get(c)
+            cells.append("–" if p is None else " / ".join(tables.fmt(p.get(name), 2)
+                                                           for name, _ in promptsizes.MEASURES))
+        rows.append([str(c)] + cells)
+    return tables.Table(
+        "Per concurrency, p50 ms: TTFT / gateway / hold", ("in flight",) + tuple(by_run), rows,
+        notes=["Each step a testbed of its own with the same requests, at most that many in flight. TTFT: the "
+               "client's first token; gateway: Envoy's ingress start to its upstream request's start; hold: what "
+               "Envoy waited between the end of the request and the upstream's start (the EPP hop)."])
