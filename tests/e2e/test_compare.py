@@ -129,6 +129,38 @@ def test_each_picker_mode_runs_beside_its_floor_and_the_report_splits_its_cost(t
     assert "picker share" in table and f"({results['lua-callout']['floor']})" in table
 
 
+def _most_in_flight(samples):
+    """The most requests the client had open at once, from each sample's send time and duration."""
+    edges = sorted([(s["sent_s"], 1) for s in samples] + [(s["sent_s"] + s["e2e_ms"] / 1000, -1) for s in samples],
+                   key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_a_concurrency_sweep_runs_every_mode_and_floor_at_each_step_in_one_run(tmp_path, eppkit_jaeger, eppkit_runtime):
+    """--concurrency-sweep 1,3: each mode and its floor once per step, in testbeds of their own, each driven at its
+    step's concurrency (the client's own send times say so), every request served, tabulated and drawn."""
+    report, out = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=("direct", "ext_proc"), scenarios=("chat",),
+                       floors=True, concurrency_sweep=(1, 3))
+    block = report["scenarios"]["chat"]
+    results = block["modes"]
+    assert list(results) == ["direct@c1", "direct@c3", "ext_proc@c1", "floor-ext_proc@c1", "ext_proc@c3",
+                             "floor-ext_proc@c3"]
+    failed = {m: r["error"] for m, r in results.items() if r["status"] != "ok"}
+    assert not failed, f"runs failed (logs under {out}/logs): {failed}"
+    for key, result in results.items():
+        assert result["requests"]["ok"] == REQUESTS, (key, result["requests"])
+        assert _most_in_flight(result["samples"]) == (1 if key.endswith("@c1") else REQUESTS), key
+    assert results["ext_proc@c3"]["floor"] == "floor-ext_proc@c3"
+    assert results["ext_proc@c3"]["overhead_vs_direct"]  # against direct at the same step
+    table = next(t for t in rp.extra_tables(report, block) if t.title.startswith("Per concurrency"))
+    assert [row[0] for row in table.rows] == ["1", "3"] and table.columns[1:] == ("direct", "ext_proc", "floor-ext_proc")
+    assert (out / "concurrency-chat.png").is_file() and "Per concurrency" in (out / "summary.md").read_text()
+
+
 def test_each_body_path_runs_beside_its_floor_and_prompt_sizes_draw_the_curve(tmp_path, eppkit_jaeger, eppkit_runtime):
     """ext_proc with the body streamed, buffered and not sent, each beside its floor, through prompts of 1 to 256 KiB:
     every request served, Envoy's own record says how the body went (no body replies when none is sent), and the
