@@ -37,7 +37,7 @@ from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
 from eppkit.core.flags import flag_of, flagged
 from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
-from eppkit.workload import SCENARIOS, Load
+from eppkit.workload import SCENARIOS, Load, concurrency_steps
 
 UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP = "up", "run", "compare", "conformance", "bootstrap"
 COMMANDS = (UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP)
@@ -113,10 +113,8 @@ def _names(value: str, known: Sequence[str], what: str, every: Sequence[str] | N
 
 
 def _sweep(value: str) -> tuple[int, ...]:
-    from eppkit.compare import sweep  # the compare package: imported only when the flag is given
-
     try:
-        return sweep.steps(value)
+        return concurrency_steps(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

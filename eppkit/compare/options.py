@@ -18,7 +18,7 @@ from eppkit.services.epp import BODY_PATHS
 from eppkit.services.picker.settings import PickerSettings
 from eppkit.services.vllm.config import MockLatency, latency_from_args
 from eppkit.topology import Topology, VllmSpec
-from eppkit.workload import SCENARIOS, Load, Scenario
+from eppkit.workload import SCENARIOS, Load, Scenario, concurrency_steps
 
 EXIT_OK, EXIT_REGRESSION, EXIT_MODE_FAILED = 0, 1, 2
 # Upper bounds that keep one run bounded whatever the flags say.
@@ -86,7 +86,7 @@ class CompareOptions:
         if not 1 <= load.concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"--concurrency must be 1..{MAX_CONCURRENCY}")
         if self.concurrency_sweep:
-            sweep.steps(",".join(map(str, self.concurrency_sweep)))
+            concurrency_steps(",".join(map(str, self.concurrency_sweep)))
             if self.concurrency_sweep[-1] > MAX_CONCURRENCY:
                 raise ValueError(f"--concurrency-sweep: each concurrency 1..{MAX_CONCURRENCY}")
         if not 0 < load.max_duration_s <= MAX_DURATION_S:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from eppkit.compare import promptsizes, tables
 
-SEP = "@c"
-MAX_STEPS = 8
+SEP = "@c"  # a step's key: the run's, then this, then its concurrency (the steps: eppkit.workload.concurrency_steps)
 
 
 def key(run_key: str, concurrency: int | None) -> str:
@@ -23,17 +22,6 @@ def split(run_key: str) -> tuple[str, int | None]:
     """(the run without its step, the step's concurrency or None)."""
     base, sep, step = run_key.rpartition(SEP)
     return (base, int(step)) if sep and step.isdigit() else (run_key, None)
-
-
-def steps(value: str) -> tuple[int, ...]:
-    """``--concurrency-sweep``'s value: distinct concurrencies, ascending (ValueError on anything else)."""
-    try:
-        found = sorted({int(v) for v in value.split(",") if v.strip()})
-    except ValueError:
-        raise ValueError(f"--concurrency-sweep {value!r}: a comma list of whole numbers, e.g. 1,4,16,32") from None
-    if not found or found[0] < 1 or len(found) > MAX_STEPS:
-        raise ValueError(f"--concurrency-sweep {value!r}: 1 to {MAX_STEPS} concurrencies, each at least 1")
-    return tuple(found)
 
 
 def _measure(result: dict, name: str, where: str) -> float | None:

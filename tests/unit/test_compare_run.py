@@ -349,12 +349,13 @@ def _recording_driver(real, loads):
 
 def test_a_concurrency_sweep_is_checked_before_anything_runs():
     from eppkit.compare import sweep
+    from eppkit.workload import concurrency_steps
 
-    assert sweep.steps("16,1,4,4") == (1, 4, 16)
+    assert concurrency_steps("16,1,4,4") == (1, 4, 16)
     assert sweep.split("floor-ext_proc+buffered@c16") == ("floor-ext_proc+buffered", 16)
     assert sweep.split("ext_proc") == ("ext_proc", None)
     for bad in ("0,4", "a,b", "1,2,3,4,5,6,7,8,9"):
         with pytest.raises(ValueError, match="--concurrency-sweep"):
-            sweep.steps(bad)
+            concurrency_steps(bad)
     with pytest.raises(ValueError, match="--concurrency-sweep"):
         options(concurrency_sweep=(1, 1000)).validate()
