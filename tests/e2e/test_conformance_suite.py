@@ -53,19 +53,26 @@ def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, 
 
 def test_kv_cache_affinity_passes_an_epp_that_reads_the_pods_kv_events_and_fails_one_that_does_not(
         eppkit_testbed_factory):
-    # The kit's EPP said cache-aware twice: with kv-events-scorer (it subscribes to the pods' KV-cache events) and with
-    # round-robin (it does not look): the pods' own cached_tokens judge each.
+    # The kit's EPP said cache-aware three times: with kv-events-scorer (it subscribes to the pods' KV-cache events),
+    # with round-robin (it does not look) and with prefix-cache-scorer (it remembers where it sent each prefix and
+    # never hears a pod's reset or eviction): the pods' own cached_tokens judge each.
     judged = {}
-    for scorer in ("kv-events-scorer", "round-robin"):
+    for scorer in ("kv-events-scorer", "round-robin", "prefix-cache-scorer"):
         target = Target("ext_proc", {"scorer": scorer}, cache_aware=True)
         report = run(target, eppkit_testbed_factory, runtime="local", checks=selected(["kv-cache-affinity"]),
                      budget=LOADED_MACHINE)
         judged[scorer] = next(c for c in report["checks"] if c["id"] == "kv-cache-affinity")
     assert judged["kv-events-scorer"]["status"] == "pass", judged["kv-events-scorer"]
-    assert judged["kv-events-scorer"]["message"] == "all 12 later turns went to a pod holding their prefix"
+    assert judged["kv-events-scorer"]["message"] == ("all 12 later turns went to a pod holding their prefix, and so "
+                                                     "did the turns after a cache reset and an eviction")
+    assert any("BlockRemoved" in line for line in judged["kv-events-scorer"]["evidence"])
     failing = judged["round-robin"]
     assert failing["status"] == "fail" and "which held none of its prefix" in failing["message"], failing
     assert any("prompt tokens cached" in line and "Envoy's access log" in line for line in failing["evidence"])
+    stale = judged["prefix-cache-scorer"]  # right while nothing changes under it, wrong once a pod's cache resets
+    assert stale["status"] == "fail", stale
+    assert "reset its prefix cache (AllBlocksCleared), conversation 0's next turn went to" in stale["message"], stale
+    assert "which held 0 of its tokens" in stale["message"], stale
 
 
 def test_gaie_epp_gets_a_verdict_with_each_deviation_named_and_evidenced(eppkit_testbed_factory, eppkit_runtime):

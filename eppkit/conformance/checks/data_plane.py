@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import requests
+
 from eppkit.conformance.checks.protocol import SERVES
 from eppkit.conformance.checks.registry import (
     DATA_PLANE,
@@ -253,14 +255,21 @@ def fail_open(h):
 KV_EVENTS = "vLLM's KV-cache events, as llm-d's precise prefix-cache scorer and Dynamo's KV router read them"
 CONVERSATIONS, TURNS = 4, 4  # four conversations on three pods: a picker blind to the blocks cannot line them up
 EVENTS_S = 0.3  # after each round of turns: the pods' KV events reach the EPP
+PREFIX_WORDS = 100  # a conversation's own prefix: 100 tokens, six full blocks of 16
+KV_CACHE_BLOCKS = 64  # each pod's capacity: the conversations fit, FILL_PROMPTS evict them
+FILL_PROMPTS, FILL_WORDS = 10, 150  # sent straight to a pod: 90 blocks of other prompts, least recently used out
+
+
+def _prefix(c: int, words: int = PREFIX_WORDS) -> str:
+    """The first ``words`` words of conversation ``c``'s prefix."""
+    vocab = ("pool", "route", "block", "token", "cache", "prefill", "decode", "envoy", "picker", "gateway")
+    return " ".join(f"{vocab[(c * 3 + i) % len(vocab)]}{c}x{i}" for i in range(words))
 
 
 def _conversation(c: int, turn: int) -> str:
     """Conversation ``c``'s prompt at ``turn``: a prefix of its own (~100 tokens: several KV blocks of 16), then
     its turn's question."""
-    words = ("pool", "route", "block", "token", "cache", "prefill", "decode", "envoy", "picker", "gateway")
-    prefix = " ".join(f"{words[(c * 3 + i) % len(words)]}{c}x{i}" for i in range(100))
-    return f"{prefix} Turn {turn}: which pod answers?"
+    return f"{_prefix(c)} Turn {turn}: which pod answers?"
 
 
 def _cache_aware(target) -> str | None:
@@ -270,33 +279,108 @@ def _cache_aware(target) -> str | None:
             "its blocks are")
 
 
-@check("kv-cache-affinity", "a cache-aware EPP sends prompts that share a prefix to a pod that holds its blocks",
+def _cached(sent: Sent) -> tuple[int, object]:
+    """The pod's own count of the prompt tokens it found cached, and the prompt's size (the answer's usage)."""
+    usage = (sent.result.body or {}).get("usage") or {}
+    return (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0, usage.get("prompt_tokens")
+
+
+def _to_pod(h, bed, address: str, path: str, body: dict | None = None) -> None:
+    """A request straight to a pod, past Envoy and the EPP (what another client of the pod does)."""
+    if body is not None:
+        body = {"model": bed.backends[0].model, "max_tokens": 1, **body}
+    answer = requests.post(f"http://{address}{path}", json=body, timeout=h.request_timeout_s)
+    answer.raise_for_status()
+
+
+@check("kv-cache-affinity", "a cache-aware EPP sends prompts that share a prefix to a pod that holds its blocks, "
+       "after an eviction and a cache reset too",
        category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=NEEDS, per_protocol=False, declared=_cache_aware)
 def kv_cache_affinity(h):
     """For an EPP that says it is cache-aware (``--cache-aware``): four conversations, each a prompt prefix of its
     own and four turns, sent one at a time and interleaved to pods that publish their KV-cache events (vLLM's
     ZeroMQ events; the EPP learns where from ``{kv_events}``). Every turn after a conversation's first must go to a
     pod that already held its prefix, in that pod's own words: the answer's ``usage.prompt_tokens_details.
-    cached_tokens`` (the blocks it found in its prefix cache)."""
-    bed = h.bed("kv-events", topology=dataclasses.replace(h.target.topology(), kv_events=True))
+    cached_tokens`` (the blocks it found in its prefix cache).
+
+    Then what the pods say changes under the EPP, as it does when a pod restarts or fills up. **A cache reset**
+    (``POST /reset_prefix_cache`` to a pod holding conversation 0: AllBlocksCleared, what a restarted pod announces),
+    and another pod given the first half of the prefix straight (its BlockStored): the next turn must go to that pod,
+    the only one holding any of it; an EPP that missed the reset still sees the whole prefix on the first. **An
+    eviction**: the pod that served that turn fills with other prompts sent straight to it (each pod keeps 64 blocks;
+    BlockRemoved, least recently used first), a third pod is given the prefix's first block: the next turn must go
+    there. A pod answering with the prefix still cached where it should not be (the reset or the eviction did not
+    take) makes the check not run, never pass."""
+    base = h.target.topology()
+    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--kv-cache-size", str(KV_CACHE_BLOCKS)])
+            for v in base.vllm]
+    bed = h.bed("kv-events", topology=dataclasses.replace(base, kv_events=True, vllm=pods))
     names = {ep.address: ep.name for ep in bed.backends}
+    if len(bed.backends) < 3:
+        return not_applicable("the check needs three pods: the target's topology has fewer")
     holders: dict[int, set[str]] = {c: set() for c in range(CONVERSATIONS)}
     evidence, problems = [], []
+
+    def turn_of(c: int, turn: int, what: str) -> tuple[Sent, str, int]:
+        sent = h.must_serve(h.send(bed, prompt=_conversation(c, turn)), what)
+        cached, prompt = _cached(sent)
+        pod = sent.hop["upstream"]
+        evidence.append(f"{what}: {names.get(pod, pod)} served it with {cached} of its {prompt} prompt tokens cached; "
+                        + evidence_of(sent.hop))
+        return sent, pod, cached
+
     for turn in range(TURNS):
         for c in range(CONVERSATIONS):
-            sent = h.must_serve(h.send(bed, prompt=_conversation(c, turn)), f"turn {turn} of conversation {c}")
-            usage = (sent.result.body or {}).get("usage") or {}
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-            pod = names.get(sent.hop["upstream"], sent.hop["upstream"])
-            evidence.append(f"conversation {c}, turn {turn}: {pod} served it with {cached} of its "
-                            f"{usage.get('prompt_tokens')} prompt tokens cached; " + evidence_of(sent.hop))
+            _, pod, cached = turn_of(c, turn, f"conversation {c}, turn {turn}")
             if turn and not cached:
-                problems.append(f"conversation {c}'s turn {turn} went to {pod}, which held none of its prefix "
-                                f"(held by {', '.join(sorted(holders[c]))})")
+                problems.append(f"conversation {c}'s turn {turn} went to {names.get(pod, pod)}, which held none of "
+                                f"its prefix (held by {', '.join(sorted(names.get(p, p) for p in holders[c]))})")
             holders[c].add(pod)
         time.sleep(EVENTS_S)
     later = CONVERSATIONS * (TURNS - 1)
-    return judged(problems, evidence, failing="prompts that share a prefix went to pods that did not hold it",
-                  passing=f"all {later} later turns went to a pod holding their prefix",
-                  fix="score the pods by the blocks their KV-cache events say they hold ({kv_events}: where each "
-                      "pod publishes them)")
+    fix = ("score the pods by the blocks their KV-cache events say they hold ({kv_events}: where each pod publishes "
+           "them), and drop what a pod's AllBlocksCleared and BlockRemoved take away")
+    if problems:
+        return judged(problems, evidence, failing="prompts that share a prefix went to pods that did not hold it",
+                      passing="", fix=fix)
+
+    # A cache reset: every block of one holder of conversation 0 out; half its prefix on another pod.
+    cleared = sorted(holders[0])[0]
+    given = next(ep.address for ep in bed.backends if ep.address not in holders[0])
+    _to_pod(h, bed, cleared, "/reset_prefix_cache")
+    _to_pod(h, bed, given, "/v1/chat/completions", {"messages": [{"role": "user", "content": _prefix(0, 50)}]})
+    evidence.append(f"{names[cleared]}'s prefix cache reset (POST /reset_prefix_cache: AllBlocksCleared); sent "
+                    f"straight to {names[given]}: the first 50 words of conversation 0's prefix")
+    time.sleep(EVENTS_S)
+    sent, pod, cached = turn_of(0, TURNS, f"conversation 0, turn {TURNS}, after the reset")
+    if pod == cleared and cached:
+        raise NotWitnessed(f"{names[cleared]} still held conversation 0's prefix after its reset", sent)
+    if pod != given or not cached:
+        problems.append(f"after {names[cleared]} reset its prefix cache (AllBlocksCleared), conversation 0's next "
+                        f"turn went to {names.get(pod, pod)}, which held {cached} of its tokens; {names[given]} held "
+                        "the first half of its prefix")
+        return judged(problems, evidence, failing="prompts went to pods that no longer held their prefix", passing="",
+                      fix=fix)
+    # An eviction: the pod that served it fills with other prompts; the prefix's first block on another pod.
+    full = pod
+    third = next(ep.address for ep in bed.backends if ep.address not in (full, cleared))
+    for i in range(FILL_PROMPTS):
+        _to_pod(h, bed, full, "/v1/chat/completions",
+                {"messages": [{"role": "user", "content": _prefix(CONVERSATIONS + i, FILL_WORDS)}]})
+    _to_pod(h, bed, third, "/v1/chat/completions", {"messages": [{"role": "user", "content": _prefix(0, 20)}]})
+    evidence.append(f"sent straight to {names.get(full, full)}: {FILL_PROMPTS} other prompts of {FILL_WORDS} words "
+                    f"(its {KV_CACHE_BLOCKS} blocks overflow: BlockRemoved); to {names[third]}: the first 20 words of "
+                    "conversation 0's prefix")
+    time.sleep(EVENTS_S)
+    sent, pod, cached = turn_of(0, TURNS + 1, f"conversation 0, turn {TURNS + 1}, after the eviction")
+    if pod == full and cached:
+        raise NotWitnessed(f"{names.get(full, full)} still held conversation 0's prefix after {FILL_PROMPTS} other "
+                           "prompts", sent)
+    if pod != third or not cached:
+        problems.append(f"after {names.get(full, full)} evicted conversation 0's blocks (BlockRemoved), its next turn "
+                        f"went to {names.get(pod, pod)}, which held {cached} of its tokens; {names[third]} held the "
+                        "first block of its prefix")
+    return judged(problems, evidence, failing="prompts went to pods that no longer held their prefix",
+                  passing=f"all {later} later turns went to a pod holding their prefix, and so did the turns after a "
+                          "cache reset and an eviction",
+                  fix=fix)
