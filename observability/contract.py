@@ -180,6 +180,10 @@ class Eppkit:
     MODE = _attr("eppkit.mode", "the integration mode (client span; Envoy's custom tag on its spans)")
     FLOW = _attr("eppkit.flow", "the request flow: aggregated, pd, epd, ttft or multipart")
     TOKENS_RECEIVED = _attr("eppkit.tokens_received", "content pieces the client read")
+    PREDICTED_CACHED_TOKENS = _attr("eppkit.kv.predicted_cached_tokens",
+                                    "prompt tokens the picker expects the picked pod to hold in its prefix cache "
+                                    "(kv-events-scorer: the leading blocks it holds × the block size); the pod's own "
+                                    "count is vllm.prefix_cached_tokens")
 
 
 class Stream:
@@ -258,7 +262,7 @@ class Frontend:
     REASON = _attr("frontend.reason", "why that worker")
     ROUTE = _span("frontend.route", Service.FRONTEND, "the KV router's decision for one request (SERVER)",
                   (Http.REQUEST_METHOD, Http.URL_PATH, Http.RESPONSE_STATUS_CODE, GenAi.REQUEST_MODEL, WORKER_ID,
-                   ENDPOINT, TOKEN_COUNT, OVERLAP_BLOCKS, REASON))
+                   ENDPOINT, TOKEN_COUNT, OVERLAP_BLOCKS, REASON, Eppkit.PREDICTED_CACHED_TOKENS))
     TOKENIZE = _span("frontend.tokenize", Service.FRONTEND, "tokenizing the prompt", (TOKEN_COUNT,))
 
 
@@ -312,7 +316,7 @@ class Epp:
     PART2_SENT = _event("part2_sent", "part 2 and the closing boundary left the EPP", (MULTIPART_PART2_BYTES,))
     STREAM_CLOSED_WHILE_HOLDING = _event("stream_closed_while_holding", "the stream ended before part 2 was sent")
 
-    _DECISION = (*DECISION, FALLBACKS, WORKER_ID, Frontend.TOKEN_COUNT)
+    _DECISION = (*DECISION, FALLBACKS, WORKER_ID, Frontend.TOKEN_COUNT, Eppkit.PREDICTED_CACHED_TOKENS)
     PROCESS = _span("epp.process", Service.EPP, "the ext_proc stream of one request, headers to decision (SERVER)",
                     (Rpc.SYSTEM, Rpc.SERVICE, Rpc.METHOD, Http.REQUEST_METHOD, Http.URL_PATH,
                      Http.RESPONSE_STATUS_CODE, Error.TYPE, MULTIPART_BOUNDARY) + _DECISION,
@@ -336,7 +340,7 @@ class Callout:
     (ENDPOINT, ENDPOINT_NAME, SCORER, REASON, PREFILLER, PREFILLER_NAME, PREFILL_REASON, ENCODERS, ENCODERS_NAMES,
      ENCODERS_REASON) = DECISION
     PICK = _span("callout.pick", Service.CALLOUT, "one POST /pick: the decision (SERVER)",
-                 (*DECISION, GenAi.REQUEST_MODEL, Http.RESPONSE_STATUS_CODE))
+                 (*DECISION, GenAi.REQUEST_MODEL, Http.RESPONSE_STATUS_CODE, Eppkit.PREDICTED_CACHED_TOKENS))
 
 
 # -- the backends -------------------------------------------------------------------------------------

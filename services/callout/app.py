@@ -102,6 +102,7 @@ def make_app(
             span.set_attribute(Callout.ENDPOINT, decision.address)
             span.set_attribute(Callout.ENDPOINT_NAME, decision.name)
             span.set_attribute(Callout.REASON, decision.reason)
+            span.set_attributes(decision.prediction())
             span.set_attribute(Http.RESPONSE_STATUS_CODE, 200)
             answer: dict[str, Any] = {"endpoint": decision.address, "fallbacks": decision.fallbacks,
                                       "scorer": decision.scorer, "reason": decision.reason}

@@ -114,6 +114,7 @@ class FrontendPicker:
             fallbacks=[a for a in answer.get("fallbacks", []) if isinstance(a, str)],
             worker_id=None if worker_id is None else str(worker_id),
             attributes={Frontend.TOKEN_COUNT: int(answer.get("token_count", 0) or 0)},
+            details={k: v for k, v in answer.items() if k.startswith("kv_") and isinstance(v, int)},
         )
 
     async def close(self) -> None:

@@ -247,6 +247,7 @@ class StreamProcessor:
             span.set_attribute(Epp.WORKER_ID, decision.worker_id)
         for key, value in decision.attributes.items():
             span.set_attribute(key, value)
+        span.set_attributes(decision.prediction())
         if decision.stages is not None:
             span.set_attributes(decision.stages.attributes(Epp.DECISION))
 

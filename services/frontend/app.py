@@ -107,6 +107,7 @@ async def handle_route(request: web.Request) -> web.Response:
         span.set_attribute(Frontend.REASON, decision.reason)
         if "overlap_blocks" in decision.details:  # kv-router-scorer's figure
             span.set_attribute(Frontend.OVERLAP_BLOCKS, decision.details["overlap_blocks"])
+        span.set_attributes(decision.prediction())
     return web.json_response(
         {
             "worker_id": worker_id(decision),

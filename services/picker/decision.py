@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eppkit.observability.contract import Decision as DecisionAttributes
+from eppkit.observability.contract import Eppkit
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.endpoints import PoolEndpoint
 
@@ -60,6 +61,14 @@ class Decision:
     def metadata_value(self) -> str:
         """Primary then fallbacks, comma-separated (the ``envoy.lb`` metadata value of the EPP protocol)."""
         return ",".join([self.address, *self.fallbacks])
+
+    def prediction(self) -> dict[str, int]:
+        """The span attribute of what the scorer expects the pod to hold ({} when it says nothing): a cache-aware
+        scorer's ``kv_predicted_blocks`` × ``kv_block_size`` (kv-events-scorer), set beside the pod's own count."""
+        blocks, size = self.details.get("kv_predicted_blocks"), self.details.get("kv_block_size")
+        if not isinstance(blocks, int) or not isinstance(size, int):
+            return {}
+        return {Eppkit.PREDICTED_CACHED_TOKENS: blocks * size}
 
     def stage_headers(self) -> tuple[dict[str, str], list[str]]:
         """(headers to set, headers to remove) that pass the prefiller and encoders on, as llm-d does.

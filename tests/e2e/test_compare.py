@@ -210,6 +210,11 @@ def test_the_prefix_cache_table_shows_where_a_kv_aware_picker_sent_shared_prefix
         assert cache["requests"] == 16 and cache["prompt_tokens"] > 16 * 300, cache
         rates[scorer] = cache["ratio"]
         assert "Prefix cache, from the pods' prefill spans" in (out / "summary.md").read_text()
+        if scorer == "kv-events-scorer":  # it says what it expects the pod to hold; the pods found exactly that
+            assert cache["predicted_requests"] == 16 and cache["as_predicted"] == 16, cache
+            assert cache["predicted_tokens"] == cache["cached_tokens"], cache
+        else:  # round robin predicts nothing
+            assert "predicted_tokens" not in cache, cache
     # 4 conversations on 3 pods: the KV-aware picker misses each conversation's first request only (4 of 16); round
     # robin sends each conversation to each pod once before any hit (12 of 16 miss).
     assert rates["kv-events-scorer"] > 0.6 and rates["round-robin"] < 0.35, rates
