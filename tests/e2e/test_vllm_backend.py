@@ -86,26 +86,32 @@ def mock(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory):
+    """The simulator with its KV-cache events on: (its URL, the endpoint its publisher dials)."""
     require_simulator()
-    port = PortAllocator().port(all_interfaces=True)
+    ports = PortAllocator()
+    port, events = ports.port(all_interfaces=True), f"tcp://127.0.0.1:{ports.port()}"
     argv = inference_sim.command(inference_sim.find(), port=port, model=parity.MODEL, seed=0, latency=LATENCY,
-                                 extra=["--max-model-len", str(parity.MAX_MODEL_LEN)])
+                                 extra=["--max-model-len", str(parity.MAX_MODEL_LEN), "--enable-kvcache",
+                                        "--zmq-endpoint", events])
     log = tmp_path_factory.mktemp("sim") / "sim.log"
-    proc = ManagedProcess("sim-parity", argv, log).with_env(**inference_sim.env("sim-parity")).start()
+    # POD_IP: its events' topic names the pod (kv@<ip>@<model>); it refuses to start KV events without it.
+    proc = ManagedProcess("sim-parity", argv, log).with_env(**inference_sim.env("sim-parity"), POD_IP="127.0.0.1")
+    proc.start()
     try:
         proc.wait_ready(HttpReady(f"http://127.0.0.1:{port}{inference_sim.READY_PATH}", timeout_s=30))
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", events
     finally:
         proc.stop()
 
 
-def observe_all(url: str, jaeger_url: str | None = None, kv_events: str | None = None) -> dict[str, dict[str, str]]:
+def observe_all(url: str, jaeger_url: str | None = None, kv_events: str | None = None, *,
+                kv_dials: bool = False) -> dict[str, dict[str, str]]:
     """Every case's observation and, with ``jaeger_url``, each served request's ``llm_request`` span and for
-    a refused one whether it has one; the /metrics families after them; with ``kv_events`` (a publisher), the shape
-    of its KV-cache events as "kv-events"."""
+    a refused one whether it has one; the /metrics families after them; with ``kv_events`` (a publisher, or with
+    ``kv_dials`` the endpoint the server's publisher dials), the shape of its KV-cache events as "kv-events"."""
     out, traced = {}, {}
     if kv_events is not None:
-        out["kv-events"] = parity.kv_event_shape(kv_events, url)
+        out["kv-events"] = parity.kv_event_shape(kv_events, url, dials=kv_dials)
     for case in parity.CASES:
         trace_id = uuid.uuid4().hex
         out[case.name] = parity.observe(url, case, headers={"traceparent": f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"})
@@ -139,8 +145,6 @@ def check(stand_in: str, seen: dict, vllm_seen: dict, *, spans: bool = True) -> 
             (Path(dump) / f"{name}.json").write_text(json.dumps(observed, indent=1, sort_keys=True))
     if not spans:  # a stand-in that emits no spans: that part does not apply
         vllm_seen = {case: {k: v for k, v in obs.items() if not k.startswith("span")} for case, obs in vllm_seen.items()}
-    if "kv-events" not in seen:  # a stand-in not started with KV-cache events (the simulator's need a real tokenizer)
-        vllm_seen = {case: obs for case, obs in vllm_seen.items() if case != "kv-events"}
     new, gone = parity.unexplained(parity.differences(seen, vllm_seen), parity.KNOWN[stand_in])
     assert not new and not gone, (
         f"{stand_in} against vLLM: differences tests/support/parity.py KNOWN does not list:\n  " + "\n  ".join(new)
@@ -156,7 +160,8 @@ def test_the_mock_answers_traces_and_counts_as_vllm_does_but_for_the_differences
 
 
 def test_the_simulator_answers_and_counts_as_vllm_does_but_for_the_differences_it_lists(sim, vllm_seen):
-    check(inference_sim.NAME, observe_all(sim), vllm_seen, spans=False)
+    url, events = sim
+    check(inference_sim.NAME, observe_all(url, kv_events=events, kv_dials=True), vllm_seen, spans=False)
 
 
 # -- eppkit compare in front of a real vLLM -------------------------------------------------------------

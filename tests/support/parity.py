@@ -198,9 +198,11 @@ def _kv_type(value: Any) -> str:
     return _type(value)
 
 
-def kv_event_shape(publisher: str, base_url: str, timeout_s: float = 20.0) -> dict[str, str]:
+def kv_event_shape(publisher: str, base_url: str, timeout_s: float = 20.0, *, dials: bool = False) -> dict[str, str]:
     """A server's KV-cache events while :data:`KV_PROMPT` is sent to it twice: the frames, the batch, each event kind
-    and each field's type (``kv.BlockStored.block_hashes -> list[bytes[32]]``), flattened like an answer."""
+    and each field's type (``kv.BlockStored.block_hashes -> list[bytes[32]]``), flattened like an answer; and which
+    end binds the socket (``kv.socket``). ``dials``: the server's publisher connects to ``publisher`` (the
+    simulator's, as llm-d's KV-cache indexer binds one socket all pods dial), so the subscriber binds it."""
     import time
 
     import msgpack
@@ -209,11 +211,15 @@ def kv_event_shape(publisher: str, base_url: str, timeout_s: float = 20.0) -> di
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(publisher)
-    out: dict[str, str] = {}
+    if dials:
+        sub.bind(publisher)
+    else:
+        sub.connect(publisher)
+    out: dict[str, str] = {"kv.socket": "the subscriber binds, the server dials" if dials else
+                           "the server binds, the subscriber connects"}
     kinds: dict[str, set[str]] = {}  # a field's types over every event of its kind ("bytes[32] | null")
     try:
-        time.sleep(0.5)  # a SUB socket sees only what is published after it joined
+        time.sleep(2.0 if dials else 0.5)  # a SUB sees only what is published after it joined (a dialer retries each s)
         for _ in range(2):
             requests.post(f"{base_url}/v1/chat/completions", json=KV_PROMPT, timeout=120).raise_for_status()
         deadline = time.monotonic() + timeout_s
@@ -305,6 +311,10 @@ _STEPS = "the mock's steps and identity, which the kit's checks, waterfalls and 
 _FINISH = ("a stream that ends by length: vLLM puts `finish_reason` on the last token's chunk; the mock sends a "
            "chunk of its own with empty text, as vLLM does when a stream ends on a stop")
 
+_SIM_KV = ("its KV events are positional arrays, the tag first and the fields in vLLM's order up to `lora_name` (the "
+           "older msgpack `array_like` encoding; llm-d's readers take both), without `group_idx` and "
+           "`kv_cache_spec_kind`; vLLM 0.32 sends tagged maps")
+
 KNOWN: dict[str, tuple[Known, ...]] = {
     "mock": (
         Known("header.x-inference-pod", "present", ABSENT, _D, "llm-d's pod header: tests and pickers read which pod "
@@ -386,6 +396,13 @@ KNOWN: dict[str, tuple[Known, ...]] = {
         Known("metric.*", ABSENT, "*", _R, f"families vLLM has and it has not (the process and Python "
               "collectors, HTTP instrumentation, the prefix cache, preemptions, prompt sources, admission, sleep "
               "state, ...)"),
+        Known("kv.socket", "the subscriber binds, the server dials", "the server binds, the subscriber connects", _R,
+              "its KV-events publisher dials one endpoint (`--zmq-endpoint`: llm-d's KV-cache indexer binds it and "
+              "every pod connects), where vLLM's binds and its subscribers connect: a subscriber that connects to "
+              "each pod, as the kit's kv-events-scorer does, hears nothing from it"),
+        Known("kv.BlockStored", "array, tag first", "map tagged type", _R, _SIM_KV),
+        Known("kv.BlockStored.[*]", "*", ABSENT, _R, _SIM_KV),
+        Known("kv.BlockStored.*", ABSENT, "*", _R, _SIM_KV),
     ),
 }
 
