@@ -195,8 +195,9 @@ func (n *noop) Process(stream pb.ExternalProcessor_ProcessServer) error {
 	}
 }
 
-// callout answers the callout filters' POST /pick at once.
-func callout(pick string) http.Handler {
+// pickServer is what the HTTP floors share: the fixed pick as the callout service's JSON answer, and a mux that
+// answers GET /health.
+func pickServer(pick string) ([]byte, *http.ServeMux) {
 	endpoints := strings.Split(pick, ",")
 	answer, err := json.Marshal(map[string]any{"endpoint": endpoints[0], "fallbacks": endpoints[1:],
 		"scorer": "floor", "reason": "floor"})
@@ -208,6 +209,12 @@ func callout(pick string) http.Handler {
 		w.Header().Set("content-type", "application/json")
 		io.WriteString(w, `{"status":"ok"}`)
 	})
+	return answer, mux
+}
+
+// callout answers the callout filters' POST /pick at once.
+func callout(pick string) http.Handler {
+	answer, mux := pickServer(pick)
 	mux.HandleFunc("POST /pick", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body) // the whole body, as a picker that reads it would
 		w.Header().Set("content-type", "application/json")
@@ -219,17 +226,7 @@ func callout(pick string) http.Handler {
 
 // frontendFloor answers the sidecar's routing query at once: any POST with x-routing-request: true.
 func frontendFloor(pick string) http.Handler {
-	endpoints := strings.Split(pick, ",")
-	answer, err := json.Marshal(map[string]any{"endpoint": endpoints[0], "fallbacks": endpoints[1:],
-		"scorer": "floor", "reason": "floor", "token_count": 0})
-	if err != nil {
-		log.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("content-type", "application/json")
-		io.WriteString(w, `{"status":"ok"}`)
-	})
+	answer, mux := pickServer(pick)
 	mux.HandleFunc("POST /", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("content-type", "application/json")
