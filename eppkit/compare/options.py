@@ -113,8 +113,9 @@ def mode_options(options: CompareOptions, mode: str) -> dict:
 
 
 def server_args(scenario: Scenario) -> list[str]:
-    """What the scenario asks of every server it runs on (a long prompt's context window)."""
-    return ["--max-model-len", str(scenario.max_model_len)] if scenario.max_model_len else []
+    """What the scenario asks of every server it runs on (a long prompt's context window, a small KV cache)."""
+    out = ["--max-model-len", str(scenario.max_model_len)] if scenario.max_model_len else []
+    return out + (["--kv-cache-size", str(scenario.kv_cache_blocks)] if scenario.kv_cache_blocks else [])
 
 
 def runs(options: CompareOptions) -> list[tuple[str, str, str, int | None]]:
