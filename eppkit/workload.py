@@ -67,10 +67,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("shared-prefix", "4 conversations, each a system prompt of 300-400 words of its own, a short question "
              "after it, in turn: where a prefix-cache-aware picker sends them (the prefix-cache table)",
              "aggregated", False, (300, 400), (4, 8), shared_prefixes=4),
-    Scenario("shared-prefix-evicting", "8 conversations of 300-400-word system prompts on pods that keep 48 KV blocks "
+    Scenario("shared-prefix-evicting", "8 conversations of 300-400-word system prompts on pods that keep 64 KV blocks "
              "each (the mock's and the simulator's --kv-cache-size): the blocks are evicted as conversations take "
              "turns, so a prediction of where they are goes stale unless the picker hears the evictions",
-             "aggregated", False, (300, 400), (4, 8), shared_prefixes=8, kv_cache_blocks=48),
+             "aggregated", False, (300, 400), (4, 8), shared_prefixes=8, kv_cache_blocks=64),
     Scenario("prompt-sizes", "prompts of 1, 4, 16, 64 and 256 KiB in turn, 8-16 tokens out as SSE: TTFT and the "
              "EPP hop per prompt size (the curve of report.html)",
              "aggregated", True, (100, 50_000), (8, 16), prompt_kb=(1, 4, 16, 64, 256), max_model_len=65536),

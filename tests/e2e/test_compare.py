@@ -235,6 +235,26 @@ def test_compare_with_the_simulator_is_complete_and_labelled_external(tmp_path, 
         assert not {"queue", "prefill", "kv", "decode"} & set(steps), "the simulator traces none of its steps"
 
 
+def test_when_pods_evict_only_the_picker_that_hears_it_keeps_its_predictions(tmp_path, eppkit_jaeger, eppkit_runtime):
+    """shared-prefix-evicting: 8 conversations on 3 pods of 64 KV blocks each. kv-events-scorer hears each pod's
+    BlockRemoved: every request's pod found exactly what it predicted (its span's eppkit.kv.predicted_cached_tokens
+    against the pod's vllm.prefix_cached_tokens). prefix-cache-scorer remembers where it sent each conversation, not
+    what the pods still hold: fewer hits. (Without evictions the two hit alike: the shared-prefix scenario.)"""
+    caches = {}
+    for scorer in ("kv-events-scorer", "prefix-cache-scorer"):
+        options = compare.CompareOptions(modes=("ext_proc",), scenarios=("shared-prefix-evicting",), scorer=scorer,
+                                         backends=3, load=Load(requests=32, concurrency=1, warmup=0),
+                                         runtime=eppkit_runtime, trace_timeout_s=20, floors=False, charts=False,
+                                         latency=MockLatency(time_to_first_token=5, inter_token_latency=1))
+        report = compare.run(options, tmp_path / scorer, jaeger=eppkit_jaeger)
+        result = report["scenarios"]["shared-prefix-evicting"]["modes"]["ext_proc"]
+        assert result["status"] == "ok" and result["requests"]["ok"] == 32, (result.get("error"), result["requests"])
+        caches[scorer] = result["prefix_cache"]
+    precise, remembered = caches["kv-events-scorer"], caches["prefix-cache-scorer"]
+    assert precise["as_predicted"] == precise["predicted_requests"] == 32, precise
+    assert precise["ratio"] > remembered["ratio"] + 0.1, (precise, remembered)
+
+
 def test_streamed_ttft_is_the_client_first_token_event(tmp_path, eppkit_jaeger, eppkit_runtime):
     report, _ = _run(tmp_path, eppkit_jaeger, eppkit_runtime, modes=("direct", "ext_proc"), scenarios=("stream",))
     api = JaegerClient(eppkit_jaeger.api_url)
