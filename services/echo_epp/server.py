@@ -21,7 +21,6 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 log = logging.getLogger("echo-epp")
-MAX_MESSAGE_BYTES = 80 * 1024 * 1024
 # What the protocol check of the served endpoint reads back (GAIE's conformance EPP writes the same).
 SERVED_ECHO = "x-conformance-test-served-endpoint"
 
@@ -187,8 +186,7 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
 
 async def serve(host: str, port: int, pool: Pool, tracer: trace.Tracer, *, misbehave: str, max_fallbacks: int,
                 shed_header: str) -> None:
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    server = grpc.aio.server(options=list(protocol.SERVER_OPTIONS))
     pb_grpc.add_ExternalProcessorServicer_to_server(
         EchoProcessor(pool, tracer, misbehave=misbehave, max_fallbacks=max_fallbacks, shed_header=shed_header), server)
     health_servicer = health.aio.HealthServicer()

@@ -18,14 +18,13 @@ make the EPP choose a prefiller and encoders too, passed as ``x-prefiller-host-p
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from eppkit.observability.contract import Service
 from eppkit.services.epp import BODY_PATHS, MULTIPART_TRIGGERS, server
 from eppkit.services.epp.sidecar import FrontendPicker
 from eppkit.services.picker import settings, transport
-from eppkit.services.runner import add_common_args, run_then_flush
+from eppkit.services.runner import add_common_args, run_loop, run_then_flush
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args, picker, scrapers, tracer = transport.prepare(build_parser(), argv, Service.EPP)
     if args.frontend_url:
         picker = FrontendPicker(picker, args.frontend_url, timeout_s=args.frontend_timeout)
-    return run_then_flush(lambda: asyncio.run(server.serve_forever(
+    return run_then_flush(lambda: run_loop(server.serve_forever(
         args.host, args.port, picker, scrapers, tracer, multipart=args.multipart,
         multipart_trigger=args.multipart_trigger, request_body=args.request_body)))
 

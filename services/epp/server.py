@@ -18,7 +18,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
 
 log = logging.getLogger("epp")
-MAX_MESSAGE_BYTES = 80 * 1024 * 1024  # above Envoy's 64 MiB per-connection buffer limit
 
 
 def incoming_context(context: grpc.aio.ServicerContext):
@@ -69,11 +68,7 @@ async def start(host: str, port: int, picker: Picker, scrapers: Sequence[Metrics
                 multipart: bool = False, multipart_trigger: str = "first-token",
                 request_body: str = BODY_PATHS[0]) -> EppServer:
     """``scrapers``: one per pool the picker reads; ``multipart``: the two-phase flow."""
-    # Envoy sends request body in FULL_DUPLEX_STREAMED as fast as it arrives, several MiB in one
-    # message when the client writes quickly; gRPC's default 4 MiB receive limit turned any larger
-    # body into a 500 ("Received message larger than max"). Envoy buffers at most 64 MiB per connection.
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+    server = grpc.aio.server(options=list(protocol.SERVER_OPTIONS))
     pb_grpc.add_ExternalProcessorServicer_to_server(ExternalProcessor(picker, tracer, multipart=multipart, multipart_trigger=multipart_trigger,
                                                                     request_body=request_body), server)
     # grpc.health.v1 on the same port, SERVING once the server runs, for the server ("") and the three
