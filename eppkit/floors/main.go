@@ -114,13 +114,16 @@ func echo(body *pb.HttpBody) *pb.BodyResponse {
 			Body: body.Body, EndOfStream: body.EndOfStream}}}}}
 }
 
-// decided is the held headers reply and the held body (-decide body), once the decision is made.
-func (n *noop) decided(body []byte, endOfStream bool) ([]*pb.ProcessingResponse, error) {
+// release sends the held headers reply and the held body (-decide body), once the decision is made.
+func (n *noop) release(stream pb.ExternalProcessor_ProcessServer, body []byte, endOfStream bool) error {
 	if err := n.ask(body); err != nil {
-		return nil, err
+		return err
 	}
-	return []*pb.ProcessingResponse{n.onHeaders(), {Response: &pb.ProcessingResponse_RequestBody{
-		RequestBody: echo(&pb.HttpBody{Body: body, EndOfStream: endOfStream})}}}, nil
+	if err := stream.Send(n.onHeaders()); err != nil {
+		return err
+	}
+	return stream.Send(&pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestBody{
+		RequestBody: echo(&pb.HttpBody{Body: body, EndOfStream: endOfStream})}})
 }
 
 func (n *noop) Process(stream pb.ExternalProcessor_ProcessServer) error {
@@ -151,14 +154,8 @@ func (n *noop) Process(stream pb.ExternalProcessor_ProcessServer) error {
 					continue
 				}
 				held = false
-				replies, err := n.decided(body, true)
-				if err != nil {
+				if err := n.release(stream, body, true); err != nil {
 					return err
-				}
-				for _, reply := range replies {
-					if err := stream.Send(reply); err != nil {
-						return err
-					}
 				}
 				continue
 			}
@@ -171,14 +168,8 @@ func (n *noop) Process(stream pb.ExternalProcessor_ProcessServer) error {
 		case *pb.ProcessingRequest_RequestTrailers:
 			if held { // the body ended without end_of_stream: trailers follow it
 				held = false
-				replies, err := n.decided(body, false)
-				if err != nil {
+				if err := n.release(stream, body, false); err != nil {
 					return err
-				}
-				for _, reply := range replies {
-					if err := stream.Send(reply); err != nil {
-						return err
-					}
 				}
 			}
 			out = &pb.ProcessingResponse{Response: &pb.ProcessingResponse_RequestTrailers{RequestTrailers: &pb.TrailersResponse{}}}
