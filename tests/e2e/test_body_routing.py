@@ -31,8 +31,8 @@ def body_routing_topology(**options) -> Topology:
 
 @pytest.fixture
 def bed(eppkit_shared_testbed_factory):
-    """One testbed for the tests that only send requests (round robin counts per pool, so any two turns of a
-    pool reach both its pods whatever came before)."""
+    """One testbed for the tests that only send requests (the least-queue scorer rotates its ties per pool, so two
+    turns of a pool with equal loads reach both its pods whatever came before)."""
     return eppkit_shared_testbed_factory(body_routing_topology())
 
 

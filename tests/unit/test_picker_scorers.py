@@ -98,6 +98,18 @@ def test_queue_scorer_counts_picks_since_the_last_scrape_and_spreads_ties():
     assert {fresh.pick(req(), pool_of(2).endpoints).endpoint.name for _ in range(2)} == {"e0", "e1"}
 
 
+def test_queue_scorer_spreads_each_pools_ties_when_pools_take_turns():
+    # Two models' pools asked in turn, every load equal (as right after a metrics scrape): each pool's ties rotate
+    # over its own pods. One turn counter over every pool sent pool a's ties to a0 every time.
+    a, b = parse_endpoints("a0=127.0.0.1:1,a1=127.0.0.1:2"), parse_endpoints("b0=127.0.0.1:3")
+    qs = scorers.create("queue-scorer")
+    picked_a = []
+    for _ in range(4):
+        picked_a.append(qs.pick(req(), a).endpoint.name)
+        qs.pick(req(), b)
+    assert picked_a == ["a0", "a1", "a0", "a1"]
+
+
 # --- prefix-cache-scorer --------------------------------------------------------------------------
 
 def test_prefix_hashes_are_chained_over_full_blocks():

@@ -28,11 +28,14 @@ class QueueScorer:
 
     def __init__(self, name: str = TYPE) -> None:
         self.name = name
-        self._tiebreak = itertools.count()
+        self._tiebreak: dict[tuple[str, ...], itertools.count] = {}
 
     def order(self, candidates: list[PoolEndpoint]) -> list[PoolEndpoint]:
-        """Candidates, least loaded first; equal loads in a rotating order so ties spread."""
-        i = next(self._tiebreak) % len(candidates)
+        """Candidates, least loaded first; equal loads in a rotating order so ties spread. The turns are counted per
+        candidate set (per model pool), as round robin's: with one counter over every pool, two models' requests in
+        turn gave one model's ties always to the same pod."""
+        turns = self._tiebreak.setdefault(tuple(ep.address for ep in candidates), itertools.count())
+        i = next(turns) % len(candidates)
         return sorted(candidates[i:] + candidates[:i], key=load_key)
 
     def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick:
