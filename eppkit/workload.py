@@ -296,11 +296,12 @@ class Load:
 MAX_SWEEP_STEPS = 8
 
 
-def concurrency_steps(value: str) -> tuple[int, ...]:
-    """A concurrency sweep's steps from a comma list (``"16,1,4"``): distinct, ascending, each at least 1, at most
-    :data:`MAX_SWEEP_STEPS` of them; ValueError naming ``--concurrency-sweep`` on anything else."""
+def concurrency_steps(value: str | Sequence[int]) -> tuple[int, ...]:
+    """A concurrency sweep's steps from a comma list (``"16,1,4"``) or the numbers themselves: distinct, ascending,
+    each at least 1, at most :data:`MAX_SWEEP_STEPS` of them; ValueError naming ``--concurrency-sweep`` on anything
+    else."""
     try:
-        found = sorted({int(v) for v in value.split(",") if v.strip()})
+        found = sorted({int(v) for v in (value.split(",") if isinstance(value, str) else value) if str(v).strip()})
     except ValueError:
         raise ValueError(f"--concurrency-sweep {value!r}: a comma list of whole numbers, e.g. 1,4,16,32") from None
     if not found or found[0] < 1 or len(found) > MAX_SWEEP_STEPS:

@@ -94,47 +94,23 @@ def steps_chart(block: dict, stem: Path, title: str) -> list[Path]:
     return _save(fig, stem)
 
 
-def prompt_sizes_chart(block: dict, stem: Path, title: str) -> list[Path] | None:
-    """TTFT and gateway p50 against the prompt size, one line per mode (PNG and SVG); None without a curve."""
-    modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok" and r.get("by_prompt_kb")]
-    if not modes:
-        return None
+def _measures_chart(curves: dict[str, list[dict]], x: str, xlabel: str, stem: Path, title: str, *,
+                    ticks: bool = False) -> list[Path]:
+    """Each of :data:`promptsizes.MEASURES` (p50) against ``x`` on a log-2 axis, one line per run (floors dashed);
+    ``ticks``: the x values themselves as the axis's ticks."""
     fig = _figure(4.6 * len(promptsizes.MEASURES), 3.8)
     axes = fig.subplots(1, len(promptsizes.MEASURES), squeeze=False)[0]
+    values = sorted({p[x] for points in curves.values() for p in points})
     for ax, (name, _) in zip(axes, promptsizes.MEASURES):
-        for m in modes:
-            points = [(p["kb"], p[name]) for p in block["modes"][m]["by_prompt_kb"] if p.get(name) is not None]
-            if points:
-                ax.plot(*zip(*points), marker="o", markersize=3, label=m, color=mode_color(m, None),
-                        linestyle="--" if m.startswith("floor-") else "-")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("prompt (KiB)")
-        ax.set_ylabel("ms, p50")
-        ax.set_title(name, fontsize=10)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=11)
-    return _save(fig, stem)
-
-
-def concurrency_chart(block: dict, stem: Path, title: str) -> list[Path] | None:
-    """TTFT, gateway and hold p50 against the concurrency, one line per run swept (PNG and SVG); None outside a
-    sweep (eppkit.compare.sweep)."""
-    found = sweep.curves(block)
-    if not found:
-        return None
-    fig = _figure(4.6 * len(promptsizes.MEASURES), 3.8)
-    axes = fig.subplots(1, len(promptsizes.MEASURES), squeeze=False)[0]
-    for ax, (name, _) in zip(axes, promptsizes.MEASURES):
-        for run, points in found.items():
-            xy = [(p["concurrency"], p[name]) for p in points if p.get(name) is not None]
+        for run, points in curves.items():
+            xy = [(p[x], p[name]) for p in points if p.get(name) is not None]
             if xy:
                 ax.plot(*zip(*xy), marker="o", markersize=3, label=run, color=mode_color(run, None),
                         linestyle="--" if run.startswith("floor-") else "-")
         ax.set_xscale("log", base=2)
-        levels = sorted({p["concurrency"] for points in found.values() for p in points})
-        ax.set_xticks(levels, [str(c) for c in levels])
-        ax.set_xlabel("requests in flight")
+        if ticks:
+            ax.set_xticks(values, [str(v) for v in values])
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("ms, p50")
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
@@ -143,6 +119,20 @@ def concurrency_chart(block: dict, stem: Path, title: str) -> list[Path] | None:
         labelled.legend(fontsize=7)
     fig.suptitle(title, fontsize=11)
     return _save(fig, stem)
+
+
+def prompt_sizes_chart(block: dict, stem: Path, title: str) -> list[Path] | None:
+    """TTFT and gateway p50 against the prompt size, one line per mode (PNG and SVG); None without a curve."""
+    curves = {m: r["by_prompt_kb"] for m, r in block.get("modes", {}).items()
+              if r.get("status") == "ok" and r.get("by_prompt_kb")}
+    return _measures_chart(curves, "kb", "prompt (KiB)", stem, title) if curves else None
+
+
+def concurrency_chart(block: dict, stem: Path, title: str) -> list[Path] | None:
+    """TTFT, gateway and hold p50 against the concurrency, one line per run swept (PNG and SVG); None outside a
+    sweep (eppkit.compare.sweep)."""
+    curves = sweep.curves(block)
+    return _measures_chart(curves, "concurrency", "requests in flight", stem, title, ticks=True) if curves else None
 
 
 def waterfall_chart(trace: Trace, stem: Path, title: str) -> list[Path]:

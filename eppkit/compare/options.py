@@ -86,8 +86,7 @@ class CompareOptions:
         if not 1 <= load.concurrency <= MAX_CONCURRENCY:
             raise ValueError(f"--concurrency must be 1..{MAX_CONCURRENCY}")
         if self.concurrency_sweep:
-            concurrency_steps(",".join(map(str, self.concurrency_sweep)))
-            if self.concurrency_sweep[-1] > MAX_CONCURRENCY:
+            if concurrency_steps(self.concurrency_sweep)[-1] > MAX_CONCURRENCY:
                 raise ValueError(f"--concurrency-sweep: each concurrency 1..{MAX_CONCURRENCY}")
         if not 0 < load.max_duration_s <= MAX_DURATION_S:
             raise ValueError(f"--max-duration must be in (0, {MAX_DURATION_S:g}] seconds")

@@ -28,6 +28,11 @@ def curve(samples: list[dict]) -> list[dict]:
     return points
 
 
+def cell(point: dict | None) -> str:
+    """One point's "ttft / gateway / hold" p50 (ms); "–" for none."""
+    return "–" if point is None else " / ".join(tables.fmt(point.get(name), 2) for name, _ in MEASURES)
+
+
 def table(block: dict) -> tables.Table | None:
     """Rows: prompt sizes; a column per mode: "ttft / gateway / hold" p50 (ms). None without a curve."""
     modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok" and r.get("by_prompt_kb")]
@@ -40,7 +45,7 @@ def table(block: dict) -> tables.Table | None:
         cells = []
         for m in modes:
             p = by_mode[m].get(kb)
-            cells.append("–" if p is None else " / ".join(tables.fmt(p.get(name), 2) for name, _ in MEASURES))
+            cells.append(cell(p))
         rows.append([f"{kb} KiB"] + cells)
     return tables.Table(
         "Per prompt size, p50 ms: TTFT / gateway / hold", ("prompt",) + tuple(modes), rows,

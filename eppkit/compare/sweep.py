@@ -25,9 +25,8 @@ def split(run_key: str) -> tuple[str, int | None]:
 
 
 def _measure(result: dict, name: str, where: str) -> float | None:
-    """A run's p50 of one of :data:`promptsizes.MEASURES` (its steps', or Envoy's record of the hop)."""
-    summary = (result.get(where if where == "steps" else "hop") or {}).get(name) or {}
-    return summary.get("p50")
+    """A run's p50 of one of :data:`promptsizes.MEASURES` (its ``steps``', or Envoy's record of the ``hop``)."""
+    return ((result.get(where) or {}).get(name) or {}).get("p50")
 
 
 def curves(block: dict) -> dict[str, list[dict]]:
@@ -51,14 +50,7 @@ def table(block: dict) -> tables.Table | None:
         return None
     by_run = {base: {p["concurrency"]: p for p in points} for base, points in found.items()}
     levels = sorted({c for points in by_run.values() for c in points})
-    rows = []
-    for c in levels:
-        cells = []
-        for base in by_run:
-            p = by_run[base].get(c)
-            cells.append("–" if p is None else " / ".join(tables.fmt(p.get(name), 2)
-                                                           for name, _ in promptsizes.MEASURES))
-        rows.append([str(c)] + cells)
+    rows = [[str(c)] + [promptsizes.cell(by_run[base].get(c)) for base in by_run] for c in levels]
     return tables.Table(
         "Per concurrency, p50 ms: TTFT / gateway / hold", ("in flight",) + tuple(by_run), rows,
         notes=["Each step a testbed of its own with the same requests, at most that many in flight. TTFT: the "

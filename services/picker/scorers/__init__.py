@@ -31,6 +31,7 @@ picker plugin): the kit compares integrations, so one clear decision rule per ru
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, Protocol, TypeVar
 
@@ -47,6 +48,18 @@ class Pick:
     fallbacks: list[PoolEndpoint] = field(default_factory=list)
     # Extra figures of the decision a transport may pass on (the frontend's overlap_blocks, ...).
     details: dict[str, Any] = field(default_factory=dict)
+
+
+class PoolTurns:
+    """Turns counted per candidate set (per model pool): round robin's rotation, and queue-scorer's among equal loads.
+    One counter over every pool would let two models asked in turn give one model's turns always to the same pod."""
+
+    def __init__(self) -> None:
+        self._turns: dict[tuple[str, ...], itertools.count] = {}
+
+    def next(self, candidates: list[PoolEndpoint]) -> int:
+        """This candidate set's next turn (0, 1, 2, ...)."""
+        return next(self._turns.setdefault(tuple(ep.address for ep in candidates), itertools.count()))
 
 
 class Scorer(Protocol):

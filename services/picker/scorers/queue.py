@@ -7,11 +7,9 @@ burst between two scrapes spreads instead of piling onto the endpoint that looke
 
 from __future__ import annotations
 
-import itertools
-
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
-from eppkit.services.picker.scorers import Pick, register
+from eppkit.services.picker.scorers import Pick, PoolTurns, register
 
 TYPE = "queue-scorer"
 
@@ -28,14 +26,11 @@ class QueueScorer:
 
     def __init__(self, name: str = TYPE) -> None:
         self.name = name
-        self._tiebreak: dict[tuple[str, ...], itertools.count] = {}
+        self._tiebreak = PoolTurns()
 
     def order(self, candidates: list[PoolEndpoint]) -> list[PoolEndpoint]:
-        """Candidates, least loaded first; equal loads in a rotating order so ties spread. The turns are counted per
-        candidate set (per model pool), as round robin's: with one counter over every pool, two models' requests in
-        turn gave one model's ties always to the same pod."""
-        turns = self._tiebreak.setdefault(tuple(ep.address for ep in candidates), itertools.count())
-        i = next(turns) % len(candidates)
+        """Candidates, least loaded first; equal loads in a rotating order per model pool so ties spread."""
+        i = self._tiebreak.next(candidates) % len(candidates)
         return sorted(candidates[i:] + candidates[:i], key=load_key)
 
     def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick:

@@ -6,11 +6,9 @@ endpoints of another.
 
 from __future__ import annotations
 
-import itertools
-
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
-from eppkit.services.picker.scorers import Pick, register
+from eppkit.services.picker.scorers import Pick, PoolTurns, register
 
 TYPE = "round-robin"
 
@@ -21,10 +19,10 @@ class RoundRobin:
 
     def __init__(self, name: str = TYPE) -> None:
         self.name = name
-        self._turns: dict[tuple[str, ...], itertools.count] = {}
+        self._turns = PoolTurns()
 
     def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick:
-        turn = next(self._turns.setdefault(tuple(ep.address for ep in candidates), itertools.count()))
+        turn = self._turns.next(candidates)
         i = turn % len(candidates)
         order = candidates[i:] + candidates[:i]
         return Pick(order[0], f"round-robin turn {turn} -> {i + 1} of {len(candidates)}", order[1:])
