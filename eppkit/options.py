@@ -173,6 +173,14 @@ def _table() -> list[Option]:
                choices=flows.names),
         Option("--runtime", "where components run (default: %(default)s)", beds, default=RUNTIMES[0],
                choices=lambda: RUNTIMES),
+        Option("--kubeconfig", "--runtime kubernetes on a cluster of your own (kind, a real one) instead of the kit's "
+               "one-node cluster: its Pods on one node's host network, reached through the API server; the kit's "
+               "images loaded or pushed where it pulls from (docs/kubernetes.md); default $EPPKIT_KUBECONFIG",
+               everywhere, metavar="FILE"),
+        Option("--image-registry", "with --kubeconfig: the Pods pull the kit's images from this registry "
+               "(REGISTRY/eppkit/...: tag and push each of `eppkit cluster images` there first); default "
+               "$EPPKIT_IMAGE_REGISTRY, else the names as they are (loaded into the node: kind load docker-image)",
+               everywhere, metavar="REGISTRY"),
         Option("--set", "a mode option (repeatable), the value read as JSON when it parses: --set scorer=round-robin "
                "--set failure_mode_allow=true. An unknown option is an error naming the valid ones.", bed,
                default=[], action="append", metavar="KEY=VALUE", dest="options"),
@@ -213,6 +221,9 @@ def _table() -> list[Option]:
         Option("--epp-command", "start this EPP (placeholders: " + " ".join("{" + n + "}" for n in
                external_epp.PLACEHOLDERS) + "); the plugin: of every external-epp testbed whose Topology names none",
                everywhere, default="", metavar="TEMPLATE", group="epp"),
+        Option("--epp-image", "run --epp-command in this image (its arguments after the image's entrypoint, as "
+               "`docker run IMAGE ARGS`): a container on --runtime docker, a Pod on kubernetes; the plugin: of every "
+               "external-epp testbed whose Topology names none", everywhere, default="", metavar="IMAGE", group="epp"),
         Option("--epp-address", "use this EPP, already running; the plugin: of every external-epp testbed whose "
                "Topology names none", everywhere, default="", metavar="HOST:PORT", group="epp"),
         Option("--epp-decision-span", "the EPP's span that holds its decision, SERVICE:NAME (e.g. myepp:myepp.pick): "
@@ -409,9 +420,10 @@ def request_headers(values: Any) -> dict[str, str]:
 
 
 def epp_options(values: Any) -> dict[str, Any]:
-    """The external-epp mode options ``--epp-command`` / ``--epp-address`` / ``--epp-decision-span`` set."""
-    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_address", values.epp_address),
-                              ("decision_span", values.epp_decision_span)) if v}
+    """The external-epp mode options ``--epp-command`` / ``--epp-image`` / ``--epp-address`` /
+    ``--epp-decision-span`` set."""
+    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_image", values.epp_image),
+                              ("epp_address", values.epp_address), ("decision_span", values.epp_decision_span)) if v}
 
 
 def topology(values: Any) -> Topology:

@@ -52,6 +52,9 @@ class ServiceSpec:
     # A program of yours (an EPP of your own) or a real vLLM: a process of this host on every runtime, in its own
     # environment (the kit's services image holds only the kit's own packages; a vLLM's Python is this host's).
     on_host: bool = False
+    # A program of yours packaged as an image (an EPP's image): ``argv`` follows its entrypoint, as `docker run IMAGE
+    # ARGS` and a Pod's ``args``; on the docker and kubernetes runtimes (the local runtime refuses it).
+    image: str | None = None
     # A Kubernetes client (its KUBECONFIG env is the pool's kubeconfig): the API access it needs, as RBAC rules
     # (``{"apiGroups": [...], "resources": [...], "verbs": [...]}``). On a runtime that is a cluster it runs
     # in-cluster instead: a ServiceAccount of its own bound to a Role of exactly these rules, its token mounted.

@@ -79,6 +79,17 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             p.error(str(exc))
 
+    if getattr(args, "kubeconfig", None) or getattr(args, "image_registry", None):  # the kubernetes runtime's
+        from eppkit.cluster import remote  # cluster, here and in what this starts
+
+        if getattr(args, "runtime", "kubernetes") != "kubernetes":
+            p.error("--kubeconfig and --image-registry are the kubernetes runtime's cluster: add --runtime kubernetes "
+                    f"(not {args.runtime})")
+        try:
+            remote.use(args.kubeconfig, args.image_registry)
+        except ValueError as exc:
+            p.error(str(exc))
+
     signal.signal(signal.SIGTERM, _raise_interrupt)
     # A shell that starts us in the background sets SIGINT to "ignore"; we want Ctrl-C semantics always.
     signal.signal(signal.SIGINT, signal.default_int_handler)

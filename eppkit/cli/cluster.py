@@ -1,16 +1,19 @@
-"""`eppkit cluster up|down|status`: the one-node Kubernetes cluster (eppkit.cluster)."""
+"""`eppkit cluster up|down|status|images`: the one-node Kubernetes cluster (eppkit.cluster), and the images a
+cluster of your own pulls (eppkit.cluster.remote)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-ACTIONS = ("up", "down", "status")
+ACTIONS = ("up", "down", "status", "images")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=ACTIONS, help="up: start it (unless it runs); down: stop it and remove what "
-                        "it left; status: where it is and what runs on it")
+                        "it left; status: where it is and what runs on it; images: the kit's images (made or found "
+                        "now), one per line, for a cluster of your own to pull: kind load docker-image $(eppkit "
+                        "cluster images)")
     parser.add_argument("--check", action="store_true", help="down: exit 1 if the stopped cluster had left anything "
                         "(processes, cgroups, its socket), naming it")
 
@@ -34,6 +37,8 @@ def main(args: argparse.Namespace) -> int:
                 return 1 if args.check else 0
             _say("nothing left behind")
             return 0
+        if args.action == "images":
+            return images()
         return status()
     except cluster.ClusterError as exc:
         print(f"eppkit cluster {args.action}: {exc}", file=sys.stderr)
@@ -65,4 +70,18 @@ def status() -> int:
         by_ns[pod.metadata.namespace] = by_ns.get(pod.metadata.namespace, 0) + 1
     _say(f"api {state['server']}; kubeconfig {state['kubeconfig']}; started in {state.get('start_s')} s")
     _say("pods: " + (", ".join(f"{ns} {n}" for ns, n in sorted(by_ns.items())) or "none"))
+    return 0
+
+
+def images() -> int:
+    """The tags of the images the kubernetes runtime's Pods run (Envoy the one installed with eppkit), one per line
+    on stdout; what making them printed goes to stderr."""
+    from eppkit.gateway import versions
+    from eppkit.runtimes.docker import DockerLauncher
+
+    docker = DockerLauncher()
+    made = docker.images()
+    envoy = docker.envoy_image(versions.resolve(None, lambda message: print(message, file=sys.stderr)))
+    for tag in dict.fromkeys((envoy, made.jaeger, made.services)):
+        print(tag)
     return 0

@@ -66,8 +66,8 @@ def missing_error(lacks: list[str]) -> ClusterError:
         f"cannot start the one-node Kubernetes cluster here: {', '.join(lacks)} missing.\n"
         f"It needs root, containerd >= 1.6 with runc and the CNI plugins ({PACKAGES}), cgroups, and "
         "`eppkit bootstrap --kubernetes`.\n"
-        "Or run the same testbed on --runtime docker or local (a cluster of your own by kubeconfig is not supported "
-        "yet: docs/kubernetes.md).")
+        "Or point the kit at a cluster of your own (--kubeconfig FILE, docs/kubernetes.md), or run the same testbed "
+        "on --runtime docker or local.")
 
 
 def running() -> dict | None:

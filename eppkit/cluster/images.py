@@ -52,10 +52,17 @@ def docker_archive(binary: Path, tag: str, entrypoint: str = "/pause") -> bytes:
     return out.getvalue()
 
 
-def present(socket: Path, name: str) -> bool:
-    """containerd holds the image ``name`` (as normalized: ``docker.io/...`` for a short name)."""
-    out = subprocess.run([*ctr(socket), "images", "ls", "-q", f"name=={name}"], capture_output=True, text=True,
-                         timeout=60)
+DOCKER_ID_LABEL = "eppkit.docker-id"  # on an image imported from docker: the id it had there
+
+
+def present(socket: Path, name: str, label: str | None = None) -> bool:
+    """containerd holds the image ``name`` (as normalized: ``docker.io/...`` for a short name), with ``label``
+    (``key=value``) when given."""
+    wanted = f"name=={name}"
+    if label is not None:
+        key, value = label.split("=", 1)
+        wanted += f',labels."{key}"=={value}'
+    out = subprocess.run([*ctr(socket), "images", "ls", "-q", wanted], capture_output=True, text=True, timeout=60)
     return bool(out.stdout.strip())
 
 
@@ -85,12 +92,18 @@ def ensure_from_docker(socket: Path, tag: str, lock: Path) -> None:
         name = tag  # a registry named: as it is
     else:  # docker's short names, as containerd stores them
         name = f"docker.io/{tag}" if "/" in tag else f"docker.io/library/{tag}"
-    if present(socket, name):
+    # The docker image's id, kept as a label on the node's copy: a tag rebuilt since (an EPP image of yours, whose
+    # tag says nothing of its content) is imported again, never run stale.
+    inspected = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], capture_output=True,
+                               text=True, timeout=60)
+    label = f"{DOCKER_ID_LABEL}={inspected.stdout.strip().removeprefix('sha256:')[:40]}"
+    if present(socket, name, label):
         return
     with cache_lock(lock):
-        if present(socket, name):
+        if present(socket, name, label):
             return
         saved = subprocess.run(["docker", "save", tag], capture_output=True, timeout=600)
         if saved.returncode != 0:
             raise RuntimeError(f"docker save {tag} failed: {saved.stderr.decode(errors='replace')[-800:]}")
         import_tar(socket, saved.stdout)
+        subprocess.run([*ctr(socket), "images", "label", name, label], capture_output=True, timeout=60)

@@ -12,25 +12,31 @@ from collections.abc import Sequence
 
 from eppkit.components.container import LABEL, SESSION, labels, owner_alive
 
+POD_SECURITY = "pod-security.kubernetes.io/enforce"
 OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value
-_client = None
+_clients: dict[str, object] = {}
 _client_lock = threading.Lock()
 
 
 def client():
-    """One lightkube client of the one-node cluster, shared by this process."""
-    global _client
-    with _client_lock:
-        if _client is None:
-            from lightkube import Client, KubeConfig
+    """One lightkube client of the kubernetes runtime's cluster, shared by this process: a cluster of your own
+    when a kubeconfig is given (:mod:`eppkit.cluster.remote`), else the one-node cluster."""
+    from eppkit.cluster import remote
 
+    with _client_lock:
+        path = remote.kubeconfig()
+        if path is None:
             from eppkit.cluster import running
 
             state = running()
             if state is None:
                 raise RuntimeError("the one-node cluster is not running: `eppkit cluster up` starts it")
-            _client = Client(KubeConfig.from_file(state["kubeconfig"]), trust_env=False, field_manager="eppkit")
-        return _client
+            path = state["kubeconfig"]
+        if path not in _clients:
+            from lightkube import Client, KubeConfig
+
+            _clients[path] = Client(KubeConfig.from_file(path), trust_env=False, field_manager="eppkit")
+        return _clients[path]
 
 
 def label_value(value: str) -> str:
@@ -58,6 +64,7 @@ def ensure_namespace(name: str) -> str:
 
     name = dns_label(name)
     lbls, notes = pod_labels("namespace")
+    lbls[POD_SECURITY] = "privileged"  # its Pods use the host's network: a cluster enforcing Pod Security admits them
     try:
         client().create(Namespace(metadata=ObjectMeta(name=name, labels=lbls, annotations=notes)))
     except ApiError as exc:

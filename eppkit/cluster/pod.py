@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from eppkit.cluster import podnet
+from eppkit.cluster import apipod, podnet
 from eppkit.cluster.configs import NODE
 from eppkit.cluster.images import ctr
 from eppkit.cluster import namespaces
@@ -37,6 +37,7 @@ from eppkit.components.container import SESSION
 from eppkit.components.base import FromImage, LiveSet
 from eppkit.components.inference_pool import READY_GATE
 
+_GONE = object()  # a Pod's status when the API no longer has the Pod
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read their token
 
 
@@ -60,9 +61,17 @@ class ManagedPod(FromImage):
     """One component in one Pod, started in a ``with``, logged to a file, always deleted (module docstring)."""
 
     def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *, namespace: str,
-                 entrypoint: Sequence[str] | None = None, extra_labels: dict[str, str] | None = None):
+                 entrypoint: Sequence[str] | None = None, extra_labels: dict[str, str] | None = None,
+                 api_only: bool = False, node: str | None = None):
         super().__init__(name, image, argv, log_path, entrypoint=entrypoint, extra_labels=extra_labels)
         self.namespace = namespace
+        # api_only: its node reached through the API server alone (eppkit.cluster.apipod): files in a ConfigMap,
+        # output through pods/log, stop and kill by deleting the Pod, no pause; ``node``: the node it runs on
+        self.api_only = api_only
+        self.node = node or NODE
+        self._forward: tuple[object, tuple[int, ...]] | None = None  # (ApiAccess, ports) forwarded from this host
+        self._forwards: list = []
+        self._gone = threading.Event()  # set when the Pod is deleted: the API log follower ends
         self.pod_name: str | None = None
         self._starts = 0
         self._follower: threading.Thread | None = None
@@ -92,8 +101,17 @@ class ManagedPod(FromImage):
         self.address, self._probe = address, (ready_path, port)
         return self
 
+    def _api(self):
+        return client()
+
+    def forward_ports(self, access, ports) -> "ManagedPod":
+        """Once started, each of ``ports`` reached at this host's 127.0.0.1 on the same number, through the API
+        server (:mod:`eppkit.cluster.portforward`): its node is another machine."""
+        self._forward = (access, tuple(sorted(set(ports))))
+        return self
+
     # -- the Pod --------------------------------------------------------------------------------
-    def manifest(self):
+    def manifest(self, file_volumes=(), file_mounts=()):
         """The Pod this component is (see the module docstring)."""
         from lightkube.models.core_v1 import (ConfigMapProjection, Container, DownwardAPIProjection,
                                               DownwardAPIVolumeFile, EnvVar, HostPathVolumeSource, HTTPGetAction,
@@ -105,7 +123,9 @@ class ManagedPod(FromImage):
 
         lbls, notes = pod_labels(self.name, **self.extra_labels)
         volumes, mounts = [], []
-        for i, (path, mode) in enumerate(sorted(self.mounts.items())):
+        volumes.extend(file_volumes)  # api_only: files from a ConfigMap, folders its own (apipod.file_volumes)
+        mounts.extend(file_mounts)
+        for i, (path, mode) in enumerate(() if self.api_only else sorted(self.mounts.items())):
             kind = "Directory" if Path(path).is_dir() else "File"
             volumes.append(Volume(name=f"v{i}", hostPath=HostPathVolumeSource(path=path, type=kind)))
             mounts.append(VolumeMount(name=f"v{i}", mountPath=path, readOnly=mode == "ro"))
@@ -128,16 +148,20 @@ class ManagedPod(FromImage):
                           tcpSocket=None if path else TCPSocketAction(port=port),
                           periodSeconds=1, timeoutSeconds=1, successThreshold=1, failureThreshold=1)
             gates = [PodReadinessGate(conditionType=READY_GATE)]
-        container = Container(name="main", image=self.image, imagePullPolicy="Never", command=self.entrypoint,
+        # an image the kit imported into its own node is never pulled; elsewhere the node pulls what it lacks
+        pull = "IfNotPresent" if self.api_only else "Never"
+        container = Container(name="main", image=self.image, imagePullPolicy=pull, command=self.entrypoint,
                               args=self.argv, env=env, volumeMounts=mounts or None, workingDir=self.cwd,
                               readinessProbe=probe)
         return Pod(metadata=ObjectMeta(name=self.pod_name, namespace=self.namespace, labels=lbls, annotations=notes),
-                   spec=PodSpec(nodeName=NODE, hostNetwork=self.address is None, dnsPolicy="Default",
+                   spec=PodSpec(nodeName=self.node, hostNetwork=self.address is None,
+                                dnsPolicy="Default",
                                 restartPolicy="Never", readinessGates=gates,
                                 enableServiceLinks=False, automountServiceAccountToken=False,
                                 serviceAccountName=self._service_account,
                                 terminationGracePeriodSeconds=5, containers=[container], volumes=volumes or None,
-                                securityContext=PodSecurityContext(runAsUser=os.getuid(), runAsGroup=os.getgid())))
+                                securityContext=None if self.api_only else PodSecurityContext(
+                                    runAsUser=os.getuid(), runAsGroup=os.getgid())))
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> "ManagedPod":
@@ -155,12 +179,31 @@ class ManagedPod(FromImage):
             self._until_no_sandbox()  # a Pod of this name before (a restarted pool pod): its address freed first
             podnet.forget(self.address)
             podnet.pin(layout().pins, self.namespace, self.pod_name, self.address)
+        self._gone = threading.Event()
         try:
-            created = client().create(self.manifest())
+            if self.api_only:
+                lbls, _ = pod_labels(self.name, **self.extra_labels)
+                files, volumes, file_mounts = apipod.file_volumes(self.pod_name, self.namespace, self.mounts, lbls)
+                if files is not None:
+                    self._api().create(files)
+                created = self._api().create(self.manifest(volumes, file_mounts))
+            else:
+                created = self._api().create(self.manifest())
         except Exception as exc:
             _live.discard(self)
             raise RuntimeError(f"cannot create pod {self.namespace}/{self.pod_name} for {self.name}: {exc} "
                                f"(image {self.image})") from exc
+        if self._forward is not None:
+            from eppkit.cluster.portforward import PortForward
+
+            access, ports = self._forward
+            self._forwards = [PortForward(access, self.namespace, self.pod_name, port, port).start() for port in ports]
+        if self.api_only:
+            self._follower = threading.Thread(target=apipod.follow_log, name=f"logs-{self.name}", daemon=True,
+                                              args=(self._api(), self.pod_name, self.namespace, self.log_path,
+                                                    self._terminated, self._gone))
+            self._follower.start()
+            return self
         cri_log = pod_logs() / f"{self.namespace}_{self.pod_name}_{created.metadata.uid}" / "main" / "0.log"
         self._follower = threading.Thread(target=self._copy_output, args=(self.pod_name, cri_log),
                                           name=f"logs-{self.name}", daemon=True)
@@ -205,6 +248,11 @@ class ManagedPod(FromImage):
         """SIGINT, a bounded wait, then the Pod deleted at once (module docstring); its exit code."""
         if self.pod_name is None:
             return None
+        if self.api_only:  # its kubelet's SIGTERM, the grace period, then SIGKILL
+            apipod.delete_pod(self._api(), self.pod_name, self.namespace, max(1, round(grace_s)))
+            code = apipod.until_terminated(lambda: self._terminated(fresh=True, gone_code=-2), grace_s + 5.0)
+            self._delete()
+            return None if code == -2 else code
         container = self._container_id()
         if container and self._task(container) == "RUNNING":
             self._ctr("tasks", "kill", "-s", "SIGINT", container)
@@ -216,7 +264,12 @@ class ManagedPod(FromImage):
         return code
 
     def kill(self) -> None:
-        """Hard kill, for fault tests: no chance to flush. The Pod stays until stop()."""
+        """Hard kill, for fault tests: no chance to flush. The Pod stays until stop() (api_only: it goes at once)."""
+        if self.api_only:
+            if self.pod_name is not None:
+                apipod.delete_pod(self._api(), self.pod_name, self.namespace, 0)
+                self._exit_code = 137
+            return
         container = self._container_id()
         if container and self._task(container) == "RUNNING":
             self._ctr("tasks", "kill", "-s", "SIGKILL", container)
@@ -225,9 +278,13 @@ class ManagedPod(FromImage):
 
     def pause(self) -> None:
         """Freeze the component (cgroup freezer; its port still accepts connections), for fault tests."""
+        if self.api_only:
+            raise NotImplementedError(apipod.PAUSE_UNAVAILABLE)
         self._ctr("tasks", "pause", self._container_id())
 
     def unpause(self) -> None:
+        if self.api_only:
+            raise NotImplementedError(apipod.PAUSE_UNAVAILABLE)
         self._ctr("tasks", "resume", self._container_id())
 
     def _until_no_sandbox(self, timeout_s: float = 15.0) -> None:
@@ -273,11 +330,17 @@ class ManagedPod(FromImage):
         from lightkube.resources.core_v1 import Pod
 
         name, self.pod_name = self.pod_name, None
+        self._gone.set()
+        for forward in self._forwards:
+            forward.close()
+        self._forwards = []
         try:
-            client().delete(Pod, name, namespace=self.namespace, grace_period=0)
+            self._api().delete(Pod, name, namespace=self.namespace, grace_period=0)
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
+        if self.api_only:
+            apipod.delete_files(self._api(), name, self.namespace)
         if self.address is not None:  # the CNI's DEL reads no address: the pin can go now
             from eppkit.cluster import layout
 
@@ -297,21 +360,21 @@ class ManagedPod(FromImage):
             return None
         if fresh or time.monotonic() - self._status_at > 0.2:
             try:
-                self._status = client().get(Pod, self.pod_name, namespace=self.namespace).status
-            except ApiError:
-                self._status = None
+                self._status = self._api().get(Pod, self.pod_name, namespace=self.namespace).status
+            except ApiError as exc:
+                self._status = _GONE if exc.status.code == 404 else None
             self._status_at = time.monotonic()
         return self._status
 
     def _container_status(self, fresh: bool = False):
         status = self._pod_status(fresh)
-        return (status.containerStatuses or [None])[0] if status is not None else None
+        return (status.containerStatuses or [None])[0] if status is not None and status is not _GONE else status
 
     def _container_id(self) -> str:
         """The Pod's container, asked of containerd by the CRI's labels: it knows the container as soon as it is
         created, while the API's status names it only after the kubelet's next relist (up to a second; a pid or a
         stop asked in between found nothing)."""
-        if self.pod_name is None:
+        if self.pod_name is None or self.api_only:  # api_only: no containerd of its node to ask
             return ""
         if not self._cid:  # one container per Pod (restartPolicy Never): found once
             found = self._cri_containers("container")
@@ -324,20 +387,27 @@ class ManagedPod(FromImage):
                           f'labels."io.kubernetes.pod.name"=={self.pod_name}', f'labels."io.cri-containerd.kind"=={kind}'])
         return self._ctr("containers", "ls", "-q", match).stdout.split()
 
-    def _terminated(self, fresh: bool = False) -> int | None:
-        """The exit code once the container has ended (-1: it could not start), else None."""
+    def _terminated(self, fresh: bool = False, gone_code: int | None = None) -> int | None:
+        """The exit code once the container has ended (-1: it could not start), else None; ``gone_code`` when the
+        Pod is gone (api_only's stop: deleted before its status said)."""
         cs = self._container_status(fresh)
+        if cs is _GONE:
+            return gone_code
         if cs is None or cs.state is None:
             return None
         if cs.state.terminated is not None:
             return cs.state.terminated.exitCode
         waiting = cs.state.waiting
         if waiting is not None and waiting.reason in ("ErrImageNeverPull", "CreateContainerError",
-                                                      "RunContainerError", "CreateContainerConfigError"):
+                                                      "RunContainerError", "CreateContainerConfigError",
+                                                      "ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
             if not self._reason_logged:  # what readiness and the failure report show, once
                 self._reason_logged = True
+                hint = (f" (its node {self.node} cannot pull {self.image}: load the kit's images there first, "
+                        "e.g. `kind load docker-image` each, or push them where it pulls from: docs/kubernetes.md)"
+                        if "Pull" in waiting.reason else "")
                 with open(self.log_path, "a") as log:
-                    log.write(f"pod {self.namespace}/{self.pod_name}: {waiting.reason}: {waiting.message}\n")
+                    log.write(f"pod {self.namespace}/{self.pod_name}: {waiting.reason}: {waiting.message}{hint}\n")
             return -1
         return None
 

@@ -72,6 +72,8 @@ class Target:
     def label(self) -> str:
         """What the report calls the EPP."""
         if self.mode == external_epp.MODE.name:
+            if self.options.get("epp_image"):
+                return f"{self.options['epp_image']} {self.options.get('epp_command', '')}".strip()
             return self.options.get("epp_command") or f"the EPP at {self.options.get('epp_address')}"
         if self.mode == gaie_epp.MODE.name:
             return f"GAIE EPP {gaie.VERSION} ({self.mode})"

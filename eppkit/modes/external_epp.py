@@ -1,7 +1,9 @@
 """external-epp: an EPP of your own (any ext_proc server speaking the GAIE EPP protocol) behind the kit's Envoy.
 
 Either the kit starts and stops it (``epp_command``, a command-line template; its log is ``epp.log``
-in the run folder, like every component's) or it is already running (``epp_address``). Envoy's side
+in the run folder, like every component's), from its image when given (``epp_image``: ``epp_command`` then holds
+the arguments after the image's entrypoint, as ``docker run IMAGE ARGS``; on the docker and kubernetes runtimes),
+or it is already running (``epp_address``). Envoy's side
 is the ext_proc modes' (envoy/ext_proc.yaml.j2, the picked cluster of envoy/_picked.j2), so what
 the kit checks, traces and compares is the same as for its own EPP.
 
@@ -11,7 +13,8 @@ Options (:class:`ExternalEppOptions`; the Envoy-side ext_proc ones of
 | key | default | meaning |
 |---|---|---|
 | ``epp_command`` | "" | the EPP's command line, with placeholders (below); the kit starts it |
-| ``epp_address`` | "" | ``host:port`` of an EPP already running (exactly one of the two) |
+| ``epp_image`` | "" | the EPP's image: ``epp_command`` runs in it (after its entrypoint), a container (docker) or a Pod (kubernetes, in-cluster) |
+| ``epp_address`` | "" | ``host:port`` of an EPP already running (exactly one of it and ``epp_command``) |
 | ``epp_env`` | {} | more environment for the started EPP |
 | ``crds`` | [] | CRD manifest files the control plane gets before the EPP starts (a controller EPP's own kinds) |
 | ``max_fallbacks`` | 2 | how many fallbacks after the primary Envoy tries (the EPP's list) |
@@ -52,6 +55,7 @@ PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_
 @dataclass
 class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
     epp_command: str = ""
+    epp_image: str = ""
     epp_address: str = ""
     epp_env: dict = field(default_factory=dict)
     crds: list = field(default_factory=list)
@@ -63,6 +67,9 @@ class ExternalEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
     def validate(self) -> "ExternalEppOptions":
         if bool(self.epp_command) == bool(self.epp_address):
             raise ValueError("give exactly one of epp_command (the kit starts it) and epp_address (host:port, running)")
+        if self.epp_image and not self.epp_command:
+            raise ValueError("epp_image runs epp_command's arguments after the image's entrypoint: give epp_command "
+                             "too (at least {grpc_port}, the port Envoy connects to)")
         if self.epp_command:
             used = command_placeholders(self.epp_command)
             unknown = sorted(used - set(PLACEHOLDERS))
@@ -140,7 +147,7 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kub
         env.setdefault("KUBECONFIG", kube.kubeconfig)
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
                       argv=epp_command(options.epp_command, numbers, backends, kube), grpc_health_port=health,
-                      env=env, standard_otel=True, on_host=True)
+                      env=env, standard_otel=True, on_host=not options.epp_image, image=options.epp_image or None)
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port),
                     crds=[str(Path(f).resolve()) for f in options.crds])
 

@@ -28,6 +28,8 @@ MARKERS = (
     "eppkit_runtime_contract(reason): part of the runtime contract: it depends on the runtime (containers, logs, "
     "cleanup, ...), so with --eppkit-other-runtimes contract it runs on every selected runtime, where an unmarked "
     "test runs on the first one only",
+    "eppkit_runtimes(*names): runs on these runtimes only (e.g. what tests the kubernetes runtime's own machinery); "
+    "deselected on the others, never skipped",
     "eppkit_share_per(*params): under pytest-xdist, the module's tests that use eppkit_shared_testbed_factory are "
     "grouped per runtime and per value of these parameters (default: per runtime)",
 )
@@ -58,6 +60,13 @@ def pytest_configure(config: pytest.Config) -> None:
     given = values(config)
     if given.runs:
         os.environ["EPPKIT_RUNS"] = str(Path(given.runs).resolve())
+    if given.kubeconfig or given.image_registry:  # the kubernetes runtime's cluster, for this session and its
+        from eppkit.cluster import remote  # workers
+
+        try:
+            remote.use(given.kubeconfig, given.image_registry)
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
     if given.keep_on_failure and IN_CI:
         raise pytest.UsageError("--eppkit-keep-on-failure waits for Ctrl-C; it makes no sense with CI=true")
     if given.keep_on_failure:
@@ -195,6 +204,7 @@ def selected_runtimes(config: pytest.Config) -> list[str]:
 
 
 CONTRACT = "eppkit_runtime_contract"
+ONLY_ON = "eppkit_runtimes"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -204,16 +214,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--eppkit-other-runtimes contract``: on every runtime but the first, only the runtime contract runs (the
-    tests, or parametrized cases, marked ``eppkit_runtime_contract``); the others are deselected there."""
-    if values(config).other_runtimes != "contract":
-        return
+    """A test marked ``eppkit_runtimes(*names)`` runs on those runtimes only: on the others it is deselected, never
+    skipped. ``--eppkit-other-runtimes contract``: on every runtime but the first, only the runtime contract runs
+    (the tests, or parametrized cases, marked ``eppkit_runtime_contract``); the others are deselected there."""
+    contract_only = values(config).other_runtimes == "contract"
     first = selected_runtimes(config)[0]
     kept, dropped = [], []
     for item in items:
         callspec = getattr(item, "callspec", None)
         runtime = callspec.params.get("eppkit_runtime") if callspec is not None else None
-        (dropped if runtime not in (None, first) and item.get_closest_marker(CONTRACT) is None else kept).append(item)
+        only = item.get_closest_marker(ONLY_ON)
+        off = only is not None and runtime not in only.args
+        off = off or (contract_only and runtime not in (None, first) and item.get_closest_marker(CONTRACT) is None)
+        (dropped if off else kept).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept

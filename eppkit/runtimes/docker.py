@@ -94,10 +94,11 @@ def jaeger_container(run_dir: Path, image: str | None = None, ports: PortAllocat
 
 
 def service_in_image(spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str], make):
-    """One kit service in the services image (``make(name, argv, log_path)``: a container, a pod), as a local
-    process would run: its environment, the run folder as its working folder."""
+    """One kit service in the services image, or a program of yours in its own (``spec.image``; ``make(name, argv,
+    log_path)``: a container, a pod), as a local process would run: its environment, the run folder as its working
+    folder."""
     argv = spec.argv or service_argv(spec.module, spec.port, spec.args, python="python", host=spec.host)
-    if spec.argv and spec.argv[0] == sys.executable:
+    if spec.argv and spec.argv[0] == sys.executable and not spec.image:
         # A program of its own run by the kit's Python (the kit's EPP as an external EPP): this
         # host's virtualenv is not in the image, whose Python has the same packages.
         argv = ["python", *spec.argv[1:]]
@@ -132,8 +133,9 @@ class DockerLauncher:
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
             return self._host.service(spec, env, run_dir, extra_args)
+        image = spec.image or self.images().services  # a program of yours in its own image, else the kit's
         return service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedContainer(
-            name, self.images().services, argv, log, extra_labels=self._labels(run_dir)))
+            name, image, argv, log, extra_labels=self._labels(run_dir)))
 
     def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
               env: dict[str, str]) -> envoy_process.Envoy:

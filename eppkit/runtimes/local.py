@@ -24,6 +24,9 @@ class LocalLauncher:
         return Jaeger(run_dir, ports=ports, **kwargs)
 
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]) -> ManagedProcess:
+        if spec.image:
+            raise ValueError(f"{spec.name} is an image ({spec.image}): images run on --runtime docker or kubernetes; "
+                             "on the local runtime give its command instead")
         argv = spec.argv or service_argv(spec.module, spec.port, spec.args, host=spec.host)
         proc = ManagedProcess(spec.name, [*argv, *extra_args], run_dir / f"{spec.name}.log")
         return proc.with_env(**{**env, **spec.env}).with_cwd(run_dir)

@@ -1,0 +1,111 @@
+"""A cluster of your own, by kubeconfig (``--kubeconfig FILE``, ``pytest --eppkit-kubeconfig FILE``, or the
+environment variable ``EPPKIT_KUBECONFIG``): the kubernetes runtime's testbeds on it instead of the one-node cluster
+the kit starts here.
+
+The kit reaches such a cluster through its API server only (:mod:`eppkit.cluster.apipod`): each component a Pod on
+the host network of **one node** (the first Ready one, or ``EPPKIT_KUBE_NODE``), all of a testbed's Pods on that
+node, binding 127.0.0.1 there on the ports the testbed leased, so rendered configs are the other runtimes'; files
+from ConfigMaps; output through ``pods/log``; and, when that node is another machine, each port the kit reaches
+(Envoy's listener and admin, Jaeger's query and OTLP, each service's port) forwarded from this host's 127.0.0.1 on
+the same number through the API server (:mod:`eppkit.cluster.portforward`), so every URL stays the same. Images
+are pulled by the node (``imagePullPolicy: IfNotPresent``, the kit's tags): load them first (``kind load
+docker-image``) or push them where the node pulls from.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from pathlib import Path
+
+KUBECONFIG_ENV = "EPPKIT_KUBECONFIG"
+NODE_ENV = "EPPKIT_KUBE_NODE"
+REGISTRY_ENV = "EPPKIT_IMAGE_REGISTRY"
+
+
+def kubeconfig() -> str | None:
+    """The kubeconfig of a cluster of your own, or None (the kit's one-node cluster)."""
+    value = os.environ.get(KUBECONFIG_ENV, "").strip()
+    return str(Path(value).expanduser()) if value else None
+
+
+def use(path: str | os.PathLike | None, registry: str | None = None) -> None:
+    """From now on (and in every process this one starts), the kubernetes runtime runs on the cluster of
+    ``path``, its Pods pulling the kit's images from ``registry``; None leaves each as it is."""
+    if path:
+        resolved = Path(path).expanduser().resolve()
+        if not resolved.is_file():
+            raise ValueError(f"--kubeconfig {path}: no such file")
+        os.environ[KUBECONFIG_ENV] = str(resolved)
+    if registry:
+        os.environ[REGISTRY_ENV] = registry.rstrip("/")
+
+
+def image(tag: str) -> str:
+    """What a Pod on a cluster of your own runs for one of the kit's image tags: in the registry given, else as it
+    is (loaded into the node)."""
+    registry = os.environ.get(REGISTRY_ENV, "").strip().rstrip("/")
+    return f"{registry}/{tag}" if registry else tag
+
+
+@functools.lru_cache(maxsize=4)
+def access(path: str):
+    from eppkit.cluster.portforward import ApiAccess
+
+    return ApiAccess.from_kubeconfig(path)
+
+
+_nodes: dict[str, tuple[str, bool]] = {}
+
+
+def node(path: str, client) -> tuple[str, bool]:
+    """(the node every Pod of the kit's testbeds on the cluster of ``path`` runs on, whether its addresses are this
+    machine's: then its 127.0.0.1 is ours and nothing is forwarded); asked of ``client`` once per process."""
+    if path not in _nodes:
+        _nodes[path] = _choose_node(path, client)
+    return _nodes[path]
+
+
+def _choose_node(path: str, client) -> tuple[str, bool]:
+    from lightkube.resources.core_v1 import Node
+
+    wanted = os.environ.get(NODE_ENV, "").strip()
+    nodes = list(client.list(Node))
+    ready = [n for n in nodes if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
+             and not any(t.effect in ("NoSchedule", "NoExecute") for t in (n.spec.taints or []))]
+    if wanted:
+        chosen = next((n for n in nodes if n.metadata.name == wanted), None)
+        if chosen is None:
+            raise RuntimeError(f"{NODE_ENV}={wanted}: the cluster of {path} has no such node "
+                               f"(it has {', '.join(n.metadata.name for n in nodes) or 'none'})")
+    elif ready:
+        chosen = ready[0]
+    else:
+        raise RuntimeError(f"the cluster of {path} has no Ready node without a NoSchedule taint "
+                           f"(nodes: {', '.join(n.metadata.name for n in nodes) or 'none'}); name one: {NODE_ENV}=NAME")
+    addresses = [a.address for a in (chosen.status.addresses or [])]
+    return chosen.metadata.name, any(_is_mine(a) for a in addresses)
+
+
+def _is_mine(address: str) -> bool:
+    """The address is one of this machine's (it can bind it)."""
+    try:
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((address, 0))
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def available(path: str, client) -> tuple[bool, str]:
+    """(True, the API server) when the cluster of ``path`` (``client``'s) answers and has a node for the kit's Pods."""
+    try:
+        server = access(path).server
+        name, mine = node(path, client)
+    except Exception as exc:
+        return False, (f"cannot use the cluster of {path} ({KUBECONFIG_ENV}): {exc}\n"
+                       "Check that `kubectl --kubeconfig <it> get nodes` answers, or drop --kubeconfig to use the "
+                       "kit's one-node cluster (`eppkit cluster up`).")
+    return True, f"{server} (node {name}{', this machine' if mine else ''})"

@@ -1,0 +1,164 @@
+"""The kubernetes runtime on a cluster of your own (``--kubeconfig``, docs/kubernetes.md), proven on the kit's own
+one-node cluster used as if it were another: its admin kubeconfig given, so the kit reaches it through its API
+server alone (no ``ctr``, no kubelet log files, no host paths, no image imports).
+
+| what | expected |
+|---|---|
+| a Pod reached by its API server alone, on the pod network, its port forwarded from this host through the API server | the mock answers a chat completion at this host's 127.0.0.1 on the same port number; its output (a file it was given from a ConfigMap, its listening line) read through ``pods/log``; no hostPath; stopped by its kubelet's SIGTERM with exit code 0; its ConfigMap, Pod and forward gone |
+| a forward to a port nothing listens on | the connection closes; the kubelet's words kept ("connection refused") |
+| a testbed by kubeconfig (ext_proc) | serves with a complete trace; each of its Pods pulled (``IfNotPresent``), none reading a host path, Envoy's config from a ConfigMap |
+| what such a cluster cannot run yet | refused before it runs, in words: a pool-watching mode, a program of this host's, a dynamic module's .so over a ConfigMap's 1 MiB |
+
+The rest of the runtime contract runs on such a cluster too (.ci/run: the mode × flow test with
+``--eppkit-kubeconfig``).
+"""
+
+import http.client
+import json
+import sys
+import time
+
+import pytest
+
+from eppkit import TraceCheck, cluster
+from eppkit.cluster import namespaces, podnet, remote
+from eppkit.cluster.pod import ManagedPod
+from eppkit.cluster.portforward import ApiAccess, PortForward
+from eppkit.components.ports import PortAllocator
+from eppkit.runtimes import images
+from eppkit.topology import Topology, VllmSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_runtimes("kubernetes")]
+
+CHAT = {"model": "mock-llm", "max_tokens": 4, "messages": [{"role": "user", "content": "through the API server"}]}
+
+
+@pytest.fixture
+def own_cluster_as_another(eppkit_runtime, monkeypatch):
+    """The kit's one-node cluster, given by its kubeconfig: the kubernetes runtime reaches it as any other."""
+    path = cluster.running()["kubeconfig"]
+    monkeypatch.setenv(remote.KUBECONFIG_ENV, path)
+    return path
+
+
+def _post(port: int, body: dict) -> tuple[int, dict, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body), {"content-type": "application/json"})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_a_pod_reached_by_its_api_server_alone_serves_through_a_forward_logs_and_stops_clean(own_cluster_as_another,
+                                                                                            tmp_path):
+    from lightkube.resources.core_v1 import ConfigMap, Pod
+
+    namespace = namespaces.ensure_namespace(f"{tmp_path.name}-api-only")
+    blocks = podnet.Blocks(cluster.layout().blocks)
+    block = blocks.reserve(namespace)
+    ports = PortAllocator()
+    port = ports.port()
+    given = tmp_path / "given.txt"
+    given.write_text("a file given from a ConfigMap\n")
+    access = ApiAccess.from_kubeconfig(own_cluster_as_another)
+    mock = ManagedPod("vllm-api", images.ensure().services,
+                      ["sh", "-c", f"cat {given} && exec python -m eppkit.services.vllm --host 0.0.0.0 --port {port} "
+                       "--instance vllm-api --served-model-name mock-llm"],
+                      tmp_path / "vllm-api.log", namespace=namespace, api_only=True).with_mount(given)
+    mock.on_pod_network(podnet.BlockPods(block).address(0), ready_path="/health", port=port)
+    mock.forward_ports(access, [port])
+    try:
+        mock.start()
+        deadline, status = time.monotonic() + 60, None
+        while status != 200 and time.monotonic() < deadline:
+            try:
+                status, headers, answer = _post(port, CHAT)
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.2)
+        assert status == 200 and headers.get("x-inference-pod") == "vllm-api", (status, mock.log_tail(20))
+        assert answer["choices"][0]["message"]["content"]
+        spec = namespaces.client().get(Pod, mock.pod_name, namespace=namespace).spec
+        assert not [v for v in spec.volumes if v.hostPath is not None], spec.volumes
+        assert spec.containers[0].imagePullPolicy == "IfNotPresent"
+        name = mock.pod_name
+        assert namespaces.client().get(ConfigMap, f"{name}-files", namespace=namespace).binaryData
+        log = ""
+        while "listening on" not in log and time.monotonic() < deadline:
+            log = mock.read_log()
+            time.sleep(0.1)
+        assert log.startswith("a file given from a ConfigMap\n") and f"listening on http://0.0.0.0:{port}" in log, log
+        assert mock.stop() == 0, mock.log_tail(20)  # its kubelet's SIGTERM: the mock flushes and exits 0
+        assert [cm.metadata.name for cm in namespaces.client().list(ConfigMap, namespace=namespace)
+                if cm.metadata.name == f"{name}-files"] == []
+        with pytest.raises(OSError):  # the forward is closed with the Pod
+            _post(port, CHAT)
+    finally:
+        mock.stop()
+        namespaces.delete_namespace(namespace, wait_s=30)
+        blocks.release(block)
+        ports.release()
+
+
+def test_a_forward_to_a_port_nothing_listens_on_closes_the_connection_in_the_kubelets_words(own_cluster_as_another,
+                                                                                          tmp_path):
+    from lightkube.resources.core_v1 import Pod
+
+    namespace = namespaces.ensure_namespace(f"{tmp_path.name}-nothing")
+    idle = ManagedPod("idle", images.ensure().services, ["sleep", "60"], tmp_path / "idle.log", namespace=namespace,
+                      api_only=True)
+    try:
+        idle.start()
+        deadline = time.monotonic() + 30
+        while not idle.read_log() and idle.returncode() is None and time.monotonic() < deadline:
+            if namespaces.client().get(Pod, idle.pod_name, namespace=namespace).status.phase == "Running":
+                break
+            time.sleep(0.1)
+        forward = PortForward(ApiAccess.from_kubeconfig(own_cluster_as_another), namespace, idle.pod_name, 1).start()
+        try:
+            with pytest.raises((OSError, http.client.HTTPException)):
+                _post(forward.local_port, CHAT)
+            deadline = time.monotonic() + 5
+            while not forward.errors and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert forward.errors and "connection refused" in forward.errors[0], forward.errors
+        finally:
+            forward.close()
+    finally:
+        idle.stop(grace_s=1.0)
+        namespaces.delete_namespace(namespace, wait_s=30)
+
+
+def test_a_testbed_by_kubeconfig_serves_with_a_complete_trace_and_reads_no_host_path(own_cluster_as_another,
+                                                                                    eppkit_testbed_factory):
+    from lightkube.resources.core_v1 import ConfigMap, Pod
+
+    bed = eppkit_testbed_factory(Topology(mode="ext_proc", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")]))
+    client = bed.client()
+    result = client.chat(CHAT)
+    assert result.status == 200, (result.status, result.body)
+    TraceCheck(bed.wait_for_trace(result)).request_path(bed.mode)
+    namespace = namespaces.dns_label(bed.run_dir.name)
+    pods = list(namespaces.client().list(Pod, namespace=namespace))
+    assert {p.metadata.labels["eppkit.component"] for p in pods} >= {"envoy", "epp", "vllm-0", "vllm-1"}  # Jaeger: the session's
+    for pod in pods:
+        assert not [v for v in pod.spec.volumes or [] if v.hostPath is not None], (pod.metadata.name, pod.spec.volumes)
+        assert pod.spec.containers[0].imagePullPolicy == "IfNotPresent"
+    files = {cm.metadata.name for cm in namespaces.client().list(ConfigMap, namespace=namespace)}
+    assert any(name.startswith("envoy") for name in files), files
+
+
+@pytest.mark.parametrize("topology, words", [
+    (Topology(mode="gaie-epp"), "runs on the kit's one-node cluster only"),
+    (Topology(mode="external-epp", options={"epp_command": f"{sys.executable} -m eppkit.services.epp --host "
+                                                           "127.0.0.1 --port {grpc_port} --endpoints {named_endpoints}"}),
+     "runs on this host"),
+    (Topology(mode="dynmod-callout"), "over a ConfigMap's 1 MiB"),
+], ids=["pool-watching", "on-host", "dynamic-module"])
+def test_what_a_cluster_by_kubeconfig_cannot_run_yet_is_refused_in_words(own_cluster_as_another, eppkit_runtime,
+                                                                         topology, words):
+    from eppkit import runtimes
+
+    with pytest.raises(Exception, match=words), runtimes.create(topology, eppkit_runtime):
+        pass

@@ -1,0 +1,97 @@
+"""A cluster of your own by kubeconfig (eppkit/cluster/remote.py, apipod.py, portforward.py): what a Pod reached
+through the API server alone is given, read whole, and the errors a user meets before anything starts."""
+
+import base64
+import json
+import ssl
+
+import pytest
+import yaml
+
+from eppkit.cli import main
+from eppkit.cluster import apipod, remote
+from eppkit.cluster.pod import ManagedPod
+from eppkit.cluster.portforward import ApiAccess
+from eppkit.runtimes.kubernetes import _listener_ports
+
+
+def test_files_come_from_a_configmap_at_their_own_paths_and_folders_are_the_pods_own(tmp_path):
+    config, work = tmp_path / "envoy.yaml", tmp_path / "run"
+    config.write_text("static_resources: {}\n")
+    work.mkdir()
+    config_map, volumes, mounts = apipod.file_volumes("envoy", "ns", {str(config): "ro", str(work): "rw"}, {"a": "b"})
+    assert config_map.metadata.name == "envoy-files" and config_map.metadata.labels == {"a": "b"}
+    [(key, data)] = config_map.binaryData.items()
+    assert base64.b64decode(data) == config.read_bytes()
+    by_path = {m.mountPath: m for m in mounts}
+    assert by_path[str(config)].subPath == key and by_path[str(config)].readOnly
+    folder = next(v for v in volumes if v.name == by_path[str(work)].name)
+    assert folder.emptyDir is not None and by_path[str(work)].subPath is None
+    assert next(v for v in volumes if v.name == "files").configMap.name == "envoy-files"
+
+
+def test_files_over_a_configmaps_limit_are_refused_naming_them(tmp_path):
+    module = tmp_path / "module.so"
+    module.write_bytes(b"\0" * (apipod.CONFIGMAP_LIMIT + 1))
+    with pytest.raises(apipod.ApiPodError, match=r"over a ConfigMap's 1 MiB \(.*module\.so\)"):
+        apipod.file_volumes("envoy", "ns", {str(module): "ro"}, {})
+
+
+def test_a_pod_reached_by_its_api_server_alone_is_pulled_placed_on_its_node_and_never_reads_a_host_path(tmp_path):
+    made = ManagedPod("vllm-0", "eppkit/services:x", ["python", "-m", "eppkit.services.vllm"], tmp_path / "log",
+                      namespace="ns", api_only=True, node="worker-1").with_mount(tmp_path)
+    made.pod_name = "vllm-0"
+    spec = made.manifest().spec
+    container = spec.containers[0]
+    assert container.imagePullPolicy == "IfNotPresent" and spec.nodeName == "worker-1" and spec.hostNetwork
+    assert not [v for v in spec.volumes or [] if v.hostPath is not None]
+    assert spec.securityContext is None  # this host's uid means nothing on another machine
+    with pytest.raises(NotImplementedError, match="container runtime"):
+        made.pause()
+
+
+def test_envoys_forwarded_ports_are_its_listeners_not_the_clusters_it_dials(tmp_path):
+    config = tmp_path / "envoy.yaml"
+    config.write_text(yaml.safe_dump({"static_resources": {
+        "listeners": [{"address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}}}],
+        "clusters": [{"load_assignment": {"endpoints": [{"lb_endpoints": [{"endpoint": {"address": {
+            "socket_address": {"address": "127.0.0.1", "port_value": 9000}}}}]}]}}]}}))
+    assert _listener_ports(config) == [10000]
+
+
+def _kubeconfig(tmp_path, user: dict, cluster: dict | None = None):
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": cluster or {"server": "https://10.0.0.1:6443/", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    return path
+
+
+def test_port_forwarding_authenticates_as_the_kubeconfig_says_and_refuses_an_exec_plugin(tmp_path):
+    access = ApiAccess.from_kubeconfig(_kubeconfig(tmp_path, {"token": "t0k"}))
+    assert access.server == "https://10.0.0.1:6443" and access.headers == {"Authorization": "Bearer t0k"}
+    assert access.ssl_context.verify_mode == ssl.CERT_NONE
+    plugin = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws", "args": ["eks"]}}
+    with pytest.raises(ValueError, match="exec or auth-provider plugin"):
+        ApiAccess.from_kubeconfig(_kubeconfig(tmp_path, plugin))
+
+
+def test_a_kubeconfig_that_is_not_there_or_without_the_kubernetes_runtime_is_a_usage_error(tmp_path, capsys,
+                                                                                        monkeypatch):
+    monkeypatch.delenv(remote.KUBECONFIG_ENV, raising=False)
+    with pytest.raises(SystemExit):
+        main(["run", "--runtime", "kubernetes", "--kubeconfig", str(tmp_path / "none")])
+    assert "no such file" in capsys.readouterr().err
+    given = _kubeconfig(tmp_path, {"token": "t"})
+    with pytest.raises(SystemExit):
+        main(["run", "--runtime", "local", "--kubeconfig", str(given)])
+    assert "add --runtime kubernetes" in capsys.readouterr().err
+
+
+def test_the_pods_run_the_kits_images_from_the_registry_named_else_as_loaded(monkeypatch):
+    monkeypatch.delenv(remote.REGISTRY_ENV, raising=False)
+    assert remote.image("eppkit/envoy:1.40.0-abc") == "eppkit/envoy:1.40.0-abc"
+    monkeypatch.setenv(remote.REGISTRY_ENV, "registry.example:5000/")
+    assert remote.image("eppkit/envoy:1.40.0-abc") == "registry.example:5000/eppkit/envoy:1.40.0-abc"
