@@ -2,7 +2,8 @@
 the kit's own used as one): no ``ctr``, no kubelet log files, no host paths.
 
 - **Files** it reads go in a ConfigMap of its own (``<pod>-files``), each file mounted by ``subPath`` at the same
-  absolute path as on the host, so rendered configs need no rewriting (a ConfigMap holds at most 1 MiB); a folder
+  absolute path as on the host, so rendered configs need no rewriting; a file too large for one ConfigMap (1 MiB:
+  a dynamic module's .so) goes in parts, put together by a helper container before the Pod's own starts; a folder
   it sees (its working folder, a cache) is an empty one of its own (``emptyDir``).
 - **Its output** is followed through ``pods/log`` (the API serves it once the container runs).
 - **Stop** is the Pod deleted with a grace period (its kubelet sends SIGTERM, on which Envoy, Jaeger and the kit's
@@ -16,9 +17,13 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CONFIGMAP_LIMIT = 1 << 20  # what the API server takes in one ConfigMap (data and binaryData together)
+PART = 900 << 10  # a file larger than this goes in parts, a ConfigMap each, put together before the Pod starts
+FILES_LIMIT = 32 << 20  # what the kit gives one Pod through the API at most
+PARTS_DIR, WHOLE_DIR = "/eppkit-parts", "/eppkit-files"  # where the helper container sees the parts, writes the whole
 PAUSE_UNAVAILABLE = ("freezing a Pod needs its node's container runtime (the cgroup freezer), which a cluster reached "
                      "by its API server alone does not offer")
 
@@ -27,41 +32,72 @@ class ApiPodError(RuntimeError):
     pass
 
 
-def files_name(pod_name: str) -> str:
-    return f"{pod_name}-files"[:253]
+@dataclass
+class PodFiles:
+    """What a Pod needs to see the host paths it reads (:func:`pod_files`): the ConfigMaps to create first, its
+    volumes, the main container's mounts, and a helper container's command and mounts (None: no file needed
+    putting together)."""
+
+    config_maps: list = field(default_factory=list)
+    volumes: list = field(default_factory=list)
+    mounts: list = field(default_factory=list)
+    assemble: tuple[list[str], list] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [cm.metadata.name for cm in self.config_maps]
 
 
-def file_volumes(pod_name: str, namespace: str, mounts: dict[str, str], labels: dict[str, str]):
-    """(the ConfigMap or None, the volumes, the mounts) of the host paths a Pod sees: each file from the ConfigMap,
-    by ``subPath`` at its own path; each folder an empty one of the Pod's own (emptyDir) at its path, for what the
-    component writes there (a working folder, a cache), not shared with any other Pod."""
+def pod_files(pod_name: str, namespace: str, mounts: dict[str, str], labels: dict[str, str]) -> PodFiles:
+    """The host paths a Pod sees (module docstring): each small file from the Pod's ConfigMap (``<pod>-files``), by
+    ``subPath`` at its own path; each larger one (over :data:`PART`, e.g. a dynamic module's .so) in parts, a
+    ConfigMap each (``<pod>-big<k>-<j>``), put together by a helper container (``cat``, in ``helper_image``) into
+    an empty folder the main container sees the whole file from, at its own path; each folder an empty one of the
+    Pod's own (emptyDir) at its path, for what the component writes there, shared with no other Pod."""
     import base64
 
     from lightkube.models.core_v1 import ConfigMapVolumeSource, EmptyDirVolumeSource, Volume, VolumeMount
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import ConfigMap
 
-    binary, size, volumes, volume_mounts = {}, 0, [], []
+    def config_map(name: str, data: dict[str, bytes]):
+        meta = ObjectMeta(name=name[:253], namespace=namespace, labels=labels)
+        return ConfigMap(metadata=meta, binaryData={k: base64.b64encode(v).decode() for k, v in data.items()})
+
+    made, small, small_size, steps, helper_mounts = PodFiles(), {}, 0, [], []
+    files = [path for path in sorted(mounts) if not Path(path).is_dir()]
+    total = sum(Path(path).stat().st_size for path in files)
+    if total > FILES_LIMIT:
+        raise ApiPodError(f"the files of pod {namespace}/{pod_name} are {total:,} bytes, over the {FILES_LIMIT >> 20} "
+                          f"MiB the kit gives a Pod through the API ({', '.join(files)})")
     for i, path in enumerate(sorted(mounts)):
-        source = Path(path)
-        if source.is_dir():
-            volumes.append(Volume(name=f"d{i}", emptyDir=EmptyDirVolumeSource()))
-            volume_mounts.append(VolumeMount(name=f"d{i}", mountPath=path))
+        if Path(path).is_dir():
+            made.volumes.append(Volume(name=f"d{i}", emptyDir=EmptyDirVolumeSource()))
+            made.mounts.append(VolumeMount(name=f"d{i}", mountPath=path))
             continue
-        data = source.read_bytes()
-        size += len(data)
-        key = f"f{i}-{source.name}"[:253]
-        binary[key] = base64.b64encode(data).decode()
-        volume_mounts.append(VolumeMount(name="files", mountPath=path, subPath=key, readOnly=True))
-    if size > CONFIGMAP_LIMIT:
-        raise ApiPodError(f"the files of pod {namespace}/{pod_name} are {size:,} bytes, over a ConfigMap's 1 MiB "
-                          f"({', '.join(p for p in sorted(mounts) if not Path(p).is_dir())}): a cluster reached by its "
-                          "API server cannot be given them (a dynamic module's .so is one such file)")
-    if not binary:
-        return None, volumes, volume_mounts
-    name = files_name(pod_name)
-    config_map = ConfigMap(metadata=ObjectMeta(name=name, namespace=namespace, labels=labels), binaryData=binary)
-    return config_map, [Volume(name="files", configMap=ConfigMapVolumeSource(name=name)), *volumes], volume_mounts
+        data = Path(path).read_bytes()
+        if len(data) <= PART and small_size + len(data) <= PART:
+            key = f"f{i}-{Path(path).name}"[:253]
+            small[key], small_size = data, small_size + len(data)
+            made.mounts.append(VolumeMount(name="files", mountPath=path, subPath=key, readOnly=True))
+            continue
+        parts = [data[at:at + PART] for at in range(0, len(data), PART)] or [b""]
+        for j, part in enumerate(parts):
+            made.config_maps.append(config_map(f"{pod_name}-big{i}-{j}", {"part": part}))
+            made.volumes.append(Volume(name=f"b{i}-{j}", configMap=ConfigMapVolumeSource(
+                name=made.config_maps[-1].metadata.name)))
+            helper_mounts.append(VolumeMount(name=f"b{i}-{j}", mountPath=f"{PARTS_DIR}/{i}/{j}", readOnly=True))
+        made.volumes.append(Volume(name=f"w{i}", emptyDir=EmptyDirVolumeSource()))
+        helper_mounts.append(VolumeMount(name=f"w{i}", mountPath=f"{WHOLE_DIR}/{i}"))
+        made.mounts.append(VolumeMount(name=f"w{i}", mountPath=path, subPath="file", readOnly=True))
+        pieces = " ".join(f"{PARTS_DIR}/{i}/{j}/part" for j in range(len(parts)))
+        steps.append(f"cat {pieces} > {WHOLE_DIR}/{i}/file && chmod 0755 {WHOLE_DIR}/{i}/file")
+    if small:
+        made.config_maps.insert(0, config_map(f"{pod_name}-files", small))
+        made.volumes.insert(0, Volume(name="files", configMap=ConfigMapVolumeSource(name=made.config_maps[0].metadata.name)))
+    if steps:
+        made.assemble = (["sh", "-c", " && ".join(steps)], helper_mounts)
+    return made
 
 
 def follow_log(client, pod_name: str, namespace: str, log_path: Path, ended, gone: threading.Event) -> None:
@@ -101,15 +137,17 @@ def delete_pod(client, name: str, namespace: str, grace_s: int) -> None:
             raise
 
 
-def delete_files(client, pod_name: str, namespace: str) -> None:
+def delete_files(client, names: list[str], namespace: str) -> None:
+    """The Pod's ConfigMaps (:attr:`PodFiles.names`); one already gone is fine."""
     from lightkube import ApiError
     from lightkube.resources.core_v1 import ConfigMap
 
-    try:
-        client.delete(ConfigMap, files_name(pod_name), namespace=namespace)
-    except ApiError as exc:
-        if exc.status.code != 404:
-            raise
+    for name in names:
+        try:
+            client.delete(ConfigMap, name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
 
 
 def until_terminated(status_of, timeout_s: float) -> int | None:

@@ -71,6 +71,8 @@ class ManagedPod(FromImage):
         self.node = node or NODE
         self._forward: tuple[object, tuple[int, ...]] | None = None  # (ApiAccess, ports) forwarded from this host
         self._forwards: list = []
+        self._config_maps: list[str] = []  # api_only: the ConfigMaps of its files, deleted with it
+        self.helper_image: str | None = None  # api_only: the image that puts a large file together (it has sh, cat)
         self._gone = threading.Event()  # set when the Pod is deleted: the API log follower ends
         self.pod_name: str | None = None
         self._starts = 0
@@ -111,7 +113,7 @@ class ManagedPod(FromImage):
         return self
 
     # -- the Pod --------------------------------------------------------------------------------
-    def manifest(self, file_volumes=(), file_mounts=()):
+    def manifest(self, files: apipod.PodFiles | None = None):
         """The Pod this component is (see the module docstring)."""
         from lightkube.models.core_v1 import (ConfigMapProjection, Container, DownwardAPIProjection,
                                               DownwardAPIVolumeFile, EnvVar, HostPathVolumeSource, HTTPGetAction,
@@ -122,9 +124,8 @@ class ManagedPod(FromImage):
         from lightkube.resources.core_v1 import Pod
 
         lbls, notes = pod_labels(self.name, **self.extra_labels)
-        volumes, mounts = [], []
-        volumes.extend(file_volumes)  # api_only: files from a ConfigMap, folders its own (apipod.file_volumes)
-        mounts.extend(file_mounts)
+        files = files or apipod.PodFiles()  # api_only: files from ConfigMaps, folders its own (apipod.pod_files)
+        volumes, mounts = list(files.volumes), list(files.mounts)
         for i, (path, mode) in enumerate(() if self.api_only else sorted(self.mounts.items())):
             kind = "Directory" if Path(path).is_dir() else "File"
             volumes.append(Volume(name=f"v{i}", hostPath=HostPathVolumeSource(path=path, type=kind)))
@@ -153,13 +154,19 @@ class ManagedPod(FromImage):
         container = Container(name="main", image=self.image, imagePullPolicy=pull, command=self.entrypoint,
                               args=self.argv, env=env, volumeMounts=mounts or None, workingDir=self.cwd,
                               readinessProbe=probe)
+        helpers = None
+        if files.assemble is not None:  # a large file's parts put together before the main container starts
+            command, helper_mounts = files.assemble
+            helpers = [Container(name="files", image=self.helper_image or self.image, imagePullPolicy=pull,
+                                 command=command, volumeMounts=helper_mounts)]
         return Pod(metadata=ObjectMeta(name=self.pod_name, namespace=self.namespace, labels=lbls, annotations=notes),
                    spec=PodSpec(nodeName=self.node, hostNetwork=self.address is None,
                                 dnsPolicy="Default",
                                 restartPolicy="Never", readinessGates=gates,
                                 enableServiceLinks=False, automountServiceAccountToken=False,
                                 serviceAccountName=self._service_account,
-                                terminationGracePeriodSeconds=5, containers=[container], volumes=volumes or None,
+                                terminationGracePeriodSeconds=5, containers=[container], initContainers=helpers,
+                                volumes=volumes or None,
                                 securityContext=None if self.api_only else PodSecurityContext(
                                     runAsUser=os.getuid(), runAsGroup=os.getgid())))
 
@@ -183,10 +190,11 @@ class ManagedPod(FromImage):
         try:
             if self.api_only:
                 lbls, _ = pod_labels(self.name, **self.extra_labels)
-                files, volumes, file_mounts = apipod.file_volumes(self.pod_name, self.namespace, self.mounts, lbls)
-                if files is not None:
-                    self._api().create(files)
-                created = self._api().create(self.manifest(volumes, file_mounts))
+                files = apipod.pod_files(self.pod_name, self.namespace, self.mounts, lbls)
+                self._config_maps = files.names
+                for config_map in files.config_maps:
+                    self._api().create(config_map)
+                created = self._api().create(self.manifest(files))
             else:
                 created = self._api().create(self.manifest())
         except Exception as exc:
@@ -340,7 +348,8 @@ class ManagedPod(FromImage):
             if exc.status.code != 404:
                 raise
         if self.api_only:
-            apipod.delete_files(self._api(), name, self.namespace)
+            apipod.delete_files(self._api(), self._config_maps, self.namespace)
+            self._config_maps = []
         if self.address is not None:  # the CNI's DEL reads no address: the pin can go now
             from eppkit.cluster import layout
 
@@ -393,6 +402,15 @@ class ManagedPod(FromImage):
         cs = self._container_status(fresh)
         if cs is _GONE:
             return gone_code
+        helper = next((c for c in (self._status.initContainerStatuses or []) if c.state and c.state.terminated
+                       and c.state.terminated.exitCode != 0), None) if self._status is not None else None
+        if helper is not None:  # the files' helper failed: the component never starts
+            if not self._reason_logged:
+                self._reason_logged = True
+                with open(self.log_path, "a") as log:
+                    log.write(f"pod {self.namespace}/{self.pod_name}: its files could not be put together "
+                              f"({helper.state.terminated.reason}, exit {helper.state.terminated.exitCode})\n")
+            return -1
         if cs is None or cs.state is None:
             return None
         if cs.state.terminated is not None:

@@ -13,7 +13,9 @@ allocators therefore never hand out the same port, by construction, whatever the
 Ports come from *below* the kernel's ephemeral range (:func:`port_range`): a port the kernel hands
 out for some outgoing connection's source port would make our service's bind fail; ports outside
 that range are never handed out that way. Programs that are not eppkit's and bind a fixed port are
-what the bind check is still there for.
+what the bind check is still there for. A Kubernetes node's own fixed ports in that range (:data:`NODE_PORTS`: the
+kubelet's, kube-proxy's, the controller manager's and the scheduler's) are never handed out: on a cluster of your
+own the kit's Pods bind the ports leased here on a node whose listeners this machine cannot check.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from eppkit.core import procfs
 from eppkit.core.paths import port_leases_dir
 
 TRIES = 200
+# kubelet healthz 10248, kube-proxy metrics 10249, kubelet 10250, kubelet read-only 10255, kube-proxy health 10256,
+# kube-controller-manager 10257, kube-scheduler 10259
+NODE_PORTS = frozenset({10248, 10249, 10250, 10255, 10256, 10257, 10259})
 
 
 def _free(host: str, port: int) -> bool:
@@ -99,7 +104,7 @@ class PortAllocator:
 
     def _take(self, port: int, hosts: list[str]) -> bool:
         """Lease ``port`` if no one holds it and it is free on every host (with ``_lock`` held)."""
-        if port in self._given:
+        if port in self._given or port in NODE_PORTS:
             return False
         lease = FileLock(self._lease_dir / f"{port}.lock", timeout=0, thread_local=False, mode=0o666)
         try:

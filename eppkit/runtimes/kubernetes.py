@@ -120,6 +120,7 @@ class KubernetesLauncher:
             return made
         node, mine = remote.node(self.remote, namespaces.client())
         made.api_only, made.node = True, node
+        made.helper_image = self._image(self._docker.images().services)  # puts a large file's parts together
         if not mine:
             made.forward_ports(remote.access(self.remote), ports)
         return made

@@ -19,22 +19,37 @@ def test_files_come_from_a_configmap_at_their_own_paths_and_folders_are_the_pods
     config, work = tmp_path / "envoy.yaml", tmp_path / "run"
     config.write_text("static_resources: {}\n")
     work.mkdir()
-    config_map, volumes, mounts = apipod.file_volumes("envoy", "ns", {str(config): "ro", str(work): "rw"}, {"a": "b"})
+    files = apipod.pod_files("envoy", "ns", {str(config): "ro", str(work): "rw"}, {"a": "b"})
+    [config_map] = files.config_maps
     assert config_map.metadata.name == "envoy-files" and config_map.metadata.labels == {"a": "b"}
     [(key, data)] = config_map.binaryData.items()
     assert base64.b64decode(data) == config.read_bytes()
-    by_path = {m.mountPath: m for m in mounts}
+    by_path = {m.mountPath: m for m in files.mounts}
     assert by_path[str(config)].subPath == key and by_path[str(config)].readOnly
-    folder = next(v for v in volumes if v.name == by_path[str(work)].name)
+    folder = next(v for v in files.volumes if v.name == by_path[str(work)].name)
     assert folder.emptyDir is not None and by_path[str(work)].subPath is None
-    assert next(v for v in volumes if v.name == "files").configMap.name == "envoy-files"
+    assert files.assemble is None
 
 
-def test_files_over_a_configmaps_limit_are_refused_naming_them(tmp_path):
+def test_a_file_too_large_for_one_configmap_goes_in_parts_put_together_before_the_pod_starts(tmp_path):
     module = tmp_path / "module.so"
-    module.write_bytes(b"\0" * (apipod.CONFIGMAP_LIMIT + 1))
-    with pytest.raises(apipod.ApiPodError, match=r"over a ConfigMap's 1 MiB \(.*module\.so\)"):
-        apipod.file_volumes("envoy", "ns", {str(module): "ro"}, {})
+    module.write_bytes(bytes(range(256)) * (3 * apipod.PART // 256 + 1))  # four parts
+    files = apipod.pod_files("envoy", "ns", {str(module): "ro"}, {})
+    parts = [base64.b64decode(cm.binaryData["part"]) for cm in files.config_maps]
+    assert len(parts) == 4 and all(len(p) <= apipod.PART for p in parts) and b"".join(parts) == module.read_bytes()
+    assert all(len(json.dumps(cm.binaryData)) < apipod.CONFIGMAP_LIMIT * 4 / 3 + 1024 for cm in files.config_maps)
+    command, helper_mounts = files.assemble
+    assert command[:2] == ["sh", "-c"] and command[2].startswith("cat /eppkit-parts/0/0/part /eppkit-parts/0/1/part")
+    whole = next(m for m in files.mounts if m.mountPath == str(module))
+    assert whole.subPath == "file" and any(m.name == whole.name for m in helper_mounts)
+
+
+def test_files_over_what_the_kit_gives_a_pod_are_refused_naming_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(apipod, "FILES_LIMIT", 1024)
+    module = tmp_path / "module.so"
+    module.write_bytes(b"\0" * 1025)
+    with pytest.raises(apipod.ApiPodError, match=r"over the 0 MiB the kit gives a Pod.*module\.so"):
+        apipod.pod_files("envoy", "ns", {str(module): "ro"}, {})
 
 
 def test_a_pod_reached_by_its_api_server_alone_is_pulled_placed_on_its_node_and_never_reads_a_host_path(tmp_path):

@@ -53,3 +53,10 @@ def test_a_port_shared_by_several_addresses_is_leased_too(leases):
 def test_ports_come_from_below_the_ephemeral_range(monkeypatch, low, expected):
     monkeypatch.setattr(ports, "_ephemeral_range", lambda: (low, 60999))
     assert ports.port_range() == expected
+
+
+def test_a_kubernetes_nodes_own_ports_are_never_handed_out(leases, monkeypatch):
+    # 10248-10255: four of them a node's (10248, 10249, 10250, 10255); the four others come out, each once.
+    monkeypatch.setattr(ports, "port_range", lambda: (10248, 10255))
+    a = allocator(leases)
+    assert {a.port() for _ in range(4)} == {10251, 10252, 10253, 10254}
