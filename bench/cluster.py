@@ -3,6 +3,7 @@ one more pool Pod costs a test (``eppkit cluster up`` first).
 
     python -m bench.cluster                      # 16 Pods at once, then 8 pool pods one after another
     python -m bench.cluster --burst 32 --adds 4 --json bench/results/cluster.json
+    python -m bench.cluster --burst 2 --adds 1 --forward 500       # mostly the port forward
 
 - **memory**: the RSS of each daemon (containerd, etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
   kubelet), the node's pods' cgroup (every sandbox and container) and the shims, idle and with the burst running;
@@ -10,7 +11,11 @@ one more pool Pod costs a test (``eppkit cluster up`` first).
   address), until each answers ``/health`` from the host, then until each is Ready in the API (its kubelet's probe
   and the gate), then deleted until none runs;
 - **one more pool pod**: a gaie-epp testbed (GAIE's EPP in-cluster), then ``bed.pool.add_pod()`` ``--adds`` times:
-  each returns once its mock answers, its Pod is Ready and Envoy routes to it (what a churn test waits for).
+  each returns once its mock answers, its Pod is Ready and Envoy routes to it (what a churn test waits for);
+- **a port forwarded through the API server** (what the host's requests cross on a cluster of your own whose node is
+  another machine, :mod:`eppkit.cluster.portforward`): one mock Pod on the pod network, ``--forward`` requests to its
+  ``/health`` straight at its address and through the forward, each on a new connection and all on one kept open,
+  in turn in one run: the forward's cost per connection and per request.
 """
 
 from __future__ import annotations
@@ -116,10 +121,60 @@ def adds(run_dir: Path, n: int) -> dict:
     return {"adds": summary(times)}
 
 
+def forward(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
+    """Requests to one mock Pod straight and through a port forward (module docstring), p50 of each way in ms."""
+    import http.client
+
+    from eppkit.cluster.portforward import ApiAccess, PortForward
+
+    bed = create(Topology(mode="direct"), "kubernetes", run_dir=run_dir)  # for the mock's spec and env only
+    address = launcher.pod_addresses(run_dir).address(0)
+    # on every address of its Pod: the forward dials the port on the Pod's loopback
+    spec, _ = instance(bed.topology, bed.ports, "forwarded", "both", bed.topology.vllm[0].model, [], host="0.0.0.0",
+                       port=8000)
+    image = launcher._image(launcher._docker.images().services)
+    pod = service_in_image(spec, {}, run_dir, [], lambda name, argv, log: ManagedPod(
+        name, image, argv, log, namespace=launcher._namespace(run_dir))).on_pod_network(address, ready_path="/health",
+                                                                                     port=8000).start()
+    through = PortForward(ApiAccess.from_kubeconfig(cluster.running()["kubeconfig"]), pod.namespace, pod.pod_name,
+                          8000).start()
+    ways = {"straight": (address, 8000), "forwarded": ("127.0.0.1", through.local_port)}
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"http://{address}:8000/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.1)
+        times: dict[str, list[float]] = {f"{way}, {kind}": [] for way in ways for kind in ("new connection", "kept")}
+        kept = {way: http.client.HTTPConnection(*where, timeout=10) for way, where in ways.items()}
+        for _ in range(n):
+            for way, where in ways.items():  # in turn: both ways see the same machine
+                for kind, conn in (("new connection", http.client.HTTPConnection(*where, timeout=10)),
+                                   ("kept", kept[way])):
+                    t0 = time.perf_counter()
+                    conn.request("GET", "/health")
+                    conn.getresponse().read()
+                    times[f"{way}, {kind}"].append((time.perf_counter() - t0) * 1000)
+                    if kind == "new connection":
+                        conn.close()
+        for conn in kept.values():
+            conn.close()
+    finally:
+        through.close()
+        pod.stop(grace_s=2.0)
+        launcher.release(run_dir)
+        bed.ports.release()
+    return {"requests": n, "p50_ms": {k: round(sorted(v)[len(v) // 2], 2) for k, v in times.items()},
+            "forward_errors": through.errors[:3]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cluster", description=__doc__.split("\n\n")[0])
     parser.add_argument("--burst", type=int, default=16)
     parser.add_argument("--adds", type=int, default=8)
+    parser.add_argument("--forward", type=int, default=200, help="requests each way through the port forward")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if cluster.running() is None:
@@ -132,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         stamp = time.strftime("%H%M%S")  # a namespace per run folder: a name still terminating cannot be reused
         result["burst"] = burst(KubernetesLauncher(), Path(work) / f"bench-burst-{stamp}", args.burst)
         result.update(adds(Path(work) / f"bench-adds-{stamp}", args.adds))
+        result["forward"] = forward(KubernetesLauncher(), Path(work) / f"bench-forward-{stamp}", args.forward)
     result["load_after"] = loadavg()
     print(json.dumps(result, indent=1))
     if args.json:

@@ -12,6 +12,8 @@ from eppkit.backends import BackendMissing
 from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
 from eppkit.builds.floors import FloorBuildError
+from eppkit.cluster import ClusterError
+from eppkit.cluster.apipod import ApiPodError
 from eppkit.components.controlplane import ControlPlaneError
 from eppkit.components.readiness import ReadinessTimeout
 from eppkit.gateway.config import EnvoyConfigInvalid
@@ -21,8 +23,10 @@ from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 # What a user can get wrong before anything runs (a plugin, an Envoy version): one message, no traceback.
 # A component that does not start tells which, its log's last lines and a hint (ReadinessTimeout); so does a
 # control plane that cannot be built or started, or refuses what the testbed asks of it.
+# The kubernetes runtime's cluster that is missing, refuses the kit's user or cannot run what is asked: said too.
 USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
-               FloorBuildError, ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing)
+               FloorBuildError, ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing,
+               ClusterError, ApiPodError)
 COMMANDS = {
     "doctor": "check every prerequisite",
     "bootstrap": "build what PyPI does not ship and `eppkit compare` needs (Jaeger, the dynamic module; --all: GAIE's "

@@ -94,7 +94,8 @@ def pod_files(pod_name: str, namespace: str, mounts: dict[str, str], labels: dic
         steps.append(f"cat {pieces} > {WHOLE_DIR}/{i}/file && chmod 0755 {WHOLE_DIR}/{i}/file")
     if small:
         made.config_maps.insert(0, config_map(f"{pod_name}-files", small))
-        made.volumes.insert(0, Volume(name="files", configMap=ConfigMapVolumeSource(name=made.config_maps[0].metadata.name)))
+        source = ConfigMapVolumeSource(name=made.config_maps[0].metadata.name)
+        made.volumes.insert(0, Volume(name="files", configMap=source))
     if steps:
         made.assemble = (["sh", "-c", " && ".join(steps)], helper_mounts)
     return made

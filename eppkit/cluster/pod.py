@@ -12,6 +12,11 @@ Stop is ManagedProcess's: SIGINT to the container (Envoy and the kit's services 
 the Pod deleted at once; kill is SIGKILL (the Pod stays until stop, as a killed container does). Both signal the
 container's task through containerd (``ctr``): the node is this machine's.
 
+On a cluster reached by its API server alone (``api_only``: a cluster of your own, :mod:`eppkit.cluster.remote`)
+the same Pod is made without what only the kit's own node gives (:mod:`eppkit.cluster.apipod`): its files from
+ConfigMaps, its output through ``pods/log``, stop and kill by deleting it, its image pulled by its node, its ports
+forwarded from this host when asked (:meth:`ManagedPod.forward_ports`).
+
 Nothing outlives the kit: every Pod carries the kit's labels (its session, its owner) in the testbed's namespace;
 each started Pod is registered and stopped at interpreter exit; a watchdog (:mod:`eppkit.components.reaper`) deletes
 the session's namespaces when its process ends in any way (a SIGKILL too), and :func:`~eppkit.cluster.namespaces.sweep`
@@ -103,9 +108,6 @@ class ManagedPod(FromImage):
         self.address, self._probe = address, (ready_path, port)
         return self
 
-    def _api(self):
-        return client()
-
     def forward_ports(self, access, ports) -> "ManagedPod":
         """Once started, each of ``ports`` reached at this host's 127.0.0.1 on the same number, through the API
         server (:mod:`eppkit.cluster.portforward`): its node is another machine."""
@@ -193,10 +195,10 @@ class ManagedPod(FromImage):
                 files = apipod.pod_files(self.pod_name, self.namespace, self.mounts, lbls)
                 self._config_maps = files.names
                 for config_map in files.config_maps:
-                    self._api().create(config_map)
-                created = self._api().create(self.manifest(files))
+                    client().create(config_map)
+                created = client().create(self.manifest(files))
             else:
-                created = self._api().create(self.manifest())
+                created = client().create(self.manifest())
         except Exception as exc:
             _live.discard(self)
             raise RuntimeError(f"cannot create pod {self.namespace}/{self.pod_name} for {self.name}: {exc} "
@@ -208,7 +210,7 @@ class ManagedPod(FromImage):
             self._forwards = [PortForward(access, self.namespace, self.pod_name, port, port).start() for port in ports]
         if self.api_only:
             self._follower = threading.Thread(target=apipod.follow_log, name=f"logs-{self.name}", daemon=True,
-                                              args=(self._api(), self.pod_name, self.namespace, self.log_path,
+                                              args=(client(), self.pod_name, self.namespace, self.log_path,
                                                     self._terminated, self._gone))
             self._follower.start()
             return self
@@ -257,7 +259,7 @@ class ManagedPod(FromImage):
         if self.pod_name is None:
             return None
         if self.api_only:  # its kubelet's SIGTERM, the grace period, then SIGKILL
-            apipod.delete_pod(self._api(), self.pod_name, self.namespace, max(1, round(grace_s)))
+            apipod.delete_pod(client(), self.pod_name, self.namespace, max(1, round(grace_s)))
             code = apipod.until_terminated(lambda: self._terminated(fresh=True, gone_code=-2), grace_s + 5.0)
             self._delete()
             return None if code == -2 else code
@@ -275,7 +277,7 @@ class ManagedPod(FromImage):
         """Hard kill, for fault tests: no chance to flush. The Pod stays until stop() (api_only: it goes at once)."""
         if self.api_only:
             if self.pod_name is not None:
-                apipod.delete_pod(self._api(), self.pod_name, self.namespace, 0)
+                apipod.delete_pod(client(), self.pod_name, self.namespace, 0)
                 self._exit_code = 137
             return
         container = self._container_id()
@@ -343,12 +345,12 @@ class ManagedPod(FromImage):
             forward.close()
         self._forwards = []
         try:
-            self._api().delete(Pod, name, namespace=self.namespace, grace_period=0)
+            client().delete(Pod, name, namespace=self.namespace, grace_period=0)
         except ApiError as exc:
             if exc.status.code != 404:
                 raise
         if self.api_only:
-            apipod.delete_files(self._api(), self._config_maps, self.namespace)
+            apipod.delete_files(client(), self._config_maps, self.namespace)
             self._config_maps = []
         if self.address is not None:  # the CNI's DEL reads no address: the pin can go now
             from eppkit.cluster import layout
@@ -369,7 +371,7 @@ class ManagedPod(FromImage):
             return None
         if fresh or time.monotonic() - self._status_at > 0.2:
             try:
-                self._status = self._api().get(Pod, self.pod_name, namespace=self.namespace).status
+                self._status = client().get(Pod, self.pod_name, namespace=self.namespace).status
             except ApiError as exc:
                 self._status = _GONE if exc.status.code == 404 else None
             self._status_at = time.monotonic()

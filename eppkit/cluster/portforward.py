@@ -116,6 +116,8 @@ class PortForward:
         self._tasks.add(task)
         try:
             await self._pump(reader, writer)
+        except asyncio.CancelledError:  # close(): the connection just ends (asyncio's callback reads no error)
+            pass
         except Exception as exc:  # said once, in words; the local connection just closes
             self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
@@ -157,8 +159,10 @@ class PortForward:
         async def shut() -> None:
             if self._server is not None:
                 self._server.close()
-            for task in list(self._tasks):
+            open_ones = list(self._tasks)
+            for task in open_ones:
                 task.cancel()
+            await asyncio.gather(*open_ones, return_exceptions=True)
             if self._session is not None:
                 await self._session.close()
 

@@ -99,13 +99,44 @@ def _is_mine(address: str) -> bool:
         return False
 
 
+# What the kit does on a cluster of your own, cluster-wide (it makes a namespace per testbed, so no Role made in
+# advance can hold these): (verb, resource, subresource); pods/portforward only when the node is another machine.
+RIGHTS = (("list", "nodes", ""), ("create", "namespaces", ""), ("delete", "namespaces", ""), ("list", "namespaces", ""),
+          ("create", "pods", ""), ("delete", "pods", ""), ("get", "pods", ""), ("list", "pods", ""),
+          ("get", "pods", "log"), ("create", "configmaps", ""), ("delete", "configmaps", ""))
+FORWARD = ("create", "pods", "portforward")
+
+
+def missing_rights(client, rights=RIGHTS) -> list[str]:
+    """The rights the kubeconfig's user lacks ("create pods/portforward"), asked of the API server itself
+    (SelfSubjectAccessReview, which every authenticated user may ask)."""
+    from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+    from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
+
+    lacking = []
+    for verb, resource, sub in rights:
+        review = client.create(SelfSubjectAccessReview(spec=SelfSubjectAccessReviewSpec(
+            resourceAttributes=ResourceAttributes(verb=verb, resource=resource, subresource=sub or None))))
+        if not review.status.allowed:
+            lacking.append(f"{verb} {resource}{'/' + sub if sub else ''}")
+    return lacking
+
+
 def available(path: str, client) -> tuple[bool, str]:
-    """(True, the API server) when the cluster of ``path`` (``client``'s) answers and has a node for the kit's Pods."""
+    """(True, the API server) when the cluster of ``path`` (``client``'s) answers, its user has the rights the kit
+    needs (:data:`RIGHTS`) and it has a node for the kit's Pods; else (False, what is wrong and what to do)."""
     try:
-        server = access(path).server
-        name, mine = node(path, client)
+        lacking = missing_rights(client)
+        if not lacking:
+            name, mine = node(path, client)
+            lacking = [] if mine else missing_rights(client, (FORWARD,))
     except Exception as exc:
         return False, (f"cannot use the cluster of {path} ({KUBECONFIG_ENV}): {exc}\n"
                        "Check that `kubectl --kubeconfig <it> get nodes` answers, or drop --kubeconfig to use the "
                        "kit's one-node cluster (`eppkit cluster up`).")
-    return True, f"{server} (node {name}{', this machine' if mine else ''})"
+    if lacking:
+        return False, (f"the user of {path} may not {', '.join(lacking)} (cluster-wide): the kit makes a namespace "
+                       "per testbed and its Pods, ConfigMaps and port forwards in it.\n"
+                       "Bind that user to a ClusterRole with these rights (docs/kubernetes.md, \"A cluster of your "
+                       "own\"), or use another kubeconfig.")
+    return True, f"{client.config.cluster.server} (node {name}{', this machine' if mine else ''})"

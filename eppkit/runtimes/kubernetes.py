@@ -81,7 +81,7 @@ class KubernetesLauncher:
         self.remote = remote.kubeconfig()  # a cluster of your own (None: the one-node cluster)
         ok, why = available()
         if not ok:
-            raise RuntimeError(why)
+            raise cluster.ClusterError(why)
         if not _swept:  # namespaces of sessions that died without stopping their testbeds
             gone = namespaces.sweep()
             if self.remote is None:
@@ -136,8 +136,10 @@ class KubernetesLauncher:
         pod_ip = _pod_network_address(spec)
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
             if self.remote is not None:
-                raise ValueError(f"{spec.name} runs on this host (a program of yours, a real vLLM), which the Pods of "
-                                 f"the cluster of {self.remote} cannot reach: run it on the local or docker runtime")
+                raise cluster.ClusterError(
+                    f"{spec.name} runs on this host (a program of yours, a real vLLM), which the Pods of the cluster "
+                    f"of {self.remote} cannot reach: give it as an image (--epp-image), or run it on the local or "
+                    "docker runtime")
             if pod_ip is not None:
                 raise ValueError(f"{spec.name} runs on the host, and on this runtime an InferencePool's pods are Pods "
                                  "of the pod network: use the kit's mock as the backend, or another runtime")
@@ -188,10 +190,10 @@ class KubernetesLauncher:
 
     def _only_own_cluster(self, what: str) -> None:
         if self.remote is not None:
-            raise ValueError(f"{what} runs on the kit's one-node cluster only, for now: its pool's Pods are at "
-                             "addresses the testbed plans before they exist, which only the kit's own pod network "
-                             f"gives (the cluster of {self.remote} is reached by its API server alone); drop "
-                             "--kubeconfig, or use --runtime local or docker")
+            raise cluster.ClusterError(
+                f"{what} runs on the kit's one-node cluster only, for now: its pool's Pods are at addresses the "
+                "testbed plans before they exist, which only the kit's own pod network gives (the cluster of "
+                f"{self.remote} is reached by its API server alone); drop --kubeconfig, or use --runtime local or docker")
 
     def release(self, run_dir: Path) -> None:
         """The testbed stopped: its namespace goes (its Pods are gone already), and its block of addresses."""

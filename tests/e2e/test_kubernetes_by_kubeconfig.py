@@ -8,6 +8,7 @@ server alone (no ``ctr``, no kubelet log files, no host paths, no image imports)
 | a forward to a port nothing listens on | the connection closes; the kubelet's words kept ("connection refused") |
 | a testbed by kubeconfig (ext_proc; dynmod-callout) | serves with a complete trace; each of its Pods pulled (``IfNotPresent``), none reading a host path, Envoy's config from a ConfigMap; the dynamic module's .so (4 MiB) in parts, put together by a helper container |
 | what such a cluster cannot run yet | refused before it runs, in words: a pool-watching mode, a program of this host's |
+| a user without the rights the kit needs (a ServiceAccount bound to nothing) | told which, in the API server's own answer (SelfSubjectAccessReview), before anything starts; ``eppkit run`` fails with it, no traceback |
 
 The rest of the runtime contract runs on such a cluster too (.ci/run: the mode Ã— flow test with
 ``--eppkit-kubeconfig``).
@@ -15,8 +16,11 @@ The rest of the runtime contract runs on such a cluster too (.ci/run: the mode Ã
 
 import http.client
 import json
+import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -143,7 +147,8 @@ def test_a_testbed_by_kubeconfig_serves_with_a_complete_trace_and_reads_no_host_
     namespace = namespaces.dns_label(bed.run_dir.name)
     pods = list(namespaces.client().list(Pod, namespace=namespace))
     picker = bed.mode.picker
-    assert {p.metadata.labels["eppkit.component"] for p in pods} >= {"envoy", picker, "vllm-0", "vllm-1"}  # Jaeger: the session's
+    # (Jaeger is the session's)
+    assert {p.metadata.labels["eppkit.component"] for p in pods} >= {"envoy", picker, "vllm-0", "vllm-1"}
     for pod in pods:
         assert not [v for v in pod.spec.volumes or [] if v.hostPath is not None], (pod.metadata.name, pod.spec.volumes)
         assert pod.spec.containers[0].imagePullPolicy == "IfNotPresent"
@@ -157,8 +162,8 @@ def test_a_testbed_by_kubeconfig_serves_with_a_complete_trace_and_reads_no_host_
 
 @pytest.mark.parametrize("topology, words", [
     (Topology(mode="gaie-epp"), "runs on the kit's one-node cluster only"),
-    (Topology(mode="external-epp", options={"epp_command": f"{sys.executable} -m eppkit.services.epp --host "
-                                                           "127.0.0.1 --port {grpc_port} --endpoints {named_endpoints}"}),
+    (Topology(mode="external-epp", options={"epp_command": f"{sys.executable} -m eppkit.services.epp --port "
+                                                           "{grpc_port} --endpoints {named_endpoints}"}),
      "runs on this host"),
 ], ids=["pool-watching", "on-host"])
 def test_what_a_cluster_by_kubeconfig_cannot_run_yet_is_refused_in_words(own_cluster_as_another, eppkit_runtime,
@@ -167,3 +172,33 @@ def test_what_a_cluster_by_kubeconfig_cannot_run_yet_is_refused_in_words(own_clu
 
     with pytest.raises(Exception, match=words), runtimes.create(topology, eppkit_runtime):
         pass
+
+
+def test_a_user_without_the_rights_the_kit_needs_is_told_which_before_anything_starts(own_cluster_as_another,
+                                                                                     tmp_path):
+    from lightkube import Client, KubeConfig
+    from lightkube.models.authentication_v1 import TokenRequestSpec
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import ServiceAccount, ServiceAccountToken
+
+    namespace = namespaces.ensure_namespace(f"nobody-{time.time_ns()}")
+    try:
+        admin = namespaces.client()
+        admin.create(ServiceAccount(metadata=ObjectMeta(name="nobody", namespace=namespace)))
+        request = ServiceAccountToken(metadata=ObjectMeta(name="nobody", namespace=namespace),
+                                      spec=TokenRequestSpec(audiences=[], expirationSeconds=600))
+        token = admin.create(request, "nobody", namespace=namespace).status.token
+        config = json.loads(Path(own_cluster_as_another).read_text())
+        config["users"][0]["user"] = {"token": token}  # the same cluster, as a ServiceAccount bound to nothing
+        nobody = tmp_path / "nobody.kubeconfig"
+        nobody.write_text(json.dumps(config))
+        ok, why = remote.available(str(nobody), Client(KubeConfig.from_file(str(nobody)), trust_env=False))
+        assert not ok and f"the user of {nobody} may not list nodes, create namespaces" in why, why
+        assert "create pods" in why and "ClusterRole" in why
+        run = subprocess.run([sys.executable, "-m", "eppkit", "run", "--runtime", "kubernetes", "--kubeconfig",
+                              str(nobody), "--mode", "direct"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, remote.KUBECONFIG_ENV: ""})
+        assert run.returncode != 0 and "may not list nodes" in run.stderr, run.stderr[-2000:]
+        assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    finally:
+        namespaces.delete_namespace(namespace, wait_s=30)
