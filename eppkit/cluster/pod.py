@@ -367,11 +367,12 @@ class ManagedPod(FromImage):
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
 
-        if self.pod_name is None:
+        name = self.pod_name  # read once: its log follower asks while stop() may be clearing it
+        if name is None:
             return None
         if fresh or time.monotonic() - self._status_at > 0.2:
             try:
-                self._status = client().get(Pod, self.pod_name, namespace=self.namespace).status
+                self._status = client().get(Pod, name, namespace=self.namespace).status
             except ApiError as exc:
                 self._status = _GONE if exc.status.code == 404 else None
             self._status_at = time.monotonic()
