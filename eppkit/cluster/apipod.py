@@ -104,8 +104,6 @@ def pod_files(pod_name: str, namespace: str, mounts: dict[str, str], labels: dic
 def follow_log(client, pod_name: str, namespace: str, log_path: Path, ended, gone: threading.Event) -> None:
     """Copy the Pod's output into ``log_path`` as it comes, through the API (``pods/log?follow``); until the stream
     ends with the container, or ``gone`` is set. ``ended()``: the container has ended (or could not start)."""
-    from lightkube import ApiError
-
     written = 0  # lines already copied: a stream restarted after a break starts again from the first line
     with open(log_path, "a") as log:
         while not gone.is_set():
@@ -117,38 +115,37 @@ def follow_log(client, pod_name: str, namespace: str, log_path: Path, ended, gon
                         written += 1
                     if gone.is_set():
                         return
-            except ApiError:  # not started yet (ContainerCreating), or deleted
-                pass
-            except Exception:  # the stream broke: read again from the start, skipping what is copied
-                pass
+            except Exception:  # not started yet (ContainerCreating), deleted, or the stream broke: read again from
+                pass  # the start, skipping what is copied
             if ended() is not None:
                 return
             gone.wait(0.1)
 
 
-def delete_pod(client, name: str, namespace: str, grace_s: int) -> None:
-    """The Pod deleted with ``grace_s`` (0: at once); a Pod already gone is fine."""
+def _delete(client, kind, name: str, namespace: str, **options) -> None:
+    """``kind`` ``name`` deleted; one already gone is fine."""
     from lightkube import ApiError
-    from lightkube.resources.core_v1 import Pod
 
     try:
-        client.delete(Pod, name, namespace=namespace, grace_period=grace_s)
+        client.delete(kind, name, namespace=namespace, **options)
     except ApiError as exc:
         if exc.status.code != 404:
             raise
 
 
+def delete_pod(client, name: str, namespace: str, grace_s: int) -> None:
+    """The Pod deleted with ``grace_s`` (0: at once)."""
+    from lightkube.resources.core_v1 import Pod
+
+    _delete(client, Pod, name, namespace, grace_period=grace_s)
+
+
 def delete_files(client, names: list[str], namespace: str) -> None:
-    """The Pod's ConfigMaps (:attr:`PodFiles.names`); one already gone is fine."""
-    from lightkube import ApiError
+    """The Pod's ConfigMaps (:attr:`PodFiles.names`)."""
     from lightkube.resources.core_v1 import ConfigMap
 
     for name in names:
-        try:
-            client.delete(ConfigMap, name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
+        _delete(client, ConfigMap, name, namespace)
 
 
 def until_terminated(status_of, timeout_s: float) -> int | None:

@@ -336,19 +336,12 @@ class ManagedPod(FromImage):
 
     def _delete(self) -> None:
         """Delete the Pod without waiting for it to go (the testbed's namespace waits once for all its Pods)."""
-        from lightkube import ApiError
-        from lightkube.resources.core_v1 import Pod
-
         name, self.pod_name = self.pod_name, None
         self._gone.set()
         for forward in self._forwards:
             forward.close()
         self._forwards = []
-        try:
-            client().delete(Pod, name, namespace=self.namespace, grace_period=0)
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
+        apipod.delete_pod(client(), name, self.namespace, 0)
         if self.api_only:
             apipod.delete_files(client(), self._config_maps, self.namespace)
             self._config_maps = []

@@ -57,6 +57,7 @@ def access(path: str):
 
 
 _nodes: dict[str, tuple[str, bool]] = {}
+_usable: dict[str, str] = {}  # the clusters found usable (available()), and what they are
 
 
 def node(path: str, client) -> tuple[str, bool]:
@@ -125,6 +126,8 @@ def missing_rights(client, rights=RIGHTS) -> list[str]:
 def available(path: str, client) -> tuple[bool, str]:
     """(True, the API server) when the cluster of ``path`` (``client``'s) answers, its user has the rights the kit
     needs (:data:`RIGHTS`) and it has a node for the kit's Pods; else (False, what is wrong and what to do)."""
+    if path in _usable:  # asked once per process: a launcher is made for every testbed
+        return True, _usable[path]
     try:
         lacking = missing_rights(client)
         if not lacking:
@@ -139,4 +142,5 @@ def available(path: str, client) -> tuple[bool, str]:
                        "per testbed and its Pods, ConfigMaps and port forwards in it.\n"
                        "Bind that user to a ClusterRole with these rights (docs/kubernetes.md, \"A cluster of your "
                        "own\"), or use another kubeconfig.")
-    return True, f"{client.config.cluster.server} (node {name}{', this machine' if mine else ''})"
+    _usable[path] = f"{client.config.cluster.server} (node {name}{', this machine' if mine else ''})"
+    return True, _usable[path]
