@@ -76,12 +76,8 @@ def status() -> int:
 def images() -> int:
     """The tags of the images the kubernetes runtime's Pods run (Envoy the one installed with eppkit), one per line
     on stdout; what making them printed goes to stderr."""
-    from eppkit.gateway import versions
-    from eppkit.runtimes.docker import DockerLauncher
+    from eppkit.runtimes.kubernetes import pod_images
 
-    docker = DockerLauncher()
-    made = docker.images()
-    envoy = docker.envoy_image(versions.resolve(None, lambda message: print(message, file=sys.stderr)))
-    for tag in dict.fromkeys((envoy, made.jaeger, made.services)):
+    for tag in pod_images():
         print(tag)
     return 0

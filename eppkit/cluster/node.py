@@ -142,7 +142,7 @@ class Node:
         argvs = {
             kubenode.KUBELET: [str(b.kubelet), "--config", str(layout.home / "kubelet.yaml"),
                                "--kubeconfig", str(self._kubeconfig("kubelet")),
-                               "--hostname-override", configs.NODE, "--root-dir", str(KUBELET_HOME), "-v", "0"],
+                               "--hostname-override", configs.NODE, "--node-ip", podnet.HOST, "--root-dir", str(KUBELET_HOME), "-v", "0"],
             kubenode.CONTROLLER_MANAGER: [
                 str(b.path(kubenode.CONTROLLER_MANAGER)), "--kubeconfig", str(self._kubeconfig("controller-manager")),
                 "--service-account-private-key-file", str(pki / "sa.key"), "--root-ca-file", str(pki / "ca.crt"),

@@ -88,25 +88,46 @@ class ManagedPod(FromImage):
         self._reason_logged = False
         self._cid = ""  # its containerd id, once known (_container_id)
         self.address: str | None = None  # on the pod network at this address (on_pod_network), else the host's
+        self.on_network = False  # on the pod network (at ``address``, or where its network puts it: learned)
         self._probe: tuple[str, int] | None = None
         self._service_account: str | None = None
 
-    def in_cluster(self, service_account: str, server: str) -> "ManagedPod":
+    def in_cluster(self, service_account: str, server: str | None) -> "ManagedPod":
         """A Kubernetes client in-cluster: ``service_account``'s token, the cluster's CA and its namespace where
         client libraries look (/var/run/secrets/kubernetes.io/serviceaccount), and the API server's address in
-        ``KUBERNETES_SERVICE_HOST``/``PORT`` (a Pod on the host's network reaches it there; no Service is routed)."""
-        host, port = server.removeprefix("https://").rsplit(":", 1)
+        ``KUBERNETES_SERVICE_HOST``/``PORT`` (a Pod on the host's network reaches it there; no Service is routed);
+        ``server`` None: the address its kubelet gives it (the cluster's ``kubernetes`` Service)."""
         self._service_account = service_account
         self.env.pop("KUBECONFIG", None)
+        if server is None:
+            return self
+        host, port = server.removeprefix("https://").rsplit(":", 1)
         return self.with_env(KUBERNETES_SERVICE_HOST=host, KUBERNETES_SERVICE_PORT=port)
 
-    def on_pod_network(self, address: str, *, ready_path: str | None, port: int) -> "ManagedPod":
+    def on_pod_network(self, address: str | None, *, ready_path: str | None, port: int) -> "ManagedPod":
         """Not on the host's network: on the pod network (:mod:`eppkit.cluster.podnet`) at ``address``, Ready when
         its kubelet's readiness probe (``GET ready_path`` on ``port``, or a TCP connect, every second) passes and
         the kit has set its readiness gate (:data:`~eppkit.components.inference_pool.READY_GATE`); the pool's labels
-        are written when it joins the pool (InferencePoolObjects)."""
-        self.address, self._probe = address, (ready_path, port)
+        are written when it joins the pool (InferencePoolObjects). ``address`` None: where the cluster's network
+        puts it (a cluster of your own), its program told ``$(POD_IP)``, the address learned once it is ready
+        (:attr:`learned_address`: its kubelet's probe said so, nothing of this host reached it)."""
+        self.address, self._probe, self.on_network = address, (ready_path, port), True
         return self
+
+    @property
+    def learned_address(self) -> str | None:
+        """The Pod's IP, when its network chose it (on_pod_network without an address) and the Pod has one."""
+        if not self.on_network or self.address is not None:
+            return None
+        status = self._pod_status()
+        return status.podIP if status is not None and status is not _GONE and status.podIP else None
+
+    def wait_ready(self, strategy, hint: str = ""):
+        """A Pod whose address its network chose: ready when its kubelet's readiness probe passes (this host may
+        not reach the pod network); any other: ``strategy``."""
+        if self.on_network and self.address is None:
+            strategy = ProbePassed(self, strategy.timeout_s)
+        return super().wait_ready(strategy, hint)
 
     def forward_ports(self, access, ports) -> "ManagedPod":
         """Once started, each of ``ports`` reached at this host's 127.0.0.1 on the same number, through the API
@@ -118,7 +139,7 @@ class ManagedPod(FromImage):
     def manifest(self, files: apipod.PodFiles | None = None):
         """The Pod this component is (see the module docstring)."""
         from lightkube.models.core_v1 import (ConfigMapProjection, Container, DownwardAPIProjection,
-                                              DownwardAPIVolumeFile, EnvVar, HostPathVolumeSource, HTTPGetAction,
+                                              DownwardAPIVolumeFile, EnvVar, EnvVarSource, HostPathVolumeSource, HTTPGetAction,
                                               KeyToPath, ObjectFieldSelector, PodReadinessGate, PodSecurityContext,
                                               PodSpec, Probe, ProjectedVolumeSource, ServiceAccountTokenProjection,
                                               TCPSocketAction, Volume, VolumeMount, VolumeProjection)
@@ -142,6 +163,9 @@ class ManagedPod(FromImage):
                     path="namespace", fieldRef=ObjectFieldSelector(fieldPath="metadata.namespace"))]))])))
             mounts.append(VolumeMount(name="kube-api-access", mountPath=SERVICE_ACCOUNT_DIR, readOnly=True))
         env = [EnvVar(name=k, value=v) for k, v in {"PYTHONUNBUFFERED": "1", "HOME": "/tmp", **self.env}.items()]
+        if self.on_network:  # what $(POD_IP) in its arguments becomes (its kubelet expands it)
+            env.append(EnvVar(name="POD_IP", valueFrom=EnvVarSource(fieldRef=ObjectFieldSelector(
+                fieldPath="status.podIP"))))
         # args: after the image's entrypoint (Jaeger's), or the whole command where it has none (the services');
         # command: an entrypoint of the launcher's own (Envoy's), as docker's --entrypoint
         probe = gates = None
@@ -162,7 +186,7 @@ class ManagedPod(FromImage):
             helpers = [Container(name="files", image=self.helper_image or self.image, imagePullPolicy=pull,
                                  command=command, volumeMounts=helper_mounts)]
         return Pod(metadata=ObjectMeta(name=self.pod_name, namespace=self.namespace, labels=lbls, annotations=notes),
-                   spec=PodSpec(nodeName=self.node, hostNetwork=self.address is None,
+                   spec=PodSpec(nodeName=self.node, hostNetwork=not self.on_network,
                                 dnsPolicy="Default",
                                 restartPolicy="Never", readinessGates=gates,
                                 enableServiceLinks=False, automountServiceAccountToken=False,
@@ -439,6 +463,22 @@ class ManagedPod(FromImage):
 
     def is_running(self) -> bool:
         return self.pod_name is not None and self.returncode() is None
+
+
+class ProbePassed:
+    """Ready when the Pod's kubelet says its readiness probe passed (its container ready) and it has an IP."""
+
+    poll_interval_s = 0.1
+
+    def __init__(self, pod: ManagedPod, timeout_s: float) -> None:
+        self.pod, self.timeout_s = pod, timeout_s
+
+    def describe(self) -> str:
+        return f"pod {self.pod.namespace}/{self.pod.pod_name}: its kubelet's readiness probe passed"
+
+    def is_ready(self, process) -> bool:
+        cs = self.pod._container_status()
+        return cs is not None and cs is not _GONE and bool(cs.ready) and self.pod.learned_address is not None
 
 
 _live: LiveSet[ManagedPod] = LiveSet(grace_s=1.0)

@@ -4,7 +4,9 @@ address of its own, which hostNetwork Pods, all at the node's address, cannot ha
 A bridge on this machine, ``eppkit0``, holding ``10.233.0.1/16``: the host's address on it, and the one route the
 cluster adds (a connected one, to the bridge). Each Pod on it gets a veth from the CNI bridge plugin and the address
 the kit chose for it: the kit's IPAM plugin (a few lines of sh, :data:`IPAM_SCRIPT`) reads it from a file named
-after the Pod (:func:`pin`), because an address is part of a testbed's plan before its Pod exists. Each testbed
+after the Pod (:func:`pin`), because an address is part of a testbed's plan before its Pod exists. A Pod with no
+pinned address (one the kit makes as on a cluster of your own, where Pods learn their addresses: a testbed given
+this cluster's kubeconfig) gets one from Debian's ``host-local`` plugin, in :data:`FREE_RANGE`. Each testbed
 reserves a block of 253 addresses (``10.233.<block>.2`` upwards, :class:`Blocks`), so parallel sessions never
 collide. No gateway, no masquerading, no forwarding: traffic stays between the host and its own Pods' namespaces
 (the bridge plugin, without ``isGateway``, turns on no ``ip_forward`` and writes no iptables rule).
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,12 +25,16 @@ BRIDGE = "eppkit0"
 SUBNET = ipaddress.ip_network("10.233.0.0/16")
 HOST = "10.233.0.1"  # the host's address on the bridge: where a Pod reaches what runs on the host's network
 BLOCKS = range(1, 255)  # 10.233.<block>.0/24 per testbed; block 0 holds the host's address
+FREE_RANGE = ("10.233.255.1", "10.233.255.254")  # a Pod with no address pinned: host-local's (block 255 is no testbed's)
 PER_BLOCK = 253  # .2 .. .254
 
 IPAM = "eppkit-ipam"
 IPAM_SCRIPT = """#!/bin/sh
-# The kit's CNI IPAM plugin: the address pinned for this Pod (eppkit/cluster/podnet.py), else a CNI error.
+# The kit's CNI IPAM plugin: the address pinned for this Pod (eppkit/cluster/podnet.py), else host-local's next
+# free one in 10.233.255.0/24 (a Pod that learns its address, as on any cluster).
 pins="{pins}"
+free='{{"cniVersion":"1.0.0","name":"eppkit","ipam":{{"type":"host-local","dataDir":"{leased}","ranges":[[{{"subnet":"{subnet}","rangeStart":"{start}","rangeEnd":"{end}"}}]]}}}}'
+
 ns=""; pod=""
 IFS=';'
 for kv in $CNI_ARGS; do
@@ -38,14 +45,14 @@ case "$CNI_COMMAND" in
     if ip=$(cat "$pins/${{ns}}_${{pod}}" 2>/dev/null); then
       printf '{{"cniVersion":"1.0.0","ips":[{{"address":"%s/{prefix}"}}]}}' "$ip"
     else
-      printf '{{"cniVersion":"1.0.0","code":11,"msg":"eppkit-ipam: no address pinned for pod %s/%s","details":"the kit pins a pool Pod its address before creating it; a Pod made by hand belongs on the host network (hostNetwork: true)"}}' "$ns" "$pod"
-      exit 1
+      printf '%s' "$free" | "{bin}/host-local"
     fi;;
+  DEL) printf '%s' "$free" | "{bin}/host-local";;
   VERSION) printf '{{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}}';;
   *) :;;
 esac
 """
-PLUGINS = ("bridge", "loopback")  # Debian's, beside the kit's IPAM in the CNI bin folder
+PLUGINS = ("bridge", "loopback", "host-local")  # Debian's, beside the kit's IPAM in the CNI bin folder
 
 
 class PodNetworkError(RuntimeError):
@@ -66,7 +73,8 @@ def install_plugins(bin_dir: Path, pins: Path, debian_bin: Path) -> None:
             link.unlink(missing_ok=True)
             link.symlink_to(debian_bin / name)
     script = bin_dir / IPAM
-    script.write_text(IPAM_SCRIPT.format(pins=pins, prefix=SUBNET.prefixlen))
+    script.write_text(IPAM_SCRIPT.format(pins=pins, prefix=SUBNET.prefixlen, leased=leased(pins), subnet=SUBNET,
+                                         start=FREE_RANGE[0], end=FREE_RANGE[1], bin=bin_dir))
     script.chmod(0o755)
 
 
@@ -123,8 +131,14 @@ def unpin(pins: Path, namespace: str, pod: str) -> None:
     (pins / f"{namespace}_{pod}").unlink(missing_ok=True)
 
 
+def leased(pins: Path) -> Path:
+    """host-local's leases (Pods with no pinned address), beside the pins."""
+    return pins.parent / "pod-leases"
+
+
 def clear(pins: Path, blocks: Path) -> None:
-    """Every pin and every block reservation gone (the cluster starts or stops: no testbed holds any)."""
+    """Every pin, lease and block reservation gone (the cluster starts or stops: no testbed holds any)."""
+    shutil.rmtree(leased(pins), ignore_errors=True)
     for folder in (pins, blocks):
         for path in folder.glob("*") if folder.is_dir() else []:
             path.unlink(missing_ok=True)

@@ -15,7 +15,9 @@ docker-image``) or push them where the node pulls from.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
+import time
 import socket
 from pathlib import Path
 
@@ -57,6 +59,7 @@ def access(path: str):
 
 
 _nodes: dict[str, tuple[str, bool]] = {}
+_node_addresses: dict[str, str | None] = {}  # the node's InternalIP (None: a loopback one, which no Pod reaches)
 _usable: dict[str, str] = {}  # the clusters found usable (available()), and what they are
 
 
@@ -86,7 +89,16 @@ def _choose_node(path: str, client) -> tuple[str, bool]:
         raise RuntimeError(f"the cluster of {path} has no Ready node without a NoSchedule taint "
                            f"(nodes: {', '.join(n.metadata.name for n in nodes) or 'none'}); name one: {NODE_ENV}=NAME")
     addresses = [a.address for a in (chosen.status.addresses or [])]
+    internal = next((a.address for a in (chosen.status.addresses or []) if a.type == "InternalIP"), None)
+    _node_addresses[path] = None if internal is None or ipaddress.ip_address(internal).is_loopback else internal
     return chosen.metadata.name, any(_is_mine(a) for a in addresses)
+
+
+def node_address(path: str, client) -> str | None:
+    """Where a Pod of the cluster's pod network reaches the kit's node's host network (Jaeger's OTLP for a pool's
+    Pods): the node's InternalIP; None when that is a loopback address (no Pod reaches it)."""
+    node(path, client)
+    return _node_addresses[path]
 
 
 def _is_mine(address: str) -> bool:
@@ -106,6 +118,12 @@ RIGHTS = (("list", "nodes", ""), ("create", "namespaces", ""), ("delete", "names
           ("create", "pods", ""), ("delete", "pods", ""), ("get", "pods", ""), ("list", "pods", ""),
           ("get", "pods", "log"), ("create", "configmaps", ""), ("delete", "configmaps", ""))
 FORWARD = ("create", "pods", "portforward")
+# What a mode whose EPP watches an InferencePool needs besides: its pool Pods labelled and their readiness gate
+# written, the EPP's ServiceAccount bound to a Role of its rules, the pool's CRD read (and made when missing).
+POOL_RIGHTS = (("patch", "pods", ""), ("patch", "pods", "status"), ("create", "serviceaccounts", ""),
+               ("create", "roles", ""), ("create", "rolebindings", ""), ("create", "inferencepools", ""),
+               ("get", "customresourcedefinitions", ""))
+POD_IP = "$(POD_IP)"  # a pool Pod's address until it runs: its kubelet puts the Pod's IP there (an env var of it)
 
 
 def missing_rights(client, rights=RIGHTS) -> list[str]:
@@ -144,3 +162,102 @@ def available(path: str, client) -> tuple[bool, str]:
                        "own\"), or use another kubeconfig.")
     _usable[path] = f"{client.config.cluster.server} (node {name}{', this machine' if mine else ''})"
     return True, _usable[path]
+
+
+class LearnedPods:
+    """Where a testbed's pool Pods are on a cluster of your own: where its pod network puts them, learned once each
+    runs. Each mock listens on :data:`POD_IP` (its kubelet's expansion of the Pod's own IP) until then; what the
+    other runtimes plan (:class:`eppkit.components.inference_pool.LoopbackPods`, the kit's own cluster's blocks)
+    cannot be planned here."""
+
+    learned = True
+
+    def address(self, index: int) -> str:
+        return POD_IP
+
+    def check(self, ip: str) -> str:
+        if ip != POD_IP:
+            ipaddress.ip_address(ip)  # a learned one: ValueError if it is none
+        return ip
+
+    def shared_port(self, ports, hosts: list[str]) -> int:
+        """Any port: each Pod has its own network namespace."""
+        return ports.port()
+
+
+LEARNED_PODS = LearnedPods()
+
+
+class Plane:
+    """The API server of a cluster of your own as the home of a testbed's InferencePool: what
+    :class:`eppkit.components.controlplane.ControlPlane` is on the other runtimes (its clients, a kubeconfig in the
+    testbed's namespace, the CRDs its EPP watches). The kit stops nothing of it."""
+
+    def __init__(self, path: str) -> None:
+        from lightkube import KubeConfig
+
+        self.path = path
+        self.server = KubeConfig.from_file(path).get().cluster.server
+
+    def client(self, namespace: str | None = None):
+        from lightkube import Client, KubeConfig
+
+        return Client(KubeConfig.from_file(self.path), namespace=namespace, field_manager="eppkit", trust_env=False)
+
+    def async_client(self, namespace: str | None = None):
+        from lightkube import AsyncClient, KubeConfig
+
+        return AsyncClient(KubeConfig.from_file(self.path), namespace=namespace, field_manager="eppkit",
+                           trust_env=False)
+
+    def write_kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        """The user's kubeconfig, its current context in ``namespace``."""
+        import yaml
+
+        config = yaml.safe_load(Path(self.path).read_text())
+        current = config.get("current-context")
+        for context in config.get("contexts") or []:
+            if context.get("name") == current:
+                context.setdefault("context", {})["namespace"] = namespace
+        Path(path).write_text(yaml.safe_dump(config))
+        Path(path).chmod(0o600)
+        return Path(path)
+
+    def served_crds(self) -> list[str]:
+        from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+        with self.client() as http:
+            return sorted(crd.metadata.name for crd in http.list(CustomResourceDefinition))
+
+    def apply_crds(self, files: list[Path], timeout_s: float = 60.0) -> list[str]:
+        """The CRDs of ``files`` the cluster lacks, made, and each Established; those it has are left as they are
+        (a cluster's CRDs are its owner's). Their names."""
+        import yaml
+        from lightkube import ApiError
+        from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+
+        manifests = [(f, doc) for f in files for doc in yaml.safe_load_all(Path(f).read_text()) if doc]
+        with self.client() as http:
+            for source, manifest in manifests:
+                name = manifest["metadata"]["name"]
+                try:
+                    http.get(CustomResourceDefinition, name)
+                    continue
+                except ApiError as exc:
+                    if exc.status.code != 404:
+                        raise
+                try:
+                    http.create(CustomResourceDefinition.from_dict(manifest))
+                except ApiError as exc:
+                    if exc.status.code != 409:
+                        raise RuntimeError(f"the cluster of {self.path} has no CRD {name}, and making it was refused "
+                                           f"({exc.status.message}): install it (kubectl apply -f {source}) or "
+                                           "give a user who may") from None
+                deadline = time.monotonic() + timeout_s
+                while not any(c.type == "Established" and c.status == "True" for c in
+                              (http.get(CustomResourceDefinition, name).status.conditions or [])):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"CRD {name} not Established within {timeout_s:g} s on the cluster of "
+                                           f"{self.path}")
+                    time.sleep(0.05)
+        return [m["metadata"]["name"] for _, m in manifests]

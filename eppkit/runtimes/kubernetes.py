@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import sys
 from pathlib import Path
 
 import yaml
@@ -128,9 +129,16 @@ class KubernetesLauncher:
     def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, image: str | None = None, **kwargs) -> Jaeger:
         launcher = PodLauncher(self._image(image or self._docker.images().jaeger), self._namespace(run_dir),
                                labels=self._labels(run_dir), pod=self._remote_pod)
-        made = Jaeger(run_dir, launcher, ports=ports, pods_host=None if self.remote else podnet.HOST, **kwargs)
+        made = Jaeger(run_dir, launcher, ports=ports, pods_host=self._pods_host(), **kwargs)
         launcher.ports = dataclasses.astuple(made.ports)
         return made
+
+    def _pods_host(self) -> str | None:
+        """Where a Pod of the pod network reaches the node's host network (Jaeger takes spans there too): the kit's
+        bridge; on a cluster of your own its node's InternalIP (None: a loopback one)."""
+        if self.remote is None:
+            return podnet.HOST
+        return remote.node_address(self.remote, namespaces.client())
 
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         pod_ip = _pod_network_address(spec)
@@ -144,21 +152,56 @@ class KubernetesLauncher:
                 raise ValueError(f"{spec.name} runs on the host, and on this runtime an InferencePool's pods are Pods "
                                  "of the pod network: use the kit's mock as the backend, or another runtime")
             return self._host.service(spec, env, run_dir, extra_args)
-        image = self._image(spec.image, kits=False) if spec.image else self._image(self._docker.images().services)
+        program = self._program_of_this_host(spec)
+        if program is not None:  # on a cluster of your own: in an image of its own, at its host path
+            image = self._image(program_image(program))
+        elif spec.image:
+            image = self._image(spec.image, kits=False)
+        else:
+            image = self._image(self._docker.images().services)
         namespace = self._namespace(run_dir)
-        if pod_ip is not None:  # a pool's pod: reaches the host's network at podnet.HOST, not at 127.0.0.1
-            env = {k: _to_host(v) for k, v in env.items()}
-            extra_args = [_to_host(a) for a in extra_args]
+        if pod_ip is not None:  # a pool's pod: reaches the host's network at the node's address, not at 127.0.0.1
+            pods_host = self._pods_host()
+            if pods_host is None:
+                raise cluster.ClusterError(
+                    f"{spec.name} is a Pod of the pod network, and the node {remote.node(self.remote, namespaces.client())[0]} "
+                    f"of {self.remote} has only a loopback address, which no Pod reaches: name a node with an "
+                    f"InternalIP ({remote.NODE_ENV}=NAME)")
+            env = {k: _to_host(v, pods_host) for k, v in env.items()}
+            extra_args = [_to_host(a, pods_host) for a in extra_args]
         made = service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedPod(
             name, image, argv, log, namespace=namespace, extra_labels=self._labels(run_dir)))
-        if pod_ip is not None:
-            made.on_pod_network(pod_ip, ready_path=spec.health_path, port=spec.port)
+        if program is not None:  # in its image: not a file the Pod is given
+            made.mounts.pop(str(program), None)
+        if pod_ip is not None:  # on a cluster of your own, where its network puts it (remote.POD_IP)
+            made.on_pod_network(None if pod_ip == remote.POD_IP else pod_ip, ready_path=spec.health_path,
+                                port=spec.port)
         if spec.kube_rbac:  # a Kubernetes client (an EPP watching its pool): in-cluster, with its own rights
             made.in_cluster(namespaces.grant(namespace, namespaces.dns_label(spec.name), spec.kube_rbac),
-                            cluster.running()["server"])
+                            self._api_server_for_pods())
         # On a cluster of your own its folders (the run folder, its working one) are empty ones of its own, the
         # files it names come from a ConfigMap (eppkit.cluster.apipod).
+        if pod_ip is not None:  # on the pod network: nothing forwarded (this host reaches no Pod there by its port)
+            return self._remote_pod(made, [])
         return self._remote_pod(made, [p for p in (spec.port, spec.grpc_health_port) if p])
+
+    def _program_of_this_host(self, spec: ServiceSpec) -> Path | None:
+        """On a cluster of your own, the program of this host a service of the kit's image runs (its first argument:
+        GAIE's EPP as the kit built it), which no ConfigMap holds: it goes in an image of its own. Else None."""
+        if self.remote is None or spec.image or not spec.argv:
+            return None
+        program = Path(spec.argv[0])
+        if not program.is_absolute() or not program.is_file() or str(program) == sys.executable:
+            return None
+        return program
+
+    def _api_server_for_pods(self) -> str | None:
+        """The API server's address for an in-cluster client on the host network: the kit's own; on a cluster of
+        your own whose node is this machine, the kubeconfig's (this machine reaches it); else None: the
+        ``KUBERNETES_SERVICE_HOST`` its kubelet gives every Pod (the ``kubernetes`` Service, routed by the node)."""
+        if self.remote is None:
+            return cluster.running()["server"]
+        return remote.Plane(self.remote).server if remote.node(self.remote, namespaces.client())[1] else None
 
     def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
               env: dict[str, str]) -> envoy_process.Envoy:
@@ -174,26 +217,28 @@ class KubernetesLauncher:
                                    log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
 
     # -- an InferencePool's home: the cluster's API server, the testbed's namespace, its block of the pod network --
-    def pool_home(self, run_dir: Path) -> tuple[ControlPlane, str]:
+    def pool_home(self, run_dir: Path) -> tuple[ControlPlane | remote.Plane, str]:
         """Where a testbed's InferencePool lives: the cluster's own API server, in the testbed's namespace, its
         pods the Pods the kubelet runs (eppkit.components.inference_pool's real_pods)."""
-        self._only_own_cluster("a mode whose EPP watches an InferencePool")
+        if self.remote is not None:
+            lacking = remote.missing_rights(namespaces.client(), remote.POOL_RIGHTS)
+            if lacking:
+                raise cluster.ClusterError(
+                    f"a mode whose EPP watches an InferencePool: the user of {self.remote} may not "
+                    f"{', '.join(lacking)}; bind it to the ClusterRole of docs/kubernetes.md (\"A cluster of your "
+                    "own\"), or use another kubeconfig")
+            return remote.Plane(self.remote), self._namespace(run_dir)
         return ControlPlane.attached(cluster.layout().plane), self._namespace(run_dir)
 
-    def pod_addresses(self, run_dir: Path) -> podnet.BlockPods:
-        """The testbed's block of the pod network (reserved once, given back at release)."""
-        self._only_own_cluster("a mode whose EPP watches an InferencePool")
+    def pod_addresses(self, run_dir: Path) -> podnet.BlockPods | remote.LearnedPods:
+        """The testbed's block of the pod network (reserved once, given back at release); on a cluster of your own,
+        where its network puts each Pod (learned)."""
+        if self.remote is not None:
+            return remote.LEARNED_PODS
         if run_dir not in self._blocks:
             blocks = podnet.Blocks(cluster.layout().blocks)
             self._blocks[run_dir] = podnet.BlockPods(blocks.reserve(self._namespace(run_dir)))
         return self._blocks[run_dir]
-
-    def _only_own_cluster(self, what: str) -> None:
-        if self.remote is not None:
-            raise cluster.ClusterError(
-                f"{what} runs on the kit's one-node cluster only, for now: its pool's Pods are at addresses the "
-                "testbed plans before they exist, which only the kit's own pod network gives (the cluster of "
-                f"{self.remote} is reached by its API server alone); drop --kubeconfig, or use --runtime local or docker")
 
     def release(self, run_dir: Path) -> None:
         """The testbed stopped: its namespace goes (its Pods are gone already), and its block of addresses."""
@@ -213,7 +258,7 @@ def _listener_ports(config_path: Path) -> list[int]:
 def _pod_network_address(spec: ServiceSpec) -> str | None:
     """The spec's address when it is on the pod network (a pool's pod), else None."""
     hosts = spec.host.split(",")
-    on_network = [h for h in hosts if _in_subnet(h)]
+    on_network = [h for h in hosts if h == remote.POD_IP or _in_subnet(h)]
     if not on_network:
         return None
     if len(hosts) > 1:
@@ -229,9 +274,30 @@ def _in_subnet(host: str) -> bool:
         return False
 
 
-def _to_host(value: str) -> str:
-    """What a Pod of the pod network is told: the host's loopback is podnet.HOST for it."""
-    return value.replace("127.0.0.1:", f"{podnet.HOST}:")
+def _to_host(value: str, pods_host: str) -> str:
+    """What a Pod of the pod network is told: the host's loopback is ``pods_host`` for it (the node's address)."""
+    return value.replace("127.0.0.1:", f"{pods_host}:")
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def program_image(program: Path) -> str:
+    """A program of this host in an image of its own (``eppkit/program-<its name>``), for a cluster of your own."""
+    return images.program_image(program, f"program-{namespaces.dns_label(program.name)}", progress=_progress)
+
+
+def pod_images() -> list[str]:
+    """The images the Pods of a cluster of your own run, made or found now (what to load into its nodes): Envoy (the
+    one installed with eppkit), Jaeger, the kit's services, and GAIE's EPP (once built) in an image of its own."""
+    from eppkit.builds import gaie
+
+    docker = DockerLauncher()
+    made = docker.images()
+    envoy = docker.envoy_image(envoy_versions.resolve(None, _progress))
+    built = gaie.find()
+    return list(dict.fromkeys((envoy, made.jaeger, made.services, *([program_image(built)] if built else []))))
 
 
 def launcher(image_set: images.ImageSet | None = None, kubeconfig: str | None = None) -> KubernetesLauncher:

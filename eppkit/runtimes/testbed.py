@@ -9,6 +9,8 @@ record) and the pool of a mode whose EPP watches one.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import re
 import sys
@@ -265,6 +267,7 @@ class Testbed:
             self.pod_addresses = pod_addresses(self.run_dir) if pod_addresses is not None else LOOPBACK_PODS
         layout = self.flow.plan(self.topology, self.ports, self.run_dir, self.pod_addresses if watches_pool else False)
         self._start_services(layout.services, env)
+        layout.routable = [self._settled(ep, layout.servers) for ep in layout.routable]
         self.layout = layout
         self.backends = layout.routable
         # On this thread, not beside the backends' start in a worker thread: a child's parent-death signal
@@ -341,7 +344,18 @@ class Testbed:
         if old is not None:  # killed before (a crashed pod): what is left of it goes (a container, a Pod)
             _quietly(old.process.stop, name)
         self._start_services([spec], self.topology.service_env(self.otlp_endpoint))
+        endpoint = self._settled(endpoint)
         self.backends = [ep for ep in self.backends if ep.name != endpoint.name] + [endpoint]
+
+    def _settled(self, endpoint: Endpoint, servers: dict[str, str] | None = None) -> Endpoint:
+        """``endpoint`` at the address its pod learned when it started (a Pod a cluster's network placed, told
+        ``$(POD_IP)``: eppkit.cluster.remote), else as it is."""
+        handle = self.services.get((servers or {}).get(endpoint.name, endpoint.name))
+        learned = getattr(handle.process, "learned_address", None) if handle is not None else None
+        if not learned:
+            return endpoint
+        kv_events = endpoint.kv_events.replace(endpoint.host, learned) if endpoint.kv_events else endpoint.kv_events
+        return dataclasses.replace(endpoint, host=learned, kv_events=kv_events)
 
     def service_running(self, name: str) -> bool:
         handle = self.services.get(name)
@@ -390,6 +404,9 @@ class Testbed:
                     f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
             strategy.timeout_s = max(ready_timeout_s, spec.start_timeout_s or 0.0)
             proc.wait_ready(strategy, hint=hint)
+            learned = getattr(proc, "learned_address", None)  # its network placed it: its URL at that address
+            if learned:
+                self.services[spec.name] = ServiceHandle(spec.name, f"http://{learned}:{spec.port}", proc, spec)
 
     def _otlp_args(self, spec: ServiceSpec) -> list[str]:
         """``spec.otlp_flag`` and the testbed's OTLP endpoint, when the program takes it so and tracing is on."""

@@ -148,7 +148,7 @@ def test_on_the_pod_network_a_pod_reaches_the_host_at_its_bridge_address_and_ser
     from eppkit.plan import ServiceSpec
     from eppkit.runtimes.kubernetes import _pod_network_address, _to_host
 
-    assert _to_host("http://127.0.0.1:4317") == f"http://{podnet.HOST}:4317"
+    assert _to_host("http://127.0.0.1:4317", podnet.HOST) == f"http://{podnet.HOST}:4317"
     assert _pod_network_address(ServiceSpec("vllm-0", "services.vllm", 8000, host="10.233.4.2")) == "10.233.4.2"
     assert _pod_network_address(ServiceSpec("epp", "services.epp", 9000)) is None
     with pytest.raises(ValueError, match="pods_per_mock at 1"):

@@ -29,6 +29,7 @@ from eppkit.runtimes.images.binaries import (
     envoy_choice,
     envoy_image,
     jaeger_choice,
+    program_image,
 )
 from eppkit.runtimes.images.engine import (
     SOURCE_ENV,
@@ -53,7 +54,7 @@ from eppkit.runtimes.images.python import (
 )
 
 __all__ = ["SOURCE_ENV", "ImageChoice", "ImageError", "ImageSet", "choose_source", "ensure", "envoy_binary", "envoy_image",
-           "plan", "registry_reachable"]
+           "plan", "program_image", "registry_reachable"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The envoy and jaeger images: official pinned ones when a registry answers, else the local binaries on scratch
-(Envoy with the shared libraries it links)."""
+(Envoy with the shared libraries it links); and a program of this host in an image of its own (:func:`program_image`:
+GAIE's EPP for a cluster of your own, which no host path reaches)."""
 
 from __future__ import annotations
 
@@ -140,3 +141,44 @@ def build_jaeger(choice: ImageChoice, progress: Progress) -> None:
         (ctx / "rootfs/tmp").mkdir(parents=True)
         os.chmod(ctx / "rootfs/tmp", 0o1777)
         build(choice, ctx, "jaeger-scratch.Dockerfile", {}, progress)
+
+
+def program_choice(binary: Path, name: str, version: str = "local") -> ImageChoice:
+    """``binary`` (an ELF of this host) at its own path, with the shared libraries it links, on scratch."""
+    libs = shared_libs(binary)
+    digest = sha(RECIPE_VERSION, dockerfile("program-scratch.Dockerfile"), file_digest(binary),
+                  [(str(p), file_digest(p)) for p in libs])
+    return ImageChoice(name, tag(f"{repo()}/{name}", version, digest), "built",
+                       f"scratch + {binary} + {len(libs)} shared libraries", inputs={"binary": binary, "libs": libs})
+
+
+_programs: dict[tuple[Path, float], str] = {}  # (binary, its mtime) -> its image's tag, made in this process
+
+
+def program_image(binary: Path, name: str, version: str = "local", progress: Progress = print) -> str:
+    """The image of a program of this host (``name``: its repository, e.g. ``gaie-epp``), made once per content: its
+    command is the binary's host path, as on the host."""
+    binary = Path(binary).resolve()
+    key = (binary, binary.stat().st_mtime)
+    if key in _programs:
+        return _programs[key]
+    client = engine_client()
+    try:
+        choice = program_choice(binary, name, version)
+        if not present(client, choice.tag):
+            with lock():
+                if not present(client, choice.tag):
+                    progress(f"{name}: making {choice.tag} ({choice.recipe})")
+                    with context(name) as ctx:
+                        rootfs = ctx / "rootfs"
+                        place(binary, rootfs / str(binary).lstrip("/"))
+                        for lib in choice.inputs["libs"]:
+                            place(lib, rootfs / str(lib).lstrip("/"))
+                        (rootfs / "tmp").mkdir(parents=True)
+                        os.chmod(rootfs / "tmp", 0o1777)
+                        libdirs = ":".join(dict.fromkeys(str(p.parent) for p in choice.inputs["libs"]))
+                        build(choice, ctx, "program-scratch.Dockerfile", {"LIBDIRS": libdirs}, progress)
+    finally:
+        client.close()
+    _programs[key] = choice.tag
+    return choice.tag
