@@ -5,6 +5,10 @@ the kit's own used as one): no ``ctr``, no kubelet log files, no host paths.
   absolute path as on the host, so rendered configs need no rewriting; a file too large for one ConfigMap (1 MiB:
   a dynamic module's .so) goes in parts, put together by a helper container before the Pod's own starts; a folder
   it sees (its working folder, a cache) is an empty one of its own (``emptyDir``).
+- **A live folder** (mode ``"live"``: Envoy's endpoint files, which the testbed rewrites as its pool changes) is a
+  ConfigMap of its files mounted whole, brought up to date by :func:`refresh`: the ConfigMap changed, then the Pod
+  touched (an annotation), on which its kubelet syncs it and swaps the folder's files at once (a rename Envoy's
+  ``watched_directory`` sees), where its periodic sync would take up to a minute or more.
 - **Its output** is followed through ``pods/log`` (the API serves it once the container runs).
 - **Stop** is the Pod deleted with a grace period (its kubelet sends SIGTERM, on which Envoy, Jaeger and the kit's
   services flush and exit); **kill** is the Pod deleted at once (SIGKILL); **pause** cannot be done (it needs the
@@ -24,6 +28,8 @@ CONFIGMAP_LIMIT = 1 << 20  # what the API server takes in one ConfigMap (data an
 PART = 900 << 10  # a file larger than this goes in parts, a ConfigMap each, put together before the Pod starts
 FILES_LIMIT = 32 << 20  # what the kit gives one Pod through the API at most
 PARTS_DIR, WHOLE_DIR = "/eppkit-parts", "/eppkit-files"  # where the helper container sees the parts, writes the whole
+LIVE = "live"  # a mount mode: a folder kept up to date from this host (refresh)
+REFRESHED = "eppkit.io/refreshed"  # the annotation that makes a Pod's kubelet sync its live folders
 PAUSE_UNAVAILABLE = ("freezing a Pod needs its node's container runtime (the cgroup freezer), which a cluster reached "
                      "by its API server alone does not offer")
 
@@ -42,6 +48,7 @@ class PodFiles:
     volumes: list = field(default_factory=list)
     mounts: list = field(default_factory=list)
     assemble: tuple[list[str], list] | None = None
+    live: dict[str, str] = field(default_factory=dict)  # a live folder -> its ConfigMap
 
     @property
     def names(self) -> list[str]:
@@ -71,6 +78,12 @@ def pod_files(pod_name: str, namespace: str, mounts: dict[str, str], labels: dic
         raise ApiPodError(f"the files of pod {namespace}/{pod_name} are {total:,} bytes, over the {FILES_LIMIT >> 20} "
                           f"MiB the kit gives a Pod through the API ({', '.join(files)})")
     for i, path in enumerate(sorted(mounts)):
+        if mounts[path] == LIVE:  # a ConfigMap of its files, mounted whole: kept up to date (refresh)
+            made.live[path] = f"{pod_name}-live{i}"[:253]
+            made.config_maps.append(config_map(made.live[path], folder_files(path)))
+            made.volumes.append(Volume(name=f"l{i}", configMap=ConfigMapVolumeSource(name=made.live[path])))
+            made.mounts.append(VolumeMount(name=f"l{i}", mountPath=path, readOnly=True))
+            continue
         if Path(path).is_dir():
             made.volumes.append(Volume(name=f"d{i}", emptyDir=EmptyDirVolumeSource()))
             made.mounts.append(VolumeMount(name=f"d{i}", mountPath=path))
@@ -99,6 +112,27 @@ def pod_files(pod_name: str, namespace: str, mounts: dict[str, str], labels: dic
     if steps:
         made.assemble = (["sh", "-c", " && ".join(steps)], helper_mounts)
     return made
+
+
+def folder_files(folder: str | Path) -> dict[str, bytes]:
+    """A live folder's files (not those being written: a name starting with a dot), by name."""
+    return {f.name: f.read_bytes() for f in sorted(Path(folder).iterdir()) if f.is_file() and not f.name.startswith(".")}
+
+
+def refresh(client, pod_name: str, namespace: str, config_map: str, folder: str | Path) -> None:
+    """A live folder's ConfigMap given the folder's files now, then its Pod touched so that its kubelet puts them in
+    the Pod at once (module docstring)."""
+    import base64
+
+    from lightkube.resources.core_v1 import ConfigMap, Pod
+    from lightkube.types import PatchType
+
+    data = {k: base64.b64encode(v).decode() for k, v in folder_files(folder).items()}
+    old = client.get(ConfigMap, config_map, namespace=namespace).binaryData or {}
+    client.patch(ConfigMap, config_map, {"binaryData": {**{k: None for k in old if k not in data}, **data}},
+                 namespace=namespace, patch_type=PatchType.MERGE)
+    client.patch(Pod, pod_name, {"metadata": {"annotations": {REFRESHED: str(time.time_ns())}}},
+                 namespace=namespace, patch_type=PatchType.MERGE)
 
 
 def follow_log(client, pod_name: str, namespace: str, log_path: Path, ended, gone: threading.Event) -> None:

@@ -77,6 +77,7 @@ class ManagedPod(FromImage):
         self._forward: tuple[object, tuple[int, ...]] | None = None  # (ApiAccess, ports) forwarded from this host
         self._forwards: list = []
         self._config_maps: list[str] = []  # api_only: the ConfigMaps of its files, deleted with it
+        self._live_folders: dict[str, str] = {}  # api_only: a live folder -> its ConfigMap (refresh)
         self.helper_image: str | None = None  # api_only: the image that puts a large file together (it has sh, cat)
         self._gone = threading.Event()  # set when the Pod is deleted: the API log follower ends
         self.pod_name: str | None = None
@@ -217,7 +218,7 @@ class ManagedPod(FromImage):
             if self.api_only:
                 lbls, _ = pod_labels(self.name, **self.extra_labels)
                 files = apipod.pod_files(self.pod_name, self.namespace, self.mounts, lbls)
-                self._config_maps = files.names
+                self._config_maps, self._live_folders = files.names, files.live
                 for config_map in files.config_maps:
                     client().create(config_map)
                 created = client().create(self.manifest(files))
@@ -296,6 +297,13 @@ class ManagedPod(FromImage):
         # which the testbed's namespace waits for once for all its Pods (delete_namespace).
         self._delete()
         return code
+
+    def refresh(self, folder: str | Path) -> None:
+        """``folder``'s files rewritten on this host: the Pod's copy brought up to date (a live folder of an api_only
+        Pod, :mod:`eppkit.cluster.apipod`; elsewhere it reads the host's folder itself)."""
+        name = self._live_folders.get(str(Path(folder).resolve()))
+        if name is not None and self.pod_name is not None:
+            apipod.refresh(client(), self.pod_name, self.namespace, name, folder)
 
     def kill(self) -> None:
         """Hard kill, for fault tests: no chance to flush. The Pod stays until stop() (api_only: it goes at once)."""
@@ -419,11 +427,12 @@ class ManagedPod(FromImage):
     def _terminated(self, fresh: bool = False, gone_code: int | None = None) -> int | None:
         """The exit code once the container has ended (-1: it could not start), else None; ``gone_code`` when the
         Pod is gone (api_only's stop: deleted before its status said)."""
-        cs = self._container_status(fresh)
-        if cs is _GONE:
+        status = self._pod_status(fresh)  # read once: another thread may refresh self._status meanwhile
+        if status is _GONE:
             return gone_code
-        helper = next((c for c in (self._status.initContainerStatuses or []) if c.state and c.state.terminated
-                       and c.state.terminated.exitCode != 0), None) if self._status is not None else None
+        cs = (status.containerStatuses or [None])[0] if status is not None else None
+        helper = next((c for c in (status.initContainerStatuses or []) if c.state and c.state.terminated
+                       and c.state.terminated.exitCode != 0), None) if status is not None else None
         if helper is not None:  # the files' helper failed: the component never starts
             if not self._reason_logged:
                 self._reason_logged = True

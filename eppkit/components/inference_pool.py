@@ -223,6 +223,8 @@ class InferencePoolObjects:
         from lightkube.types import PatchType
 
         if self.real_pods:
+            if not ready and not self._exists(name):  # killed through its API server alone (a cluster of your own:
+                return  # kill deletes the Pod at once), so gone: what its EPP sees instead of not Ready
             self._join(name)
             condition = {"type": READY_GATE, "status": "True" if ready else "False", "lastTransitionTime": _now()}
             try:
@@ -237,6 +239,18 @@ class InferencePoolObjects:
             self._client.patch(Pod.Status, name, status_patch(ip, ready), patch_type=PatchType.MERGE)
         except ApiError as exc:
             raise self._fail(f"cannot set pod {name} ready={ready}", exc) from None
+
+    def _exists(self, name: str) -> bool:
+        from lightkube import ApiError
+        from lightkube.resources.core_v1 import Pod
+
+        try:
+            self._client.get(Pod, name)
+            return True
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise self._fail(f"cannot read pod {name}", exc) from None
 
     def _join(self, name: str) -> None:
         """A real pod's labels: the pool's (or its own), and the member label, unless it has them."""

@@ -25,12 +25,13 @@ import yaml
 
 from eppkit import cluster
 from eppkit.cluster import images as node_images
-from eppkit.cluster import namespaces, podnet, remote
+from eppkit.cluster import apipod, namespaces, podnet, remote
 from eppkit.cluster.pod import ManagedPod
 from eppkit.components.controlplane import ControlPlane
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
 from eppkit.components.readiness import LogLineReady
+from eppkit.gateway import eds
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
@@ -62,12 +63,13 @@ class PodLauncher:
         self.image, self.namespace, self.entrypoint, self.labels = image, namespace, entrypoint, labels or {}
         self.pod = pod or (lambda made, ports: made)  # the launcher's finishing touch (a cluster of your own's)
         self.ports: tuple[int, ...] = ()  # the ports the kit reaches it on
+        self.live: set[Path] = set()  # folders given as live ones (apipod.LIVE: kept up to date from this host)
 
     def make(self, name, args, log_path, *, env=None, mounts=()):
         made = ManagedPod(name, self.image, list(map(str, args)), log_path, namespace=self.namespace,
                           entrypoint=self.entrypoint, extra_labels=self.labels).with_env(**(env or {}))
         for path in mounts:
-            made.with_mount(path, "ro")
+            made.with_mount(path, apipod.LIVE if Path(path) in self.live else "ro")
         return self.pod(made, self.ports)
 
 
@@ -143,11 +145,11 @@ class KubernetesLauncher:
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         pod_ip = _pod_network_address(spec)
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
-            if self.remote is not None:
+            if self.remote is not None and not remote.node(self.remote, namespaces.client())[1]:
                 raise cluster.ClusterError(
                     f"{spec.name} runs on this host (a program of yours, a real vLLM), which the Pods of the cluster "
-                    f"of {self.remote} cannot reach: give it as an image (--epp-image), or run it on the local or "
-                    "docker runtime")
+                    f"of {self.remote} cannot reach (their node is another machine): give it as an image "
+                    "(--epp-image), or run it on the local or docker runtime")
             if pod_ip is not None:
                 raise ValueError(f"{spec.name} runs on the host, and on this runtime an InferencePool's pods are Pods "
                                  "of the pod network: use the kit's mock as the backend, or another runtime")
@@ -208,10 +210,14 @@ class KubernetesLauncher:
         text = config_path.read_text() + "\n" + "\n".join(env.values())
         if self.remote is None:
             mounts = [run_dir, *host_paths(text, skip_under=(run_dir,))]
-        else:  # the files it names (its config too), each from a ConfigMap
-            mounts = [config_path, *host_paths(text)]
+        else:  # the files it names (its config too), each from a ConfigMap; its pool's endpoints a live folder
+            live = run_dir / eds.FOLDER
+            mounts = [config_path, *(p for p in host_paths(text) if live != p and live not in p.parents)]
+            mounts += [live] if live.is_dir() else []
         launcher = PodLauncher(self._image(self._docker.envoy_image(binary)), self._namespace(run_dir),
                                entrypoint=ENVOY_ENTRYPOINT, labels=self._labels(run_dir), pod=self._remote_pod)
+        if self.remote is not None:
+            launcher.live = {run_dir / eds.FOLDER}
         launcher.ports = (admin_port, *_listener_ports(config_path))
         return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
                                    log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))

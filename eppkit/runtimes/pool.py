@@ -55,6 +55,10 @@ class PoolBed(Protocol):
         """The service (stopped) and the pod's endpoint are gone: its pod was deleted."""
         ...
 
+    def envoy_files_changed(self, folder: Path) -> None:
+        """Envoy's endpoint files in ``folder`` were rewritten (where Envoy reads a copy, it is brought up to date)."""
+        ...
+
 
 class InferencePoolHandle:
     """The pool's API objects, the mock behind each pod, and Envoy's view of the pool (see the module docstring)."""
@@ -112,6 +116,9 @@ class InferencePoolHandle:
         elif name in taken:
             raise ValueError(f"pod {name} exists already in namespace {self.target.namespace}")
         addresses = self._bed.pod_addresses
+        if ip is not None and getattr(addresses, "learned", False):
+            raise ValueError(f"pod {name}: on a cluster of your own a pod's address is where its network puts it: "
+                             "leave ip out (the pod's IP is in bed.pool.pods() once it runs)")
         if ip is None:
             used = {p.ip for p in self.pods()}
             ip = next(a for i in range(self._next_index, self._next_index + 10_000)
@@ -184,6 +191,8 @@ class InferencePoolHandle:
         clusters = {cluster: [a for a in addresses if model is None or self._models.get(by_ip.get(a[0])) == model]
                     for cluster, model in self._clusters.items()}
         eds.write(self.eds_dir, clusters, self._version)
+        if self._bed.envoy_running():
+            self._bed.envoy_files_changed(self.eds_dir)
         if wait and self._bed.envoy_running():
             eds.wait_applied(self._bed.envoy_admin_url, "picked", addresses)
 
@@ -193,6 +202,8 @@ class InferencePoolHandle:
 
     def _start_server(self, pod: str, ip: str, port: int, model: str | None) -> None:
         bed = self._bed
+        if getattr(bed.pod_addresses, "learned", False):  # started again: wherever its network puts it now
+            ip = bed.pod_addresses.address(0)
         spec, endpoint = instance(bed.topology, bed.ports, pod, "both", model or bed.topology.vllm[0].model,
                                   list(bed.topology.vllm[0].extra_args), host=ip, port=port)
         bed.start_backend(pod, endpoint, spec)

@@ -357,6 +357,13 @@ class Testbed:
         kv_events = endpoint.kv_events.replace(endpoint.host, learned) if endpoint.kv_events else endpoint.kv_events
         return dataclasses.replace(endpoint, host=learned, kv_events=kv_events)
 
+    def envoy_files_changed(self, folder: Path) -> None:
+        """Envoy's files in ``folder`` were rewritten here: where Envoy reads a copy of its own (a Pod on a cluster
+        of your own) that copy is brought up to date; elsewhere it reads them itself."""
+        refresh = getattr(self.envoy.process, "refresh", None) if self.envoy is not None else None
+        if refresh is not None:
+            refresh(folder)
+
     def service_running(self, name: str) -> bool:
         handle = self.services.get(name)
         return handle is not None and handle.process.is_running()

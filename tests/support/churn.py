@@ -12,6 +12,7 @@ plugins, and the kit's EPP following the same pool (external-epp, :data:`KIT_EPP
 
 from __future__ import annotations
 
+import ipaddress
 import sys
 import threading
 import time
@@ -28,6 +29,14 @@ KIT_EPP_CONTROLLER_COMMAND = (f"{sys.executable} -m eppkit.services.epp --host 1
                               "--kubeconfig {kubeconfig} --pool-namespace {pool_namespace} --pool-name {pool_name} "
                               "--metrics-interval 0.2")
 WATCHERS = ("gaie-epp", "kit-epp")
+
+
+def where_planned(bed, index: int, ip: str) -> bool:
+    """The pod's IP is where the runtime planned pod ``index``; where the cluster's network places each Pod (a
+    cluster of your own: eppkit.cluster.remote.LearnedPods), a real address, no longer the placeholder."""
+    if getattr(bed.pod_addresses, "learned", False):
+        return ip != bed.pod_addresses.address(index) and bool(ipaddress.ip_address(ip))
+    return ip == bed.pod_addresses.address(index)
 
 
 def watcher_topology(watcher: str, vllm: tuple[str, ...]):
