@@ -12,6 +12,9 @@ one more pool Pod costs a test (``eppkit cluster up`` first).
   and the gate), then deleted until none runs;
 - **one more pool pod**: a gaie-epp testbed (GAIE's EPP in-cluster), then ``bed.pool.add_pod()`` ``--adds`` times:
   each returns once its mock answers, its Pod is Ready and Envoy routes to it (what a churn test waits for);
+- **one more pool pod on a cluster of your own** (the kit's, by its kubeconfig): the same, ``--remote`` times, its
+  Pods where the network puts them and Envoy's endpoints a live ConfigMap; then as many changes of that ConfigMap
+  alone, without touching Envoy's Pod, until Envoy holds each (what the touch saves: the kubelet's periodic sync);
 - **a port forwarded through the API server** (what the host's requests cross on a cluster of your own whose node is
   another machine, :mod:`eppkit.cluster.portforward`): one mock Pod on the pod network, ``--forward`` requests to its
   ``/health`` straight at its address and through the forward, each on a new connection and all on one kept open,
@@ -21,7 +24,9 @@ one more pool Pod costs a test (``eppkit cluster up`` first).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
+import os
 import sys
 import tempfile
 import time
@@ -121,6 +126,56 @@ def adds(run_dir: Path, n: int) -> dict:
     return {"adds": summary(times)}
 
 
+def by_kubeconfig(run_dir: Path, n: int) -> dict:
+    """The same gaie-epp testbed on the cluster given by its kubeconfig (a cluster of your own, eppkit.cluster.remote:
+    pool Pods where its network puts them, Envoy's endpoints a live ConfigMap): ``bed.pool.add_pod()`` ``n`` times;
+    then 2``n`` changes of Envoy's endpoints (a pod out, back in), each timed until Envoy holds it, the same again
+    with the ConfigMap changed alone, its Pod not touched (apipod.refresh's second half): what the touch saves (the
+    kubelet's periodic sync otherwise)."""
+    from eppkit.cluster import apipod, remote
+    from eppkit.gateway import eds
+
+    remote.use(cluster.running()["kubeconfig"])
+    try:
+        with create(Topology(mode="gaie-epp", vllm=[VllmSpec(name="vllm-0"), VllmSpec(name="vllm-1")]), "kubernetes",
+                    run_dir=run_dir) as bed:
+            touched = []
+            for _ in range(n):
+                t0 = time.monotonic()
+                bed.pool.add_pod()
+                touched.append(time.monotonic() - t0)
+            real, untouched, with_touch = apipod.refresh, [], []
+
+            def change(pod: str, into: list) -> None:  # Envoy without ``pod``, then all again: two changes
+                for leaving in (pod, None):
+                    t0 = time.monotonic()
+                    bed.pool.sync_envoy(wait=False, leaving=leaving)
+                    eds.wait_applied(bed.envoy_admin_url, "picked", bed.pool.endpoints(leaving=leaving), timeout_s=180)
+                    into.append(time.monotonic() - t0)
+
+            for pod in [p.name for p in bed.pool.pods()][:n]:
+                change(pod, with_touch)
+
+            def configmap_alone(client, pod_name, namespace, config_map, folder):
+                from lightkube.types import PatchType
+                from lightkube.resources.core_v1 import ConfigMap
+
+                data = {k: base64.b64encode(v).decode() for k, v in apipod.folder_files(folder).items()}
+                client.patch(ConfigMap, config_map, {"binaryData": data}, namespace=namespace,
+                             patch_type=PatchType.MERGE)
+
+            apipod.refresh = configmap_alone
+            try:
+                for pod in [p.name for p in bed.pool.pods()][:n]:
+                    change(pod, untouched)
+            finally:
+                apipod.refresh = real
+    finally:
+        os.environ.pop(remote.KUBECONFIG_ENV, None)
+    return {"adds_by_kubeconfig": summary(touched), "endpoints_changed": summary(with_touch),
+            "endpoints_changed_without_the_touch": summary(untouched)}
+
+
 def forward(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
     """Requests to one mock Pod straight and through a port forward (module docstring), p50 of each way in ms."""
     import http.client
@@ -175,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst", type=int, default=16)
     parser.add_argument("--adds", type=int, default=8)
     parser.add_argument("--forward", type=int, default=200, help="requests each way through the port forward")
+    parser.add_argument("--remote", type=int, default=4, help="pool changes on the cluster by its kubeconfig, each way")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     if cluster.running() is None:
@@ -187,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         stamp = time.strftime("%H%M%S")  # a namespace per run folder: a name still terminating cannot be reused
         result["burst"] = burst(KubernetesLauncher(), Path(work) / f"bench-burst-{stamp}", args.burst)
         result.update(adds(Path(work) / f"bench-adds-{stamp}", args.adds))
+        result.update(by_kubeconfig(Path(work) / f"bench-remote-{stamp}", args.remote))
         result["forward"] = forward(KubernetesLauncher(), Path(work) / f"bench-forward-{stamp}", args.forward)
     result["load_after"] = loadavg()
     print(json.dumps(result, indent=1))

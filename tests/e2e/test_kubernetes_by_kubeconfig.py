@@ -7,13 +7,15 @@ server alone (no ``ctr``, no kubelet log files, no host paths, no image imports)
 | a Pod reached by its API server alone, on the pod network, its port forwarded from this host through the API server | the mock answers a chat completion at this host's 127.0.0.1 on the same port number; its output (a file it was given from a ConfigMap, its listening line) read through ``pods/log``; no hostPath; stopped by its kubelet's SIGTERM with exit code 0; its ConfigMap, Pod and forward gone |
 | a forward to a port nothing listens on | the connection closes; the kubelet's words kept ("connection refused") |
 | a testbed by kubeconfig (ext_proc; dynmod-callout) | serves with a complete trace; each of its Pods pulled (``IfNotPresent``), none reading a host path, Envoy's config from a ConfigMap; the dynamic module's .so (4 MiB) in parts, put together by a helper container |
-| what such a cluster cannot run yet | refused before it runs, in words: a pool-watching mode, a program of this host's |
+| a pool by kubeconfig (GAIE's EPP) | its Pods on the cluster's pod network at the addresses its network chose (`$(POD_IP)` expanded by the kubelet), GAIE's EPP in an image of its own, Envoy's endpoints a live ConfigMap: a pod added reaches Envoy through it; an address asked for is refused in words |
+| a program of this host when the node is another machine | refused before it starts, in words (where the node is this machine it runs: the contract's external EPP) |
 | a user without the rights the kit needs (a ServiceAccount bound to nothing) | told which, in the API server's own answer (SelfSubjectAccessReview), before anything starts; ``eppkit run`` fails with it, no traceback |
 
 The rest of the runtime contract runs on such a cluster too (.ci/run: the mode × flow test with
 ``--eppkit-kubeconfig``).
 """
 
+import base64
 import http.client
 import json
 import os
@@ -39,8 +41,14 @@ CHAT = {"model": "mock-llm", "max_tokens": 4, "messages": [{"role": "user", "con
 
 @pytest.fixture
 def own_cluster_as_another(eppkit_runtime, monkeypatch):
-    """The kit's one-node cluster, given by its kubeconfig: the kubernetes runtime reaches it as any other."""
+    """The kit's one-node cluster, given by its kubeconfig: the kubernetes runtime reaches it as any other. The
+    images its Pods pull are loaded into its node first, as `kind load docker-image $(eppkit cluster images)` does."""
+    from eppkit.cluster import images as node_images
+    from eppkit.runtimes.kubernetes import pod_images
+
     path = cluster.running()["kubeconfig"]
+    for tag in pod_images():
+        node_images.ensure_from_docker(cluster.layout().containerd_socket, tag, cluster.layout().home / "images.lock")
     monkeypatch.setenv(remote.KUBECONFIG_ENV, path)
     return path
 
@@ -160,18 +168,53 @@ def test_a_testbed_by_kubeconfig_serves_with_a_complete_trace_and_reads_no_host_
         assert len([name for name in files if "-big" in name]) >= 4, files
 
 
-@pytest.mark.parametrize("topology, words", [
-    (Topology(mode="gaie-epp"), "runs on the kit's one-node cluster only"),
-    (Topology(mode="external-epp", options={"epp_command": f"{sys.executable} -m eppkit.services.epp --port "
-                                                           "{grpc_port} --endpoints {named_endpoints}"}),
-     "runs on this host"),
-], ids=["pool-watching", "on-host"])
-def test_what_a_cluster_by_kubeconfig_cannot_run_yet_is_refused_in_words(own_cluster_as_another, eppkit_runtime,
-                                                                         topology, words):
-    from eppkit import runtimes
+def test_a_pool_by_kubeconfig_is_real_pods_where_its_network_puts_them_and_envoy_follows_its_changes(
+        own_cluster_as_another, eppkit_testbed_factory):
+    """GAIE's EPP in-cluster (its own image: no ConfigMap holds 84 MB), watching pool Pods whose addresses the
+    cluster's network chose (the kit's bridge gives an unpinned Pod one of host-local's), Envoy's endpoints a live
+    ConfigMap: a pod added is served, and its address is what the kubelet reported."""
+    from lightkube.resources.core_v1 import ConfigMap, Pod
 
-    with pytest.raises(Exception, match=words), runtimes.create(topology, eppkit_runtime):
-        pass
+    bed = eppkit_testbed_factory(Topology(mode="gaie-epp", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")]))
+    namespace = bed.pool.target.namespace
+    client = namespaces.client()
+    pods = {p.metadata.name: p for p in client.list(Pod, namespace=namespace)}
+    first, last = (int(a.rsplit(".", 1)[1]) for a in podnet.FREE_RANGE)
+    for name in ("vllm-0", "vllm-1"):
+        pod, endpoint = pods[name], next(ep for ep in bed.backends if ep.name == name)
+        assert pod.spec.hostNetwork is not True and endpoint.host == pod.status.podIP, (pod.status, endpoint)
+        assert pod.status.podIP.startswith("10.233.255.") and first <= int(pod.status.podIP.rsplit(".", 1)[1]) <= last
+        assert "$(POD_IP)" in pod.spec.containers[0].args  # the kubelet put the Pod's IP there
+    epp = pods[bed.mode.picker]
+    assert epp.spec.containers[0].image.startswith("eppkit/program-epp:") and epp.spec.serviceAccountName
+    assert not [v for v in epp.spec.volumes or [] if v.hostPath is not None]
+    envoy = pods["envoy"]
+    live = [v.configMap.name for v in envoy.spec.volumes if v.configMap is not None and "-live" in v.configMap.name]
+    assert len(live) == 1, envoy.spec.volumes
+    chat = bed.client()
+    assert chat.chat(CHAT).status == 200
+    added = bed.pool.add_pod()  # returns once Envoy's picked cluster holds it: through the live ConfigMap
+    assert added.ready and added.ip not in {ep.host for ep in bed.backends if ep.name != added.name}
+    written = client.get(ConfigMap, live[0], namespace=namespace).binaryData
+    assert any(added.ip.encode() in base64.b64decode(v) for v in written.values()), written
+    assert chat.chat(CHAT).status == 200
+    with pytest.raises(ValueError, match="leave ip out"):
+        bed.pool.add_pod(ip="10.233.255.99")
+
+
+def test_a_program_of_this_host_is_refused_in_words_when_the_node_is_another_machine(own_cluster_as_another,
+                                                                                     monkeypatch, tmp_path):
+    """Where the node is this machine a program of this host runs beside its Pods (the contract's external EPP
+    does); a node that is another machine is told by its addresses (here: made to look so)."""
+    from eppkit import runtimes
+    from eppkit.plan import ServiceSpec
+
+    launcher = runtimes.launcher("kubernetes")
+    name, _ = remote.node(own_cluster_as_another, namespaces.client())
+    monkeypatch.setitem(remote._nodes, own_cluster_as_another, (name, False))
+    spec = ServiceSpec("epp", "", 9000, argv=[sys.executable, "-m", "eppkit.services.epp"], on_host=True)
+    with pytest.raises(cluster.ClusterError, match=r"runs on this host .* \(their node is another machine\)"):
+        launcher.service(spec, {}, tmp_path, [])
 
 
 def test_a_user_without_the_rights_the_kit_needs_is_told_which_before_anything_starts(own_cluster_as_another,

@@ -110,3 +110,69 @@ def test_the_pods_run_the_kits_images_from_the_registry_named_else_as_loaded(mon
     assert remote.image("eppkit/envoy:1.40.0-abc") == "eppkit/envoy:1.40.0-abc"
     monkeypatch.setenv(remote.REGISTRY_ENV, "registry.example:5000/")
     assert remote.image("eppkit/envoy:1.40.0-abc") == "registry.example:5000/eppkit/envoy:1.40.0-abc"
+
+
+def test_a_live_folder_is_one_configmap_mounted_whole_and_refresh_gives_it_the_folders_files_then_touches_the_pod(
+        tmp_path):
+    from lightkube.resources.core_v1 import ConfigMap, Pod
+
+    eds = tmp_path / "eds"
+    eds.mkdir()
+    (eds / "picked.json").write_text('{"v": 1}')
+    (eds / ".picked.json.partial").write_text("half written")
+    files = apipod.pod_files("envoy", "ns", {str(eds): apipod.LIVE}, {})
+    [config_map] = files.config_maps
+    assert files.live == {str(eds): config_map.metadata.name} and set(config_map.binaryData) == {"picked.json"}
+    [mount] = files.mounts
+    assert mount.mountPath == str(eds) and mount.subPath is None  # whole: its kubelet swaps the files in place
+    assert next(v for v in files.volumes if v.name == mount.name).configMap.name == config_map.metadata.name
+
+    class Client:  # what refresh asks of the API server, in order
+        calls: list = []
+
+        def get(self, kind, name, namespace):
+            return ConfigMap(binaryData={"picked.json": "", "gone.json": ""})
+
+        def patch(self, kind, name, body, namespace, patch_type):
+            self.calls.append((kind, name, body))
+
+    (eds / "picked.json").write_text('{"v": 2}')
+    apipod.refresh(Client(), "envoy", "ns", config_map.metadata.name, eds)
+    (cm_kind, _, cm_body), (pod_kind, pod_name, pod_body) = Client.calls
+    assert cm_kind is ConfigMap and cm_body["binaryData"]["gone.json"] is None
+    assert base64.b64decode(cm_body["binaryData"]["picked.json"]) == b'{"v": 2}'
+    assert pod_kind is Pod and pod_name == "envoy" and apipod.REFRESHED in pod_body["metadata"]["annotations"]
+
+
+def test_pool_pods_on_a_cluster_of_your_own_are_placed_by_its_network_and_told_their_ip_by_the_kubelet(tmp_path):
+    pods = remote.LEARNED_PODS
+    assert pods.address(0) == pods.address(7) == remote.POD_IP
+    assert pods.check("10.244.1.7") == "10.244.1.7" and pods.check(remote.POD_IP) == remote.POD_IP
+    with pytest.raises(ValueError):
+        pods.check("not-an-address")
+    made = ManagedPod("vllm-0", "eppkit/services:x", ["python", "-m", "eppkit.services.vllm", "--host", remote.POD_IP],
+                      tmp_path / "log", namespace="ns", api_only=True).on_pod_network(None, ready_path="/health",
+                                                                                       port=8000)
+    made.pod_name = "vllm-0"
+    spec = made.manifest().spec
+    container = spec.containers[0]
+    assert not spec.hostNetwork and [g.conditionType for g in spec.readinessGates] == ["eppkit.io/ready"]
+    pod_ip = next(e for e in container.env if e.name == "POD_IP")
+    assert pod_ip.valueFrom.fieldRef.fieldPath == "status.podIP" and container.readinessProbe.httpGet.port == 8000
+
+
+def test_the_pools_home_on_a_cluster_of_your_own_is_its_api_server_and_a_kubeconfig_in_the_testbeds_namespace(
+        tmp_path):
+    source = tmp_path / "kubeconfig"
+    source.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "mine",
+        "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.5:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "mine", "context": {"cluster": "c", "user": "u"}},
+                     {"name": "other", "context": {"cluster": "c", "user": "u", "namespace": "keep"}}]}))
+    plane = remote.Plane(str(source))
+    assert plane.server == "https://10.0.0.5:6443"
+    written = yaml.safe_load(plane.write_kubeconfig(tmp_path / "bed.kubeconfig", "bed-ns").read_text())
+    contexts = {c["name"]: c["context"] for c in written["contexts"]}
+    assert contexts["mine"]["namespace"] == "bed-ns" and contexts["other"]["namespace"] == "keep"
+    assert (tmp_path / "bed.kubeconfig").stat().st_mode & 0o077 == 0  # it holds the user's credentials
