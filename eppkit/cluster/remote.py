@@ -10,6 +10,11 @@ from ConfigMaps; output through ``pods/log``; and, when that node is another mac
 the same number through the API server (:mod:`eppkit.cluster.portforward`), so every URL stays the same. Images
 are pulled by the node (``imagePullPolicy: IfNotPresent``, the kit's tags): load them first (``kind load
 docker-image``) or push them where the node pulls from.
+
+A mode whose EPP watches an InferencePool keeps its pool in this API server (:class:`Plane`), its Pods on the
+cluster's pod network where its network puts them (:class:`LearnedPods`: each mock listens on ``$(POD_IP)``, the
+testbed takes the address from the running Pod), its mocks' spans sent to Jaeger at the node's InternalIP
+(:func:`node_address`).
 """
 
 from __future__ import annotations
@@ -92,6 +97,12 @@ def _choose_node(path: str, client) -> tuple[str, bool]:
     internal = next((a.address for a in (chosen.status.addresses or []) if a.type == "InternalIP"), None)
     _node_addresses[path] = None if internal is None or ipaddress.ip_address(internal).is_loopback else internal
     return chosen.metadata.name, any(_is_mine(a) for a in addresses)
+
+
+def reaches_this_host(path: str, client) -> bool:
+    """The Pods of the cluster of ``path`` reach this host's programs on 127.0.0.1 (a command EPP, a real vLLM, a
+    floor): its kit's node is this machine, whose loopback its host-network Pods share."""
+    return node(path, client)[1]
 
 
 def node_address(path: str, client) -> str | None:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from eppkit import modes
 from eppkit.builds import inference_perf
-from eppkit.cluster import remote
+from eppkit.cluster import namespaces, remote
 from eppkit.compare import bodypaths, cachehits, floors, sweep
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import loadtool, promptsizes
@@ -184,10 +184,12 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
     """Run every scenario through every mode; returns the report (not yet written)."""
     options.validate()
     options.backend.require_installed()  # BackendMissing, saying how to get it, before anything starts
-    if options.floors and options.runtime == "kubernetes" and remote.kubeconfig() is not None:
-        # A floor is a program of this host (eppkit/floors), which the Pods of a cluster of your own cannot reach.
-        print("compare: the floors are not run on a cluster of your own (each is a program of this host, which its "
-              "Pods cannot reach): as --no-floors", file=sys.stderr)
+    if options.floors and options.runtime == "kubernetes" and remote.kubeconfig() is not None and \
+            not remote.reaches_this_host(remote.kubeconfig(), namespaces.client()):
+        # A floor is a program of this host (eppkit/floors), which the Pods of a cluster of your own whose node is
+        # another machine cannot reach.
+        print("compare: the floors are not run on this cluster of your own (each is a program of this host, which "
+              "its Pods cannot reach: their node is another machine): as --no-floors", file=sys.stderr)
         options = replace(options, floors=False)
     progress = progress or _Quiet()
     out_dir.mkdir(parents=True, exist_ok=True)

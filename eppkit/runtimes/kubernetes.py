@@ -11,7 +11,11 @@ InferencePool) runs on the host here too.
 
 On a cluster of your own (``--kubeconfig``: :mod:`eppkit.cluster.remote`) the Pods are made so that only its API
 server is needed: on the host network of one node, files from ConfigMaps, output through ``pods/log``, the ports
-the kit reaches forwarded from this host when that node is another machine, images pulled by the node.
+the kit reaches forwarded from this host when that node is another machine, images pulled by the node (a program of
+this host a kit image would run, GAIE's EPP, in an image of its own). A pool's Pods are where its network puts them
+(:class:`~eppkit.cluster.remote.LearnedPods`), its InferencePool in its API server (:class:`~eppkit.cluster.remote.Plane`),
+Envoy's endpoints a live folder (:mod:`eppkit.cluster.apipod`). A program of this host runs there only when the node
+is this machine.
 """
 
 from __future__ import annotations
@@ -145,7 +149,7 @@ class KubernetesLauncher:
     def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]):
         pod_ip = _pod_network_address(spec)
         if spec.on_host:  # a program of yours, a real vLLM: its environment, not the kit's image
-            if self.remote is not None and not remote.node(self.remote, namespaces.client())[1]:
+            if self.remote is not None and not remote.reaches_this_host(self.remote, namespaces.client()):
                 raise cluster.ClusterError(
                     f"{spec.name} runs on this host (a program of yours, a real vLLM), which the Pods of the cluster "
                     f"of {self.remote} cannot reach (their node is another machine): give it as an image "
@@ -203,7 +207,7 @@ class KubernetesLauncher:
         ``KUBERNETES_SERVICE_HOST`` its kubelet gives every Pod (the ``kubernetes`` Service, routed by the node)."""
         if self.remote is None:
             return cluster.running()["server"]
-        return remote.Plane(self.remote).server if remote.node(self.remote, namespaces.client())[1] else None
+        return remote.Plane(self.remote).server if remote.reaches_this_host(self.remote, namespaces.client()) else None
 
     def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
               env: dict[str, str]) -> envoy_process.Envoy:
