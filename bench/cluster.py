@@ -157,8 +157,8 @@ def by_kubeconfig(run_dir: Path, n: int) -> dict:
                 change(pod, with_touch)
 
             def configmap_alone(client, pod_name, namespace, config_map, folder):
-                from lightkube.types import PatchType
                 from lightkube.resources.core_v1 import ConfigMap
+                from lightkube.types import PatchType
 
                 data = {k: base64.b64encode(v).decode() for k, v in apipod.folder_files(folder).items()}
                 client.patch(ConfigMap, config_map, {"binaryData": data}, namespace=namespace,

@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
-import time
 import socket
+import time
 from pathlib import Path
 
 KUBECONFIG_ENV = "EPPKIT_KUBECONFIG"

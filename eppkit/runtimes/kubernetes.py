@@ -28,8 +28,8 @@ from pathlib import Path
 import yaml
 
 from eppkit import cluster
-from eppkit.cluster import images as node_images
 from eppkit.cluster import apipod, namespaces, podnet, remote
+from eppkit.cluster import images as node_images
 from eppkit.cluster.pod import ManagedPod
 from eppkit.components.controlplane import ControlPlane
 from eppkit.components.jaeger import Jaeger

@@ -127,18 +127,18 @@ def test_a_live_folder_is_one_configmap_mounted_whole_and_refresh_gives_it_the_f
     assert mount.mountPath == str(eds) and mount.subPath is None  # whole: its kubelet swaps the files in place
     assert next(v for v in files.volumes if v.name == mount.name).configMap.name == config_map.metadata.name
 
-    class Client:  # what refresh asks of the API server, in order
-        calls: list = []
+    calls = []
 
+    class Client:  # what refresh asks of the API server, in order
         def get(self, kind, name, namespace):
             return ConfigMap(binaryData={"picked.json": "", "gone.json": ""})
 
         def patch(self, kind, name, body, namespace, patch_type):
-            self.calls.append((kind, name, body))
+            calls.append((kind, name, body))
 
     (eds / "picked.json").write_text('{"v": 2}')
     apipod.refresh(Client(), "envoy", "ns", config_map.metadata.name, eds)
-    (cm_kind, _, cm_body), (pod_kind, pod_name, pod_body) = Client.calls
+    (cm_kind, _, cm_body), (pod_kind, pod_name, pod_body) = calls
     assert cm_kind is ConfigMap and cm_body["binaryData"]["gone.json"] is None
     assert base64.b64decode(cm_body["binaryData"]["picked.json"]) == b'{"v": 2}'
     assert pod_kind is Pod and pod_name == "envoy" and apipod.REFRESHED in pod_body["metadata"]["annotations"]
