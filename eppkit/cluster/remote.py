@@ -209,6 +209,7 @@ class Plane:
 
         self.path = path
         self.server = KubeConfig.from_file(path).get().cluster.server
+        self.written: set[str] = set()  # the kubeconfigs made from it (they hold its user's credentials)
 
     def client(self, namespace: str | None = None):
         from lightkube import Client, KubeConfig
@@ -232,6 +233,7 @@ class Plane:
                 context.setdefault("context", {})["namespace"] = namespace
         Path(path).write_text(yaml.safe_dump(config))
         Path(path).chmod(0o600)
+        self.written.add(str(path))
         return Path(path)
 
     def served_crds(self) -> list[str]:

@@ -99,6 +99,7 @@ class KubernetesLauncher:
         self._namespaces: dict[Path, str] = {}  # made once per testbed, not once per component
         self._imported: set[str] = set()  # on the node already: no `ctr images ls` per component
         self._blocks: dict[Path, podnet.BlockPods] = {}  # each testbed's block of pod addresses
+        self._planes: dict[Path, remote.Plane] = {}  # a cluster of your own: each testbed's pool home
 
     def _namespace(self, run_dir: Path) -> str:
         if run_dir not in self._namespaces:
@@ -158,6 +159,14 @@ class KubernetesLauncher:
                 raise ValueError(f"{spec.name} runs on the host, and on this runtime an InferencePool's pods are Pods "
                                  "of the pod network: use the kit's mock as the backend, or another runtime")
             return self._host.service(spec, env, run_dir, extra_args)
+        plane = self._planes.get(run_dir)
+        if spec.image and plane is not None and any(path in value for path in plane.written
+                                                    for value in (*(spec.argv or ()), *spec.args, *env.values(), *spec.env.values())):
+            raise cluster.ClusterError(
+                f"{spec.name}: an image of yours that watches its pool by a kubeconfig file ({{kubeconfig}}, "
+                f"KUBECONFIG): on the cluster of {self.remote} that file holds your user's credentials, which the kit "
+                "does not put in a ConfigMap. Not yet: its in-cluster identity instead. Run it as a command on a node "
+                "that is this machine, or on the kit's cluster, or the local or docker runtime")
         program = self._program_of_this_host(spec)
         if program is not None:  # on a cluster of your own: in an image of its own, at its host path
             image = self._image(program_image(program))
@@ -237,7 +246,8 @@ class KubernetesLauncher:
                     f"a mode whose EPP watches an InferencePool: the user of {self.remote} may not "
                     f"{', '.join(lacking)}; bind it to the ClusterRole of docs/kubernetes.md (\"A cluster of your "
                     "own\"), or use another kubeconfig")
-            return remote.Plane(self.remote), self._namespace(run_dir)
+            self._planes[run_dir] = remote.Plane(self.remote)
+            return self._planes[run_dir], self._namespace(run_dir)
         return ControlPlane.attached(cluster.layout().plane), self._namespace(run_dir)
 
     def pod_addresses(self, run_dir: Path) -> podnet.BlockPods | remote.LearnedPods:
@@ -253,6 +263,7 @@ class KubernetesLauncher:
     def release(self, run_dir: Path) -> None:
         """The testbed stopped: its namespace goes (its Pods are gone already), and its block of addresses."""
         namespaces.delete_namespace(self._namespaces.pop(run_dir, namespaces.dns_label(Path(run_dir).name)), wait_s=30.0)
+        self._planes.pop(run_dir, None)
         held = self._blocks.pop(run_dir, None)
         if held is not None:
             podnet.Blocks(cluster.layout().blocks).release(held.block)

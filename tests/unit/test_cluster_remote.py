@@ -176,3 +176,21 @@ def test_the_pools_home_on_a_cluster_of_your_own_is_its_api_server_and_a_kubecon
     contexts = {c["name"]: c["context"] for c in written["contexts"]}
     assert contexts["mine"]["namespace"] == "bed-ns" and contexts["other"]["namespace"] == "keep"
     assert (tmp_path / "bed.kubeconfig").stat().st_mode & 0o077 == 0  # it holds the user's credentials
+
+
+def test_an_image_of_yours_given_the_kubeconfig_of_a_cluster_of_your_own_is_refused_its_credentials_stay_here(
+        tmp_path):
+    from eppkit.cluster import ClusterError
+    from eppkit.plan import ServiceSpec
+    from eppkit.runtimes.kubernetes import KubernetesLauncher
+
+    source = tmp_path / "mine"
+    source.write_text(yaml.safe_dump({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c"}}],
+                                      "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.5:6443"}}]}))
+    plane = remote.Plane(str(source))
+    written = str(plane.write_kubeconfig(tmp_path / "kubeconfig", "bed"))
+    launcher = object.__new__(KubernetesLauncher)  # no cluster asked: the refusal comes before any Pod
+    launcher.remote, launcher._planes = str(source), {tmp_path: plane}
+    spec = ServiceSpec("epp", "", 9000, argv=["--kubeconfig", written], image="registry.example/my-epp:1")
+    with pytest.raises(ClusterError, match="holds your user's credentials, which the kit does not put in a ConfigMap"):
+        launcher.service(spec, {}, tmp_path, [])
