@@ -44,6 +44,23 @@ from eppkit.components.inference_pool import READY_GATE
 
 _GONE = object()  # a Pod's status when the API no longer has the Pod
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read their token
+CLUSTER_DNS_SERVER = "https://kubernetes.default.svc"  # the API server by the cluster's DNS name
+
+
+def in_cluster_kubeconfig(path: Path, server: str, namespace: str) -> Path:
+    """A kubeconfig that holds no secret: the Pod's own ServiceAccount token and the cluster's CA by their files
+    (:data:`SERVICE_ACCOUNT_DIR`), ``server``, ``namespace`` (what a program that asks for a kubeconfig file is
+    given in place of one holding a user's credentials)."""
+    import json
+
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
+              "clusters": [{"name": "in-cluster", "cluster": {
+                  "server": server, "certificate-authority": f"{SERVICE_ACCOUNT_DIR}/ca.crt"}}],
+              "users": [{"name": "in-cluster", "user": {"tokenFile": f"{SERVICE_ACCOUNT_DIR}/token"}}],
+              "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "in-cluster",
+                                                               "namespace": namespace}}]}
+    Path(path).write_text(json.dumps(config, indent=1))
+    return Path(path)
 
 
 def pod_logs() -> Path:
@@ -90,6 +107,7 @@ class ManagedPod(FromImage):
         self._cid = ""  # its containerd id, once known (_container_id)
         self.address: str | None = None  # on the pod network at this address (on_pod_network), else the host's
         self.on_network = False  # on the pod network (at ``address``, or where its network puts it: learned)
+        self.dns_policy = "Default"  # the node's resolver; ClusterFirstWithHostNet: the cluster's DNS names too
         self._probe: tuple[str, int] | None = None
         self._service_account: str | None = None
 
@@ -188,7 +206,7 @@ class ManagedPod(FromImage):
                                  command=command, volumeMounts=helper_mounts)]
         return Pod(metadata=ObjectMeta(name=self.pod_name, namespace=self.namespace, labels=lbls, annotations=notes),
                    spec=PodSpec(nodeName=self.node, hostNetwork=not self.on_network,
-                                dnsPolicy="Default",
+                                dnsPolicy=self.dns_policy,
                                 restartPolicy="Never", readinessGates=gates,
                                 enableServiceLinks=False, automountServiceAccountToken=False,
                                 serviceAccountName=self._service_account,

@@ -48,6 +48,13 @@ from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 from eppkit.services.picker.endpoints import format_kv_events
 
 POOL_PLACEHOLDERS = ("kubeconfig", "pool_name", "pool_namespace")  # any of them: the EPP watches an InferencePool
+# What an EPP of yours as an image that watches its pool may read in its namespace when it runs in a cluster (the
+# kubernetes runtime: its own ServiceAccount): its Pods and the Gateway API Inference Extension's kinds.
+IMAGE_RBAC = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]},
+    {"apiGroups": ["inference.networking.k8s.io", "inference.networking.x-k8s.io"], "resources": ["*"],
+     "verbs": ["get", "watch", "list"]},
+)
 PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints", "kv_events",
                 *POOL_PLACEHOLDERS)
 
@@ -147,7 +154,8 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kub
         env.setdefault("KUBECONFIG", kube.kubeconfig)
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
                       argv=epp_command(options.epp_command, numbers, backends, kube), grpc_health_port=health,
-                      env=env, standard_otel=True, on_host=not options.epp_image, image=options.epp_image or None)
+                      env=env, standard_otel=True, on_host=not options.epp_image, image=options.epp_image or None,
+                      kube_rbac=IMAGE_RBAC if kube is not None and options.epp_image else ())
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port),
                     crds=[str(Path(f).resolve()) for f in options.crds])
 

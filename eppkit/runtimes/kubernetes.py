@@ -30,7 +30,7 @@ import yaml
 from eppkit import cluster
 from eppkit.cluster import apipod, namespaces, podnet, remote
 from eppkit.cluster import images as node_images
-from eppkit.cluster.pod import ManagedPod
+from eppkit.cluster.pod import CLUSTER_DNS_SERVER, ManagedPod, in_cluster_kubeconfig
 from eppkit.components.controlplane import ControlPlane
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
@@ -159,14 +159,7 @@ class KubernetesLauncher:
                 raise ValueError(f"{spec.name} runs on the host, and on this runtime an InferencePool's pods are Pods "
                                  "of the pod network: use the kit's mock as the backend, or another runtime")
             return self._host.service(spec, env, run_dir, extra_args)
-        plane = self._planes.get(run_dir)
-        if spec.image and plane is not None and any(path in value for path in plane.written
-                                                    for value in (*(spec.argv or ()), *spec.args, *env.values(), *spec.env.values())):
-            raise cluster.ClusterError(
-                f"{spec.name}: an image of yours that watches its pool by a kubeconfig file ({{kubeconfig}}, "
-                f"KUBECONFIG): on the cluster of {self.remote} that file holds your user's credentials, which the kit "
-                "does not put in a ConfigMap. Not yet: its in-cluster identity instead. Run it as a command on a node "
-                "that is this machine, or on the kit's cluster, or the local or docker runtime")
+        spec, env, by_name = self._no_user_credentials(spec, env, run_dir)
         program = self._program_of_this_host(spec)
         if program is not None:  # on a cluster of your own: in an image of its own, at its host path
             image = self._image(program_image(program))
@@ -194,11 +187,40 @@ class KubernetesLauncher:
         if spec.kube_rbac:  # a Kubernetes client (an EPP watching its pool): in-cluster, with its own rights
             made.in_cluster(namespaces.grant(namespace, namespaces.dns_label(spec.name), spec.kube_rbac),
                             self._api_server_for_pods())
+            if by_name:  # its kubeconfig names the API server by the cluster's DNS name
+                made.dns_policy = "ClusterFirstWithHostNet"
         # On a cluster of your own its folders (the run folder, its working one) are empty ones of its own, the
         # files it names come from a ConfigMap (eppkit.cluster.apipod).
         if pod_ip is not None:  # on the pod network: nothing forwarded (this host reaches no Pod there by its port)
             return self._remote_pod(made, [])
         return self._remote_pod(made, [p for p in (spec.port, spec.grpc_health_port) if p])
+
+    def _no_user_credentials(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path):
+        """On a cluster of your own, a service given the testbed's kubeconfig ({kubeconfig}, KUBECONFIG: your
+        user's credentials, which the kit puts in no ConfigMap) is given one of its own ServiceAccount instead
+        (pod.in_cluster_kubeconfig), at the same place in its arguments and environment. (spec, env, whether that
+        kubeconfig names the API server by the cluster's DNS name)."""
+        plane = self._planes.get(run_dir)
+        mentions = [path for path in (plane.written if plane is not None else ())
+                    if any(path in value for value in (*(spec.argv or ()), *spec.args, *env.values(),
+                                                       *spec.env.values()))]
+        if not mentions:
+            return spec, env, False
+        if not spec.kube_rbac:
+            raise cluster.ClusterError(f"{spec.name} is given the kubeconfig of {self.remote}, which holds your "
+                                       "user's credentials: the kit puts them in no ConfigMap")
+        server = self._api_server_for_pods()
+        own = in_cluster_kubeconfig(run_dir / f"{spec.name}.in-cluster.kubeconfig", server or CLUSTER_DNS_SERVER,
+                                    self._namespace(run_dir))
+
+        def swap(value: str) -> str:
+            for path in mentions:
+                value = value.replace(path, str(own))
+            return value
+
+        spec = dataclasses.replace(spec, argv=[swap(a) for a in spec.argv] if spec.argv else spec.argv,
+                                   args=[swap(a) for a in spec.args], env={k: swap(v) for k, v in spec.env.items()})
+        return spec, {k: swap(v) for k, v in env.items()}, server is None
 
     def _program_of_this_host(self, spec: ServiceSpec) -> Path | None:
         """On a cluster of your own, the program of this host a service of the kit's image runs (its first argument:

@@ -8,6 +8,7 @@ server alone (no ``ctr``, no kubelet log files, no host paths, no image imports)
 | a forward to a port nothing listens on | the connection closes; the kubelet's words kept ("connection refused") |
 | a testbed by kubeconfig (ext_proc; dynmod-callout) | serves with a complete trace; each of its Pods pulled (``IfNotPresent``), none reading a host path, Envoy's config from a ConfigMap; the dynamic module's .so (4 MiB) in parts, put together by a helper container |
 | a pool by kubeconfig (GAIE's EPP) | its Pods on the cluster's pod network at the addresses its network chose (`$(POD_IP)` expanded by the kubelet), GAIE's EPP in an image of its own, Envoy's endpoints a live ConfigMap: a pod added reaches Envoy through it; an address asked for is refused in words |
+| an EPP image of yours told `--kubeconfig {kubeconfig}` | serves, as its own ServiceAccount: given a kubeconfig of that identity (token and CA by their files), none of the kubeconfig user's credentials in any ConfigMap |
 | a program of this host when the node is another machine | refused before it starts, in words (where the node is this machine it runs: the contract's external EPP) |
 | a user without the rights the kit needs (a ServiceAccount bound to nothing) | told which, in the API server's own answer (SelfSubjectAccessReview), before anything starts; ``eppkit run`` fails with it, no traceback |
 
@@ -200,6 +201,31 @@ def test_a_pool_by_kubeconfig_is_real_pods_where_its_network_puts_them_and_envoy
     assert chat.chat(CHAT).status == 200
     with pytest.raises(ValueError, match="leave ip out"):
         bed.pool.add_pod(ip="10.233.255.99")
+
+
+def test_an_epp_image_that_watches_its_pool_runs_as_its_own_serviceaccount_and_no_configmap_holds_your_credentials(
+        own_cluster_as_another, eppkit_testbed_factory):
+    """The kit's EPP from the services image, as an EPP of yours would be: told ``--kubeconfig {kubeconfig}``, it is
+    given a kubeconfig of its own ServiceAccount (its token and the CA by their files) in place of the testbed's,
+    which holds the kubeconfig user's credentials; its Role reads its Pods and the InferencePool."""
+    from lightkube.resources.core_v1 import ConfigMap, Pod
+
+    command = ("python -m eppkit.services.epp --host 127.0.0.1 --port {grpc_port} --kubeconfig {kubeconfig} "
+               "--pool-namespace {pool_namespace} --pool-name {pool_name} --metrics-interval 0.2")
+    bed = eppkit_testbed_factory(Topology(mode="external-epp", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")],
+                                          options={"epp_image": images.ensure().services, "epp_command": command}))
+    served = {bed.served_pod(r.headers) for r in (bed.client().chat(CHAT) for _ in range(8)) if r.status == 200}
+    assert served <= {"vllm-0", "vllm-1"} and served, served
+    namespace = bed.pool.target.namespace
+    epp = namespaces.client().get(Pod, "epp", namespace=namespace)
+    assert epp.spec.serviceAccountName == "epp"
+    secret = json.loads(Path(own_cluster_as_another).read_text())["users"][0]["user"]
+    secrets = [v for v in secret.values() if isinstance(v, str) and len(v) > 16]
+    held = {cm.metadata.name: base64.b64decode(v).decode(errors="replace") for cm in
+            namespaces.client().list(ConfigMap, namespace=namespace) for v in (cm.binaryData or {}).values()}
+    assert secrets and not [name for name, text in held.items() for s in secrets if s in text], "credentials held"
+    args = epp.spec.containers[0].args
+    assert args[args.index("--kubeconfig") + 1].endswith("epp.in-cluster.kubeconfig")
 
 
 def test_a_program_of_this_host_is_refused_in_words_when_the_node_is_another_machine(own_cluster_as_another,

@@ -178,19 +178,34 @@ def test_the_pools_home_on_a_cluster_of_your_own_is_its_api_server_and_a_kubecon
     assert (tmp_path / "bed.kubeconfig").stat().st_mode & 0o077 == 0  # it holds the user's credentials
 
 
-def test_an_image_of_yours_given_the_kubeconfig_of_a_cluster_of_your_own_is_refused_its_credentials_stay_here(
-        tmp_path):
+def test_a_service_given_the_kubeconfig_of_a_cluster_of_your_own_gets_one_of_its_own_identity_instead(tmp_path):
     from eppkit.cluster import ClusterError
+    from eppkit.cluster.pod import CLUSTER_DNS_SERVER, SERVICE_ACCOUNT_DIR
+    from eppkit.modes.external_epp import IMAGE_RBAC
     from eppkit.plan import ServiceSpec
     from eppkit.runtimes.kubernetes import KubernetesLauncher
 
     source = tmp_path / "mine"
-    source.write_text(yaml.safe_dump({"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c"}}],
-                                      "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.5:6443"}}]}))
+    source.write_text(yaml.safe_dump({
+        "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.5:6443"}}],
+        "users": [{"name": "u", "user": {"token": "the-users-secret"}}]}))
     plane = remote.Plane(str(source))
     written = str(plane.write_kubeconfig(tmp_path / "kubeconfig", "bed"))
-    launcher = object.__new__(KubernetesLauncher)  # no cluster asked: the refusal comes before any Pod
+    launcher = object.__new__(KubernetesLauncher)  # no cluster asked: what a Pod would be given
     launcher.remote, launcher._planes = str(source), {tmp_path: plane}
-    spec = ServiceSpec("epp", "", 9000, argv=["--kubeconfig", written], image="registry.example/my-epp:1")
-    with pytest.raises(ClusterError, match="holds your user's credentials, which the kit does not put in a ConfigMap"):
-        launcher.service(spec, {}, tmp_path, [])
+    launcher._namespace = lambda run_dir: "bed"
+    launcher._api_server_for_pods = lambda: None  # its node is another machine
+    spec = ServiceSpec("epp", "", 9000, argv=["--kubeconfig", written], image="registry.example/my-epp:1",
+                       env={"KUBECONFIG": written}, kube_rbac=IMAGE_RBAC)
+    given, env, by_name = launcher._no_user_credentials(spec, {"OTHER": "x"}, tmp_path)
+    own = given.argv[1]
+    assert own != written and given.env["KUBECONFIG"] == own and env == {"OTHER": "x"} and by_name
+    text = (tmp_path / "epp.in-cluster.kubeconfig").read_text()
+    assert "the-users-secret" not in text
+    config = yaml.safe_load(text)
+    assert config["users"][0]["user"] == {"tokenFile": f"{SERVICE_ACCOUNT_DIR}/token"}
+    assert config["clusters"][0]["cluster"]["server"] == CLUSTER_DNS_SERVER
+    with pytest.raises(ClusterError, match="holds your user's credentials: the kit puts them in no ConfigMap"):
+        launcher._no_user_credentials(ServiceSpec("epp", "", 9000, argv=["--kubeconfig", written], image="x"), {},
+                                      tmp_path)
