@@ -24,7 +24,6 @@ one more pool Pod costs a test (``eppkit cluster up`` first).
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import sys
@@ -130,7 +129,7 @@ def by_kubeconfig(run_dir: Path, n: int) -> dict:
     """The same gaie-epp testbed on the cluster given by its kubeconfig (a cluster of your own, eppkit.cluster.remote:
     pool Pods where its network puts them, Envoy's endpoints a live ConfigMap): ``bed.pool.add_pod()`` ``n`` times;
     then 2``n`` changes of Envoy's endpoints (a pod out, back in), each timed until Envoy holds it, the same again
-    with the ConfigMap changed alone, its Pod not touched (apipod.refresh's second half): what the touch saves (the
+    with the ConfigMap changed alone, its Pod not touched (apipod.update_live, refresh's first half): what the touch saves (the
     kubelet's periodic sync otherwise)."""
     from eppkit.cluster import apipod, remote
     from eppkit.gateway import eds
@@ -156,15 +155,8 @@ def by_kubeconfig(run_dir: Path, n: int) -> dict:
             for pod in [p.name for p in bed.pool.pods()][:n]:
                 change(pod, with_touch)
 
-            def configmap_alone(client, pod_name, namespace, config_map, folder):
-                from lightkube.resources.core_v1 import ConfigMap
-                from lightkube.types import PatchType
-
-                data = {k: base64.b64encode(v).decode() for k, v in apipod.folder_files(folder).items()}
-                client.patch(ConfigMap, config_map, {"binaryData": data}, namespace=namespace,
-                             patch_type=PatchType.MERGE)
-
-            apipod.refresh = configmap_alone
+            apipod.refresh = lambda client, pod, namespace, config_map, folder: apipod.update_live(
+                client, namespace, config_map, folder)
             try:
                 for pod in [p.name for p in bed.pool.pods()][:n]:
                     change(pod, untouched)

@@ -122,16 +122,25 @@ def folder_files(folder: str | Path) -> dict[str, bytes]:
 def refresh(client, pod_name: str, namespace: str, config_map: str, folder: str | Path) -> None:
     """A live folder's ConfigMap given the folder's files now, then its Pod touched so that its kubelet puts them in
     the Pod at once (module docstring)."""
+    from lightkube.resources.core_v1 import Pod
+    from lightkube.types import PatchType
+
+    update_live(client, namespace, config_map, folder)
+    client.patch(Pod, pod_name, {"metadata": {"annotations": {REFRESHED: str(time.time_ns())}}},
+                 namespace=namespace, patch_type=PatchType.MERGE)
+
+
+def update_live(client, namespace: str, config_map: str, folder: str | Path) -> None:
+    """A live folder's ConfigMap given the folder's files now (a file gone from it, gone from it), its Pod untouched:
+    its kubelet brings them at its next periodic sync."""
     import base64
 
-    from lightkube.resources.core_v1 import ConfigMap, Pod
+    from lightkube.resources.core_v1 import ConfigMap
     from lightkube.types import PatchType
 
     data = {k: base64.b64encode(v).decode() for k, v in folder_files(folder).items()}
     old = client.get(ConfigMap, config_map, namespace=namespace).binaryData or {}
     client.patch(ConfigMap, config_map, {"binaryData": {**{k: None for k in old if k not in data}, **data}},
-                 namespace=namespace, patch_type=PatchType.MERGE)
-    client.patch(Pod, pod_name, {"metadata": {"annotations": {REFRESHED: str(time.time_ns())}}},
                  namespace=namespace, patch_type=PatchType.MERGE)
 
 

@@ -32,14 +32,13 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from eppkit.cluster import apipod, podnet
+from eppkit.cluster import apipod, namespaces, podnet
 from eppkit.cluster.configs import NODE
 from eppkit.cluster.images import ctr
-from eppkit.cluster import namespaces
 from eppkit.cluster.namespaces import client, dns_label, pod_labels, remove_session  # noqa: F401 (leak check)
 from eppkit.components import reaper
-from eppkit.components.container import SESSION
 from eppkit.components.base import FromImage, LiveSet
+from eppkit.components.container import SESSION
 from eppkit.components.inference_pool import READY_GATE
 
 _GONE = object()  # a Pod's status when the API no longer has the Pod
@@ -51,15 +50,11 @@ def in_cluster_kubeconfig(path: Path, server: str, namespace: str) -> Path:
     """A kubeconfig that holds no secret: the Pod's own ServiceAccount token and the cluster's CA by their files
     (:data:`SERVICE_ACCOUNT_DIR`), ``server``, ``namespace`` (what a program that asks for a kubeconfig file is
     given in place of one holding a user's credentials)."""
-    import json
+    from eppkit.components.pki import kubeconfig_json
 
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
-              "clusters": [{"name": "in-cluster", "cluster": {
-                  "server": server, "certificate-authority": f"{SERVICE_ACCOUNT_DIR}/ca.crt"}}],
-              "users": [{"name": "in-cluster", "user": {"tokenFile": f"{SERVICE_ACCOUNT_DIR}/token"}}],
-              "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "in-cluster",
-                                                               "namespace": namespace}}]}
-    Path(path).write_text(json.dumps(config, indent=1))
+    Path(path).write_text(kubeconfig_json(server, "in-cluster", namespace,
+                                          {"certificate-authority": f"{SERVICE_ACCOUNT_DIR}/ca.crt"},
+                                          {"tokenFile": f"{SERVICE_ACCOUNT_DIR}/token"}))
     return Path(path)
 
 
@@ -158,10 +153,11 @@ class ManagedPod(FromImage):
     def manifest(self, files: apipod.PodFiles | None = None):
         """The Pod this component is (see the module docstring)."""
         from lightkube.models.core_v1 import (ConfigMapProjection, Container, DownwardAPIProjection,
-                                              DownwardAPIVolumeFile, EnvVar, EnvVarSource, HostPathVolumeSource, HTTPGetAction,
-                                              KeyToPath, ObjectFieldSelector, PodReadinessGate, PodSecurityContext,
-                                              PodSpec, Probe, ProjectedVolumeSource, ServiceAccountTokenProjection,
-                                              TCPSocketAction, Volume, VolumeMount, VolumeProjection)
+                                              DownwardAPIVolumeFile, EnvVar, EnvVarSource, HostPathVolumeSource,
+                                              HTTPGetAction, KeyToPath, ObjectFieldSelector, PodReadinessGate,
+                                              PodSecurityContext, PodSpec, Probe, ProjectedVolumeSource,
+                                              ServiceAccountTokenProjection, TCPSocketAction, Volume, VolumeMount,
+                                              VolumeProjection)
         from lightkube.models.meta_v1 import ObjectMeta
         from lightkube.resources.core_v1 import Pod
 

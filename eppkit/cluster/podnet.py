@@ -187,6 +187,8 @@ class BlockPods:
     """Where a testbed's pool Pods are on this runtime: its block of the pod network (what
     :class:`eppkit.components.inference_pool.LoopbackPods` is on the others)."""
 
+    learned = False  # each address planned before its pod starts
+
     def __init__(self, block: int) -> None:
         self.block = block
 

@@ -25,6 +25,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 KUBECONFIG_ENV = "EPPKIT_KUBECONFIG"
 NODE_ENV = "EPPKIT_KUBE_NODE"
@@ -63,8 +64,13 @@ def access(path: str):
     return ApiAccess.from_kubeconfig(path)
 
 
-_nodes: dict[str, tuple[str, bool]] = {}
-_node_addresses: dict[str, str | None] = {}  # the node's InternalIP (None: a loopback one, which no Pod reaches)
+class ChosenNode(NamedTuple):
+    name: str
+    mine: bool  # its addresses are this machine's
+    address: str | None  # its InternalIP (None: a loopback one, which no Pod reaches)
+
+
+_nodes: dict[str, ChosenNode] = {}
 _usable: dict[str, str] = {}  # the clusters found usable (available()), and what they are
 
 
@@ -73,10 +79,10 @@ def node(path: str, client) -> tuple[str, bool]:
     machine's: then its 127.0.0.1 is ours and nothing is forwarded); asked of ``client`` once per process."""
     if path not in _nodes:
         _nodes[path] = _choose_node(path, client)
-    return _nodes[path]
+    return _nodes[path][:2]
 
 
-def _choose_node(path: str, client) -> tuple[str, bool]:
+def _choose_node(path: str, client) -> ChosenNode:
     from lightkube.resources.core_v1 import Node
 
     wanted = os.environ.get(NODE_ENV, "").strip()
@@ -95,8 +101,8 @@ def _choose_node(path: str, client) -> tuple[str, bool]:
                            f"(nodes: {', '.join(n.metadata.name for n in nodes) or 'none'}); name one: {NODE_ENV}=NAME")
     addresses = [a.address for a in (chosen.status.addresses or [])]
     internal = next((a.address for a in (chosen.status.addresses or []) if a.type == "InternalIP"), None)
-    _node_addresses[path] = None if internal is None or ipaddress.ip_address(internal).is_loopback else internal
-    return chosen.metadata.name, any(_is_mine(a) for a in addresses)
+    return ChosenNode(chosen.metadata.name, any(_is_mine(a) for a in addresses),
+                      None if internal is None or ipaddress.ip_address(internal).is_loopback else internal)
 
 
 def reaches_this_host(path: str, client) -> bool:
@@ -109,7 +115,7 @@ def node_address(path: str, client) -> str | None:
     """Where a Pod of the cluster's pod network reaches the kit's node's host network (Jaeger's OTLP for a pool's
     Pods): the node's InternalIP; None when that is a loopback address (no Pod reaches it)."""
     node(path, client)
-    return _node_addresses[path]
+    return _nodes[path].address
 
 
 def _is_mine(address: str) -> bool:
@@ -149,6 +155,19 @@ def missing_rights(client, rights=RIGHTS) -> list[str]:
             resourceAttributes=ResourceAttributes(verb=verb, resource=resource, subresource=sub or None))))
         if not review.status.allowed:
             lacking.append(f"{verb} {resource}{'/' + sub if sub else ''}")
+    return lacking
+
+
+_pool_usable: set[str] = set()  # the clusters whose user was found to hold POOL_RIGHTS
+
+
+def missing_pool_rights(path: str, client) -> list[str]:
+    """The :data:`POOL_RIGHTS` the user of ``path`` lacks; asked once per process once it holds them all."""
+    if path in _pool_usable:
+        return []
+    lacking = missing_rights(client, POOL_RIGHTS)
+    if not lacking:
+        _pool_usable.add(path)
     return lacking
 
 

@@ -56,6 +56,8 @@ class LoopbackPods:
     """Where a testbed's pods are: loopback addresses of this machine (every runtime but kubernetes, whose pool Pods
     are on its pod network: :class:`eppkit.cluster.podnet.BlockPods`)."""
 
+    learned = False  # each address planned before its pod starts (eppkit.cluster.remote.LearnedPods: not)
+
     def address(self, index: int) -> str:
         return pod_address(index)
 
@@ -223,9 +225,10 @@ class InferencePoolObjects:
         from lightkube.types import PatchType
 
         if self.real_pods:
-            if not ready and not self._exists(name):  # killed through its API server alone (a cluster of your own:
-                return  # kill deletes the Pod at once), so gone: what its EPP sees instead of not Ready
-            self._join(name)
+            # Not Ready, and gone: killed through its API server alone (a cluster of your own: kill deletes the Pod
+            # at once), which its EPP sees in place of not Ready.
+            if not self._join(name, gone_ok=not ready):
+                return
             condition = {"type": READY_GATE, "status": "True" if ready else "False", "lastTransitionTime": _now()}
             try:
                 self._client.patch(Pod.Status, name, {"status": {"conditions": [condition]}},
@@ -240,20 +243,9 @@ class InferencePoolObjects:
         except ApiError as exc:
             raise self._fail(f"cannot set pod {name} ready={ready}", exc) from None
 
-    def _exists(self, name: str) -> bool:
-        from lightkube import ApiError
-        from lightkube.resources.core_v1 import Pod
-
-        try:
-            self._client.get(Pod, name)
-            return True
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return False
-            raise self._fail(f"cannot read pod {name}", exc) from None
-
-    def _join(self, name: str) -> None:
-        """A real pod's labels: the pool's (or its own), and the member label, unless it has them."""
+    def _join(self, name: str, *, gone_ok: bool = False) -> bool:
+        """A real pod's labels: the pool's (or its own), and the member label, unless it has them. False when the
+        Pod is gone and ``gone_ok`` (else that is a ControlPlaneError)."""
         from lightkube import ApiError
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
@@ -264,7 +256,10 @@ class InferencePoolObjects:
             if wanted.items() - have.items():
                 self._client.patch(Pod, name, {"metadata": {"labels": wanted}}, patch_type=PatchType.MERGE)
         except ApiError as exc:
+            if gone_ok and exc.status.code == 404:
+                return False
             raise self._fail(f"cannot label pod {name}", exc) from None
+        return True
 
     def _until_ready(self, name: str, ready: bool, timeout_s: float = 20.0) -> None:
         """Until the kubelet has Ready as ``ready`` (its probe and the gate; a second or so)."""

@@ -62,9 +62,15 @@ def write_certificates(folder: Path) -> None:
 def kubeconfig_text(server: str, ca_file: Path, user: str, token: str, namespace: str = "default") -> str:
     """A kubeconfig for ``user`` by bearer token (JSON, which is YAML), its context in ``namespace``."""
     ca = base64.b64encode(Path(ca_file).read_bytes()).decode()
+    return kubeconfig_json(server, user, namespace, {"certificate-authority-data": ca}, {"token": token})
+
+
+def kubeconfig_json(server: str, user: str, namespace: str, trust: dict, credentials: dict) -> str:
+    """A kubeconfig of one cluster (``server``, the CA as ``trust`` says: inline or by file) and one user
+    (``credentials``: a token, or a token's file), its context in ``namespace``."""
     return json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "eppkit", "preferences": {},
-        "clusters": [{"name": "eppkit", "cluster": {"server": server, "certificate-authority-data": ca}}],
-        "users": [{"name": user, "user": {"token": token}}],
+        "clusters": [{"name": "eppkit", "cluster": {"server": server, **trust}}],
+        "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": "eppkit", "context": {"cluster": "eppkit", "user": user, "namespace": namespace}}],
     }, indent=1) + "\n"

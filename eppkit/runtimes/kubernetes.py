@@ -238,7 +238,8 @@ class KubernetesLauncher:
         ``KUBERNETES_SERVICE_HOST`` its kubelet gives every Pod (the ``kubernetes`` Service, routed by the node)."""
         if self.remote is None:
             return cluster.running()["server"]
-        return remote.Plane(self.remote).server if remote.reaches_this_host(self.remote, namespaces.client()) else None
+        client = namespaces.client()
+        return client.config.cluster.server if remote.reaches_this_host(self.remote, client) else None
 
     def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
               env: dict[str, str]) -> envoy_process.Envoy:
@@ -262,7 +263,7 @@ class KubernetesLauncher:
         """Where a testbed's InferencePool lives: the cluster's own API server, in the testbed's namespace, its
         pods the Pods the kubelet runs (eppkit.components.inference_pool's real_pods)."""
         if self.remote is not None:
-            lacking = remote.missing_rights(namespaces.client(), remote.POOL_RIGHTS)
+            lacking = remote.missing_pool_rights(self.remote, namespaces.client())
             if lacking:
                 raise cluster.ClusterError(
                     f"a mode whose EPP watches an InferencePool: the user of {self.remote} may not "

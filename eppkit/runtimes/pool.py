@@ -116,7 +116,7 @@ class InferencePoolHandle:
         elif name in taken:
             raise ValueError(f"pod {name} exists already in namespace {self.target.namespace}")
         addresses = self._bed.pod_addresses
-        if ip is not None and getattr(addresses, "learned", False):
+        if ip is not None and addresses.learned:
             raise ValueError(f"pod {name}: on a cluster of your own a pod's address is where its network puts it: "
                              "leave ip out (the pod's IP is in bed.pool.pods() once it runs)")
         if ip is None:
@@ -202,7 +202,7 @@ class InferencePoolHandle:
 
     def _start_server(self, pod: str, ip: str, port: int, model: str | None) -> None:
         bed = self._bed
-        if getattr(bed.pod_addresses, "learned", False):  # started again: wherever its network puts it now
+        if bed.pod_addresses.learned:  # started again: wherever its network puts it now
             ip = bed.pod_addresses.address(0)
         spec, endpoint = instance(bed.topology, bed.ports, pod, "both", model or bed.topology.vllm[0].model,
                                   list(bed.topology.vllm[0].extra_args), host=ip, port=port)

@@ -236,8 +236,9 @@ def test_a_program_of_this_host_is_refused_in_words_when_the_node_is_another_mac
     from eppkit.plan import ServiceSpec
 
     launcher = runtimes.launcher("kubernetes")
-    name, _ = remote.node(own_cluster_as_another, namespaces.client())
-    monkeypatch.setitem(remote._nodes, own_cluster_as_another, (name, False))
+    remote.node(own_cluster_as_another, namespaces.client())
+    monkeypatch.setitem(remote._nodes, own_cluster_as_another,
+                        remote._nodes[own_cluster_as_another]._replace(mine=False))
     spec = ServiceSpec("epp", "", 9000, argv=[sys.executable, "-m", "eppkit.services.epp"], on_host=True)
     with pytest.raises(cluster.ClusterError, match=r"runs on this host .* \(their node is another machine\)"):
         launcher.service(spec, {}, tmp_path, [])

@@ -34,7 +34,7 @@ WATCHERS = ("gaie-epp", "kit-epp")
 def where_planned(bed, index: int, ip: str) -> bool:
     """The pod's IP is where the runtime planned pod ``index``; where the cluster's network places each Pod (a
     cluster of your own: eppkit.cluster.remote.LearnedPods), a real address, no longer the placeholder."""
-    if getattr(bed.pod_addresses, "learned", False):
+    if bed.pod_addresses.learned:
         return ip != bed.pod_addresses.address(index) and bool(ipaddress.ip_address(ip))
     return ip == bed.pod_addresses.address(index)
 

@@ -111,16 +111,22 @@ def envoy_image(envoy, progress: Progress = print, source: str | None = None) ->
 
 
 def build_envoy(choice: ImageChoice, progress: Progress) -> None:
+    _build_linked(choice, "usr/local/bin/envoy", "envoy-scratch.Dockerfile", progress)
+
+
+def _build_linked(choice: ImageChoice, at: str, recipe: str, progress: Progress) -> None:
+    """A dynamically linked binary (``choice.inputs``: it and its libraries) on scratch: the binary at ``at``, each
+    library at its host path, a /tmp, and the loader told where they are."""
     binary, libs = choice.inputs["binary"], choice.inputs["libs"]
-    with context("envoy") as ctx:
+    with context(choice.component) as ctx:
         rootfs = ctx / "rootfs"
-        place(binary, rootfs / "usr/local/bin/envoy")
+        place(binary, rootfs / at)
         for lib in libs:
             place(lib, rootfs / str(lib).lstrip("/"))
         (rootfs / "tmp").mkdir(parents=True)
         os.chmod(rootfs / "tmp", 0o1777)
         libdirs = ":".join(dict.fromkeys(str(p.parent) for p in libs))
-        build(choice, ctx, "envoy-scratch.Dockerfile", {"LIBDIRS": libdirs}, progress)
+        build(choice, ctx, recipe, {"LIBDIRS": libdirs}, progress)
 
 
 def jaeger_choice(client, source: str) -> ImageChoice:
@@ -169,15 +175,7 @@ def program_image(binary: Path, name: str, version: str = "local", progress: Pro
             with lock():
                 if not present(client, choice.tag):
                     progress(f"{name}: making {choice.tag} ({choice.recipe})")
-                    with context(name) as ctx:
-                        rootfs = ctx / "rootfs"
-                        place(binary, rootfs / str(binary).lstrip("/"))
-                        for lib in choice.inputs["libs"]:
-                            place(lib, rootfs / str(lib).lstrip("/"))
-                        (rootfs / "tmp").mkdir(parents=True)
-                        os.chmod(rootfs / "tmp", 0o1777)
-                        libdirs = ":".join(dict.fromkeys(str(p.parent) for p in choice.inputs["libs"]))
-                        build(choice, ctx, "program-scratch.Dockerfile", {"LIBDIRS": libdirs}, progress)
+                    _build_linked(choice, str(binary).lstrip("/"), "program-scratch.Dockerfile", progress)
     finally:
         client.close()
     _programs[key] = choice.tag
