@@ -16,7 +16,7 @@ MAPPED = ("services", "observability", "envoy", "plugins")
 DATA = ["py.typed", "*.j2", "templates/*.j2", "templates/*.css", "templates/*.js", "dockerfiles/*.Dockerfile",
         "lua/*.lua", "dynamic_module/go.mod", "dynamic_module/go.sum", "dynamic_module/*.go",
         "dynamic_module/internal/**/*.go", "dynamic_module/README.md",
-        "pause/*.go", "pause/go.mod", "floors/*.go", "floors/go.mod", "floors/go.sum", "*_constraints.txt"]
+        "pause/*.go", "pause/go.mod", "jaeger_build/*.go", "floors/*.go", "floors/go.mod", "floors/go.sum", "*_constraints.txt"]
 
 
 def packages() -> list[str]:

@@ -5,6 +5,14 @@ v2 release was tagged together with a v1 tag on the same commit, and the v1 tag 
 fetchable, so we pin the v1 tag of the v2 release we want. `go install` refuses the
 module (its go.mod has a replace directive), so we download the module and `go build`
 inside it.
+
+The kit builds only what it runs: in a copy of the downloaded module, it replaces the list of
+components (cmd/jaeger/internal/components.go: the OTLP receiver, the batch processor, the storage exporter, the
+storage, query and health-check extensions, which eppkit/components/jaeger.yaml.j2 names), the storage
+extension's backends (memory only) and the main's Elasticsearch subcommand, with the files in jaeger_build/.
+What is left out (the other receivers, exporters, processors, connectors and extensions, and the Badger,
+Cassandra, Elasticsearch, OpenSearch, ClickHouse, gRPC and Kafka storages) was three quarters of the packages
+and of a cold build's time (docs/benchmarks.md, "A fresh machine").
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -25,10 +34,20 @@ JAEGER_MODULE = "github.com/jaegertracing/jaeger"
 # for v2.20.0's commit (798e4b0fcf22), checked 2026-11-22.
 JAEGER_MODULE_TAG = "v1.76.0"
 JAEGER_VERSION = "v2.13.0"
+# The files of jaeger_build/ that stand in for Jaeger's own in the kit's build, and the module file each replaces.
+OVERLAY = {
+    "components.go": "cmd/jaeger/internal/components.go",
+    "main.go": "cmd/jaeger/main.go",
+    "jaegerstorage_config.go": "cmd/jaeger/internal/extension/jaegerstorage/config.go",
+    "jaegerstorage_extension.go": "cmd/jaeger/internal/extension/jaegerstorage/extension.go",
+    "v1factory.go": "internal/storage/v1/factory/factory.go",
+}
+# Module files the kit's build drops: the v1 storage factory's config (every v1 backend's options).
+OVERLAY_REMOVED = ("internal/storage/v1/factory/config.go",)
 
 
 def binary_path() -> Path:
-    return cache_dir() / "bin" / f"jaeger-{JAEGER_VERSION}"
+    return cache_dir() / "bin" / f"jaeger-{JAEGER_VERSION}-eppkit"
 
 
 def find() -> Path | None:
@@ -81,9 +100,32 @@ def _build_locked(target: Path, progress: Callable[[str], None]) -> Path:
     info = json.loads(dl.stdout)
     module_dir = info["Dir"]
     commit = (info.get("Origin") or {}).get("Hash", "")
+    with tempfile.TemporaryDirectory(prefix=".jaeger-src.", dir=target.parent) as scratch:
+        source = kit_source(Path(module_dir), Path(scratch) / "jaeger")
+        return _compile(go, env, source, commit, target, progress)
+
+
+def kit_source(module_dir: Path, into: Path) -> Path:
+    """A copy of Jaeger's module with the kit's component list (jaeger_build/) in place of Jaeger's own files.
+
+    A copy, not `go build -overlay` over the module cache: Go refuses to overlay files beneath GOMODCACHE."""
+    shutil.copytree(module_dir, into, copy_function=shutil.copyfile,
+                    ignore=shutil.ignore_patterns("*_test.go", "testdata", "*.md"))
+    for folder, _, _ in os.walk(into):
+        os.chmod(folder, 0o755)  # the module cache's folders are read-only; copytree copied their mode
+    here = Path(__file__).with_name("jaeger_build")
+    for ours, theirs in OVERLAY.items():
+        shutil.copyfile(here / ours, into / theirs)
+    for theirs in OVERLAY_REMOVED:
+        (into / theirs).unlink()
+    return into
+
+
+def _compile(go: str, env: dict[str, str], source: Path, commit: str, target: Path,
+             progress: Callable[[str], None]) -> Path:
     progress("jaeger: listing packages to compile ...")
-    listing = subprocess.run([go, "list", "-deps", "./cmd/jaeger"], cwd=module_dir, capture_output=True,
-                             text=True, env=env, timeout=1800)
+    listing = subprocess.run([go, "list", "-deps", "./cmd/jaeger"], cwd=source,
+                             capture_output=True, text=True, env=env, timeout=1800)
     total = len(listing.stdout.split()) or 1
     tmp = target.with_name(target.name + ".partial")
     # -s -w: no symbol table and no DWARF (a panic still names its functions): the link of a 120 MB binary is a
@@ -93,7 +135,7 @@ def _build_locked(target: Path, progress: Callable[[str], None]) -> Path:
         ldflags += f" -X {JAEGER_MODULE}/internal/version.commitSHA={commit}"
     cmd = [go, "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", str(tmp), "./cmd/jaeger"]
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=module_dir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=source, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     done, tail = 0, []
     last_report = 0.0
     assert proc.stdout is not None
@@ -110,5 +152,3 @@ def _build_locked(target: Path, progress: Callable[[str], None]) -> Path:
     tmp.rename(target)
     progress(f"jaeger {JAEGER_VERSION}: built in {time.monotonic() - started:.0f}s -> {target}")
     return target
-
-
