@@ -5,11 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eppkit.compare import promptsizes, sweep
+from eppkit.compare import bodypaths, floors, promptsizes, sweep
 from eppkit.compare.report import PART_COLORS, mode_color
 from eppkit.observability import steps as st
 from eppkit.observability.html import service_color
 from eppkit.observability.trace_model import Trace
+
+# How a row of boxes keeps its labels apart (latency_chart), in inches but the font:
+LABEL_PT = 8  # a box's label's font size (points)
+GAP_IN = 0.1  # the least room between two neighbouring labels
+PANEL_IN = 4.6  # a panel's least width
+AXIS_IN = 0.75  # a panel's width beside its plot: the y axis's ticks and label
+BODY_IN = 3.55  # a panel's height but its labels: the plot, its title, the figure's title
+ROW_IN = 14.0  # the widest a row of panels may be: about report.html's width, so the page never shrinks their text
+
 
 def _figure(w: float, h: float):
     # The object-oriented API with an explicit Agg canvas: no pyplot, no global backend state.
@@ -31,36 +40,73 @@ def _save(fig, stem: Path) -> list[Path]:
 
 
 def latency_chart(block: dict, stem: Path, title: str) -> list[Path]:
-    """Per-mode distributions: e2e, gateway (Envoy before upstream) and, when streamed, TTFT."""
+    """Per-mode distributions: e2e, gateway (Envoy before upstream) and, when streamed, TTFT; each box labelled with
+    its run and p50, the labels kept apart however many runs (:func:`_fit`), a floor hatched in its mode's colour."""
     modes = [m for m, r in block.get("modes", {}).items() if r.get("status") == "ok"]
     panels = [("e2e", "end to end (client span)"), ("gateway", "gateway: Envoy before the upstream")]
     if any(s.get("steps", {}).get("ttft") is not None for m in modes for s in block["modes"][m].get("samples", [])):
         panels.append(("ttft", "time to first token (client)"))
-    fig = _figure(4.6 * len(panels), 3.8)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (step, label) in zip(axes, panels):
+    shown_by_panel = []
+    for step, _ in panels:
         data = [[s["steps"][step] for s in block["modes"][m].get("samples", [])
                  if s.get("ok") and (s.get("steps") or {}).get(step) is not None] for m in modes]
-        shown = [(m, d) for m, d in zip(modes, data) if d]
+        shown_by_panel.append([(m, d) for m, d in zip(modes, data) if d])
+    ticks = [[f"{m}\np50 {st.percentile(d, 50):.1f}" for m, d in shown] for shown in shown_by_panel]
+    fig = _figure(PANEL_IN, BODY_IN)
+    rotation, grid = _fit(fig, [t for labels in ticks for t in labels], max(map(len, ticks)), len(panels))
+    for ax, (_, label), shown, labels in zip(fig.subplots(*grid, squeeze=False).flat, panels, shown_by_panel, ticks):
         if not shown:
             ax.set_visible(False)
             continue
         bp = ax.boxplot([d for _, d in shown], patch_artist=True, widths=0.55, showfliers=False)
-        ax.set_xticks(range(1, len(shown) + 1), [f"{m}\np50 {st.percentile(d, 50):.1f}" for m, d in shown], fontsize=8)
+        ax.set_xticks(range(1, len(shown) + 1), labels, fontsize=LABEL_PT, rotation=rotation)
         for patch, (m, _) in zip(bp["boxes"], shown):
-            patch.set_facecolor(mode_color(m, "#cccccc"))
+            patch.set_facecolor(run_color(m, "#cccccc"))
             patch.set_alpha(0.45)
+            if floors.is_floor(m):
+                patch.set_hatch("///")
         for median in bp["medians"]:
             median.set_color("black")
         for i, (m, d) in enumerate(shown, start=1):
             # deterministic horizontal spread so points do not sit on one line
             xs = [i + ((k * 0.618) % 1 - 0.5) * 0.3 for k in range(len(d))]
-            ax.scatter(xs, d, s=8, color=mode_color(m, "#555555"), alpha=0.7, zorder=3, linewidths=0)
+            ax.scatter(xs, d, s=8, color=run_color(m, "#555555"), alpha=0.7, zorder=3, linewidths=0)
         ax.set_title(label, fontsize=10)
         ax.set_ylabel("ms")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title, fontsize=11)
     return _save(fig, stem)
+
+
+def _fit(fig, labels: list[str], count: int, panels: int) -> tuple[int, tuple[int, int]]:
+    """Size ``fig`` for ``panels`` panels of at most ``count`` boxes, each with one of ``labels`` under it, so no two
+    labels touch: the labels level while ``count`` of the widest fit a panel of the least width, else turned upright
+    with each panel as wide as its labels are thick; the panels side by side while the row fits :data:`ROW_IN`, else
+    one under another. Returns the labels' rotation and the panels' grid (rows, columns)."""
+    renderer = fig.canvas.get_renderer()
+    sizes = []
+    for label in labels:
+        text = fig.text(0, 0, label, fontsize=LABEL_PT)
+        box = text.get_window_extent(renderer)
+        text.remove()
+        sizes.append((box.width / fig.dpi, box.height / fig.dpi))
+    wide, thick = max((w for w, _ in sizes), default=0.0), max((h for _, h in sizes), default=0.0)
+    if count * (wide + GAP_IN) <= PANEL_IN - AXIS_IN:
+        rotation, width, height = 0, PANEL_IN, BODY_IN + thick
+    else:
+        rotation, width, height = 90, max(PANEL_IN, AXIS_IN + count * (thick + GAP_IN)), BODY_IN + wide
+    if panels * width <= ROW_IN:
+        fig.set_size_inches(panels * width, height)
+        return rotation, (1, panels)
+    fig.set_size_inches(width, panels * height)
+    return rotation, (panels, 1)
+
+
+def run_color(key: str, default: str | None) -> str | None:
+    """A run's colour: its mode's, at any step of a sweep, with any body path, and for the mode's floor (which the
+    charts draw apart: hatched, dashed)."""
+    name = bodypaths.split(sweep.split(key)[0])[0]
+    return mode_color(name.removeprefix(floors.PREFIX), default)
 
 
 def steps_chart(block: dict, stem: Path, title: str) -> list[Path]:
@@ -105,8 +151,8 @@ def _measures_chart(curves: dict[str, list[dict]], x: str, xlabel: str, stem: Pa
         for run, points in curves.items():
             xy = [(p[x], p[name]) for p in points if p.get(name) is not None]
             if xy:
-                ax.plot(*zip(*xy), marker="o", markersize=3, label=run, color=mode_color(run, None),
-                        linestyle="--" if run.startswith("floor-") else "-")
+                ax.plot(*zip(*xy), marker="o", markersize=3, label=run, color=run_color(run, None),
+                        linestyle="--" if floors.is_floor(run) else "-")
         ax.set_xscale("log", base=2)
         if ticks:
             ax.set_xticks(values, [str(v) for v in values])
@@ -114,9 +160,10 @@ def _measures_chart(curves: dict[str, list[dict]], x: str, xlabel: str, stem: Pa
         ax.set_ylabel("ms, p50")
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
-    labelled = next((ax for ax in axes if ax.get_legend_handles_labels()[0]), None)
-    if labelled is not None:
-        labelled.legend(fontsize=7)
+    handles = {label: h for ax in axes for h, label in zip(*ax.get_legend_handles_labels())}
+    if handles:  # below the panels, where however many runs there are cover none of their lines
+        fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(len(handles), 5),
+                   fontsize=7, frameon=False, handlelength=3)
     fig.suptitle(title, fontsize=11)
     return _save(fig, stem)
 

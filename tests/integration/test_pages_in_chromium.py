@@ -8,11 +8,21 @@ from eppkit.observability import html
 from eppkit.compare import output
 from eppkit.compare import report as rp
 from tests.support import chromium as _chromium
-from tests.support.report_samples import DATA, Page, report_folder
+from tests.support.report_samples import DATA, Page, many_modes, report_folder
 
 pytestmark = pytest.mark.integration
 
 SAVED = sorted(DATA.glob("*.json"))
+# Written on <html> once the page has loaded: how wide the page is against its window, and which charts the page
+# shows smaller than drawn (their text shrunk with them).
+MEASURE = """<script>addEventListener("load", () => {
+  const root = document.documentElement;
+  root.dataset.scrollWidth = root.scrollWidth;
+  root.dataset.clientWidth = root.clientWidth;
+  root.dataset.shrunk = [...document.querySelectorAll("figure.chart img")]
+    .filter(img => img.clientWidth < img.naturalWidth - 1).map(img => img.alt).join("; ");
+  root.dataset.charts = document.querySelectorAll("figure.chart img").length;
+});</script>"""
 
 
 def dom(url: str) -> tuple[Page, dict[str, dict]]:
@@ -43,3 +53,15 @@ def test_the_report_page_renders_its_waterfall_and_charts(tmp_path):
     assert set(spans) == {s.span_id for s in trace.spans}
     assert len([u for u in rendered.urls if u.startswith("data:image/svg+xml;base64,")]) == 2
     _chromium.screenshot(path.as_uri(), tmp_path / "report.png")
+
+
+@pytest.mark.parametrize("concurrencies", [(None,), (1, 8, 32)], ids=["nine runs", "a sweep"])
+def test_the_report_page_fits_its_window_with_a_run_per_mode_and_floor(concurrencies, tmp_path):
+    path = output.write(many_modes(concurrencies), tmp_path)["html"]
+    measured = tmp_path / "measured.html"
+    measured.write_text(path.read_text().replace("</body>", MEASURE + "</body>"))
+    root = Page(_chromium.dump_dom(measured.as_uri())).root
+    assert int(root["data-charts"]) >= 2
+    assert int(root["data-scroll-width"]) <= int(root["data-client-width"]), "a wide table scrolls in its own box"
+    assert root["data-shrunk"] == "", "each chart shown as drawn, its labels at their size"
+    _chromium.screenshot(path.as_uri(), tmp_path / "report.png", height=5000)

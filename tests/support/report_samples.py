@@ -66,3 +66,31 @@ def report_folder(tmp_path):
         {"scenario": "chat", "mode": "ext_proc", "metric": "e2e.p50_ms", "baseline": 200, "current": 260,
          "change": 0.3, "rule": "> +25%"}]}
     return report
+
+
+def many_modes(concurrencies=(None,), body_paths=("streamed",)) -> dict:
+    """A report as a default run's scenario gives it: each of the kit's modes beside its floor (nine runs), every
+    step, TTFT and the EPP hop filled in; with ``concurrencies`` a sweep's (each run once per step, ``<run>@c<n>``)
+    and with ``body_paths`` the ext_proc modes once per path: the mode names the charts and tables must keep apart."""
+    from eppkit import modes as registry
+    from eppkit.compare import bodypaths, floors, sweep
+
+    runs: dict = {}
+    for n, mode in enumerate(registry.kit_names()):
+        for path in body_paths if bodypaths.applies(mode) else (bodypaths.DEFAULT,):
+            for c in concurrencies:
+                key = sweep.key(bodypaths.key(mode, path), c)
+                floor = floors.floor_of(mode)
+                runs[key] = _filled(250 + 3 * n + (c or 1), floor=floor and sweep.key(bodypaths.key(floor, path), c))
+                if floor is not None:
+                    runs.setdefault(sweep.key(bodypaths.key(floor, path), c), _filled(250 + n + (c or 1)))
+    return report_with(runs)
+
+
+def _filled(e2e: float, floor: str | None = None) -> dict:
+    samples = [sample(i, e2e + i, gateway=2.0 + i / 10, decision=0.3, roundtrip=1.2) for i in range(6)]
+    for s in samples:
+        s["steps"]["ttft"] = 100.0 + s["index"]
+        s["hop"] = {"hold": 1.5 + s["index"] / 10, "epp_decision": 0.8, "upstream": 110.0}
+    result = mode_result(samples)
+    return {**result, "floor": floor} if floor else result
