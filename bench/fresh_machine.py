@@ -83,6 +83,7 @@ def run_steps(steps: list[str], cwd: Path, env: dict[str, str], log: Path) -> tu
         for line in proc.stdout:
             if not line.startswith(marker):
                 out.write(line)
+                out.flush()
                 continue
             _, index, end, start, rc = line.split()
             times.append({"step": steps[int(index)], "seconds": round(float(end) - float(start), 1), "exit": int(rc)})

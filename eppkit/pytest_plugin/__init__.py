@@ -31,6 +31,9 @@ a skip by design, allowed in CI, not a missing prerequisite.
 
 A missing prerequisite (Envoy, Jaeger, Docker) skips the test with a hint saying how to get it;
 with ``CI=true`` it fails instead, because a skipped e2e test proves nothing (:func:`require`).
+What a mode builds on its first use (GAIE's EPP, the control plane: minutes) is built once before the session's
+first test, for the tests that need it (their ``eppkit_topology`` marker, the ``eppkit_control_plane`` fixture, or
+``@pytest.mark.eppkit_prepare("gaie-epp")`` for topologies made in code), so no test's timeout pays for a build.
 A failing test's report carries the last log lines of every component of its testbeds, and the
 path of an HTML page of its requests' traces, written next to those logs. At the
 end of the session, any process or container the kit started and nobody stopped fails the run.
@@ -40,12 +43,14 @@ The plugin's parts, each a module of this package (pytest loads them through ``p
 put into topologies), :mod:`~eppkit.pytest_plugin.fixtures`, :mod:`~eppkit.pytest_plugin.failures`
 (log tails and trace pages of a failed test), :mod:`~eppkit.pytest_plugin.leaks` (the leak check),
 :mod:`~eppkit.pytest_plugin.parallel` (pytest-xdist: what each worker has of its own, the groups, the
-run's live UI), :mod:`~eppkit.pytest_plugin.alone` (``eppkit_alone`` tests).
+run's live UI), :mod:`~eppkit.pytest_plugin.alone` (``eppkit_alone`` tests), :mod:`~eppkit.pytest_plugin.prepare`
+(first-use builds before the first test).
 """
 
 pytest_plugins = [
     "eppkit.pytest_plugin.parallel",
     "eppkit.pytest_plugin.session",
+    "eppkit.pytest_plugin.prepare",
     "eppkit.pytest_plugin.failures",
     "eppkit.pytest_plugin.fixtures",
     "eppkit.pytest_plugin.leaks",

@@ -10,17 +10,16 @@ import pytest
 
 from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
 from eppkit.pytest_plugin.parallel import run_ui_url, worker_id
-from eppkit.pytest_plugin.session import (require_control_plane, selected_runtimes, session_backend, session_topology,
-                                          values)
+from eppkit.pytest_plugin.session import (SessionServers, require_control_plane, selected_runtimes, session_backend,
+                                          session_topology, values)
 from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
 
 if TYPE_CHECKING:
-    from eppkit.runtimes.vllm_servers import ServerPool
     from eppkit.topology import Topology
 
 
 def new_testbed(config: pytest.Config, runtime: str, jaeger, plane, topology: "Topology | None", kwargs: dict,
-                servers: "ServerPool | None" = None):
+                servers: SessionServers | None = None):
     """The one way the plugin makes a testbed (not yet started): the session's options filled in, the
     session's Jaeger and control plane, the session's vLLM servers (``servers``) for the vllm backend. The
     caller records it where a failure report finds it, then starts it."""
@@ -142,15 +141,16 @@ def eppkit_control_plane(_eppkit_shared_control_plane):
 @pytest.fixture(scope="session")
 def eppkit_vllm_servers(eppkit_jaeger):
     """The vllm preset's servers of this runtime's session Jaeger (eppkit.runtimes.vllm_servers.ServerPool): none
-    start until a topology of the vllm backend needs them; every testbed then shares them. Stopped at the end."""
+    start until a topology of the vllm backend needs them; every testbed then shares them. Stopped at the end.
+    ``backend_for`` without the preset installed skips saying how to get it (fails in CI, :func:`require`)."""
     from eppkit.runtimes.vllm_servers import ServerPool
 
     with ServerPool(eppkit_jaeger.otlp_grpc_endpoint) as pool:
-        yield pool
+        yield SessionServers(pool)
 
 
 def _factory(request: pytest.FixtureRequest, runtime: str, jaeger, plane, owner: pytest.Item | None,
-             servers: "ServerPool"):
+             servers: SessionServers):
     beds: list = []
 
     def make(topology: "Topology | None" = None, **kwargs: Any):
@@ -184,7 +184,7 @@ def eppkit_testbed_factory(request: pytest.FixtureRequest, eppkit_jaeger, eppkit
 class _SharedBeds:
     """One started testbed per distinct topology, for the tests of one module."""
 
-    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, plane, servers: "ServerPool"):
+    def __init__(self, request: pytest.FixtureRequest, runtime: str, jaeger, plane, servers: SessionServers):
         self._request, self._runtime, self._jaeger, self._plane, self._servers = request, runtime, jaeger, plane, servers
         self._beds: dict[str, Any] = {}
 

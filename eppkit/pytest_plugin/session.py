@@ -32,6 +32,10 @@ MARKERS = (
     "deselected on the others, never skipped",
     "eppkit_share_per(*params): under pytest-xdist, the module's tests that use eppkit_shared_testbed_factory are "
     "grouped per runtime and per value of these parameters (default: per runtime)",
+    "eppkit_prepare(*names): the test's testbeds run these first-use builds (gaie-epp: GAIE's EPP; control-plane: "
+    "etcd and kube-apiserver) or what a testbed of these modes runs (gaie-epp: both); what is missing is built once "
+    "before the session's first test, outside every test's timeout (an eppkit_topology marker or the "
+    "eppkit_control_plane fixture says so on its own)",
 )
 
 
@@ -140,27 +144,54 @@ def envoy_version(config: pytest.Config) -> str | None:
         raise pytest.UsageError(str(exc)) from None
 
 
-def session_topology(config: pytest.Config, topology: "Topology", servers=None) -> "Topology":
-    """``topology`` with the session's options where it leaves them open: the Envoy version, an external
-    EPP, the backend (a missing simulator binary or vLLM install is a missing prerequisite, :func:`require`);
-    a vllm backend gets the session's servers (``servers``, eppkit.runtimes.vllm_servers.ServerPool)."""
-    from eppkit import flows, modes
-    from eppkit.backends import Backend, BackendMissing
+def session_epp(config: pytest.Config, topology: Topology) -> Topology:
+    """``topology`` with the session's external EPP (``--eppkit-epp-*``) when it is one and names none of its own."""
     from eppkit.modes import external_epp
     from eppkit.options import epp_options
 
-    version = envoy_version(config)
-    if version is not None and topology.envoy_version is None:
-        topology = dataclasses.replace(topology, envoy_version=version)
     given = epp_options(values(config))
     if (given and topology.mode == external_epp.MODE.name
             and not any(topology.options.get(k) for k in ("epp_command", "epp_address"))):
         topology = dataclasses.replace(topology, options={**given, **topology.options})  # its own win
-    try:
-        mode = modes.get(topology.mode)
-        watches_pool = mode.watches_pool(mode.read_options(topology.options))
-    except ValueError:  # a bad mode or option: the testbed says so when it is made
-        watches_pool = False
+    return topology
+
+
+class SessionServers:
+    """The session's vLLM servers (eppkit.runtimes.vllm_servers.ServerPool, whose every other method it passes on),
+    whose :meth:`backend_for` tells a missing install as a missing prerequisite (:func:`require`), for the testbeds
+    and for a test that asks for the servers itself alike."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+
+    def backend_for(self, topology: Topology) -> Backend:
+        from eppkit.runtimes.vllm_servers import TooManyPods
+
+        try:
+            return self.pool.backend_for(topology)
+        except FileNotFoundError as exc:  # not installed (2.8 GB: opt-in), or half: how to get it
+            missing = str(exc)
+        except TooManyPods as exc:  # by design: the session shares at most two servers
+            pytest.skip(str(exc))
+        require(False, missing)
+
+    def __getattr__(self, name: str):
+        return getattr(self.pool, name)
+
+
+def session_topology(config: pytest.Config, topology: "Topology", servers: SessionServers | None = None) -> "Topology":
+    """``topology`` with the session's options where it leaves them open: the Envoy version, an external
+    EPP, the backend (a missing simulator binary or vLLM install is a missing prerequisite, :func:`require`);
+    a vllm backend gets the session's servers (``servers``)."""
+    from eppkit import flows
+    from eppkit.backends import Backend, BackendMissing
+    from eppkit.runtimes import first_use
+
+    version = envoy_version(config)
+    if version is not None and topology.envoy_version is None:
+        topology = dataclasses.replace(topology, envoy_version=version)
+    topology = session_epp(config, topology)
+    watches_pool = first_use.watches_pool(topology)
     if topology.backend == Backend():
         backend = session_backend(config)
         try:
@@ -175,14 +206,7 @@ def session_topology(config: pytest.Config, topology: "Topology", servers=None) 
         except BackendMissing as exc:  # not built or installed: how to get it
             require(False, str(exc))
     if shared:
-        from eppkit.runtimes.vllm_servers import TooManyPods
-
-        try:
-            topology = dataclasses.replace(topology, backend=servers.backend_for(topology))
-        except FileNotFoundError as exc:  # not installed, or half: how to get it
-            require(False, str(exc))
-        except TooManyPods as exc:  # by design: the session shares at most two servers
-            pytest.skip(str(exc))
+        topology = dataclasses.replace(topology, backend=servers.backend_for(topology))
     if watches_pool:
         require_control_plane()
     return topology

@@ -308,6 +308,7 @@ def test_inference_perf_sends_the_same_requests_and_agrees_with_the_kit(tmp_path
     assert f"Cross-check: the same requests sent by {inference_perf.NAME}" in summary_md
 
 
+@pytest.mark.eppkit_prepare("gaie-epp")
 def test_compare_of_three_epps_shows_each_decision_and_the_hop_phase_by_phase(tmp_path, eppkit_jaeger, eppkit_runtime):
     """The kit's EPP, GAIE's and one of your own (the echo EPP, its decision span named): every mode has a
     decision where one is named, and Envoy's per-phase record of the hop (an EPP need not trace for that)."""

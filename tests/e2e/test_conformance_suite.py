@@ -75,6 +75,7 @@ def test_kv_cache_affinity_passes_an_epp_that_reads_the_pods_kv_events_and_fails
     assert "which held 0 of its tokens" in stale["message"], stale
 
 
+@pytest.mark.eppkit_prepare("gaie-epp")
 def test_gaie_epp_gets_a_verdict_with_each_deviation_named_and_evidenced(eppkit_testbed_factory, eppkit_runtime):
     require_gaie_epp()
     report = run(Target("gaie-epp"), eppkit_testbed_factory, runtime=eppkit_runtime, budget=LOADED_MACHINE)

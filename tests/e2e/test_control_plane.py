@@ -38,6 +38,7 @@ def test_each_testbed_has_its_namespace_with_its_pool_and_a_ready_pod_per_mock(e
     assert result.status == 200 and result.headers.get("x-inference-pod") in {"vllm-0", "vllm-1"}, result.body
 
 
+@pytest.mark.eppkit_prepare("gaie-epp", "control-plane")  # its testbed watches a pool
 def test_gaies_epp_runs_as_a_controller_epp_of_your_own_would(eppkit_testbed_factory):
     require_gaie_epp()
     binary = gaie_build.build()
@@ -50,6 +51,7 @@ def test_gaies_epp_runs_as_a_controller_epp_of_your_own_would(eppkit_testbed_fac
     assert f'"pool-namespace":"{bed.pool.target.namespace}"' in (bed.run_dir / "epp.log").read_text()
 
 
+@pytest.mark.eppkit_prepare("control-plane")
 def test_a_pod_address_outside_loopback_is_refused_before_anything_starts(eppkit_testbed_factory):
     bed = eppkit_testbed_factory(watcher_topology("kit-epp", ("vllm-0",)))
     with pytest.raises(ValueError, match=r"10\.1\.2\.3 is outside 127\.0\.0\.0/8"):
@@ -57,6 +59,7 @@ def test_a_pod_address_outside_loopback_is_refused_before_anything_starts(eppkit
     assert [p.name for p in bed.pool.pods()] == ["vllm-0"] and "stray" not in bed.services
 
 
+@pytest.mark.eppkit_prepare("control-plane")
 def test_an_epp_watching_a_kind_without_a_crd_fails_naming_the_kind(eppkit_testbed_factory):
     command = KIT_EPP_CONTROLLER_COMMAND + " --pool-group inference.networking.x-k8s.io"
     with pytest.raises(ControlPlaneError) as failed:

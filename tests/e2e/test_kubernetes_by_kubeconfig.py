@@ -169,6 +169,7 @@ def test_a_testbed_by_kubeconfig_serves_with_a_complete_trace_and_reads_no_host_
         assert len([name for name in files if "-big" in name]) >= 4, files
 
 
+@pytest.mark.eppkit_prepare("gaie-epp")
 def test_a_pool_by_kubeconfig_is_real_pods_where_its_network_puts_them_and_envoy_follows_its_changes(
         own_cluster_as_another, eppkit_testbed_factory):
     """GAIE's EPP in-cluster (its own image: no ConfigMap holds 84 MB), watching pool Pods whose addresses the
@@ -203,6 +204,7 @@ def test_a_pool_by_kubeconfig_is_real_pods_where_its_network_puts_them_and_envoy
         bed.pool.add_pod(ip="10.233.255.99")
 
 
+@pytest.mark.eppkit_prepare("control-plane")
 def test_an_epp_image_that_watches_its_pool_runs_as_its_own_serviceaccount_and_no_configmap_holds_your_credentials(
         own_cluster_as_another, eppkit_testbed_factory):
     """The kit's EPP from the services image, as an EPP of yours would be: told ``--kubeconfig {kubeconfig}``, it is

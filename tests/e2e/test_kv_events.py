@@ -98,6 +98,7 @@ def test_a_pod_whose_cache_is_reset_loses_its_traffic_advantage(eppkit_testbed_f
     assert reason.startswith("no pod holds this prompt's first block"), reason
 
 
+@pytest.mark.eppkit_prepare("gaie-epp")
 def test_gaies_epp_on_the_same_conversations_reports_its_hit_rate(eppkit_testbed_factory, record_property):
     # GAIE's EPP v1.5.0 with its built-in plugins (an approximate prefix scorer: it remembers what it routed, not what
     # the pods hold): its rate is reported, not judged; the pods publish their events all the same.

@@ -26,7 +26,7 @@ from eppkit.modes import gaie_epp
 from tests.support.reliability import chat_body, require_gaie_epp, topology
 from tests.support.served import backend_spans
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_prepare(gaie_epp.MODE.name)]  # built before the first test
 
 @pytest.fixture
 def bed(eppkit_shared_testbed_factory):

@@ -25,14 +25,15 @@ from tests.support.churn import WATCHERS, BackgroundLoad, details, served, watch
 from tests.support.contract import CONTRACT
 from tests.support.reliability import require_gaie_epp
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_prepare("control-plane")]  # every watcher watches a pool
 
 # How long an EPP may keep picking a pod after its change is written: watch delivery plus the EPP's own
 # work, on a shared 2-core machine. Measured 6-300 ms (docs/benchmarks.md); the bound leaves room for load.
 STOP_PICKING_S = 3.0
 
 
-@pytest.fixture(params=WATCHERS)
+@pytest.fixture(params=[pytest.param(w, marks=pytest.mark.eppkit_prepare(w)) if w == gaie_epp.MODE.name else w
+                        for w in WATCHERS])
 def watcher(request) -> str:
     if request.param == gaie_epp.MODE.name:
         require_gaie_epp()

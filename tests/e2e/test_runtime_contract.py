@@ -52,7 +52,8 @@ def body(flow: str) -> dict:
     return {"model": "mock-llm", "stream": True, "max_tokens": 4, "messages": [{"role": "user", "content": content}]}
 
 
-@pytest.mark.parametrize("mode, flow", pairs(), ids=[f"{m}-{f}" for m, f in pairs()])
+@pytest.mark.parametrize("mode, flow", [pytest.param(m, f, marks=pytest.mark.eppkit_prepare(m)) for m, f in pairs()],
+                         ids=[f"{m}-{f}" for m, f in pairs()])  # each case: what its mode builds, before the first test
 def test_every_mode_serves_one_request_in_every_flow_with_a_complete_trace(eppkit_testbed_factory, mode, flow):
     bed = eppkit_testbed_factory(Topology(mode=mode, flow=flow, options=OPTIONS.get(mode, {}), **SMALLEST))
     client = bed.client()

@@ -196,7 +196,7 @@ PICKING = [m.name for m in modes.all_modes() if m.pickers or m.external]
 OWN_EPP = {"epp_command": KIT_EPP_COMMAND}
 
 
-@pytest.mark.parametrize("mode", PICKING)
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.eppkit_prepare(m)) for m in PICKING])
 def test_every_picker_mode_serves_from_a_real_vllm_whose_span_is_under_envoys_upstream(eppkit_testbed_factory, mode):
     """One request per mode through the session's server: the engine's own ``llm_request`` is the backend span, a
     child of Envoy's upstream request, after the decision (what .ci/run's `eppkit run --backend vllm` runs checked)."""
