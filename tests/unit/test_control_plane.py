@@ -12,7 +12,7 @@ from eppkit import modes
 from eppkit.builds import controlplane as builds
 from eppkit.components import controlplane, inference_pool
 from eppkit.gateway import eds
-from eppkit.modes import external_epp
+from eppkit.modes import external_epp, gaie_epp
 from eppkit.plan import Endpoint
 from eppkit.services.picker.kube_pool import KubePool, endpoints_for
 from eppkit.services.picker.pool import Pool
@@ -190,7 +190,9 @@ def test_eds_files_hold_one_assignment_per_cluster_and_replace_the_old_at_once(t
     assert sorted(p.name for p in tmp_path.iterdir()) == ["picked.json", "pool.json"]  # no partial file left
 
 
-def test_with_an_eds_folder_the_picked_and_pool_clusters_read_their_endpoints_from_it():
+def test_with_an_eds_folder_the_picked_and_pool_clusters_read_their_endpoints_from_it(monkeypatch, tmp_path):
+    # The mode's plan names GAIE's binary, which a fresh machine has not built: the render is what is tested here.
+    monkeypatch.setattr(gaie_epp.gaie_build, "build", lambda progress=print, **_: tmp_path / "epp")
     backends = [Endpoint("vllm-0", "127.0.0.2", 18001), Endpoint("vllm-1", "127.0.0.3", 18001)]
     plan = kit.plan_mode(Topology(mode="gaie-epp"), backends)
     base = {"admin_port": 1, "listen_port": 2, "jaeger_otlp_grpc_port": 3, "backends": backends, **plan.envoy_vars}
