@@ -24,7 +24,9 @@ class Part:
 
     name: str
     run: Callable[[], str]
-    fetch: bool = False  # mostly a download: it runs beside the compiles (its own lane), not after them
+    # In the lane beside the long compiles (Jaeger's, GAIE's, Kubernetes'), which leave a core idle at times (their
+    # downloads, their links): the small builds and the downloads.
+    beside: bool = False
 
 
 @dataclass
@@ -45,8 +47,8 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``).
     ``kubernetes``: also build the one-node cluster's binaries (``eppkit cluster up``) and the control plane.
 
-    The downloads (a vLLM, Envoy versions, Zipkin, a load tool) run beside the compiles, which use every core;
-    at the end, what was made and each part's time."""
+    The small builds and the downloads (the dynamic module, the floors, a vLLM, Envoy versions, Zipkin, a load tool)
+    run beside the long compiles; at the end, what was made and each part's time."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -74,8 +76,8 @@ def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: 
 
     parts = [
         Part("jaeger", lambda: f"version {jaeger.version(jaeger.build(progress))} at {jaeger.binary_path()}"),
-        Part("dynamic module", lambda: str(dynmod_build.build(progress=progress))),
-        Part("floors", lambda: str(floors_build.build(progress))),
+        Part("dynamic module", lambda: str(dynmod_build.build(progress=progress)), beside=True),
+        Part("floors", lambda: str(floors_build.build(progress)), beside=True),
     ]
     if first_use:
         from eppkit.runtimes import first_use as builds
@@ -83,19 +85,19 @@ def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: 
         parts += [Part(b.label, lambda b=b: b.build(progress)) for b in builds.BUILDS.values()]
     if kubernetes:
         parts.append(Part("kubernetes node", _node))
-    parts += [Part(name, lambda name=name: install_preset(name, progress), fetch=BACKENDS.get(name).downloads)
+    parts += [Part(name, lambda name=name: install_preset(name, progress), beside=BACKENDS.get(name).downloads)
               for name in backends]
     if ui:
-        parts.append(Part("zipkin", _zipkin, fetch=True))
+        parts.append(Part("zipkin", _zipkin, beside=True))
     if load_tool:
-        parts.append(Part("inference-perf", _load_tool, fetch=True))
+        parts.append(Part("inference-perf", _load_tool, beside=True))
     if envoy_versions:
-        parts.append(Part("envoy versions", lambda: _envoys(envoy_versions), fetch=True))
+        parts.append(Part("envoy versions", lambda: _envoys(envoy_versions), beside=True))
     return parts
 
 
 def _run_lanes(parts: list[Part]) -> list[Done]:
-    """The fetches in a thread beside the compiles; each lane in its order. Returns every part's outcome."""
+    """The parts ``beside`` in a thread beside the long compiles; each lane in its order. Every part's outcome."""
     done: list[Done] = []
 
     def lane(of: list[Part]) -> None:
@@ -109,19 +111,19 @@ def _run_lanes(parts: list[Part]) -> list[Done]:
                 done.append(Done(part, time.monotonic() - t0, failed=str(exc).splitlines()[0] if str(exc) else
                                  type(exc).__name__))
 
-    fetches = threading.Thread(target=lane, args=([p for p in parts if p.fetch],), name="bootstrap-fetch")
-    fetches.start()
+    beside = threading.Thread(target=lane, args=([p for p in parts if p.beside],), name="bootstrap-beside")
+    beside.start()
     try:
-        lane([p for p in parts if not p.fetch])
+        lane([p for p in parts if not p.beside])
     finally:
-        fetches.join()
+        beside.join()
     order = {p.name: i for i, p in enumerate(parts)}
     return sorted(done, key=lambda d: order[d.part.name])
 
 
 def summary(done: list[Done], wall_s: float) -> list[str]:
     """What bootstrap made and each part's time (a part that took under a second was already there)."""
-    lines = [f"done in {wall_s:.1f} s; each part (the downloads ran beside the compiles):"]
+    lines = [f"done in {wall_s:.1f} s; each part (the small builds and the downloads ran beside the long compiles):"]
     for d in done:
         state = "FAILED" if d.failed else ("cached" if d.seconds < 1 else "made")
         lines.append(f"  {d.part.name:<45} {d.seconds:7.1f} s  {state}{': ' + d.failed if d.failed else ''}")

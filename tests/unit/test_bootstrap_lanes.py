@@ -23,7 +23,7 @@ def test_a_download_runs_beside_the_compiles():
         fetched.set()
         return "fetched"
 
-    done = bootstrap._run_lanes([Part("compile", compile_part), Part("fetch", fetch_part, fetch=True)])
+    done = bootstrap._run_lanes([Part("compile", compile_part), Part("fetch", fetch_part, beside=True)])
     assert [(d.part.name, d.said, d.failed) for d in done] == [("compile", "compiled", ""), ("fetch", "fetched", "")]
 
 
@@ -34,7 +34,7 @@ def test_a_failed_part_is_told_and_the_others_still_run():
         raise RuntimeError("building GAIE's EPP failed: `go build` exited 1\nHint: ...")
 
     done = bootstrap._run_lanes([Part("gaie", broken), Part("after", lambda: ran.append(1) or "ok"),
-                                 Part("download", lambda: "ok", fetch=True)])
+                                 Part("download", lambda: "ok", beside=True)])
     assert ran == [1]
     assert [d.failed for d in done] == ["building GAIE's EPP failed: `go build` exited 1", "", ""]
     lines = bootstrap.summary(done, 12.0)
