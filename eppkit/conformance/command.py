@@ -26,7 +26,7 @@ def target_from(args: argparse.Namespace) -> Target:
     epp = opt.epp_options(args)
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
     return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None,
-                  cache_aware=args.cache_aware).validate()
+                  cache_aware=args.cache_aware, filters=tuple(getattr(args, "filters", None) or ())).validate()
 
 
 def envoy_versions(value: str | None) -> list[str | None]:

@@ -50,6 +50,9 @@ class Target:
     # The EPP says it routes by where the pods' KV-cache blocks are (it reads their KV events: {kv_events}): the
     # kv-cache-affinity check judges it; otherwise that check is n/a.
     cache_aware: bool = False
+    # Your filters in the chain of every testbed (--lua-filter, --dynamic-module, --http-filter): the EPP is judged
+    # with them in front of or behind it, as it will run.
+    filters: tuple = ()
 
     def __post_init__(self) -> None:
         if self.mode not in EPP_MODES:
@@ -92,12 +95,14 @@ class Target:
         """The EPP's testbed: three mock pods answering at once (the EPP is judged, not the backend), its mode
         and options, and ``options`` on top."""
         return Topology(mode=self.mode, vllm=[VllmSpec(name=p) for p in self.pods], latency=QUICK,
-                        options={**self.options, **options}, envoy_version=self.envoy_version)
+                        options={**self.options, **options}, envoy_version=self.envoy_version,
+                        filters=list(self.filters))
 
     def describe(self) -> dict[str, Any]:
         return {"mode": self.mode, "label": self.label, **{k: v for k, v in self.options.items() if v},
                 **({"shed_header": self.shed_header} if self.shed_header else {}),
-                **({"cache_aware": True} if self.cache_aware else {})}
+                **({"cache_aware": True} if self.cache_aware else {}),
+                **({"filters": [f"{f.label} @{f.position}" for f in self.filters]} if self.filters else {})}
 
     def replace(self, **changes: Any) -> "Target":
         return dataclasses.replace(self, **changes)

@@ -1,5 +1,7 @@
 """The conformance harness keeps the base testbed and one variant up: the others are stopped, their record kept."""
 
+from pathlib import Path
+
 from eppkit.conformance.harness import Harness
 from eppkit.conformance.target import Target
 
@@ -60,3 +62,15 @@ def test_without_keep_every_variant_stays_up_for_the_maker_to_stop():
         h.bed(variant)
     h.stop()
     assert not any(bed.stopped for bed in made) and not any(entry[0] == "stop" for entry in log)
+
+
+def test_the_users_filters_on_the_command_line_are_in_every_testbed_the_verdict_starts(tmp_path):
+    from eppkit.cli import parser
+    from eppkit.conformance.command import target_from
+
+    guard = tmp_path / "guard.lua"
+    guard.write_text("function envoy_on_request(handle) end\n")
+    target = target_from(parser().parse_args(["conformance", "--lua-filter", f"{guard}@after"]))
+    (lua,) = target.topology().filters
+    assert (Path(lua.path), lua.position) == (guard, "after")
+    assert target.describe()["filters"] == [f"Lua filter {guard} @after"]
