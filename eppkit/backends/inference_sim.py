@@ -136,5 +136,5 @@ def _server(s: Server) -> ServiceSpec:
 KIND = register(BackendKind(
     NAME, 10, "built once from the Go module proxy: `eppkit bootstrap --backend llm-d-inference-sim`", NONE,
     lambda _: f"external: {NAME} {TOOL.version} (started by the kit)", server=_server, all_interfaces=True,
-    pod_addresses=f"{NAME} binds every interface", install=lambda progress: str(build(progress)),
+    pod_addresses=f"{NAME} binds every interface", install=lambda progress: str(build(progress)), install_beside=True,
     require=lambda _: require_binary()))

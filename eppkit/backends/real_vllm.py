@@ -150,4 +150,4 @@ KIND = register(BackendKind(
     aggregated_only=("its CPU build has no KV connector to hand prefill's KV to decode; for vLLMs with one, give "
                      "--prefill-url and --decode-url"),
     one_per_pod=f"the {NAME} preset runs one server per pod (pods_per_mock is the mock's)", shared=True, own_command=True,
-    install=_install, downloads=True, require=_require, check_pool=lambda backend, servers: check_memory(servers, backend.command)))
+    install=_install, install_beside=True, require=_require, check_pool=lambda backend, servers: check_memory(servers, backend.command)))

@@ -67,7 +67,9 @@ class BackendKind:
     shared: bool = False  # its servers start once per session (pytest) or run (compare) and testbeds share them
     own_command: bool = False  # it can start a command of the user's (--vllm-command) or use servers already running
     install: Callable[[Callable[[str], object]], str] | None = None  # eppkit bootstrap --backend NAME: where it is
-    downloads: bool = False  # its install is mostly a download (bootstrap runs it beside the compiles)
+    # bootstrap runs its install beside the long compiles (GAIE's, Kubernetes'): a download, or a build that fills
+    # the core they leave idle at times
+    install_beside: bool = False
     require: Callable[["Backend"], None] = _nothing  # FileNotFoundError saying how to get it, before anything starts
     check_pool: Callable[["Backend", int], None] = _nothing  # ValueError when that many servers cannot run here
     validate: Callable[["Backend", FlowNeeds], None] = _nothing  # ValueError naming what its options get wrong

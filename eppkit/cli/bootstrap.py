@@ -47,8 +47,8 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``).
     ``kubernetes``: also build the one-node cluster's binaries (``eppkit cluster up``) and the control plane.
 
-    The small builds and the downloads (the dynamic module, the floors, a vLLM, Envoy versions, Zipkin, a load tool)
-    run beside the long compiles; at the end, what was made and each part's time."""
+    The small builds and the downloads (the dynamic module, the floors, the simulator, a vLLM, Envoy versions,
+    Zipkin, a load tool) run beside the long compiles (Jaeger's, GAIE's, Kubernetes'); at the end, what was made and each part's time."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -85,7 +85,7 @@ def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: 
         parts += [Part(b.label, lambda b=b: b.build(progress)) for b in builds.BUILDS.values()]
     if kubernetes:
         parts.append(Part("kubernetes node", _node))
-    parts += [Part(name, lambda name=name: install_preset(name, progress), beside=BACKENDS.get(name).downloads)
+    parts += [Part(name, lambda name=name: install_preset(name, progress), beside=BACKENDS.get(name).install_beside)
               for name in backends]
     if ui:
         parts.append(Part("zipkin", _zipkin, beside=True))
