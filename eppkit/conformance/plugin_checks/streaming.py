@@ -1,0 +1,46 @@
+"""A streamed answer through the plugin keeps the pace it has without it: the first token as soon, the tokens as far
+apart. A filter that reads the whole response (Lua ``handle:body()`` on the response path, a module that buffers it)
+holds every byte until the stream ends: its first token comes as late as its last."""
+
+from __future__ import annotations
+
+from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, evidence_of, judged
+from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.witness import NotWitnessed
+from eppkit.services.vllm.request_in import HEADER_ITL, HEADER_TTFT
+
+STREAMING = "streaming"
+TOKENS, TTFT_MS, ITL_MS = 20, 20, 20  # a stream of known pace: 20 tokens, 20 ms to the first and between each
+PACE = {HEADER_TTFT: str(TTFT_MS), HEADER_ITL: str(ITL_MS)}
+REQUESTS = 3  # per testbed and protocol, interleaved plugin / floor: their medians are compared
+
+
+@check("streaming-preserved", "a streamed answer keeps its pace through the plugin", category=STREAMING, level=MUST,
+       source="OpenAI streaming (SSE); a gateway filter must not buffer a stream", registry=PLUGIN_CHECKS)
+def streaming_preserved(h):
+    """Streamed chats of 20 tokens at 20 ms (the mock paced by ``x-mock-ttft-ms`` / ``x-mock-itl-ms``), three through
+    the plugin and three through the floor, interleaved: the client's time to first token and its inter-token gaps
+    (medians) are within max(5 ms, 10 %) of the floor's. Every stream must be served whole on both testbeds."""
+    beds = {"plugin": h.bed(), "floor": floor.bed(h)}
+    sents: dict[str, list] = {side: [] for side in beds}
+    for _ in range(REQUESTS):
+        for side, bed in beds.items():
+            sent = h.must_serve(h.send(bed, stream=True, max_tokens=TOKENS, headers=PACE),
+                                f"a streamed chat through the {side}")
+            if len(sent.result.tokens) != TOKENS:
+                raise NotWitnessed(f"a streamed chat through the {side} carried {len(sent.result.tokens)} tokens, "
+                                   f"not {TOKENS}", sent, h.request_timeout_s)
+            sents[side].append(sent)
+    ttft = {side: floor.median(s.result.ttft_ms for s in sent) for side, sent in sents.items()}
+    itl = {side: floor.median(gap for s in sent for gap in s.result.itl_ms) for side, sent in sents.items()}
+    evidence, problems = [], []
+    for what, figures in (("time to first token (client, median)", ttft), ("inter-token gap (client, median)", itl)):
+        line, problem = floor.compared(what, figures["plugin"], figures["floor"])
+        evidence.append(line)
+        problems += [problem] if problem else []
+    evidence += [f"{side}: {evidence_of(sent[-1].hop)}" for side, sent in sents.items()]
+    return judged(problems, evidence, failing="the plugin changed the stream's pace",
+                  passing=f"the stream kept its pace (time to first token {ttft['plugin']:.1f} ms, floor "
+                          f"{ttft['floor']:.1f} ms; gap {itl['plugin']:.1f} ms, floor {itl['floor']:.1f} ms)",
+                  fix="Let the response through as it comes (Lua: no handle:body() on the response, use "
+                      "bodyChunks(); a module: continue each chunk instead of buffering it)")
