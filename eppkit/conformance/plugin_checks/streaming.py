@@ -12,16 +12,19 @@ from eppkit.services.vllm.request_in import HEADER_ITL, HEADER_TTFT
 STREAMING = "streaming"
 TOKENS, TTFT_MS, ITL_MS = 20, 20, 20  # a stream of known pace: 20 tokens, 20 ms to the first and between each
 PACE = {HEADER_TTFT: str(TTFT_MS), HEADER_ITL: str(ITL_MS)}
-REQUESTS = 3  # per testbed and protocol, interleaved plugin / floor: their medians are compared
+REQUESTS = 5  # per testbed and protocol, interleaved plugin / floor, after one unmeasured: their medians compared
 
 
 @check("streaming-preserved", "a streamed answer keeps its pace through the plugin", category=STREAMING, level=MUST,
        source="OpenAI streaming (SSE); a gateway filter must not buffer a stream", registry=PLUGIN_CHECKS)
 def streaming_preserved(h):
-    """Streamed chats of 20 tokens at 20 ms (the mock paced by ``x-mock-ttft-ms`` / ``x-mock-itl-ms``), three through
-    the plugin and three through the floor, interleaved: the client's time to first token and its inter-token gaps
-    (medians) are within max(5 ms, 10 %) of the floor's. Every stream must be served whole on both testbeds."""
+    """Streamed chats of 20 tokens at 20 ms (the mock paced by ``x-mock-ttft-ms`` / ``x-mock-itl-ms``), five through
+    the plugin and five through the floor, interleaved, after one unmeasured chat on each: the client's median time
+    to first token is no later than max(5 ms, 10 %) after the floor's, and its median inter-token gap within
+    max(5 ms, 10 %) of the floor's either way. Every stream must be served whole on both testbeds."""
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}
+    for side, bed in beds.items():  # a fresh testbed's first request pays for its connections: not measured
+        h.must_serve(h.send(bed), f"a chat through the {side}")
     sents: dict[str, list] = {side: [] for side in beds}
     for _ in range(REQUESTS):
         for side, bed in beds.items():
@@ -34,8 +37,9 @@ def streaming_preserved(h):
     ttft = {side: floor.median(s.result.ttft_ms for s in sent) for side, sent in sents.items()}
     itl = {side: floor.median(gap for s in sent for gap in s.result.itl_ms) for side, sent in sents.items()}
     evidence, problems = [], []
-    for what, figures in (("time to first token (client, median)", ttft), ("inter-token gap (client, median)", itl)):
-        line, problem = floor.compared(what, figures["plugin"], figures["floor"])
+    for what, figures, later_only in (("time to first token (client, median)", ttft, True),
+                                      ("inter-token gap (client, median)", itl, False)):
+        line, problem = floor.compared(what, figures["plugin"], figures["floor"], later_only=later_only)
         evidence.append(line)
         problems += [problem] if problem else []
     evidence += [f"{side}: {evidence_of(sent[-1].hop)}" for side, sent in sents.items()]
