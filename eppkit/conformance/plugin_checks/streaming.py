@@ -15,13 +15,21 @@ PACE = {HEADER_TTFT: str(TTFT_MS), HEADER_ITL: str(ITL_MS)}
 REQUESTS = 5  # per testbed and protocol, interleaved plugin / floor, after one unmeasured: their medians compared
 
 
+def _beyond_backend(sent) -> float:
+    """The client's time to first token less the backend's own time to its first byte as Envoy recorded it
+    (upstream start to upstream first byte: no filter is in it). On a busy machine the mock's first byte wanders by
+    several ms a request; what is left is what Envoy and the filters (request path and response path) added."""
+    return sent.result.ttft_ms - sent.hop.phases().get("upstream", 0.0)
+
+
 @check("streaming-preserved", "a streamed answer keeps its pace through the plugin", category=STREAMING, level=MUST,
        source="OpenAI streaming (SSE); a gateway filter must not buffer a stream", registry=PLUGIN_CHECKS)
 def streaming_preserved(h):
     """Streamed chats of 20 tokens at 20 ms (the mock paced by ``x-mock-ttft-ms`` / ``x-mock-itl-ms``), five through
-    the plugin and five through the floor, interleaved, after one unmeasured chat on each: the client's median time
-    to first token is no later than max(5 ms, 10 %) after the floor's, and its median inter-token gap within
-    max(5 ms, 10 %) of the floor's either way. Every stream must be served whole on both testbeds."""
+    the plugin and five through the floor, interleaved, after one unmeasured chat on each: the client's time to first
+    token, less the backend's own time to its first byte (Envoy's record), is in median no later than max(5 ms,
+    10 %) after the floor's, and the median inter-token gap within max(5 ms, 10 %) of the floor's either way. Every
+    stream must be served whole on both testbeds."""
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}
     for side, bed in beds.items():  # a fresh testbed's first request pays for its connections: not measured
         h.must_serve(h.send(bed), f"a chat through the {side}")
@@ -35,9 +43,12 @@ def streaming_preserved(h):
                                    f"not {TOKENS}", sent, h.request_timeout_s)
             sents[side].append(sent)
     ttft = {side: floor.median(s.result.ttft_ms for s in sent) for side, sent in sents.items()}
+    beyond = {side: floor.median(_beyond_backend(s) for s in sent) for side, sent in sents.items()}
     itl = {side: floor.median(gap for s in sent for gap in s.result.itl_ms) for side, sent in sents.items()}
-    evidence, problems = [], []
-    for what, figures, later_only in (("time to first token (client, median)", ttft, True),
+    evidence = [(f"time to first token (client, median): {ttft['plugin']:.1f} ms through the plugin, "
+                f"{ttft['floor']:.1f} ms on the floor")]
+    problems = []
+    for what, figures, later_only in (("time to first token beyond the backend's own (median)", beyond, True),
                                       ("inter-token gap (client, median)", itl, False)):
         line, problem = floor.compared(what, figures["plugin"], figures["floor"], later_only=later_only)
         evidence.append(line)
@@ -45,6 +56,7 @@ def streaming_preserved(h):
     evidence += [f"{side}: {evidence_of(sent[-1].hop)}" for side, sent in sents.items()]
     return judged(problems, evidence, failing="the plugin changed the stream's pace",
                   passing=f"the stream kept its pace (time to first token {ttft['plugin']:.1f} ms, floor "
-                          f"{ttft['floor']:.1f} ms; gap {itl['plugin']:.1f} ms, floor {itl['floor']:.1f} ms)",
+                          f"{ttft['floor']:.1f} ms, beyond the backend's {beyond['plugin']:.1f} ms, floor "
+                          f"{beyond['floor']:.1f} ms; gap {itl['plugin']:.1f} ms, floor {itl['floor']:.1f} ms)",
                   fix="Let the response through as it comes (Lua: no handle:body() on the response, use "
                       "bodyChunks(); a module: continue each chunk instead of buffering it)")
