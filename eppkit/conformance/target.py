@@ -139,7 +139,7 @@ class PluginTarget:
         if unknown:
             raise ValueError(f"--plugin-rewrites {', '.join(unknown)}: choose {' | '.join(REWRITES)}")
 
-    def validate(self) -> "PluginTarget":
+    def validate(self) -> PluginTarget:
         """ValueError naming a bad mode or mode option now, before any testbed starts."""
         modes.check(self.topology())
         return self
@@ -170,5 +170,5 @@ class PluginTarget:
                 **{k: v for k, v in self.options.items() if v},
                 **({"rewrites": sorted(self.rewrites)} if self.rewrites else {})}
 
-    def replace(self, **changes: Any) -> "PluginTarget":
+    def replace(self, **changes: Any) -> PluginTarget:
         return dataclasses.replace(self, **changes)
