@@ -306,6 +306,13 @@ def _table() -> list[Option]:
         Option("--check", "run only this check and the checks it needs (repeatable; default: every check); a partial "
                "run gives no verdict", S({CONFORMANCE}), default=[], action="append", dest="checks", metavar="ID",
                group="conformance"),
+        Option("--plugin", "judge your filters themselves (--lua-filter, --dynamic-module, --http-filter) against the "
+               "same testbed without them, with the plugin checks (default mode: direct); without it your filters are "
+               "part of the EPP's testbed", S({CONFORMANCE}), action="store_true", group="conformance"),
+        Option("--plugin-rewrites", "with --plugin: the plugin rewrites this direction's bodies on purpose, so "
+               "bodies-byte-for-byte does not judge it (repeatable)", S({CONFORMANCE}), default=[], action="append",
+               choices=lambda: ("request", "response"), dest="plugin_rewrites", metavar="request|response",
+               group="conformance"),
         Option("--strict", "a failed should check fails the verdict too (default: it is a warning)", S({CONFORMANCE}),
                action="store_true", group="conformance"),
         Option("--budget", "the latency budget of the EPP's decision and release, at a percentile of ordinary "

@@ -6,6 +6,7 @@ testbeds and each exports to its own Jaeger.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class ClientResult:
     finished_s: float = 0.0
     error: str | None = None
     trailers: dict[str, str] = field(default_factory=dict)  # the answer's trailers (h2c)
+    body_sha256: str | None = None  # of a non-streamed answer's body as it arrived (None: streamed, or no answer)
 
     @property
     def text(self) -> str:
@@ -208,6 +210,7 @@ def _paced(parts: list[bytes], pause_s: float):
 
 
 def _set_body(result: ClientResult, raw: bytes) -> None:
+    result.body_sha256 = hashlib.sha256(raw).hexdigest()
     try:
         result.body = json.loads(raw) if raw else None
     except ValueError:

@@ -16,6 +16,9 @@ HEADER_REQUEST_ID = "x-request-id"
 # The sha256 of the request body exactly as it arrived (mock answers only): what the conformance suite
 # compares with what the client sent, to prove the body went through the EPP byte for byte.
 HEADER_BODY_SHA256 = "x-mock-request-sha256"
+# The sha256 of the (non-streamed) answer's body as the mock wrote it: what the plugin verdict compares with what
+# the client received, to prove the answer came back byte for byte.
+HEADER_RESPONSE_SHA256 = "x-mock-response-sha256"
 REQUEST_ID_KEY = web.RequestKey("eppkit_request_id", str) if hasattr(web, "RequestKey") else "eppkit_request_id"
 BODY_SHA256_KEY = web.RequestKey("eppkit_body_sha256", str) if hasattr(web, "RequestKey") else "eppkit_body_sha256"
 

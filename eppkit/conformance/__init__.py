@@ -22,6 +22,12 @@ partial ``--check`` run that failed nothing, or a must check that could not be j
     eppkit conformance --mode gaie-epp
 
 In pytest: :func:`eppkit.conformance.testing.conformance_tests` (one test per check).
+
+With ``--plugin`` the subject is your filters (:class:`~eppkit.conformance.target.PluginTarget`), judged by the plugin
+checks (:mod:`eppkit.conformance.plugin_checks`, a registry of their own) against the same testbed without them, in
+the same run; the same levels, witnesses, reports and exit codes (docs/bring-your-own-plugin.md, Judging your plugin).
+
+    eppkit conformance --plugin --lua-filter my_guard.lua
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from eppkit import options as opt
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks.latency import Budget
 from eppkit.conformance.suite import CONFORMS, FAILS, WARNINGS, run, selected
-from eppkit.conformance.target import Target
+from eppkit.conformance.target import PluginTarget, Target
 from eppkit.core.paths import reports_dir
 from eppkit.modes import external_epp
 from eppkit.modes.options import parse_set
@@ -21,12 +21,19 @@ from eppkit.modes.options import parse_set
 EXIT_CONFORMS, EXIT_FAILS, EXIT_CANNOT_RUN, EXIT_NO_VERDICT = 0, 1, 2, 3
 
 
-def target_from(args: argparse.Namespace) -> Target:
-    """The EPP the command line names (its flags: eppkit.options, command conformance)."""
+def target_from(args: argparse.Namespace) -> Target | PluginTarget:
+    """The subject the command line names (its flags: eppkit.options, command conformance): with ``--plugin`` your
+    filters, else the EPP (your filters, if any, in its testbeds)."""
+    filters = tuple(getattr(args, "filters", None) or ())
+    if getattr(args, "plugin", False):
+        return PluginTarget(filters=filters, mode=args.mode or "direct", options=parse_set(args.options),
+                            rewrites=frozenset(getattr(args, "plugin_rewrites", None) or ())).validate()
+    if getattr(args, "plugin_rewrites", None):
+        raise ValueError("--plugin-rewrites is for --plugin (a verdict on your filters)")
     epp = opt.epp_options(args)
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
     return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None,
-                  cache_aware=args.cache_aware, filters=tuple(getattr(args, "filters", None) or ())).validate()
+                  cache_aware=args.cache_aware, filters=filters).validate()
 
 
 def envoy_versions(value: str | None) -> list[str | None]:
@@ -63,16 +70,17 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         target = target_from(args)
-        checks = selected(args.checks) if args.checks else None
+        checks = selected(args.checks, kind=target.kind) if args.checks else None
         budget = Budget.parse(args.budget) if args.budget else None
         versions = envoy_versions(args.envoy_version)
     except ValueError as exc:
         print(f"eppkit conformance: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
     out = args.out or reports_dir() / time.strftime("conformance-%Y%m%d-%H%M%S")
-    count = len(checks) if checks is not None else len(selected())
+    count = len(checks) if checks is not None else len(selected(kind=target.kind))
     on = f" on Envoy {', '.join(v for v in versions if v)}" if versions != [None] else ""
-    print(f"eppkit conformance: {count} checks against {target.label} ({args.runtime}{on}); report in {out}",
+    what = f"the plugin {target.label}, floor: {target.floor_label}" if target.kind == "plugin" else target.label
+    print(f"eppkit conformance: {count} checks against {what} ({args.runtime}{on}); report in {out}",
           flush=True)
     beds = []
 

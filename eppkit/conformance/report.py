@@ -16,12 +16,23 @@ SYMBOL = {PASS: "✓", FAIL: "✗", NOT_APPLICABLE: "–", NOT_RUN: "·"}
 WORST_FIRST = (FAILS, INCOMPLETE, PARTIAL, WARNINGS, CONFORMS)  # the verdicts, worst first
 
 
+def subject(report: dict) -> dict:
+    """What was judged: an EPP or a plugin (``kind``), its label and mode (a report from before ``subject``: its EPP)."""
+    return report.get("subject") or {"kind": "epp", **report["epp"]}
+
+
+def _title(report: dict) -> str:
+    """The subject as a report's first line names it."""
+    judged = subject(report)
+    return f"the plugin {judged['label']}" if judged["kind"] == "plugin" else judged["label"]
+
+
 def junit(report: dict) -> str:
     """JUnit XML: a fail is a <failure> with the evidence (a failed *should* too: CI systems show it), n/a and not
     run are <skipped> with the reason; in a matrix report, one test case per check and Envoy version."""
     cases = [(c, f" [envoy {v}]") for v, r in report["matrix"].items() for c in r["checks"]] if "matrix" in report \
         else [(c, "") for c in report["checks"]]
-    suite = ET.Element("testsuite", name=f"eppkit conformance: {report['epp']['label']}", tests=str(len(cases)),
+    suite = ET.Element("testsuite", name=f"eppkit conformance: {_title(report)}", tests=str(len(cases)),
                        failures=str(sum(c["status"] == FAIL for c, _ in cases)),
                        skipped=str(sum(c["status"] in (NOT_APPLICABLE, NOT_RUN) for c, _ in cases)),
                        time=str(report["wall_s"]), timestamp=report["created"])
@@ -47,7 +58,9 @@ def text(report: dict) -> str:
     failures' messages, the warnings, the EPP hop."""
     if "matrix" in report:
         return _matrix_text(report)
-    lines = [f"eppkit conformance: {report['epp']['label']} ({report['runtime']}): {report['verdict'].upper()}"]
+    lines = [f"eppkit conformance: {_title(report)} ({report['runtime']}): {report['verdict'].upper()}"]
+    if subject(report)["kind"] == "plugin":
+        lines.append(f"  the floor: {subject(report)['floor']}; {report['floor']['rule']}")
     for c in report["checks"]:
         lines.append(f"  {SYMBOL[c['status']]} {c['status']:<8} {c['id']:<24} [{c['level']}] {c['title']}")
         if c["status"] in (FAIL, NOT_APPLICABLE, NOT_RUN):
@@ -77,7 +90,8 @@ def matrix(reports: list[dict]) -> dict:
     worst = min((r["verdict"] for r in reports), key=WORST_FIRST.index)
     first = reports[0]
     return {
-        "schema": first["schema"], "created": first["created"], "epp": first["epp"], "runtime": first["runtime"],
+        "schema": first["schema"], "created": first["created"], "subject": subject(first),
+        **{k: first[k] for k in ("epp", "floor") if k in first}, "runtime": first["runtime"],
         "versions": {k: v for k, v in first["versions"].items() if k != "envoy"},
         "envoy_versions": list(by_version),
         "verdict": worst,
@@ -93,8 +107,8 @@ def matrix(reports: list[dict]) -> dict:
 
 def _matrix_text(report: dict) -> str:
     versions = report["envoy_versions"]
-    lines = [f"eppkit conformance: {report['epp']['label']} ({report['runtime']}), Envoy {', '.join(versions)}: "
-             f"{report['verdict'].upper()}",
+    lines = [(f"eppkit conformance: {_title(report)} ({report['runtime']}), Envoy {', '.join(versions)}: "
+              f"{report['verdict'].upper()}"),
              "  " + " " * 34 + "".join(f"{v:>14}" for v in versions)]
     for c in report["checks"]:
         lines.append(f"  {c['id']:<24} [{c['level']:<6}]" + "".join(f"{c['status'][v]:>14}" for v in versions))

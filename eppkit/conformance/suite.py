@@ -1,4 +1,5 @@
-"""Running the checks against one EPP: in order, a check whose needs failed not run, every testbed stopped after."""
+"""Running the checks against one subject (an EPP, or a plugin with ``--plugin``): in order, a check whose needs
+failed not run, every testbed stopped after."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from typing import Any, Callable, Iterable
 
 from eppkit.conformance.checks import CHECKS, Check, Result
 from eppkit.conformance.checks.latency import Budget
-from eppkit.conformance.checks.registry import FAIL, MUST, NOT_APPLICABLE, NOT_RUN, PASS, evidence_of
+from eppkit.conformance.checks.registry import FAIL, MUST, NOT_APPLICABLE, NOT_RUN, PASS, PLUGIN_CHECKS, evidence_of
 from eppkit.conformance.harness import Harness, MakeBed
+from eppkit.conformance.plugin_checks import FLOOR
 from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
 from eppkit.conformance.witness import NotWitnessed
 from eppkit.gateway import hop as hop_mod
@@ -21,21 +23,24 @@ from eppkit.observability import steps
 from eppkit.observability.client import HTTP1, PROTOCOLS
 
 SCHEMA = "eppkit.conformance/2"  # the report's format; bumped when a field changes meaning
+# Each subject's checks (Target.kind -> registry): an EPP's never run on a plugin, nor a plugin's on an EPP.
+REGISTRIES = {"epp": CHECKS, "plugin": PLUGIN_CHECKS}
 
 
-def selected(only: Iterable[str] = (), categories: Iterable[str] = ()) -> list[Check]:
-    """The checks to run: every one, or those named and every check they need, transitively (a check judged
-    without its prerequisites would pass on requests the prerequisites exist to make sure are served); ValueError
-    naming the known ones for a wrong name."""
+def selected(only: Iterable[str] = (), categories: Iterable[str] = (), *, kind: str = "epp") -> list[Check]:
+    """The checks of a ``kind`` of subject to run: every one, or those named and every check they need,
+    transitively (a check judged without its prerequisites would pass on requests the prerequisites exist to make
+    sure are served); ValueError naming the known ones for a wrong name."""
+    registry = REGISTRIES[kind]
     only, categories = list(only), list(categories)
     wanted = set()
-    todo = [CHECKS.get(name) for name in only]
+    todo = [registry.get(name) for name in only]
     while todo:
         check = todo.pop()
         if check.name not in wanted:
             wanted.add(check.name)
-            todo += [CHECKS.get(n) for n in check.needs]
-    return [c for c in CHECKS.all() if (not only or c.name in wanted) and (not categories or c.category in categories)]
+            todo += [registry.get(n) for n in check.needs]
+    return [c for c in registry.all() if (not only or c.name in wanted) and (not categories or c.category in categories)]
 
 
 def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Result:
@@ -143,22 +148,26 @@ def verdict(checks: list[Check], results: dict[str, Result], *, partial: bool, s
 def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None, runtime: str = "local",
         on_result: Callable[[Check, Result], None] | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S,
         protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None, strict: bool = False) -> dict:
-    """Every check against ``target`` (or ``checks``: :func:`selected`'s); the report (a dict:
+    """Every check of ``target``'s kind against it (or ``checks``: :func:`selected`'s); the report (a dict:
     :func:`eppkit.conformance.report.write` writes it)."""
-    # Two testbeds up at a time: the base one most checks use, and the variant of the check at hand.
+    # Two testbeds up at a time: the base one most checks use, and the variant of the check at hand (a plugin's:
+    # its floor, started once for every check).
     harness = Harness(target, make_bed, request_timeout_s=request_timeout_s, keep=1, protocols=protocols,
                       budget=budget)
-    partial = checks is not None and len(checks) < len(CHECKS.all())
-    checks = checks if checks is not None else list(CHECKS.all())
+    registry = REGISTRIES[target.kind]
+    partial = checks is not None and len(checks) < len(registry.all())
+    checks = checks if checks is not None else list(registry.all())
     results: dict[str, Result] = {}
     started = time.monotonic()
     try:
-        harness.probe_concurrency()
+        if target.kind == "epp":  # a plugin's checks time requests against a floor: one at a time on 2 cores
+            harness.probe_concurrency()
         for check in checks:
             results[check.name] = run_check(check, harness, results)
             if on_result is not None:
                 on_result(check, results[check.name])
-        hops = hop_summary(harness.hops())
+        # (a plugin's requests went through two testbeds: their evidence holds each one's record, per check)
+        hops = hop_summary(harness.hops()) if target.kind == "epp" else {}
         judged_by = versions(harness.envoy_binary)
     finally:
         harness.stop()
@@ -167,7 +176,8 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-        "epp": target.describe(),
+        "subject": target.describe(),
+        **({"epp": target.describe()} if target.kind == "epp" else {"floor": FLOOR}),  # "epp": schema 2's readers
         "runtime": runtime,
         "versions": judged_by,
         "protocols": list(protocols),

@@ -1,4 +1,5 @@
-"""The EPP under test: which mode hosts it, how it is started, what it can be asked to do.
+"""The subject under test: an EPP (:class:`Target`: which mode hosts it, how it is started, what it can be asked
+to do) or a plugin (:class:`PluginTarget`: your filters, judged against the same testbed without them).
 
 Every EPP the kit can host can be judged: the kit's own (``ext_proc``, ``sidecar``), one of your own
 (``external-epp`` with ``epp_command`` or ``epp_address``) and GAIE's (``gaie-epp``). The suite builds
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from eppkit import modes
 from eppkit import options as options_table
@@ -53,6 +54,7 @@ class Target:
     # Your filters in the chain of every testbed (--lua-filter, --dynamic-module, --http-filter): the EPP is judged
     # with them in front of or behind it, as it will run.
     filters: tuple = ()
+    kind: ClassVar[str] = "epp"  # what the report says was judged
 
     def __post_init__(self) -> None:
         if self.mode not in EPP_MODES:
@@ -99,10 +101,74 @@ class Target:
                         filters=list(self.filters))
 
     def describe(self) -> dict[str, Any]:
-        return {"mode": self.mode, "label": self.label, **{k: v for k, v in self.options.items() if v},
+        return {"kind": self.kind, "mode": self.mode, "label": self.label,
+                **{k: v for k, v in self.options.items() if v},
                 **({"shed_header": self.shed_header} if self.shed_header else {}),
                 **({"cache_aware": True} if self.cache_aware else {}),
                 **({"filters": [f"{f.label} @{f.position}" for f in self.filters]} if self.filters else {})}
 
     def replace(self, **changes: Any) -> "Target":
+        return dataclasses.replace(self, **changes)
+
+
+REWRITES = ("request", "response")  # the directions a plugin may declare it rewrites (--plugin-rewrites)
+
+
+@dataclass
+class PluginTarget:
+    """Your filters judged as the subject (``eppkit conformance --plugin``): each check sends the same requests
+    through the testbed with them and through its floor, the same topology without them, in the same run; the
+    filters' effect is the difference. Same protocol as :class:`Target` (what the harness and suite use)."""
+
+    filters: tuple = ()
+    mode: str = "direct"  # any mode: direct judges the filter alone (no picker in the floor's numbers)
+    options: dict[str, Any] = field(default_factory=dict)
+    envoy_version: str | None = None
+    # The directions the plugin declares it rewrites on purpose: bodies-byte-for-byte does not judge them.
+    rewrites: frozenset = frozenset()
+    pods: tuple[str, ...] = PODS[:1]  # one pod: the filter is judged, not the pick
+    test_header_options: dict[str, Any] = field(default_factory=dict)
+    kind: ClassVar[str] = "plugin"
+
+    def __post_init__(self) -> None:
+        if not self.filters:
+            raise ValueError("--plugin judges your filter: give --lua-filter, --dynamic-module or --http-filter")
+        self.filters = tuple(self.filters)
+        self.rewrites = frozenset(self.rewrites)
+        unknown = sorted(self.rewrites - set(REWRITES))
+        if unknown:
+            raise ValueError(f"--plugin-rewrites {', '.join(unknown)}: choose {' | '.join(REWRITES)}")
+
+    def validate(self) -> PluginTarget:
+        """ValueError naming a bad mode or mode option now, before any testbed starts."""
+        modes.check(self.topology())
+        return self
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{f.label} @{f.position}" for f in self.filters)
+
+    @property
+    def floor_label(self) -> str:
+        return f"the same {self.mode} testbed without the plugin's filters (same Envoy, same pods)"
+
+    def has_lua(self) -> bool:
+        from eppkit.gateway.user_filters import LuaFilter
+
+        return any(isinstance(f, LuaFilter) for f in self.filters)
+
+    def topology(self, *, floor: bool = False, **options: Any) -> Topology:
+        """The plugin's testbed (one pod, quick, the mode and options, the filters), or with ``floor`` the same
+        without the filters."""
+        return Topology(mode=self.mode, vllm=[VllmSpec(name=p) for p in self.pods], latency=QUICK,
+                        options={**self.options, **options}, envoy_version=self.envoy_version,
+                        filters=[] if floor else list(self.filters))
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "mode": self.mode, "label": self.label,
+                "filters": [f"{f.label} @{f.position}" for f in self.filters], "floor": self.floor_label,
+                **{k: v for k, v in self.options.items() if v},
+                **({"rewrites": sorted(self.rewrites)} if self.rewrites else {})}
+
+    def replace(self, **changes: Any) -> PluginTarget:
         return dataclasses.replace(self, **changes)

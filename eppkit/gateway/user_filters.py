@@ -175,6 +175,10 @@ def prepare(filters: list[UserFilter], envoy: EnvoyBinary, work_dir: Path,
         if isinstance(flt, HttpFilter) and not isinstance(flt.snippet, Path):
             label = f"HTTP filter {entry['name']}"  # known once the YAML is read
         entry["name"] = _unique(str(entry["name"]), names)
+        if isinstance(flt, LuaFilter):
+            # Its own stat_prefix: its ``errors`` counter (a script error, which Envoy lets the request through on)
+            # is http.<connection manager>.lua.<prefix>.errors, apart from any other Lua filter's (lua-callout's).
+            entry["typed_config"]["stat_prefix"] = lua_stat_prefix(entry["name"])
         prepared.append(PreparedFilter(label, flt.position, entry))
         check(prepared[-1], envoy, work_dir / f"user-filter-{index}.yaml")
     return prepared
@@ -254,6 +258,11 @@ def _lua_entry(flt: LuaFilter) -> dict:
             code = f"{LUA_CONFIG_GLOBAL} = {lua_literal(flt.config)}; {code}"
         source = {"inline_string": code}
     return {"name": name, "typed_config": {"@type": LUA_TYPE, "default_source_code": source}}
+
+
+def lua_stat_prefix(name: str) -> str:
+    """A Lua filter entry's stat_prefix: its name with every character a stat name splits on made ``_``."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
 
 
 def _module_entry(flt: DynamicModule, progress: Callable[[str], object]) -> dict:

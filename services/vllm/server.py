@@ -16,6 +16,7 @@ The request's way in (its body, its ``x-mock-*`` headers) is :mod:`~eppkit.servi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import json
 import logging
@@ -33,7 +34,7 @@ from eppkit.services.openai_server.ec_cache import EncoderCache
 from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from eppkit.services.openai_server.metrics import VllmMetrics
 from eppkit.services.openai_server.responses import DONE, Renderer, usage
-from eppkit.services.pod_headers import HEADER_POD, REQUEST_ID_KEY, pod_headers_middleware
+from eppkit.services.pod_headers import HEADER_POD, HEADER_RESPONSE_SHA256, REQUEST_ID_KEY, pod_headers_middleware
 from eppkit.services.vllm import multipart, recording, reply, request_in
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig
@@ -377,7 +378,9 @@ class MockVllm:
         if flow.response is not None:  # multipart: headers went out at the first token
             await reply.write_eof(flow, body)
             return flow.response
-        return web.Response(body=body, content_type="application/json", headers=reply.headers(self.c.instance, flow))
+        return web.Response(body=body, content_type="application/json",
+                            headers={**reply.headers(self.c.instance, flow),
+                                     HEADER_RESPONSE_SHA256: hashlib.sha256(body).hexdigest()})
 
     # ---- steps -----------------------------------------------------------------------
 

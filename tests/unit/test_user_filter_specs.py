@@ -123,6 +123,9 @@ def test_lua_from_a_file_is_read_by_envoy_and_with_config_inlined_on_line_one(no
     assert code.count("\n") == LUA.count("\n"), "the user's line numbers stay as they are"
     assert inline.entry["typed_config"]["default_source_code"] == {"inline_string": LUA}
     assert [p.entry["name"] for p in (plain, configured, inline)] == ["user.lua.tag", "user.lua.tag.2", "user.lua"]
+    # each its own errors counter: http.ingress.lua.<stat_prefix>.errors
+    assert [p.entry["typed_config"]["stat_prefix"] for p in (plain, configured, inline)] == [
+        "user_lua_tag", "user_lua_tag_2", "user_lua"]
     assert len(no_envoy) == 3, "each filter is validated on its own"
 
 

@@ -82,16 +82,20 @@ class Check:
 
 
 CHECKS: Registry[Check] = Registry("conformance check")
+# A plugin's checks (eppkit.conformance.plugin_checks): a registry of their own, so an EPP is never judged by a
+# plugin's rules nor a plugin by an EPP's.
+PLUGIN_CHECKS: Registry[Check] = Registry("plugin check")
 _order = iter(range(10_000))
 
 
 def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
           needs: tuple[str, ...] = (), per_protocol: bool = True,
-          declared: Callable[..., str | None] | None = None) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
-    """Register the decorated function (``harness -> Result``) as check ``name``."""
+          declared: Callable[..., str | None] | None = None,
+          registry: Registry[Check] = CHECKS) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+    """Register the decorated function (``harness -> Result``) as check ``name`` (an EPP's, or in ``registry``)."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
-        CHECKS.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared))
+        registry.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared))
         return fn
 
     return register

@@ -1,0 +1,107 @@
+"""Bodies through the plugin byte for byte, both ways: what the client sends is what the backend receives (the mock's
+``x-mock-request-sha256``: the digest the EPP verdict's bodies check reads), what the backend answers is what the
+client receives (the mock's ``x-mock-response-sha256``). A plugin that declares it rewrites a direction
+(``--plugin-rewrites request|response``) is not judged on it."""
+
+from __future__ import annotations
+
+import json
+
+from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, judged
+from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.witness import NotWitnessed, Sent
+from eppkit.services.pod_headers import HEADER_RESPONSE_SHA256
+
+BODIES = "bodies"
+KIB = 1024
+SIZES = (0, 1, 16 * KIB - 1, 16 * KIB + 1, KIB * KIB)  # around Envoy's 16 KiB buffer slices, and a large one
+PACED = {"pieces": 8, "pause_s": 0.005}  # a body written in paced pieces: many data frames / chunks to the filter
+ANSWER_TOKENS = 200  # a non-streamed answer of a few KiB
+
+
+def _rewrites(target) -> set[str]:
+    return set(getattr(target, "rewrites", ()) or ())
+
+
+def _declared(target) -> str | None:
+    if {"request", "response"} <= _rewrites(target):
+        return "the plugin declares it rewrites request and response bodies (--plugin-rewrites)"
+    return None
+
+
+def exact_body(size: int, model: str) -> bytes:
+    """A chat request of exactly ``size`` bytes (its prompt one long word of ``x``); one shorter than the smallest
+    such JSON is that many spaces (the backend answers it 400 and still reports the digest of what it received)."""
+    head = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": ""}]}
+    empty = len(json.dumps(head).encode())
+    if size < empty:
+        return b" " * size
+    head["messages"][0]["content"] = "x" * (size - empty)
+    return json.dumps(head).encode()
+
+
+def _received(h, sent: Sent, what: str) -> str:
+    """The digest the backend reports for ``sent``'s body; NotWitnessed when no backend answered it."""
+    got = h.body_digest(sent.result)
+    if got is None or h.served_by(sent.result) is None:
+        h.must_serve(sent, what, status=sent.result.status or 200)
+        raise NotWitnessed(f"{what}: the backend reported no digest", sent, h.request_timeout_s)
+    return got
+
+
+def _request_body(h, beds: dict, data: bytes, traffic: dict, label: str) -> dict[str, str]:
+    """What the backend received of ``data`` through each testbed (side -> sha256); NotWitnessed when the floor
+    itself changed it."""
+    got = {}
+    for side, bed in beds.items():
+        sent = h.send(bed, raw_body=data, **traffic)
+        got[side] = _received(h, sent, f"a {label} body through the {side}")
+        if side == "floor" and got[side] != h.digest(data):
+            raise NotWitnessed(f"a {label} body changed on the floor itself", sent, h.request_timeout_s)
+    return got
+
+
+@check("bodies-byte-for-byte", "bodies pass the plugin byte for byte, both ways", category=BODIES, level=MUST,
+       source="HTTP semantics: a filter that does not say it rewrites a body forwards it unchanged",
+       registry=PLUGIN_CHECKS, declared=_declared)
+def bodies_byte_for_byte(h):
+    """Request bodies of 0 B, 1 B, 16 KiB−1, 16 KiB+1 and 1 MiB, each written whole and in 8 paced pieces, reach the
+    backend with the sha256 the client sent; a non-streamed answer of a few KiB reaches the client with the sha256
+    the backend wrote. The same requests through the floor must do so too (else the testbed, not the plugin, changes
+    them: not judged)."""
+    beds = {"plugin": h.bed(), "floor": floor.bed(h)}
+    rewrites = _rewrites(h.target)
+    evidence, problems = [], []
+    if "request" not in rewrites:
+        model = beds["plugin"].backends[0].model
+        forms = [(size, traffic) for size in SIZES for traffic in ({}, PACED)]
+        for size, traffic in forms:
+            data = exact_body(size, model)
+            label = f"{size} B" + (f" in {traffic['pieces']} paced pieces" if traffic else " whole")
+            got = _request_body(h, beds, data, traffic, label)
+            evidence.append(f"request {label}: client sha256 {h.digest(data)[:16]}…, backend received "
+                            f"{got['plugin'][:16]}… through the plugin, {got['floor'][:16]}… on the floor")
+            if got["plugin"] != h.digest(data):
+                problems.append(f"the {label} request body reached the backend changed")
+    else:
+        evidence.append("request bodies: not judged (the plugin declares it rewrites them)")
+    if "response" not in rewrites:
+        for side, bed in beds.items():
+            sent = h.must_serve(h.send(bed, max_tokens=ANSWER_TOKENS), f"a chat through the {side}")
+            wrote, got = sent.result.headers.get(HEADER_RESPONSE_SHA256), sent.result.body_sha256
+            if wrote is None:
+                raise NotWitnessed(f"the backend's answer through the {side} carries no {HEADER_RESPONSE_SHA256}",
+                                   sent, h.request_timeout_s)
+            evidence.append(f"response through the {side}: backend wrote sha256 {wrote[:16]}…, client received "
+                            f"{(got or 'nothing')[:16]}…")
+            if got != wrote:
+                if side == "floor":
+                    raise NotWitnessed("the answer changed on the floor itself", sent, h.request_timeout_s)
+                problems.append("the response body reached the client changed")
+    else:
+        evidence.append("response bodies: not judged (the plugin declares it rewrites them)")
+    return judged(problems, evidence, failing="the plugin changed a body it does not declare it rewrites",
+                  passing="every body passed byte for byte" + (f" (not judged: {', '.join(sorted(rewrites))})"
+                                                                if rewrites else ""),
+                  fix="Forward bodies unchanged, or declare the direction you rewrite (--plugin-rewrites)")
+

@@ -1,0 +1,83 @@
+"""Each plugin check is proven by a gallery filter that breaks its rule (eppkit.conformance.gallery): the plugin
+verdict fails exactly that filter's check under both client protocols, in Envoy's words, and every other check
+passes; the gallery's no-op filter conforms. The plugin's testbed and its floor start once per verdict."""
+
+from __future__ import annotations
+
+import pytest
+
+from eppkit.conformance import report as rp
+from eppkit.conformance.checks.registry import PLUGIN_CHECKS
+from eppkit.conformance.gallery import GALLERY, path
+from eppkit.conformance.suite import run
+from eppkit.conformance.target import PluginTarget
+from eppkit.gateway.user_filters import LuaFilter
+from eppkit.runtimes import create, create_jaeger
+from eppkit.runtimes.testbed import new_run_dir
+
+pytestmark = pytest.mark.e2e
+
+# gallery filter -> the checks it fails (every other check passes), and words (Envoy's, or the figures) its failure
+# message must use
+CAUGHT_BY = {
+    "noop": (set(), ""),
+    "reads_whole_response": ({"streaming-preserved"}, "time to first token"),
+    "corrupts_body": ({"bodies-byte-for-byte"}, "16385 B whole request body reached the backend changed"),
+    "errors_without_header": ({"no-script-errors"}, "script log: [string"),
+}
+# What each failure's evidence must hold in Envoy's own words.
+ENVOY_SAYS = {
+    "streaming-preserved": "Envoy's access log",
+    "bodies-byte-for-byte": "backend received",
+    "no-script-errors": "[error][lua]",
+}
+
+
+def test_every_gallery_filter_has_its_checks():
+    assert set(CAUGHT_BY) == set(GALLERY)
+    assert set().union(*(checks for checks, _ in CAUGHT_BY.values())) == set(PLUGIN_CHECKS.names())
+
+
+@pytest.fixture(scope="module")
+def make_bed():
+    """Local testbeds sharing one Jaeger, each stopped after its verdict."""
+    beds: list = []
+    with create_jaeger("local", new_run_dir("jaeger-plugin-gallery")) as jaeger:
+        def make(topology):
+            bed = create(topology, runtime="local", jaeger=jaeger)
+            beds.append(bed)
+            return bed.start()
+
+        yield make, beds
+
+
+def judge(make_bed, name: str, **target) -> dict:
+    make, beds = make_bed
+    try:
+        return run(PluginTarget(filters=(LuaFilter(path=path(name)),), **target), make, runtime="local")
+    finally:
+        while beds:
+            beds.pop().stop()
+
+
+@pytest.mark.parametrize("name", sorted(CAUGHT_BY))
+def test_a_gallery_filter_fails_exactly_its_own_checks_under_both_client_protocols(make_bed, name):
+    checks, words = CAUGHT_BY[name]
+    report = judge(make_bed, name)
+    assert report["subject"]["kind"] == "plugin" and "epp" not in report, report["subject"]
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses == {c: "fail" if c in checks else "pass" for c in PLUGIN_CHECKS.names()}, rp.text(report)
+    assert report["verdict"] == ("does not conform" if checks else "conforms"), rp.text(report)
+    failed = {c["id"]: c for c in report["checks"] if c["status"] == "fail"}
+    for check in checks:
+        message, evidence = failed[check]["message"], failed[check]["evidence"]
+        assert words in message, message
+        said = {p for p in ("http/1.1", "h2c") if f"[{p}]" in message} or {"http/1.1", "h2c"}
+        assert said == {"http/1.1", "h2c"}, (check, message)
+        assert any(ENVOY_SAYS[check] in line for line in evidence), evidence
+
+
+def test_a_declared_rewrite_is_not_judged(make_bed):
+    report = judge(make_bed, "corrupts_body", rewrites={"request"})
+    bodies = next(c for c in report["checks"] if c["id"] == "bodies-byte-for-byte")
+    assert bodies["status"] == "pass" and "not judged: request" in bodies["message"], bodies

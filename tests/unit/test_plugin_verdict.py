@@ -1,0 +1,131 @@
+"""The plugin verdict's machinery without a testbed: its target and floor, its own registry, the floor's rule, the
+exact bodies, the command line, the report."""
+
+from __future__ import annotations
+
+import json
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from eppkit.conformance import report as rp
+from eppkit.conformance.checks import CHECKS
+from eppkit.conformance.checks.registry import FAIL, PASS, PLUGIN_CHECKS, Check, Result
+from eppkit.conformance.gallery import GALLERY, path
+from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.plugin_checks.bodies import SIZES, exact_body
+from eppkit.conformance.suite import run, selected
+from eppkit.conformance.target import PluginTarget
+from eppkit.gateway.user_filters import HttpFilter, LuaFilter, lua_stat_prefix
+
+pytestmark = pytest.mark.unit
+
+LUA = LuaFilter(source="function envoy_on_request(h) end", position="after")
+
+
+def test_a_plugin_target_is_its_filters_and_its_floor_the_same_testbed_without_them():
+    target = PluginTarget(filters=(LUA,))
+    bed, base = target.topology(floor=True), target.topology()
+    assert (base.mode, base.filters, bed.filters) == ("direct", [LUA], [])
+    assert (bed.mode, [v.name for v in bed.vllm], bed.envoy_version) == (base.mode, [v.name for v in base.vllm], None)
+    assert target.replace(envoy_version="1.39.2").topology(floor=True).envoy_version == "1.39.2"
+    described = target.describe()
+    assert described["kind"] == "plugin" and "without the plugin's filters" in described["floor"]
+    assert described["filters"] == ["Lua filter user.lua (inline) @after"]
+    assert PluginTarget(filters=(LUA,), mode="ext_proc").topology(floor=True).mode == "ext_proc"  # any mode
+
+
+def test_a_plugin_target_needs_a_filter_and_knows_the_directions_it_may_rewrite():
+    with pytest.raises(ValueError, match="give --lua-filter"):
+        PluginTarget()
+    with pytest.raises(ValueError, match="choose request | response"):
+        PluginTarget(filters=(LUA,), rewrites={"headers"})
+    assert PluginTarget(filters=(LUA,)).has_lua()
+    assert not PluginTarget(filters=(HttpFilter({"name": "x", "typed_config": {}}),)).has_lua()
+
+
+def test_a_plugin_is_judged_by_its_own_checks_and_an_epp_never_by_them():
+    plugin = [c.name for c in selected(kind="plugin")]
+    assert plugin == ["streaming-preserved", "bodies-byte-for-byte", "no-script-errors"]
+    # (bodies-byte-for-byte is a rule of both, judged two ways: its EPP check and its plugin check are two entries)
+    assert not set(selected(kind="plugin")) & set(selected())
+    assert set(plugin) & set(CHECKS.names()) == {"bodies-byte-for-byte"}
+    assert [c.name for c in selected(["no-script-errors"], kind="plugin")] == ["no-script-errors"]
+    with pytest.raises(ValueError, match="unknown plugin check 'serves'"):
+        selected(["serves"], kind="plugin")
+    with pytest.raises(ValueError, match="unknown conformance check 'streaming-preserved'"):
+        selected(["streaming-preserved"])
+    for c in PLUGIN_CHECKS.all():
+        assert c.doc and c.source and c.level == "must" and c.per_protocol
+
+
+def test_the_floor_rule_is_max_5_ms_or_10_percent():
+    assert floor.tolerance_ms(20) == 5 and floor.tolerance_ms(400) == 40
+    assert floor.within(25, 20) and floor.within(15, 20) and not floor.within(25.1, 20)
+    assert floor.within(440, 400) and not floor.within(441, 400)
+    # a first token sooner than the floor's is the machine's noise; gaps that shrink are a changed pace
+    assert floor.within(0, 20, later_only=True) and not floor.within(0, 20)
+    line, problem = floor.compared("gap", 0.0, 20.0)
+    assert problem == line and "allowed ±5.0 ms" in line
+    assert floor.compared("ttft", 22.0, 20.0, later_only=True)[1] is None
+    assert floor.median([3, 1, 2, 100]) == 2.5
+
+
+def test_bodies_are_exactly_their_size():
+    assert SIZES == (0, 1, 16383, 16385, 1048576)
+    for size in SIZES:
+        assert len(exact_body(size, "m")) == size
+    assert json.loads(exact_body(16385, "m"))["messages"][0]["content"].strip("x") == ""
+    assert exact_body(1, "m") == b" "
+
+
+def test_the_command_line_names_a_plugin_with_plugin(tmp_path):
+    from eppkit.cli import parser
+    from eppkit.conformance.command import target_from
+
+    lua = path("noop")
+    target = target_from(parser().parse_args(["conformance", "--plugin", "--lua-filter", str(lua),
+                                              "--plugin-rewrites", "response"]))
+    assert isinstance(target, PluginTarget) and target.mode == "direct" and target.rewrites == {"response"}
+    assert target_from(parser().parse_args(["conformance", "--lua-filter", str(lua)])).kind == "epp"
+    with pytest.raises(ValueError, match="--plugin-rewrites is for --plugin"):
+        target_from(parser().parse_args(["conformance", "--plugin-rewrites", "request"]))
+    with pytest.raises(ValueError, match="give --lua-filter"):
+        target_from(parser().parse_args(["conformance", "--plugin"]))
+
+
+def test_the_gallery_ships_a_file_per_entry():
+    assert "noop" in GALLERY and all(path(name).is_file() for name in GALLERY)
+    with pytest.raises(ValueError, match="no gallery filter"):
+        path("nope")
+
+
+def test_each_lua_filter_counts_its_errors_under_a_prefix_of_its_own():
+    assert lua_stat_prefix("user.lua.guard-2") == "user_lua_guard_2"
+
+
+def test_a_plugin_report_says_it_judged_a_plugin_and_what_the_floor_was(tmp_path):
+    answers = {"streaming-preserved": Result(FAIL, "the plugin changed the stream's pace", ["Envoy's access log"]),
+               "bodies-byte-for-byte": Result(PASS, "every body passed byte for byte")}
+    fake = [Check(c.name, c.title, c.category, c.level, c.source, c.order, lambda h, n=c.name: answers[n])
+            for c in PLUGIN_CHECKS.all() if c.name in answers]
+    report = run(PluginTarget(filters=(LUA,)), make_bed=lambda t: None, checks=fake, runtime="local")
+    assert report["subject"]["kind"] == "plugin" and "epp" not in report and report["floor"]["rule"] == floor.RULE
+    assert report["verdict"] == "does not conform" and report["hop"] == {}
+    text = rp.text(report)
+    assert text.startswith("eppkit conformance: the plugin Lua filter user.lua (inline) @after")
+    assert "the floor: the same direct testbed without the plugin's filters" in text
+    assert ET.fromstring(rp.junit(report)).get("name").startswith("eppkit conformance: the plugin ")
+    assert "The floor:" in rp.write(report, tmp_path)["html"].read_text()
+    assert rp.matrix([report, {**report, "versions": {"envoy": "1.39.2"}}])["subject"]["kind"] == "plugin"
+
+
+def test_the_guide_lists_every_plugin_check_with_its_level():
+    """bring-your-own-plugin.md's table of plugin checks is the registry's: same ids, same levels."""
+    import re
+
+    from tests.support.imports import ROOT
+
+    text = (ROOT / "docs" / "bring-your-own-plugin.md").read_text().split("## Judging your plugin")[1]
+    documented = dict(re.findall(r"^\| `([a-z0-9-]+)` \| (must|should) \|", text, re.MULTILINE))
+    assert documented == {check.name: check.level for check in PLUGIN_CHECKS.all()}
