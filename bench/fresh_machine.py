@@ -14,7 +14,8 @@ reused. Each step's time is printed as it ends, and all of them at the end (``--
 
 Run it from a checkout (it clones that checkout's HEAD). What it cannot empty: Debian's packages (docker, chromium,
 containerd, ... installed by .ci/run with apt) and docker's image store, which it leaves as they are; with ``--ci``
-it removes the kit's own images (``eppkit/*``) first, so that CI builds them again as a new machine does.
+or ``--pytest`` it removes the kit's own images (``eppkit/*``) first, so that they are built again as on a new
+machine.
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"home": str(home), "cores": os.cpu_count(), "load_at_start": round(load[0], 2), "steps": []}
     started, rc = time.monotonic(), 0
     try:
-        if args.ci:
+        if args.ci or args.pytest:  # a new machine's docker engine has none of the kit's images
             remove_kit_images()
+        if args.ci:
             ci_env = {**env, "CI": "true"}
             print("cold CI: CI=true bash .ci/run (its own steps print their times)", flush=True)
             result["steps"], rc = run_steps(["bash .ci/run"], clone, ci_env, home / "ci.log")

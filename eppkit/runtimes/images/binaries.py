@@ -123,7 +123,7 @@ def _build_linked(choice: ImageChoice, at: str, recipe: str, progress: Progress)
         place(binary, rootfs / at)
         for lib in libs:
             place(lib, rootfs / str(lib).lstrip("/"))
-        (rootfs / "tmp").mkdir(parents=True)
+        (rootfs / "tmp").mkdir(parents=True, exist_ok=True)  # there already when the binary lives under /tmp
         os.chmod(rootfs / "tmp", 0o1777)
         libdirs = ":".join(dict.fromkeys(str(p.parent) for p in libs))
         build(choice, ctx, recipe, {"LIBDIRS": libdirs}, progress)
