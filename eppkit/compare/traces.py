@@ -14,12 +14,13 @@ from eppkit.observability.trace_model import from_jaeger_json
 
 
 def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[dict], tuple],
-                   *, timeout_s: float, settle_s: float = 0.6, on_poll: Callable[[int, int], None] | None = None
+                   *, timeout_s: float, settle_s: float = 0.3, on_poll: Callable[[int, int], None] | None = None
                    ) -> dict[str, dict]:
     """Fetch each successful sample's trace until it holds every expected span or ``timeout_s`` passes.
 
     Sets ``complete``/``missing`` on every successful sample; returns raw Jaeger JSON by trace id.
-    ``settle_s``: first wait for Envoy's span flush (every 200 ms) and the client's exporter.
+    ``settle_s``: first wait for Envoy's span flush (every 200 ms) and Jaeger's batch (100 ms); a trace not yet
+    complete then is read again (every 0.3 s) until it is.
     """
     wanted = {s["trace_id"]: s for s in samples if s.get("ok") and s.get("trace_id")}
     raws: dict[str, dict] = {}
