@@ -21,8 +21,7 @@ from eppkit.conformance.checks import CHECKS
 from eppkit.conformance.checks.latency import Budget
 from eppkit.conformance.suite import run, selected
 from eppkit.conformance.target import Target
-from eppkit.runtimes import create, create_jaeger
-from eppkit.runtimes.testbed import new_run_dir
+from tests.support.verdicts import local_beds
 
 pytestmark = pytest.mark.e2e
 
@@ -63,14 +62,8 @@ def test_every_fault_the_echo_epp_can_commit_has_its_check():
 @pytest.fixture(scope="module")
 def make_bed():
     """Local testbeds sharing one Jaeger, each stopped after its test."""
-    beds: list = []
-    with create_jaeger("local", new_run_dir("jaeger-conformance-fixtures")) as jaeger:
-        def make(topology):
-            bed = create(topology, runtime="local", jaeger=jaeger)
-            beds.append(bed)
-            return bed.start()
-
-        yield make, beds
+    with local_beds("jaeger-conformance-fixtures") as made:
+        yield made
 
 
 def judge(make_bed, fault: str, checks=None) -> dict:

@@ -12,8 +12,7 @@ from eppkit.conformance.gallery import GALLERY, path
 from eppkit.conformance.suite import run
 from eppkit.conformance.target import PluginTarget
 from eppkit.gateway.user_filters import LuaFilter
-from eppkit.runtimes import create, create_jaeger
-from eppkit.runtimes.testbed import new_run_dir
+from tests.support.verdicts import local_beds
 
 pytestmark = pytest.mark.e2e
 
@@ -41,14 +40,8 @@ def test_every_gallery_filter_has_its_checks():
 @pytest.fixture(scope="module")
 def make_bed():
     """Local testbeds sharing one Jaeger, each stopped after its verdict."""
-    beds: list = []
-    with create_jaeger("local", new_run_dir("jaeger-plugin-gallery")) as jaeger:
-        def make(topology):
-            bed = create(topology, runtime="local", jaeger=jaeger)
-            beds.append(bed)
-            return bed.start()
-
-        yield make, beds
+    with local_beds("jaeger-plugin-gallery") as made:
+        yield made
 
 
 def judge(make_bed, name: str, **target) -> dict:
