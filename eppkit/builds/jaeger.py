@@ -17,6 +17,7 @@ and of a cold build's time (docs/benchmarks.md, "A fresh machine").
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -47,7 +48,12 @@ OVERLAY_REMOVED = ("internal/storage/v1/factory/config.go",)
 
 
 def binary_path() -> Path:
-    return cache_dir() / "bin" / f"jaeger-{JAEGER_VERSION}-eppkit"
+    """The cached build, named by Jaeger's version and the kit's files that stand in for Jaeger's (a change to them
+    is a new build)."""
+    digest = hashlib.sha256()
+    for name in sorted(OVERLAY):
+        digest.update(name.encode() + b"\0" + (Path(__file__).with_name("jaeger_build") / name).read_bytes())
+    return cache_dir() / "bin" / f"jaeger-{JAEGER_VERSION}-eppkit-{digest.hexdigest()[:8]}"
 
 
 def find() -> Path | None:
