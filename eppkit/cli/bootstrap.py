@@ -48,7 +48,8 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     ``kubernetes``: also build the one-node cluster's binaries (``eppkit cluster up``) and the control plane.
 
     The small builds and the downloads (the dynamic module, the floors, the simulator, a vLLM, Envoy versions,
-    Zipkin, a load tool) run beside the long compiles (Jaeger's, GAIE's, Kubernetes'); at the end, what was made and each part's time."""
+    Zipkin, a load tool) run beside the long compiles (Jaeger's, GAIE's, Kubernetes'); at the end, what was made
+    and each part's time."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -105,6 +106,7 @@ def _run_lanes(parts: list[Part]) -> list[Done]:
             t0 = time.monotonic()
             try:
                 said = part.run()
+                progress(f"{part.name}: {said}")
                 done.append(Done(part, time.monotonic() - t0, said=said))
             except Exception as exc:  # noqa: BLE001 - each part says what failed and how to get it; the others go on
                 progress(f"{part.name}: FAILED: {exc}")
