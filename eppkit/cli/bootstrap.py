@@ -24,8 +24,8 @@ class Part:
 
     name: str
     run: Callable[[], str]
-    # In the lane beside the long compiles (Jaeger's, GAIE's, Kubernetes'), which leave a core idle at times (their
-    # downloads, their links): the small builds and the downloads.
+    # In the lane beside the compiles (Jaeger's, GAIE's, Kubernetes'), which leave a core idle at times (their
+    # downloads, their links): the downloads, and the simulator's build (a cold CI's compile lane is 20 min long).
     beside: bool = False
 
 
@@ -47,9 +47,9 @@ def main(ui: bool = False, envoy_versions: list[str] = (), backends: list[str] |
     ``load_tools``: also install these load tools (``inference-perf``, for ``compare --load-tool``).
     ``kubernetes``: also build the one-node cluster's binaries (``eppkit cluster up``) and the control plane.
 
-    The small builds and the downloads (the dynamic module, the floors, the simulator, a vLLM, Envoy versions,
-    Zipkin, a load tool) run beside the long compiles (Jaeger's, GAIE's, Kubernetes'); at the end, what was made
-    and each part's time."""
+    The downloads (a vLLM, Envoy versions, Zipkin, a load tool) and the simulator's build run beside the compiles
+    (Jaeger, the dynamic module, the floors, GAIE's EPP, Kubernetes'); at the end, what was made and each part's
+    time."""
     started = time.monotonic()
     if not python_deps.repair_otel_protos(progress):
         progress("python: opentelemetry-proto and xds-protos both import")
@@ -77,8 +77,10 @@ def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: 
 
     parts = [
         Part("jaeger", lambda: f"version {jaeger.version(jaeger.build(progress))} at {jaeger.binary_path()}"),
-        Part("dynamic module", lambda: str(dynmod_build.build(progress=progress)), beside=True),
-        Part("floors", lambda: str(floors_build.build(progress)), beside=True),
+        # After Jaeger, not beside it: on 2 cores two Go compiles at once took longer than one after the other
+        # (README command 1 cold: Jaeger 179 s beside the floors' 86 s; 97 + 19 + 29 s in a row).
+        Part("dynamic module", lambda: str(dynmod_build.build(progress=progress))),
+        Part("floors", lambda: str(floors_build.build(progress))),
     ]
     if first_use:
         from eppkit.runtimes import first_use as builds
@@ -125,7 +127,7 @@ def _run_lanes(parts: list[Part]) -> list[Done]:
 
 def summary(done: list[Done], wall_s: float) -> list[str]:
     """What bootstrap made and each part's time (a part that took under a second was already there)."""
-    lines = [f"done in {wall_s:.1f} s; each part (the small builds and the downloads ran beside the long compiles):"]
+    lines = [f"done in {wall_s:.1f} s; each part (the downloads ran beside the compiles):"]
     for d in done:
         state = "FAILED" if d.failed else ("cached" if d.seconds < 1 else "made")
         lines.append(f"  {d.part.name:<45} {d.seconds:7.1f} s  {state}{': ' + d.failed if d.failed else ''}")
