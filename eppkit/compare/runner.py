@@ -25,7 +25,6 @@ from eppkit.compare.traces import collect_traces
 from eppkit.components.jaeger import Jaeger
 from eppkit.core.paths import reports_dir
 from eppkit.observability import steps as st
-from eppkit.observability.trace_model import from_jaeger_json
 from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
 from eppkit.runtimes.testbed import new_run_dir
@@ -91,8 +90,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         for s in samples:
             if s["trace_id"] in hops:
                 s["hop"] = hops[s["trace_id"]].phases()
-            raw = raws.get(s["trace_id"])
-            trace = from_jaeger_json(raw) if raw else None
+            trace = raws[s["trace_id"]][1] if s["trace_id"] in raws else None
             s["steps"] = {k: round(v, 3) for k, v in st.step_durations(trace, bed.mode).items()} if trace else {}
             prefix = cachehits.of_trace(trace) if trace else None
             if prefix is not None:
@@ -114,7 +112,7 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         result["status"] = "ok"
         rep = rp.representative(samples)
         if rep is not None:
-            path = rp.save_trace(raws[rep["trace_id"]], out_dir / "traces" / f"{scenario.name}-{mode}-{rep['trace_id']}.json")
+            path = rp.save_trace(raws[rep["trace_id"]][0], out_dir / "traces" / f"{scenario.name}-{mode}-{rep['trace_id']}.json")
             result["representative"] = {"trace_id": rep["trace_id"], "index": rep["index"], "e2e_ms": rep["steps"]["e2e"],
                                         "file": str(path.relative_to(out_dir)),
                                         "jaeger_url": bed.jaeger.trace_url(rep["trace_id"])}

@@ -10,20 +10,21 @@ import requests
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.observability import expected_spans
 from eppkit.observability.jaeger_client import JaegerClient
-from eppkit.observability.trace_model import from_jaeger_json
+from eppkit.observability.trace_model import Trace, from_jaeger_json
 
 
 def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[dict], tuple],
                    *, timeout_s: float, settle_s: float = 0.3, on_poll: Callable[[int, int], None] | None = None
-                   ) -> dict[str, dict]:
+                   ) -> dict[str, tuple[dict, Trace]]:
     """Fetch each successful sample's trace until it holds every expected span or ``timeout_s`` passes.
 
-    Sets ``complete``/``missing`` on every successful sample; returns raw Jaeger JSON by trace id.
+    Sets ``complete``/``missing`` on every successful sample; returns each trace read, by trace id: Jaeger's JSON
+    and the trace parsed from it (parsed once: it is most of the time reading takes).
     ``settle_s``: first wait for Envoy's span flush (every 200 ms) and Jaeger's batch (100 ms); a trace not yet
     complete then is read again (every 0.3 s) until it is.
     """
     wanted = {s["trace_id"]: s for s in samples if s.get("ok") and s.get("trace_id")}
-    raws: dict[str, dict] = {}
+    raws: dict[str, tuple[dict, Trace]] = {}
     pending = dict(wanted)
 
     def read_pending() -> int:
@@ -35,8 +36,8 @@ def collect_traces(jaeger: JaegerClient, samples: list[dict], rules: Callable[[d
                 raw = None
             if raw is None:
                 continue
-            raws[trace_id] = raw
-            sample["missing"] = expected_spans.missing(from_jaeger_json(raw), rules(sample))
+            raws[trace_id] = raw, from_jaeger_json(raw)
+            sample["missing"] = expected_spans.missing(raws[trace_id][1], rules(sample))
             if not sample["missing"]:
                 del pending[trace_id]
         if on_poll:
