@@ -85,7 +85,9 @@ def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: 
     if first_use:
         from eppkit.runtimes import first_use as builds
 
-        parts += [Part(b.label, lambda b=b: b.build(progress)) for b in builds.BUILDS.values()]
+        # Not a runtime's images: they need its engine running (made before the first test of --eppkit-runtime
+        # docker, or by its first testbed).
+        parts += [Part(b.label, lambda b=b: b.build(progress)) for b in builds.BUILDS.values() if not b.runtimes]
     if kubernetes:
         parts.append(Part("kubernetes node", _node))
     parts += [Part(name, lambda name=name: install_preset(name, progress), beside=BACKENDS.get(name).install_beside)

@@ -49,11 +49,14 @@ def item_needs(item: pytest.Item) -> list[str]:
     topology = item.get_closest_marker("eppkit_topology")
     named = [name for marker in item.iter_markers(PREPARE) for name in marker.args]
     fixture = CONTROL_PLANE_FIXTURE in getattr(item, "fixturenames", ())
+    callspec = getattr(item, "callspec", None)
+    runtime = callspec.params.get("eppkit_runtime") if callspec is not None else None  # tests run per runtime
     needs: list[str] = []
-    if topology is not None or named or fixture:  # else nothing to import: a session without any of it pays nothing
-        from eppkit.runtimes import first_use
+    if topology is not None or named or fixture or runtime:  # else nothing to import: a session without any of it
+        from eppkit.runtimes import first_use                  # pays nothing
 
         found = set(_topology_needs(item.config, topology.kwargs)) if topology is not None else set()
+        found.update(first_use.runtime_needs(runtime) if runtime else ())
         if fixture:
             found.add(first_use.CONTROL_PLANE)
         for name in named:

@@ -1,5 +1,5 @@
-"""What a testbed builds on its first use, listed once: GAIE's EPP and the Kubernetes control plane (minutes each
-when cold). ``eppkit bootstrap --all`` builds them all now; the pytest plugin builds those its collected tests need
+"""What a testbed builds on its first use, listed once: GAIE's EPP, the Kubernetes control plane and the container
+images of the docker and kubernetes runtimes (minutes each when cold). ``eppkit bootstrap --all`` builds them all now; the pytest plugin builds those its collected tests need
 before the first test starts (:mod:`eppkit.pytest_plugin.prepare`), so that no test's timeout pays for a build. A
 testbed still builds what is missing when it starts (``eppkit up``, a test that said nothing of its needs).
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from eppkit.topology import Topology
 
 Progress = Callable[[str], object]
-GAIE_EPP, CONTROL_PLANE = "gaie-epp", "control-plane"
+GAIE_EPP, CONTROL_PLANE, IMAGES = "gaie-epp", "control-plane", "images"
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class FirstUse:
     build: Callable[[Progress], str]  # builds what is missing, or reuses it: a line saying what there is; its error
     # says why not and how to get it (no Go: install it)
     wanted: Callable[[Topology], bool]  # does a testbed of this topology run it
+    runtimes: tuple[str, ...] = ()  # every testbed of these runtimes runs it, whatever its topology
 
 
 def watches_pool(topology: Topology) -> bool:
@@ -62,14 +63,37 @@ def _plane_build(progress: Progress) -> str:
             f"snapshot {plane.snapshot(binaries, progress).parent}")
 
 
+def _images_built() -> bool:
+    from eppkit.runtimes import images
+
+    try:
+        return all(choice.present for choice in images.plan())
+    except Exception:  # noqa: BLE001  (no engine answers: the build says so in its own words)
+        return False
+
+
+def _images_build(progress: Progress) -> str:
+    from eppkit.runtimes import images
+
+    made = images.ensure(progress)
+    return f"{made.envoy}, {made.jaeger}, {made.services} ({made.source})"
+
+
 BUILDS: dict[str, FirstUse] = {b.name: b for b in (
     FirstUse(GAIE_EPP, "GAIE's EPP", "4-8 min cold on 2 cores", lambda: gaie.find() is not None, _gaie_build,
              lambda topology: topology.mode == GAIE_EPP),  # the mode of that name
     FirstUse(CONTROL_PLANE, "the control plane (etcd, kube-apiserver)", "3-12 min cold on 2 cores", _plane_built,
              _plane_build, watches_pool),
+    FirstUse(IMAGES, "the container images (Envoy, Jaeger, the kit's services)", "3-5 min cold on 2 cores",
+             _images_built, _images_build, lambda topology: False, runtimes=("docker", "kubernetes")),
 )}
 
 
-def needs(topology: Topology) -> list[str]:
-    """The first-use builds a testbed of ``topology`` runs."""
-    return [b.name for b in BUILDS.values() if b.wanted(topology)]
+def needs(topology: Topology, runtime: str | None = None) -> list[str]:
+    """The first-use builds a testbed of ``topology`` runs (on ``runtime``: what every testbed there runs, too)."""
+    return [b.name for b in BUILDS.values() if b.wanted(topology) or runtime in b.runtimes]
+
+
+def runtime_needs(runtime: str) -> list[str]:
+    """The first-use builds every testbed of ``runtime`` runs (the docker runtime's images)."""
+    return [b.name for b in BUILDS.values() if runtime in b.runtimes]

@@ -56,6 +56,10 @@ CONFTEST = """
         return None
 
     @pytest.fixture(scope="session")
+    def eppkit_runtime(request):  # the runtime's name alone: no engine is asked
+        return request.param
+
+    @pytest.fixture(scope="session")
     def eppkit_jaeger():  # what the vLLM servers export to; nothing listens
         return type("Jaeger", (), {{"otlp_grpc_endpoint": "127.0.0.1:9"}})()
 
@@ -118,6 +122,11 @@ UNKNOWN = """
         pass
 """
 
+RUNTIMES = """
+    def test_runtime(eppkit_runtime):
+        pass
+"""
+
 VLLM = """
     from eppkit.topology import Topology, VllmSpec
 
@@ -177,6 +186,15 @@ def test_under_two_workers_the_controller_builds_each_once_with_its_progress_bef
     assert all(started > built for _, _, started in seen["ran"]), (seen["builds"], seen["ran"])
     assert "eppkit: building the control plane (etcd, kube-apiserver) once" in out, out
     assert "eppkit:   control-plane: compiling (a fake" in out, out
+
+
+def test_a_runtimes_images_are_made_before_its_first_test_and_not_for_the_local_runtime(tmp_path):
+    code, out, seen = session(tmp_path, "--eppkit-runtime", "local,docker", files={"test_runtime.py": RUNTIMES})
+    assert seen["needs"][0] == {"test_runtime[local]": [], "test_runtime[docker]": ["images"]}, seen["needs"]
+    assert code == 0 and "2 passed" in out, out  # the fake takes 3 s, each test's timeout is 1 s
+    assert [name for name, *_ in seen["builds"]] == ["images"], seen["builds"]
+    assert all(started > seen["builds"][0][3] for _, _, started in seen["ran"]), (seen["builds"], seen["ran"])
+    assert "eppkit: building the container images (Envoy, Jaeger, the kit's services) once" in out, out
 
 
 @pytest.mark.parametrize("ci", ["", "true"], ids=["laptop", "ci"])

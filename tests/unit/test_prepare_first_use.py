@@ -27,6 +27,12 @@ def test_a_topology_needs_the_builds_its_testbed_runs(topology, needs):
     assert first_use.needs(topology) == needs
 
 
+def test_every_testbed_of_a_container_runtime_needs_its_images_and_no_local_one_does():
+    assert first_use.runtime_needs("docker") == first_use.runtime_needs("kubernetes") == ["images"]
+    assert first_use.runtime_needs("local") == []
+    assert first_use.needs(Topology(mode="gaie-epp"), "docker") == ["gaie-epp", "control-plane", "images"]
+
+
 class _Pool:
     """A ServerPool without the preset installed."""
 
