@@ -10,7 +10,7 @@ import time
 from eppkit import options as opt
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks.latency import Budget
-from eppkit.conformance.suite import CONFORMS, FAILS, WARNINGS, run, selected
+from eppkit.conformance.suite import CONFORMS, FAILS, NOT_LOADED, WARNINGS, run, selected
 from eppkit.conformance.target import PluginTarget, Target
 from eppkit.core.paths import reports_dir
 from eppkit.modes import external_epp
@@ -60,7 +60,7 @@ def envoy_versions(value: str | None) -> list[str | None]:
 
 def exit_code(report: dict) -> int:
     verdict = report["verdict"]
-    return EXIT_FAILS if verdict == FAILS else EXIT_CONFORMS if verdict in (CONFORMS, WARNINGS) else EXIT_NO_VERDICT
+    return EXIT_FAILS if verdict in (FAILS, NOT_LOADED) else EXIT_CONFORMS if verdict in (CONFORMS, WARNINGS) else EXIT_NO_VERDICT
 
 
 def main(args: argparse.Namespace) -> int:

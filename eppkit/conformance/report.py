@@ -8,12 +8,12 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from eppkit.conformance.checks.registry import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, SHOULD
-from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, PARTIAL, WARNINGS
+from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, NOT_LOADED, PARTIAL, WARNINGS
 from eppkit.observability.html import assets, environment
 
 TEMPLATES = Path(__file__).parent / "templates"
 SYMBOL = {PASS: "✓", FAIL: "✗", NOT_APPLICABLE: "–", NOT_RUN: "·"}
-WORST_FIRST = (FAILS, INCOMPLETE, PARTIAL, WARNINGS, CONFORMS)  # the verdicts, worst first
+WORST_FIRST = (NOT_LOADED, FAILS, INCOMPLETE, PARTIAL, WARNINGS, CONFORMS)  # the verdicts, worst first
 
 
 def subject(report: dict) -> dict:
@@ -87,7 +87,9 @@ def matrix(reports: list[dict]) -> dict:
     """One report of the same EPP judged on several Envoy versions: each version's report, the worst verdict, and
     per check its status on each version."""
     by_version = {r["versions"].get("envoy", "?"): r for r in reports}
-    worst = min((r["verdict"] for r in reports), key=WORST_FIRST.index)
+    # The verdict of the versions the filters load in (each one that refused them says so); none: does not load.
+    loaded = [r["verdict"] for r in reports if r["verdict"] != NOT_LOADED]
+    worst = min(loaded, key=WORST_FIRST.index) if loaded else NOT_LOADED
     first = reports[0]
     return {
         "schema": first["schema"], "created": first["created"], "subject": subject(first),
@@ -114,6 +116,9 @@ def _matrix_text(report: dict) -> str:
         lines.append(f"  {c['id']:<24} [{c['level']:<6}]" + "".join(f"{c['status'][v]:>14}" for v in versions))
     lines.append("  verdicts: " + "; ".join(f"{v} {report['verdicts'][v]}" for v in versions))
     for v in versions:
+        if report["verdicts"][v] == NOT_LOADED:
+            reason = report["matrix"][v]["checks"][0]["message"] if report["matrix"][v]["checks"] else ""
+            lines.append(f"  [{v}] {reason.splitlines()[0] if reason else NOT_LOADED}")
         for c in report["matrix"][v]["checks"]:
             if c["status"] == FAIL:
                 lines.append(f"  [{v}] {c['id']}: {c['message']}")

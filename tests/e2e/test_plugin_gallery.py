@@ -74,3 +74,31 @@ def test_a_declared_rewrite_is_not_judged(make_bed):
     report = judge(make_bed, "corrupts_body", rewrites={"request"})
     bodies = next(c for c in report["checks"] if c["id"] == "bodies-byte-for-byte")
     assert bodies["status"] == "pass" and "not judged: request" in bodies["message"], bodies
+
+
+def test_a_plugin_that_does_not_load_in_an_envoy_version_says_so_for_that_version(make_bed):
+    """The version matrix: a dynamic module in an Envoy before 1.38 (no modules from a file there) is refused
+    before any check runs; that version's verdict says it does not load and why, in the version check's words,
+    and the matrix's verdict is that of the versions it loads in."""
+    from eppkit.builds import dynmod
+    from eppkit.conformance.suite import NOT_LOADED
+    from eppkit.gateway import versions as envoy_versions
+    from eppkit.gateway.user_filters import DynamicModule
+    from eppkit.pytest_plugin.state import require
+
+    old = next((b.version for b in envoy_versions.cached() if not b.at_least("1.38.0")), None)
+    require(old is not None, "no Envoy before 1.38 cached: eppkit bootstrap --envoy-version 1.37.0")
+    module = dynmod.find()
+    require(module is not None, "the kit's dynamic module is not built: eppkit bootstrap")
+    make, beds = make_bed
+    target = PluginTarget(filters=(DynamicModule(path=module, filter_name="eppkit_callout"),), envoy_version=old)
+    try:
+        report = run(target, make, runtime="local")
+    finally:
+        while beds:
+            beds.pop().stop()
+    assert report["verdict"] == NOT_LOADED and report["versions"]["envoy"] == old, rp.text(report)
+    assert all(c["status"] == "not run" and "needs Envoy 1.38.0 or later" in c["message"] for c in report["checks"])
+    both = rp.matrix([report, {**report, "verdict": "conforms", "versions": {**report["versions"], "envoy": "1.40.0"}}])
+    assert both["verdict"] == "conforms" and both["verdicts"][old] == NOT_LOADED, both["verdicts"]
+    assert f"[{old}] does not load: " in rp.text(both)
