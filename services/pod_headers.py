@@ -19,8 +19,13 @@ HEADER_BODY_SHA256 = "x-mock-request-sha256"
 # The sha256 of the (non-streamed) answer's body as the mock wrote it: what the plugin verdict compares with what
 # the client received, to prove the answer came back byte for byte.
 HEADER_RESPONSE_SHA256 = "x-mock-response-sha256"
+# Test steering (mock only): with this header set to 1, a non-streamed answer carries the request body exactly as it
+# arrived, base64 in the field RECEIVED_BODY_FIELD: what the conformance suite shows when a body arrived changed.
+HEADER_ECHO_BODY = "x-mock-echo-body"
+RECEIVED_BODY_FIELD = "x_mock_received_body"
 REQUEST_ID_KEY = web.RequestKey("eppkit_request_id", str) if hasattr(web, "RequestKey") else "eppkit_request_id"
 BODY_SHA256_KEY = web.RequestKey("eppkit_body_sha256", str) if hasattr(web, "RequestKey") else "eppkit_body_sha256"
+RECEIVED_BODY_KEY = web.RequestKey("eppkit_received_body", bytes) if hasattr(web, "RequestKey") else "eppkit_received_body"
 
 
 def response_headers(request: web.Request, instance: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from aiohttp import web
 from eppkit.observability.contract import Vllm
 from eppkit.services.openai_errors import OpenAIError
 from eppkit.services.openai_server.api import ms_header
-from eppkit.services.pod_headers import BODY_SHA256_KEY
+from eppkit.services.pod_headers import BODY_SHA256_KEY, HEADER_ECHO_BODY, RECEIVED_BODY_KEY
 from eppkit.services.vllm import multipart
 from eppkit.services.vllm.latency import Overrides
 from eppkit.services.vllm.reply import ClientGone
@@ -109,6 +109,8 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         chunks.append(chunk)
     body = b"".join(chunks)
     request[BODY_SHA256_KEY] = hashlib.sha256(body).hexdigest()
+    if request.headers.get(HEADER_ECHO_BODY) == "1":
+        request[RECEIVED_BODY_KEY] = body
     return body
 
 

@@ -16,6 +16,7 @@ The request's way in (its body, its ``x-mock-*`` headers) is :mod:`~eppkit.servi
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import itertools
 import json
@@ -34,7 +35,8 @@ from eppkit.services.openai_server.ec_cache import EncoderCache
 from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from eppkit.services.openai_server.metrics import VllmMetrics
 from eppkit.services.openai_server.responses import DONE, Renderer, usage
-from eppkit.services.pod_headers import HEADER_POD, HEADER_RESPONSE_SHA256, REQUEST_ID_KEY, pod_headers_middleware
+from eppkit.services.pod_headers import (HEADER_POD, HEADER_RESPONSE_SHA256, RECEIVED_BODY_FIELD, RECEIVED_BODY_KEY,
+                                         REQUEST_ID_KEY, pod_headers_middleware)
 from eppkit.services.vllm import multipart, recording, reply, request_in
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig
@@ -355,6 +357,8 @@ class MockVllm:
             extra["kv_transfer_params"] = None
         if metadata_report is not None:
             extra["multipart_metadata"] = metadata_report
+        if RECEIVED_BODY_KEY in request:  # test steering: the body as it arrived, for the suite to show a change
+            extra[RECEIVED_BODY_FIELD] = base64.b64encode(request[RECEIVED_BODY_KEY]).decode()
         # vLLM reports the tokens a chat request put into its prefix cache (whole blocks not found there);
         # its completions leave the field null.
         created = (req.prompt_tokens // c.block_size) * c.block_size - cached if req.kind == api.CHAT else None

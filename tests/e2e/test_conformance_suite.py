@@ -92,6 +92,11 @@ def test_gaie_epp_gets_a_verdict_with_each_deviation_named_and_evidenced(eppkit_
     assert found["trailers"].startswith("[h2c]"), found["trailers"]  # HTTP/1.1 carries no trailers: n/a there
     evidence = {c["id"]: c["evidence"] for c in report["checks"]}
     assert any("backend received" in line for line in evidence["bodies-byte-for-byte"])
+    # shown, not hashed: where the bytes first differ, and the values its re-encoding lost (an integer above 2^53
+    # read into a float64, one of two duplicate keys)
+    assert any("first difference at byte" in line for line in evidence["bodies-byte-for-byte"])
+    assert any("$.seed was 9007199254740993, arrived 9007199254740992" in line and "$.max_tokens was 2 values" in line
+               for line in evidence["bodies-byte-for-byte"]), evidence["bodies-byte-for-byte"]
     assert any("gaie-epp:gateway.request" in line for line in evidence["trace-context"])
     statuses = {c["id"]: c["status"] for c in report["checks"]}
     assert statuses["shed-429"] == "n/a" and statuses["several-ports"] == "n/a"

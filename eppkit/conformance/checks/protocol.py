@@ -13,6 +13,7 @@ failed for another cause leaves the check not run, with that cause, never passed
 
 from __future__ import annotations
 
+import base64
 import json
 
 import grpc
@@ -29,10 +30,12 @@ from eppkit.conformance.checks.registry import (
     not_applicable,
     passed,
 )
+from eppkit.conformance import bodydiff
 from eppkit.conformance.witness import Sent, served
 from eppkit.modes import external_epp
 from eppkit.observability.client import H2C
 from eppkit.services.epp.protocol import HEALTH_SERVICES
+from eppkit.services.pod_headers import HEADER_ECHO_BODY, RECEIVED_BODY_FIELD
 
 SPURIOUS = "spurious_message"
 BODY_MUTATION = "Normal_body_mutation"  # Envoy's details for a whole-body mutation in FULL_DUPLEX_STREAMED
@@ -158,14 +161,16 @@ BODY_SIZES = (0, 200, 1_200_000)
 
 
 def _body(size: int, model: str) -> bytes:
-    """A chat request of about ``size`` bytes, written as a client might (indentation, keys in its order): an
-    EPP that re-encodes the JSON changes it."""
+    """A chat request of about ``size`` bytes, written as a client might (indentation, keys in its order) and
+    holding what a re-encoder of the JSON loses or changes: an integer above 2^53, a float of 17 significant
+    digits, a duplicate key (the last one counts), non-ASCII text and ``\\u`` escapes."""
     if size == 0:
         return b""
-    head = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": ""}]}
-    filler = "x" * max(1, size - len(json.dumps(head, indent=2)))
-    head["messages"][0]["content"] = filler  # one long word: one token to the mock
-    return json.dumps(head, indent=2).encode()
+    head = ('{\n  "model": %s,\n  "seed": 9007199254740993,\n  "temperature": 0.12345678901234567,\n'
+            '  "max_tokens": 2,\n  "max_tokens": 1,\n  "messages": [\n    {"role": "user", "content": '
+            '"h\\u00e9llo, caf\u00e9 \u4e16\u754c \\ud83d\\ude00 %s"}\n  ]\n}' % (json.dumps(model), "{filler}"))
+    filler = "x" * max(1, size - len(head.encode()))  # one long word: one token to the mock
+    return head.replace("{filler}", filler).encode()
 
 
 @check("bodies-byte-for-byte", "bodies from 0 B to well past a chunk arrive upstream byte for byte",
@@ -178,7 +183,8 @@ def bodies_byte_for_byte(h):
     evidence, problems, judged = [], [], 0
     forms = [(size, 1) for size in BODY_SIZES] + [(BODY_SIZES[-1], 20)]
     bodies = [_body(size, bed.backends[0].model) for size, _ in forms]
-    sents = h.send_all(bed, [{"raw_body": data, "pieces": pieces, "pause_s": 0.01 if pieces > 1 else 0.0}
+    sents = h.send_all(bed, [{"raw_body": data, "pieces": pieces, "pause_s": 0.01 if pieces > 1 else 0.0,
+                              "headers": {HEADER_ECHO_BODY: "1"}}
                              for data, (_, pieces) in zip(bodies, forms)])
     for (size, pieces), data, sent in zip(forms, bodies, sents):
         result, hop = sent.result, sent.hop
@@ -195,12 +201,32 @@ def bodies_byte_for_byte(h):
         evidence.append(f"{label}: client sha256 {sent[:16]}…, backend received {(got or 'nothing')[:16]}…")
         if got != sent:
             problems.append(f"{label} arrived {'changed' if got else 'not at all'} (HTTP {result.status})")
+            evidence += _changed(data, result, label)
     if problems:
         return failed("the body did not reach the backend as the client sent it: " + "; ".join(problems) +
                       ". Echo every chunk's bytes unchanged (do not re-encode the JSON).", evidence)
     if not judged:
         return failed("the EPP refused every body size, the backend received none", evidence)
     return passed(f"{judged} bodies arrived byte for byte", evidence)
+
+
+def _changed(data: bytes, result, label: str) -> list[str]:
+    """The changed body shown (the mock's copy of what it received): where it first differs, and whether the JSON
+    still says the same."""
+    received = _received(result)
+    if received is None:
+        return [f"{label}: the backend's copy of what it received is not in its answer (HTTP {result.status})"]
+    _, how = bodydiff.json_kept(data, received)
+    return [f"{label}: {bodydiff.first_difference(data, received)}", f"{label}: {how}"]
+
+
+def _received(result) -> bytes | None:
+    """The body the mock received, from its answer (``x-mock-echo-body``), or None."""
+    field = result.body.get(RECEIVED_BODY_FIELD) if isinstance(result.body, dict) else None
+    try:
+        return base64.b64decode(field) if isinstance(field, str) else None
+    except ValueError:
+        return None
 
 
 TRAILER = {"x-eppkit-trailer": "1"}
