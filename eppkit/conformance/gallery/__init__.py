@@ -16,6 +16,10 @@ GALLERY = {
     "corrupts_body": "writes the request body back with its 16,385th byte changed",
     "errors_without_header": "indexes a nil header value when x-tenant is missing: a script error, and Envoy lets "
                              "the request through",
+    "refuses_in_plain_text": "an auth gate that refuses a request without x-tenant with a plain-text 403 (judge it "
+                             "with --plugin-let-through 'x-tenant: acme')",
+    "errors_on_odd_json": "reads the model from a body it takes for a JSON object: a script error on a body that is "
+                          "not one",
 }
 
 
