@@ -7,6 +7,7 @@ import json
 from xml.etree import ElementTree as ET
 
 import pytest
+from eppkit.observability.client import ClientResult
 
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks import CHECKS
@@ -16,11 +17,10 @@ from eppkit.conformance.plugin_checks import floor
 from eppkit.conformance.plugin_checks.bodies import SIZES, exact_body
 from eppkit.conformance.plugin_checks.hostile import cases
 from eppkit.conformance.plugin_checks.refusals import reached_backend, refusal_problem, unclean
-from eppkit.conformance.witness import Sent
-from eppkit.gateway.hop import Hop
-from eppkit.observability.client import ClientResult
 from eppkit.conformance.suite import run, selected
 from eppkit.conformance.target import PluginTarget
+from eppkit.conformance.witness import Sent
+from eppkit.gateway.hop import Hop
 from eppkit.gateway.user_filters import HttpFilter, LuaFilter, lua_stat_prefix
 
 pytestmark = pytest.mark.unit
@@ -165,7 +165,8 @@ def test_a_refusal_is_clean_only_as_an_openai_error_that_reached_no_backend():
     assert reached_backend(refusal(403, {}, upstream="127.0.0.1:9")) == "Envoy sent it upstream to 127.0.0.1:9"
     assert reached_backend(refusal(403, {}, upstream="-")) is None
     both = refusal_problem("a chat", refusal(403, kit, upstream="127.0.0.1:9"))
-    assert both.startswith("a chat: HTTP 403 with plain text") and both.endswith("; Envoy sent it upstream to 127.0.0.1:9")
+    assert both.startswith("a chat: HTTP 403 with plain text")
+    assert both.endswith("; Envoy sent it upstream to 127.0.0.1:9")
 
 
 def test_the_hostile_cases_are_what_reaches_a_filter():

@@ -5,7 +5,6 @@ reads_whole_response)``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -30,8 +29,9 @@ def path(name: str) -> Path:
     return HERE / f"{name}.lua"
 
 
-if __name__ == "__main__":  # python -m eppkit.conformance.gallery NAME: its path (no NAME: every one, with what it does)
-    if len(sys.argv) > 1:
-        print(path(sys.argv[1]))
+def main(argv: list[str]) -> None:
+    """``python -m eppkit.conformance.gallery NAME``: its path (no NAME: every one, with what it does)."""
+    if argv:
+        print(path(argv[0]))
     else:
         print("\n".join(f"{name:<24} {path(name)}  ({what})" for name, what in GALLERY.items()))

@@ -108,8 +108,8 @@ def hostile_input_survives(h):
     evidence.insert(0, f"Envoy's admin: /ready {'LIVE' if live else 'not LIVE'}, server.uptime {uptime} s before, "
                        f"{after} s after")
     if not live or after < uptime:
-        problems.insert(0, "Envoy is not up as it was (" + ("/ready not LIVE" if not live else "server.uptime went "
-                                                                                                "back: it restarted") + ")")
+        down = "/ready not LIVE" if not live else "server.uptime went back: it restarted"
+        problems.insert(0, f"Envoy is not up as it was ({down})")
     if erred:
         logged = script_errors.script_error_lines(bed)
         said = script_errors.quoted(logged)

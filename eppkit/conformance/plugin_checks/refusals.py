@@ -108,7 +108,8 @@ def refusals_are_clean(h):
     without = f"without {', '.join(gate)}" if gate else "(no --plugin-let-through given)"
     return judged(problems, evidence,
                   failing="the plugin refused requests uncleanly",
-                  passing=(f"{refused} refusals, each OpenAI-style JSON that reached no backend" if refused else
+                  passing=(f"{refused} refusal{'s' if refused > 1 else ''}, each OpenAI-style JSON that reached no "
+                           "backend" if refused else
                            f"the plugin refused none of {len(REQUESTS)} requests ({without}, and a prompt of "
                            f"{LONG_PROMPT_WORDS} words): each served by the backend, as on the floor"),
                   fix="Refuse with a JSON body and content-type application/json: handle:respond({[\":status\"] = "
