@@ -313,6 +313,10 @@ def _table() -> list[Option]:
                "bodies-byte-for-byte does not judge it (repeatable)", S({CONFORMANCE}), default=[], action="append",
                choices=lambda: ("request", "response"), dest="plugin_rewrites", metavar="request|response",
                group="conformance"),
+        Option("--plugin-let-through", "with --plugin: a header ('name: value') your plugin lets through (an auth "
+               "gate's); every request carries it but refusals-are-clean's, sent without it to be refused (repeatable)",
+               S({CONFORMANCE}), default=[], action="append", dest="plugin_let_through", metavar="'NAME: VALUE'",
+               group="conformance"),
         Option("--strict", "a failed should check fails the verdict too (default: it is a warning)", S({CONFORMANCE}),
                action="store_true", group="conformance"),
         Option("--budget", "the latency budget of the EPP's decision and release, at a percentile of ordinary "

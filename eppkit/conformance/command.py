@@ -27,9 +27,11 @@ def target_from(args: argparse.Namespace) -> Target | PluginTarget:
     filters = tuple(getattr(args, "filters", None) or ())
     if getattr(args, "plugin", False):
         return PluginTarget(filters=filters, mode=args.mode or "direct", options=parse_set(args.options),
-                            rewrites=frozenset(getattr(args, "plugin_rewrites", None) or ())).validate()
-    if getattr(args, "plugin_rewrites", None):
-        raise ValueError("--plugin-rewrites is for --plugin (a verdict on your filters)")
+                            rewrites=frozenset(getattr(args, "plugin_rewrites", None) or ()),
+                            let_through=tuple(getattr(args, "plugin_let_through", None) or ())).validate()
+    for flag in ("plugin_rewrites", "plugin_let_through"):
+        if getattr(args, flag, None):
+            raise ValueError(f"--{flag.replace('_', '-')} is for --plugin (a verdict on your filters)")
     epp = opt.epp_options(args)
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
     return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None,

@@ -200,8 +200,12 @@ class Harness:
         return self.client(bed).chat(None, path=path, method="GET", headers=headers, timeout_s=self.request_timeout_s,
                                      protocol=self.protocol)
 
-    def send(self, bed, *, method: str = "POST", **kwargs: Any) -> Sent:
-        """A request (:meth:`chat`, or :meth:`get` with ``method="GET"``) and Envoy's record of it."""
+    def send(self, bed, *, method: str = "POST", let_through: bool = True, **kwargs: Any) -> Sent:
+        """A request (:meth:`chat`, or :meth:`get` with ``method="GET"``) and Envoy's record of it; with
+        ``let_through`` it carries the headers a plugin's gate lets through (the target's, if any)."""
+        gate = getattr(self.target, "let_through_headers", dict)() if let_through else {}
+        if gate:
+            kwargs["headers"] = {**gate, **(kwargs.get("headers") or {})}
         result = self.get(bed, **kwargs) if method == "GET" else self.chat(bed, **kwargs)
         return Sent(result, self.hop(bed, result), self.protocol)
 

@@ -127,6 +127,9 @@ class PluginTarget:
     # The directions the plugin declares it rewrites on purpose: bodies-byte-for-byte does not judge them.
     rewrites: frozenset = frozenset()
     pods: tuple[str, ...] = PODS[:1]  # one pod: the filter is judged, not the pick
+    # Headers ("name: value") a gate lets through (--plugin-let-through): every request of the verdict carries them,
+    # but refusals-are-clean's, sent without them so that the plugin refuses them.
+    let_through: tuple[str, ...] = ()
     test_header_options: dict[str, Any] = field(default_factory=dict)
     kind: ClassVar[str] = "plugin"
 
@@ -138,6 +141,15 @@ class PluginTarget:
         unknown = sorted(self.rewrites - set(REWRITES))
         if unknown:
             raise ValueError(f"--plugin-rewrites {', '.join(unknown)}: choose {' | '.join(REWRITES)}")
+        self.let_through = tuple(self.let_through)
+        bad = [h for h in self.let_through if not h.partition(":")[0].strip() or ":" not in h]
+        if bad:
+            raise ValueError(f"--plugin-let-through {bad[0]!r}: give 'name: value'")
+
+    def let_through_headers(self) -> dict[str, str]:
+        """The headers every request of the verdict carries so that the plugin lets it through."""
+        return {name.strip().lower(): value.strip()
+                for name, _, value in (h.partition(":") for h in self.let_through)}
 
     def validate(self) -> PluginTarget:
         """ValueError naming a bad mode or mode option now, before any testbed starts."""
@@ -168,7 +180,8 @@ class PluginTarget:
         return {"kind": self.kind, "mode": self.mode, "label": self.label,
                 "filters": [f"{f.label} @{f.position}" for f in self.filters], "floor": self.floor_label,
                 **{k: v for k, v in self.options.items() if v},
-                **({"rewrites": sorted(self.rewrites)} if self.rewrites else {})}
+                **({"rewrites": sorted(self.rewrites)} if self.rewrites else {}),
+                **({"let_through": list(self.let_through)} if self.let_through else {})}
 
     def replace(self, **changes: Any) -> PluginTarget:
         return dataclasses.replace(self, **changes)

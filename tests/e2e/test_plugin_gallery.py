@@ -23,12 +23,18 @@ CAUGHT_BY = {
     "reads_whole_response": ({"streaming-preserved"}, "time to first token"),
     "corrupts_body": ({"bodies-byte-for-byte"}, "16385 B whole request body reached the backend changed"),
     "errors_without_header": ({"no-script-errors"}, "script log: [string"),
+    "refuses_in_plain_text": ({"refusals-are-clean"}, "HTTP 403 with plain text 'forbidden: no x-tenant'"),
+    "errors_on_odd_json": ({"hostile-input-survives"}, "script errors on a body that is not JSON"),
 }
+# What a user tells the verdict about a gallery filter, as they would on the command line (--plugin-let-through).
+TOLD = {"refuses_in_plain_text": {"let_through": ("x-tenant: acme",)}}
 # What each failure's evidence must hold in Envoy's own words.
 ENVOY_SAYS = {
     "streaming-preserved": "Envoy's access log",
     "bodies-byte-for-byte": "backend received",
     "no-script-errors": "[error][lua]",
+    "refusals-are-clean": '"details": "lua_response"',
+    "hostile-input-survives": "[error][lua]",
 }
 
 
@@ -56,7 +62,7 @@ def judge(make_bed, name: str, **target) -> dict:
 @pytest.mark.parametrize("name", sorted(CAUGHT_BY))
 def test_a_gallery_filter_fails_exactly_its_own_checks_under_both_client_protocols(make_bed, name):
     checks, words = CAUGHT_BY[name]
-    report = judge(make_bed, name)
+    report = judge(make_bed, name, **TOLD.get(name, {}))
     assert report["subject"]["kind"] == "plugin" and "epp" not in report, report["subject"]
     statuses = {c["id"]: c["status"] for c in report["checks"]}
     assert statuses == {c: "fail" if c in checks else "pass" for c in PLUGIN_CHECKS.names()}, rp.text(report)

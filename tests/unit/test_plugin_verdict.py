@@ -7,6 +7,7 @@ import json
 from xml.etree import ElementTree as ET
 
 import pytest
+from eppkit.observability.client import ClientResult
 
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks import CHECKS
@@ -14,8 +15,12 @@ from eppkit.conformance.checks.registry import FAIL, PASS, PLUGIN_CHECKS, Check,
 from eppkit.conformance.gallery import GALLERY, path
 from eppkit.conformance.plugin_checks import floor
 from eppkit.conformance.plugin_checks.bodies import SIZES, exact_body
+from eppkit.conformance.plugin_checks.hostile import cases
+from eppkit.conformance.plugin_checks.refusals import reached_backend, refusal_problem, unclean
 from eppkit.conformance.suite import run, selected
 from eppkit.conformance.target import PluginTarget
+from eppkit.conformance.witness import Sent
+from eppkit.gateway.hop import Hop
 from eppkit.gateway.user_filters import HttpFilter, LuaFilter, lua_stat_prefix
 
 pytestmark = pytest.mark.unit
@@ -46,7 +51,9 @@ def test_a_plugin_target_needs_a_filter_and_knows_the_directions_it_may_rewrite(
 
 def test_a_plugin_is_judged_by_its_own_checks_and_an_epp_never_by_them():
     plugin = [c.name for c in selected(kind="plugin")]
-    assert plugin == ["streaming-preserved", "bodies-byte-for-byte", "no-script-errors"]
+    # no-script-errors after the checks of ordinary traffic, hostile-input-survives last (neither counts the other's)
+    assert plugin == ["streaming-preserved", "bodies-byte-for-byte", "refusals-are-clean", "no-script-errors",
+                      "hostile-input-survives"]
     # (bodies-byte-for-byte is a rule of both, judged two ways: its EPP check and its plugin check are two entries)
     assert not set(selected(kind="plugin")) & set(selected())
     assert set(plugin) & set(CHECKS.names()) == {"bodies-byte-for-byte"}
@@ -92,6 +99,15 @@ def test_the_command_line_names_a_plugin_with_plugin(tmp_path):
         target_from(parser().parse_args(["conformance", "--plugin-rewrites", "request"]))
     with pytest.raises(ValueError, match="give --lua-filter"):
         target_from(parser().parse_args(["conformance", "--plugin"]))
+    gate = target_from(parser().parse_args(["conformance", "--plugin", "--lua-filter", str(lua),
+                                            "--plugin-let-through", "X-Tenant: acme", "--plugin-let-through",
+                                            "x-key:k"]))
+    assert gate.let_through_headers() == {"x-tenant": "acme", "x-key": "k"}
+    assert gate.describe()["let_through"] == ["X-Tenant: acme", "x-key:k"]
+    with pytest.raises(ValueError, match="--plugin-let-through is for --plugin"):
+        target_from(parser().parse_args(["conformance", "--plugin-let-through", "x-tenant: a"]))
+    with pytest.raises(ValueError, match="give 'name: value'"):
+        PluginTarget(filters=(LUA,), let_through=("x-tenant",))
 
 
 def test_the_gallery_ships_a_file_per_entry():
@@ -129,3 +145,36 @@ def test_the_guide_lists_every_plugin_check_with_its_level():
     text = (ROOT / "docs" / "bring-your-own-plugin.md").read_text().split("## Judging your plugin")[1]
     documented = dict(re.findall(r"^\| `([a-z0-9-]+)` \| (must|should) \|", text, re.MULTILINE))
     assert documented == {check.name: check.level for check in PLUGIN_CHECKS.all()}
+
+
+def refusal(status: int, body, content_type: str = "application/json", **hop) -> Sent:
+    return Sent(ClientResult("t", status, {"content-type": content_type}, body=body),
+                Hop({"code": status, "details": "lua_response", **hop}))
+
+
+def test_a_refusal_is_clean_only_as_an_openai_error_that_reached_no_backend():
+    assert unclean(refusal(403, {"error": {"message": "no tenant", "type": "auth_error", "code": 403}})) is None
+    # the kit's Envoy rewrites a plain-text local reply into JSON: what the plugin wrote is read back out of it
+    kit = {"error": {"message": "forbidden (lua_response)", "type": "envoy_local_reply", "code": 403}}
+    assert "plain text 'forbidden' (Envoy's details lua_response" in unclean(refusal(403, kit))
+    empty = {"error": {"message": " (lua_response)", "type": "envoy_local_reply", "code": 403}}
+    assert "an empty body" in unclean(refusal(403, empty))
+    assert "as text/plain" in unclean(refusal(403, "forbidden", "text/plain"))
+    assert "without error.message and error.type" in unclean(refusal(401, {"detail": "no"}))
+    assert "no answer" in unclean(Sent(ClientResult("t", 0, {}, error="reset"), None))
+    assert reached_backend(refusal(403, {}, upstream="127.0.0.1:9")) == "Envoy sent it upstream to 127.0.0.1:9"
+    assert reached_backend(refusal(403, {}, upstream="-")) is None
+    both = refusal_problem("a chat", refusal(403, kit, upstream="127.0.0.1:9"))
+    assert both.startswith("a chat: HTTP 403 with plain text")
+    assert both.endswith("; Envoy sent it upstream to 127.0.0.1:9")
+
+
+def test_the_hostile_cases_are_what_reaches_a_filter():
+    """Envoy's codec refuses bad framing before any filter (tests/e2e/test_hostile_envoy.py): none is sent here."""
+    sent = cases("m")
+    assert len(sent) == len({what for what, _ in sent}) == 12
+    framing = {"content-length", "transfer-encoding", "host", "connection"}
+    for _, kwargs in sent:
+        assert set(kwargs) <= {"raw_body", "headers", "content_type"}
+        assert not framing & {k.lower() for k in kwargs.get("headers", {})}
+        assert sum(len(k) + len(v) for k, v in kwargs.get("headers", {}).items()) < 60 * 1024  # Envoy's limit

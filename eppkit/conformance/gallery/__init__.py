@@ -5,7 +5,6 @@ reads_whole_response)``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -16,6 +15,10 @@ GALLERY = {
     "corrupts_body": "writes the request body back with its 16,385th byte changed",
     "errors_without_header": "indexes a nil header value when x-tenant is missing: a script error, and Envoy lets "
                              "the request through",
+    "refuses_in_plain_text": "an auth gate that refuses a request without x-tenant with a plain-text 403 (judge it "
+                             "with --plugin-let-through 'x-tenant: acme')",
+    "errors_on_odd_json": "reads the model from a body it takes for a JSON object: a script error on a body that is "
+                          "not one",
 }
 
 
@@ -26,8 +29,9 @@ def path(name: str) -> Path:
     return HERE / f"{name}.lua"
 
 
-if __name__ == "__main__":  # python -m eppkit.conformance.gallery NAME: its path (no NAME: every one, with what it does)
-    if len(sys.argv) > 1:
-        print(path(sys.argv[1]))
+def main(argv: list[str]) -> None:
+    """``python -m eppkit.conformance.gallery NAME``: its path (no NAME: every one, with what it does)."""
+    if argv:
+        print(path(argv[0]))
     else:
         print("\n".join(f"{name:<24} {path(name)}  ({what})" for name, what in GALLERY.items()))

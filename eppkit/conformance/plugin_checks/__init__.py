@@ -17,7 +17,9 @@ from eppkit.core.registry import load_members
 FLOOR = {"testbed": "the same topology without the plugin's filters, started beside it in the same run",
          "rule": RULE}
 
-# The order they run in: no-script-errors last, as it reads the errors counter over every request the verdict sent.
-ORDER = ("streaming", "bodies", "script_errors")
+# The order they run in: no-script-errors after every check of ordinary traffic, as it reads the errors counter over
+# every request the verdict sent before it; hostile-input-survives last, its hostile requests' errors its own (each
+# counted around the request that raised it), so that neither check counts the other's.
+ORDER = ("streaming", "bodies", "refusals", "script_errors", "hostile")
 
 load_members(__name__, __path__, group="plugin_checks", skip=("floor",), order=ORDER)

@@ -24,13 +24,13 @@ def _declared(target) -> str | None:
     return None
 
 
-def _errors(h, bed, floor_bed) -> dict[str, int]:
+def lua_errors(h, bed, floor_bed) -> dict[str, int]:
     """The plugin's own Lua ``errors`` counters on its testbed (those the floor's testbed has too are the mode's)."""
     theirs = h.stats(floor_bed, LUA_STATS)
     return {k: v for k, v in h.stats(bed, LUA_STATS).items() if k.endswith(".errors") and k not in theirs}
 
 
-def _script_errors(bed, lines: int = 8) -> list[str]:
+def script_error_lines(bed, lines: int = 8) -> list[str]:
     """Envoy's ``[error][lua] ... script log:`` lines over the testbed's whole life (logErr writes the same words:
     the counter, not these lines, says whether the script failed)."""
     proc = bed.processes().get("envoy")
@@ -41,6 +41,11 @@ def _script_errors(bed, lines: int = 8) -> list[str]:
     return [line[:400] for line in text.splitlines() if "][lua]" in line and SCRIPT_LOG in line][-lines:]
 
 
+def quoted(lines: list[str]) -> str | None:
+    """Envoy's words of the last of ``lines`` (``script log: <error>``), or None."""
+    return f"{SCRIPT_LOG} {lines[-1].split(SCRIPT_LOG, 1)[1].strip()}" if lines else None
+
+
 @check("no-script-errors", "the plugin's Lua script raises no error", category=ROBUSTNESS, level=MUST,
        source="Envoy Lua filter (lua_filter.rst: statistics; a script error fails open)", registry=PLUGIN_CHECKS,
        declared=_declared)
@@ -49,7 +54,7 @@ def no_script_errors(h):
     ``errors`` counters do not move, and across every request the verdict sent it they stand at 0. A failure quotes
     Envoy's ``script log:`` line (the error and its line in the script)."""
     bed, floor_bed = h.bed(), floor.bed(h)
-    before = _errors(h, bed, floor_bed)
+    before = lua_errors(h, bed, floor_bed)
     if not before:
         return Result(NOT_RUN, f"Envoy shows no errors counter of the plugin's Lua filter under {LUA_STATS} (its "
                                "stat_prefix): nothing to judge by")
@@ -60,14 +65,14 @@ def no_script_errors(h):
             kwargs = {**kwargs, "raw_body": f'{{"model": "{model}", "max_tokens": 1, "messages": [{{"role": "user", '
                                             f'"content": "{"hello " * 400}"}}]}}'.encode()}
         sents.append(h.must_serve(h.send(bed, **kwargs), "a request through the plugin"))
-    after = _errors(h, bed, floor_bed)
+    after = lua_errors(h, bed, floor_bed)
     moved = {k: after.get(k, 0) - v for k, v in before.items() if after.get(k, 0) != v}
     total = sum(after.values())
     evidence = [f"Envoy's counters after {len(sents)} requests: "
                 + ", ".join(f"{k} {before[k]} -> {after.get(k, 0)}" for k in before),
                 (f"over every request this verdict sent the plugin ({len(bed.hops())} as Envoy logged them): "
                  f"{total} script errors")]
-    logged = _script_errors(bed)
+    logged = script_error_lines(bed)
     evidence += [f"Envoy logged: {line}" for line in logged] or ["Envoy logged no script log: line"]
     evidence.append(evidence_of(sents[0].hop))
     problems = []
@@ -75,9 +80,9 @@ def no_script_errors(h):
         problems.append(f"{sum(moved.values())} script errors in {len(sents)} served requests")
     if total and not moved:
         problems.append(f"{total} script errors over the verdict's earlier requests")
-    first = next((line.split(SCRIPT_LOG, 1)[1].strip() for line in logged), None)
+    first = quoted(logged[:1])
     return judged(problems, evidence,
                   failing="the Lua script raised errors, and Envoy let each such request through as if the filter "
-                          "were not there" + (f" (Envoy: script log: {first})" if first else ""),
+                          "were not there" + (f" (Envoy: {first})" if first else ""),
                   passing=f"no script error in {len(bed.hops())} requests (errors counter 0)",
                   fix="Guard what may be nil (a missing header's get() returns nil); a gate must refuse, not fail")
