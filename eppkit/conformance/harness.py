@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import requests
 
-from eppkit.conformance.checks.latency import Budget
+from eppkit.conformance.checks.latency import Budget, CostBudget
 from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
 from eppkit.conformance.witness import NotWitnessed, Sent, cause, served
 from eppkit.core.polling import PollTimeout, poll
@@ -36,7 +36,7 @@ MakeBed = Callable[[Topology], Any]  # a started testbed of a topology (the plug
 
 class Harness:
     def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = REQUEST_TIMEOUT_S, keep: int | None = None,
-                 protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None):
+                 protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | CostBudget | None = None):
         self.target = target
         self.make_bed = make_bed
         self.request_timeout_s = request_timeout_s
@@ -52,7 +52,8 @@ class Harness:
         # (:meth:`probe_concurrency`); an EPP that does not is judged one request at a time (concurrent-streams
         # fails it), so that no other check fails for it.
         self.concurrent = False
-        self.budget = budget or Budget()  # the latency budget (checks.latency)
+        # the latency budget (checks.latency): the EPP's, or what a plugin may add (cost-within-budget)
+        self.budget = budget or (CostBudget() if getattr(target, "kind", "epp") == "plugin" else Budget())
         self._marks: dict[int, tuple[Any, int, int]] = {}  # id(bed) -> (bed, Envoy's log size, the EPP's) at the check's start
 
     # -- testbeds ---------------------------------------------------------------------------------------
@@ -225,6 +226,17 @@ class Harness:
             return bed.hop(result, timeout_s=timeout_s)
         except PollTimeout:
             return None
+
+    def hops_of(self, bed, results: list[ClientResult], timeout_s: float = 3.0) -> list[Hop]:
+        """Envoy's record of each of ``results`` (in their order), read from its log once they are all in it (one
+        read for many requests, not one poll each); PollTimeout when some are still missing after ``timeout_s``."""
+        wanted = [r.trace_id for r in results]
+
+        def all_in() -> list[Hop] | None:
+            by_trace = {hop.trace_id: hop for hop in bed.hops()}
+            return [by_trace[t] for t in wanted] if all(t in by_trace for t in wanted) else None
+
+        return poll(all_in, timeout_s=timeout_s, interval_s=0.05, describe="Envoy's access log lines of the requests")
 
     # -- Envoy's and the pool's side ------------------------------------------------------------------------
     def stats(self, bed, prefix: str = "http.ingress.ext_proc.") -> dict[str, int]:

@@ -18,6 +18,6 @@ FLOOR = {"testbed": "the same topology without the plugin's filters, started bes
          "rule": RULE}
 
 # The order they run in: no-script-errors last, as it reads the errors counter over every request the verdict sent.
-ORDER = ("streaming", "bodies", "script_errors")
+ORDER = ("streaming", "bodies", "cost", "memory", "script_errors")
 
 load_members(__name__, __path__, group="plugin_checks", skip=("floor",), order=ORDER)
