@@ -60,11 +60,11 @@ def cost_within_budget(h):
         plugin, base = (steps.percentile(gateway[side], at) for side in ("plugin", "floor"))
         allowed = budget.allowed_ms(at, base)
         line = (f"Envoy's time on a request less the backend's, p{at}: {plugin:.2f} ms through the plugin, {base:.2f} "
-                f"ms on the floor (+{plugin - base:.2f} ms; the budget allows +{allowed:.2f} ms)")
+                f"ms on the floor ({plugin - base:+.2f} ms; the budget allows +{allowed:.2f} ms)")
         evidence.append(line)
         if plugin - base > allowed:
             problems.append(f"p{at} {plugin:.2f} ms through the plugin, {base:.2f} ms on the floor: "
-                            f"+{plugin - base:.2f} ms > +{allowed:.2f} ms")
+                            f"{plugin - base:+.2f} ms > +{allowed:.2f} ms")
     evidence.append("its request path (first byte to upstream start), p50: "
                     + ", ".join(f"{steps.percentile(path[side], 50):.2f} ms {side}" for side in path)
                     + f" (over {len(gateway['plugin'])} requests each)")

@@ -24,7 +24,7 @@ from eppkit.observability.client import PROTOCOLS
 
 RESOURCES = "resources"
 REQUESTS, WARM_UP = 2000, 500  # per testbed: growth is judged over the 1,500 after the warm-up
-IN_FLIGHT, DEADLINE_S = 24, 15.0  # per testbed; a testbed's requests not sent by the deadline are not sent
+IN_FLIGHT, DEADLINE_S = 32, 15.0  # per testbed; a testbed's requests not sent by the deadline are not sent
 KIB, MIB = 1024, 1024 * 1024
 # The bound: the gallery's no-op Lua filter grew Envoy's RSS by 0.2-0.6 MiB over the 1,500 requests after the warm-up,
 # the floor by 0.1-0.4 MiB (2-core VM); a leak of 32 KiB a request by 50 MiB. 8 MiB is 5.5 KiB a request kept.
@@ -34,7 +34,7 @@ BOUND_MIB, OVER_FLOOR_MIB = 8.0, 4.0
 def _shape(i: int) -> dict:
     """Request ``i`` of the load: a chat, a streamed chat or a chat of a longer answer, its prompt 1-16 KiB."""
     size = KIB + (i * 997) % (15 * KIB)
-    return {"prompt": "x" * size, "stream": i % 3 == 1, "max_tokens": 2 if i % 3 == 0 else 8}
+    return {"prompt": "x" * size, "stream": i % 3 == 1, "max_tokens": 2 if i % 3 == 0 else 4}
 
 
 def _memory(h, bed) -> dict[str, float]:
@@ -95,6 +95,7 @@ def memory_bounded(h):
     chats, prompts of 1-16 KiB; 24 in flight; at most 15 s a testbed): Envoy's RSS grows, over the 1,500 after a
     warm-up of 500, by no more than max(8 MiB, the floor's growth + 4 MiB). Envoy's admin /memory (its heap) is in
     the evidence. Judged once over both protocols' requests; each must be served."""
+    # One testbed after the other: both at once took longer on 2 cores (the client's and Envoys' CPU is the bound)
     runs = {side: _run(h, side, bed) for side, bed in (("plugin", h.bed()), ("floor", floor.bed(h)))}
     growth = {side: run["end"]["rss"] - run["warm"]["rss"] for side, run in runs.items()}
     allowed = max(BOUND_MIB, growth["floor"] + OVER_FLOOR_MIB)
