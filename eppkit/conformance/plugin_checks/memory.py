@@ -111,7 +111,7 @@ def memory_bounded(h):
     problems = []
     if growth["plugin"] > allowed:
         problems.append(f"{judged_what} ({growth['plugin'] * KIB / sent:.1f} KiB a request), the floor's "
-                        f"{growth['floor']:+.1f} MiB over the same (allowed +{allowed:.1f} MiB)")
+                        f"{growth['floor']:+.1f} MiB over its {runs['floor']['n']} (allowed +{allowed:.1f} MiB)")
     return judged(problems, evidence, failing="Envoy's memory grew with the requests through the plugin",
                   passing=f"Envoy's memory stayed bounded: {judged_what}, the floor's {growth['floor']:+.1f} MiB "
                           f"(allowed +{allowed:.1f} MiB; {', '.join(PROTOCOLS)})",
