@@ -15,6 +15,7 @@ from eppkit.observability import steps
 LATENCY = "latency"
 REQUESTS = 40  # ordinary chats per testbed and protocol, interleaved plugin / floor, after one unmeasured each
 AT = (50, 99)
+ROUNDS = 2  # a second round of REQUESTS only when p99 alone is over
 
 
 def _sent(h, beds: dict) -> dict[str, list[Sent]]:
@@ -42,29 +43,43 @@ def _figures(sents: list[Sent]) -> tuple[list[float], list[float]]:
     return [g for g in gateway if g is not None], path
 
 
+def _judge(budget, gateway: dict[str, list[float]]) -> tuple[list[str], list[str]]:
+    """The evidence and the problems of Envoy's time through the plugin against the floor's, at p50 and p99."""
+    evidence, problems = [], []
+    for at in AT:
+        plugin, base = (steps.percentile(gateway[side], at) for side in ("plugin", "floor"))
+        allowed = budget.allowed_ms(at, base)
+        evidence.append(f"Envoy's time on a request less the backend's, p{at}: {plugin:.2f} ms through the plugin, "
+                        f"{base:.2f} ms on the floor ({plugin - base:+.2f} ms; the budget allows +{allowed:.2f} ms)")
+        if plugin - base > allowed:
+            problems.append(f"p{at} {plugin:.2f} ms through the plugin, {base:.2f} ms on the floor: "
+                            f"{plugin - base:+.2f} ms > +{allowed:.2f} ms")
+    return evidence, problems
+
+
 @check("cost-within-budget", "the plugin adds no more than its budget to a request", category=LATENCY, level=SHOULD,
        source="eppkit (a budget: eppkit conformance --plugin --budget)", registry=PLUGIN_CHECKS)
 def cost_within_budget(h):
     """Forty ordinary chats through the plugin and forty through the floor, interleaved, after one unmeasured chat on
     each: Envoy's own time on a request (its whole time less the backend's, upstream start to upstream end, from its
     access log) through the plugin is, at p50 and p99, within the budget of the floor's (default: the plugin adds
-    p50 ≤ 1 ms, p99 ≤ 5 ms, or 10 % of the floor's figure when that is more; ``--budget p50=MS,p99=MS``). Every
-    chat must be served on both testbeds."""
+    p50 ≤ 1 ms, p99 ≤ 5 ms, or 10 % of the floor's figure when that is more; ``--budget p50=MS,p99=MS``). When p99
+    alone is over, forty more each and the p99 of eighty decides (one slow request in forty is a busy machine's as
+    often as the plugin's). Every chat must be served on both testbeds."""
     budget = h.budget
-    sents = _sent(h, {"plugin": h.bed(), "floor": floor.bed(h)})
-    gateway, path = {}, {}
-    for side, sent in sents.items():
-        gateway[side], path[side] = _figures(sent)
-    evidence, problems = [], []
-    for at in AT:
-        plugin, base = (steps.percentile(gateway[side], at) for side in ("plugin", "floor"))
-        allowed = budget.allowed_ms(at, base)
-        line = (f"Envoy's time on a request less the backend's, p{at}: {plugin:.2f} ms through the plugin, {base:.2f} "
-                f"ms on the floor ({plugin - base:+.2f} ms; the budget allows +{allowed:.2f} ms)")
-        evidence.append(line)
-        if plugin - base > allowed:
-            problems.append(f"p{at} {plugin:.2f} ms through the plugin, {base:.2f} ms on the floor: "
-                            f"{plugin - base:+.2f} ms > +{allowed:.2f} ms")
+    beds = {"plugin": h.bed(), "floor": floor.bed(h)}
+    sents = _sent(h, beds)
+    for _ in range(ROUNDS):
+        gateway, path = {}, {}
+        for side, sent in sents.items():
+            gateway[side], path[side] = _figures(sent)
+        evidence, problems = _judge(budget, gateway)
+        if not problems or any(p.startswith("p50") for p in problems) or len(sents["plugin"]) > REQUESTS:
+            break
+        # only the tail is over: one request in forty is a busy machine's scheduling as often as the plugin's, so
+        # forty more each, and the p99 of eighty (one slow request then moves it little) decides
+        more = _sent(h, beds)
+        sents = {side: sents[side] + more[side] for side in sents}
     evidence.append("its request path (first byte to upstream start), p50: "
                     + ", ".join(f"{steps.percentile(path[side], 50):.2f} ms {side}" for side in path)
                     + f" (over {len(gateway['plugin'])} requests each)")
