@@ -24,7 +24,8 @@ from eppkit.observability.client import PROTOCOLS
 
 RESOURCES = "resources"
 REQUESTS, WARM_UP = 2000, 500  # per testbed: growth is judged over the 1,500 after the warm-up
-IN_FLIGHT, DEADLINE_S = 32, 15.0  # per testbed; a testbed's requests not sent by the deadline are not sent
+IN_FLIGHT, DEADLINE_S = 32, 40.0  # per testbed; requests not sent by the deadline are not (idle: 11-15 s; a loaded
+# machine, such as CI's suite at load 8-12, takes longer: fewer than half served by then is "not run")
 KIB, MIB = 1024, 1024 * 1024
 # The bound: the gallery's no-op Lua filter grew Envoy's RSS by 0.2-0.6 MiB over the 1,500 requests after the warm-up,
 # the floor by 0.1-0.4 MiB (2-core VM); a leak of 32 KiB a request by 50 MiB. 8 MiB is 5.5 KiB a request kept.
@@ -93,7 +94,7 @@ def _line(side: str, run: dict) -> str:
        per_protocol=False)
 def memory_bounded(h):
     """2,000 requests through the plugin and the same 2,000 through the floor (half HTTP/1.1, half h2c: chats, streamed
-    chats, bodies of 1-16 KiB; 24 in flight; at most 15 s a testbed): Envoy's RSS grows, over the 1,500 after a
+    chats, bodies of 1-16 KiB; 32 in flight; at most 40 s a testbed): Envoy's RSS grows, over the 1,500 after a
     warm-up of 500, by no more than max(8 MiB, the floor's growth + 4 MiB). Envoy's admin /memory (its heap) is in
     the evidence. Judged once over both protocols' requests; each must be served."""
     # One testbed after the other: both at once took longer on 2 cores (the client's and Envoys' CPU is the bound)
