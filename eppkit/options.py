@@ -320,8 +320,9 @@ def _table() -> list[Option]:
         Option("--strict", "a failed should check fails the verdict too (default: it is a warning)", S({CONFORMANCE}),
                action="store_true", group="conformance"),
         Option("--budget", "the latency budget of the EPP's decision and release, at a percentile of ordinary "
-               "requests (default: decision=50ms,release=50ms,p=90)", S({CONFORMANCE}), default="",
-               metavar="decision=MS,release=MS,p=N", group="conformance"),
+               "requests (default: decision=50ms,release=50ms,p=90); with --plugin the time the plugin may add to "
+               "Envoy's own time on a request, against the floor (default: p50=1ms,p99=5ms)", S({CONFORMANCE}),
+               default="", metavar="decision=MS,release=MS,p=N | p50=MS,p99=MS", group="conformance"),
         Option("--shed-header", "a request header ('name: value') that makes the EPP shed the request (429); the "
                "kit's EPP: x-eppkit-shed: 1. Without it the shed check is not applicable", S({CONFORMANCE}),
                metavar="'NAME: VALUE'", group="conformance"),

@@ -9,7 +9,7 @@ import time
 
 from eppkit import options as opt
 from eppkit.conformance import report as rp
-from eppkit.conformance.checks.latency import Budget
+from eppkit.conformance.checks.latency import Budget, CostBudget
 from eppkit.conformance.suite import CONFORMS, FAILS, NOT_LOADED, WARNINGS, run, selected
 from eppkit.conformance.target import PluginTarget, Target
 from eppkit.core.paths import reports_dir
@@ -73,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         target = target_from(args)
         checks = selected(args.checks, kind=target.kind) if args.checks else None
-        budget = Budget.parse(args.budget) if args.budget else None
+        budget = (CostBudget if target.kind == "plugin" else Budget).parse(args.budget) if args.budget else None
         versions = envoy_versions(args.envoy_version)
     except ValueError as exc:
         print(f"eppkit conformance: {exc}", file=sys.stderr)

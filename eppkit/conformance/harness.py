@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import requests
 
-from eppkit.conformance.checks.latency import Budget
+from eppkit.conformance.checks.latency import Budget, CostBudget
 from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
 from eppkit.conformance.witness import NotWitnessed, Sent, cause, served
 from eppkit.core.polling import PollTimeout, poll
@@ -36,7 +36,7 @@ MakeBed = Callable[[Topology], Any]  # a started testbed of a topology (the plug
 
 class Harness:
     def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = REQUEST_TIMEOUT_S, keep: int | None = None,
-                 protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None):
+                 protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | CostBudget | None = None):
         self.target = target
         self.make_bed = make_bed
         self.request_timeout_s = request_timeout_s
@@ -52,7 +52,8 @@ class Harness:
         # (:meth:`probe_concurrency`); an EPP that does not is judged one request at a time (concurrent-streams
         # fails it), so that no other check fails for it.
         self.concurrent = False
-        self.budget = budget or Budget()  # the latency budget (checks.latency)
+        # the latency budget (checks.latency): the EPP's, or what a plugin may add (cost-within-budget)
+        self.budget = budget or (CostBudget() if getattr(target, "kind", "epp") == "plugin" else Budget())
         self._marks: dict[int, tuple[Any, int, int]] = {}  # id(bed) -> (bed, Envoy's log size, the EPP's) at the check's start
 
     # -- testbeds ---------------------------------------------------------------------------------------
@@ -188,24 +189,28 @@ class Harness:
             return list(pool.map(one, requests))
 
     def chat(self, bed, *, headers: dict[str, str] | None = None, stream: bool = False, max_tokens: int = 2,
-             prompt: str = "hello there", raw_body: bytes | None = None, **traffic: Any) -> ClientResult:
+             prompt: str = "hello there", raw_body: bytes | None = None, let_through: bool = True,
+             **traffic: Any) -> ClientResult:
         """A chat request in the harness's client protocol (``traffic``: the traced client's ``pieces``,
         ``pause_s``, ``trailers``, ``cancel_after``)."""
         body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": max_tokens, "stream": stream}
-        return self.client(bed).chat(body, headers=headers, timeout_s=self.request_timeout_s, raw_body=raw_body,
-                                     protocol=self.protocol, **traffic)
+        return self.client(bed).chat(body, headers=self._gate(headers, let_through), timeout_s=self.request_timeout_s,
+                                     raw_body=raw_body, protocol=self.protocol, **traffic)
 
-    def get(self, bed, path: str = "/v1/models", headers: dict[str, str] | None = None) -> ClientResult:
-        return self.client(bed).chat(None, path=path, method="GET", headers=headers, timeout_s=self.request_timeout_s,
-                                     protocol=self.protocol)
+    def get(self, bed, path: str = "/v1/models", headers: dict[str, str] | None = None,
+            let_through: bool = True) -> ClientResult:
+        return self.client(bed).chat(None, path=path, method="GET", headers=self._gate(headers, let_through),
+                                     timeout_s=self.request_timeout_s, protocol=self.protocol)
 
-    def send(self, bed, *, method: str = "POST", let_through: bool = True, **kwargs: Any) -> Sent:
-        """A request (:meth:`chat`, or :meth:`get` with ``method="GET"``) and Envoy's record of it; with
-        ``let_through`` it carries the headers a plugin's gate lets through (the target's, if any)."""
+    def _gate(self, headers: dict[str, str] | None, let_through: bool) -> dict[str, str] | None:
+        """``headers`` and, with ``let_through``, the headers a plugin's gate lets through (the target's, if any)."""
         gate = getattr(self.target, "let_through_headers", dict)() if let_through else {}
-        if gate:
-            kwargs["headers"] = {**gate, **(kwargs.get("headers") or {})}
+        return {**gate, **(headers or {})} if gate else headers
+
+    def send(self, bed, *, method: str = "POST", **kwargs: Any) -> Sent:
+        """A request (:meth:`chat`, or :meth:`get` with ``method="GET"``; ``let_through=False``: without the headers
+        a plugin's gate lets through) and Envoy's record of it."""
         result = self.get(bed, **kwargs) if method == "GET" else self.chat(bed, **kwargs)
         return Sent(result, self.hop(bed, result), self.protocol)
 
@@ -229,6 +234,17 @@ class Harness:
             return bed.hop(result, timeout_s=timeout_s)
         except PollTimeout:
             return None
+
+    def hops_of(self, bed, results: list[ClientResult], timeout_s: float = 3.0) -> list[Hop]:
+        """Envoy's record of each of ``results`` (in their order), read from its log once they are all in it (one
+        read for many requests, not one poll each); PollTimeout when some are still missing after ``timeout_s``."""
+        wanted = [r.trace_id for r in results]
+
+        def all_in() -> list[Hop] | None:
+            by_trace = {hop.trace_id: hop for hop in bed.hops()}
+            return [by_trace[t] for t in wanted] if all(t in by_trace for t in wanted) else None
+
+        return poll(all_in, timeout_s=timeout_s, interval_s=0.05, describe="Envoy's access log lines of the requests")
 
     # -- Envoy's and the pool's side ------------------------------------------------------------------------
     def stats(self, bed, prefix: str = "http.ingress.ext_proc.") -> dict[str, int]:

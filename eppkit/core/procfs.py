@@ -89,6 +89,13 @@ def status_kib(pid: int, *keys: str) -> dict[str, int]:
     return out
 
 
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and every descendant (``VmRSS`` of each, in bytes); 0 if it is gone. A local
+    component's pid is the service itself; a container's is the host pid of its init (docker-init), whose child is
+    the service: either way the sum is the component's memory."""
+    return sum(status_kib(p, "VmRSS").get("VmRSS", 0) for p in {pid, *descendants(pid)}) * 1024
+
+
 def smaps_kib(pid: int) -> dict[str, int]:
     """``Rss`` and ``Pss`` (shared pages split between their users) of a process, in KiB; {} if gone."""
     out: dict[str, int] = {}

@@ -91,6 +91,16 @@ class Hop:
                 out[name] = value / 1000
         return {name: round(out[name], 3) for name in PHASES if name in out}
 
+    def gateway_ms(self) -> float | None:
+        """Envoy's own time on the request (ms): its whole time, first request byte to last response byte, less the
+        backend's, upstream start to upstream end; what every filter did on both paths (and the client's upload) is
+        in it. None when Envoy did not record those points (a request that never reached a backend)."""
+        end, start, until = (_number(self.fields.get(k)) for k in ("response_end_us", "upstream_start_us",
+                                                                     "upstream_end_us"))
+        if end is None or start is None or until is None:
+            return None
+        return round(max(0.0, end - (until - start)) / 1000, 3)
+
     def call_statuses(self) -> dict[str, int]:
         """ext_proc's gRPC status per phase that had a call (0: OK)."""
         return {k: int(self.ext_proc[k]) for k in CALL_STATUS if _number(self.ext_proc.get(k)) is not None}

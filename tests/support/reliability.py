@@ -361,16 +361,10 @@ class HangUp:
 # -- memory -------------------------------------------------------------------------------------------
 
 def rss_bytes(process) -> int | None:
-    """Resident memory of a component: its process and every descendant (``VmRSS`` in /proc).
-
-    A local component's pid is the service itself; a container's is the host pid of its init
-    (docker-init), whose child is the service; either way the sum is the component's memory.
-    """
+    """Resident memory of a component: its process and every descendant (``VmRSS`` in /proc:
+    :func:`eppkit.core.procfs.tree_rss_bytes`)."""
     pid = process.pid
-    if not pid:
-        return None
-    total = sum(procfs.status_kib(p, "VmRSS").get("VmRSS", 0) for p in {pid, *procfs.descendants(pid)}) * 1024
-    return total or None
+    return (procfs.tree_rss_bytes(pid) or None) if pid else None
 
 
 # -- load ----------------------------------------------------------------------------------------------

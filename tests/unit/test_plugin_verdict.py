@@ -18,7 +18,7 @@ from eppkit.conformance.plugin_checks.bodies import SIZES, exact_body
 from eppkit.conformance.plugin_checks.hostile import cases
 from eppkit.conformance.plugin_checks.refusals import reached_backend, refusal_problem, unclean
 from eppkit.conformance.suite import run, selected
-from eppkit.conformance.target import PluginTarget
+from eppkit.conformance.target import PluginTarget, Target
 from eppkit.conformance.witness import Sent
 from eppkit.gateway.hop import Hop
 from eppkit.gateway.user_filters import HttpFilter, LuaFilter, lua_stat_prefix
@@ -52,8 +52,8 @@ def test_a_plugin_target_needs_a_filter_and_knows_the_directions_it_may_rewrite(
 def test_a_plugin_is_judged_by_its_own_checks_and_an_epp_never_by_them():
     plugin = [c.name for c in selected(kind="plugin")]
     # no-script-errors after the checks of ordinary traffic, hostile-input-survives last (neither counts the other's)
-    assert plugin == ["streaming-preserved", "bodies-byte-for-byte", "refusals-are-clean", "no-script-errors",
-                      "hostile-input-survives"]
+    assert plugin == ["streaming-preserved", "bodies-byte-for-byte", "refusals-are-clean", "cost-within-budget",
+                      "memory-bounded", "no-script-errors", "hostile-input-survives"]
     # (bodies-byte-for-byte is a rule of both, judged two ways: its EPP check and its plugin check are two entries)
     assert not set(selected(kind="plugin")) & set(selected())
     assert set(plugin) & set(CHECKS.names()) == {"bodies-byte-for-byte"}
@@ -62,8 +62,9 @@ def test_a_plugin_is_judged_by_its_own_checks_and_an_epp_never_by_them():
         selected(["serves"], kind="plugin")
     with pytest.raises(ValueError, match="unknown conformance check 'streaming-preserved'"):
         selected(["streaming-preserved"])
-    for c in PLUGIN_CHECKS.all():
-        assert c.doc and c.source and c.level == "must" and c.per_protocol
+    for c in PLUGIN_CHECKS.all():  # cost is a should (a budget); memory is judged once over both protocols' requests
+        assert c.doc and c.source and c.level == ("should" if c.name == "cost-within-budget" else "must")
+        assert c.per_protocol == (c.name != "memory-bounded")
 
 
 def test_the_floor_rule_is_max_5_ms_or_10_percent():
@@ -178,3 +179,49 @@ def test_the_hostile_cases_are_what_reaches_a_filter():
         assert set(kwargs) <= {"raw_body", "headers", "content_type"}
         assert not framing & {k.lower() for k in kwargs.get("headers", {})}
         assert sum(len(k) + len(v) for k, v in kwargs.get("headers", {}).items()) < 60 * 1024  # Envoy's limit
+
+
+def test_a_plugins_budget_is_what_it_may_add_at_p50_and_p99():
+    from eppkit.conformance.checks.latency import Budget, CostBudget
+    from eppkit.conformance.harness import Harness
+
+    assert CostBudget.parse("") == CostBudget(1.0, 5.0) and CostBudget.parse("p99=8ms") == CostBudget(1.0, 8.0)
+    assert CostBudget.parse("p50=2,p99=10ms") == CostBudget(2.0, 10.0)
+    assert CostBudget().allowed_ms(50, 3.0) == 1.0 and CostBudget().allowed_ms(99, 80.0) == 8.0  # or 10 % of it
+    with pytest.raises(ValueError, match="--budget 'decision=5ms': with --plugin give p50="):
+        CostBudget.parse("decision=5ms")
+    with pytest.raises(ValueError, match="give decision=<ms>, release=<ms> and p=<50-100>"):
+        Budget.parse("p50=1ms")
+    assert Budget.parse("decision=20ms,p=99") == Budget(20.0, 50.0, 99)
+    assert isinstance(Harness(PluginTarget(filters=(LUA,)), lambda t: None).budget, CostBudget)
+    assert isinstance(Harness(Target(), lambda t: None).budget, Budget)
+
+
+def test_the_command_line_budget_of_a_plugin_is_its_cost(monkeypatch):
+    from eppkit.cli import parser
+    from eppkit.conformance import command
+    from eppkit.conformance.checks.latency import CostBudget
+
+    seen = {}
+    monkeypatch.setattr(command, "envoy_versions", lambda v: (_ for _ in ()).throw(ValueError("stop here")))
+    monkeypatch.setattr(CostBudget, "parse", classmethod(lambda cls, text: seen.setdefault("cost", text)))
+    args = parser().parse_args(["conformance", "--plugin", "--lua-filter", str(path("noop")), "--budget", "p50=2ms"])
+    assert command.main(args) == command.EXIT_CANNOT_RUN and seen == {"cost": "p50=2ms"}
+
+
+def test_envoys_own_time_on_a_request_is_its_whole_time_less_the_backends():
+    from eppkit.gateway.hop import Hop
+
+    hop = Hop({"response_end_us": "9000", "upstream_start_us": "700", "upstream_end_us": "8200"})
+    assert hop.gateway_ms() == 1.5  # 9 ms in all, 7.5 ms of them the backend's
+    assert Hop({"response_end_us": "900", "upstream_start_us": "-"}).gateway_ms() is None
+
+
+def test_the_memory_load_is_chats_streams_and_prompts_of_1_to_16_kib():
+    from eppkit.conformance.plugin_checks import memory
+
+    shapes = [memory._shape(i) for i in range(memory.REQUESTS)]
+    sizes = [len(s["prompt"]) for s in shapes]
+    assert min(sizes) >= 1024 and max(sizes) < 15 * 1024 and len(set(sizes)) > 100  # the body, JSON and all, < 16 KiB
+    assert sum(s["stream"] for s in shapes) == memory.REQUESTS // 3 + (memory.REQUESTS % 3 > 1)
+    assert memory.REQUESTS - memory.WARM_UP >= 1500 and memory.BOUND_MIB == 8.0
