@@ -44,7 +44,9 @@ class CostBudget:
     over it at p50."""
 
     p50_ms: float = 1.0
-    p99_ms: float = 5.0
+    # None: p99 reported, not judged (the default: a p99 of 40-80 requests is their slowest one, and on a busy
+    # machine one request in forty waits for a core — 23 ms against the floor's 1.7 ms, the no-op filter in CI's load)
+    p99_ms: float | None = None
     share: float = 0.10
 
     @classmethod
@@ -54,13 +56,15 @@ class CostBudget:
                             "with --plugin give p50=<ms> and p99=<ms>: the time the plugin may add, e.g. "
                             "p50=1ms,p99=5ms"))
 
-    def allowed_ms(self, at: int, floor_ms: float) -> float:
-        """What the plugin may add at percentile ``at`` (50 or 99) to the floor's ``floor_ms``."""
-        return max(self.p50_ms if at == 50 else self.p99_ms, self.share * abs(floor_ms))
+    def allowed_ms(self, at: int, floor_ms: float) -> float | None:
+        """What the plugin may add at percentile ``at`` (50 or 99) to the floor's ``floor_ms`` (None: not judged)."""
+        limit = self.p50_ms if at == 50 else self.p99_ms
+        return None if limit is None else max(limit, self.share * abs(floor_ms))
 
     def describe(self) -> str:
-        return (f"the plugin may add p50 ≤ {self.p50_ms:g} ms, p99 ≤ {self.p99_ms:g} ms (or {self.share:.0%} of the "
-                "floor's) to Envoy's time on a request")
+        p99 = f"p99 ≤ {self.p99_ms:g} ms" if self.p99_ms is not None else "p99 reported, not judged"
+        return (f"the plugin may add p50 ≤ {self.p50_ms:g} ms, {p99} (or {self.share:.0%} of the floor's) to Envoy's "
+                "time on a request")
 
 
 def _pairs(text: str, keys: dict[str, str], hint: str) -> dict:

@@ -46,9 +46,18 @@ def _figures(sents: list[Sent]) -> tuple[list[float], list[float]]:
 def _judge(budget, gateway: dict[str, list[float]]) -> tuple[list[str], list[str]]:
     """The evidence and the problems of Envoy's time through the plugin against the floor's, at p50 and p99."""
     evidence, problems = [], []
+    noise = steps.percentile(gateway["floor"], AT[-1]) - steps.percentile(gateway["floor"], AT[0])
     for at in AT:
         plugin, base = (steps.percentile(gateway[side], at) for side in ("plugin", "floor"))
         allowed = budget.allowed_ms(at, base)
+        if allowed is None:
+            evidence.append(f"Envoy's time on a request less the backend's, p{at}: {plugin:.2f} ms through the "
+                            f"plugin, {base:.2f} ms on the floor ({plugin - base:+.2f} ms; not judged: give "
+                            f"--budget p{at}=MS to judge it)")
+            continue
+        # the tail may also be as far above the floor's as the floor's own tail is above its median: on a busy
+        # machine that spread, not the plugin, is most of a p99
+        allowed = max(allowed, noise if at == AT[-1] else 0.0)
         evidence.append(f"Envoy's time on a request less the backend's, p{at}: {plugin:.2f} ms through the plugin, "
                         f"{base:.2f} ms on the floor ({plugin - base:+.2f} ms; the budget allows +{allowed:.2f} ms)")
         if plugin - base > allowed:
@@ -63,7 +72,8 @@ def cost_within_budget(h):
     """Forty ordinary chats through the plugin and forty through the floor, interleaved, after one unmeasured chat on
     each: Envoy's own time on a request (its whole time less the backend's, upstream start to upstream end, from its
     access log) through the plugin is, at p50 and p99, within the budget of the floor's (default: the plugin adds
-    p50 ≤ 1 ms, p99 ≤ 5 ms, or 10 % of the floor's figure when that is more; ``--budget p50=MS,p99=MS``). When p99
+    p50 ≤ 1 ms or 10 % of the floor's figure when that is more; p99 is reported, and judged only when the budget
+    names it, allowing at least the floor's own p99 less its p50, the machine's noise; ``--budget p50=MS,p99=MS``). When p99
     alone is over, forty more each and the p99 of eighty decides (one slow request in forty is a busy machine's as
     often as the plugin's). Every chat must be served on both testbeds."""
     budget = h.budget
