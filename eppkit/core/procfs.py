@@ -89,6 +89,17 @@ def status_kib(pid: int, *keys: str) -> dict[str, int]:
     return out
 
 
+def tree_status(pid: int, *keys: str) -> dict[str, int]:
+    """:func:`status_kib`'s fields summed over ``pid`` and every process under it (a component's memory, ``VmRSS``,
+    and threads, ``Threads``: a local service is its own pid, a container's pid its init whose child is the
+    service); {} when it is gone."""
+    out: dict[str, int] = {}
+    for p in {pid, *descendants(pid)}:
+        for key, value in status_kib(p, *keys).items():
+            out[key] = out.get(key, 0) + value
+    return out
+
+
 def smaps_kib(pid: int) -> dict[str, int]:
     """``Rss`` and ``Pss`` (shared pages split between their users) of a process, in KiB; {} if gone."""
     out: dict[str, int] = {}

@@ -46,6 +46,8 @@ CAUGHT_BY = {
     "one-stream": ({"concurrent-streams"}, "every stream"),
     "slow-decision": ({"latency-budget"}, "latency budget"),
     "own-trace": ({"trace-context"}, "trace of their own"),
+    "stops-after-n": ({"sustained-load"}, "were lost"),
+    "leaks-per-stream": ({"sustained-load"}, "memory grew"),
 }
 # The suite's other tests load the machine (load 10+ on 2 cores): a latency budget for that (slow-decision's 900 ms
 # is over it all the same).

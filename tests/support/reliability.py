@@ -369,8 +369,7 @@ def rss_bytes(process) -> int | None:
     pid = process.pid
     if not pid:
         return None
-    total = sum(procfs.status_kib(p, "VmRSS").get("VmRSS", 0) for p in {pid, *procfs.descendants(pid)}) * 1024
-    return total or None
+    return procfs.tree_status(pid, "VmRSS").get("VmRSS", 0) * 1024 or None
 
 
 # -- load ----------------------------------------------------------------------------------------------
