@@ -153,3 +153,17 @@ def test_a_client_exception_is_counted_not_raised():
 def test_driver_refuses_unbounded_or_nonsense_settings(kwargs):
     with pytest.raises(ValueError):
         Driver(FakeClient(), Load(**kwargs))
+
+
+def test_the_driver_sends_requests_in_the_protocols_given_in_turn():
+    class Recording(FakeClient):
+        def chat(self, body, timeout_s=None, protocol="http/1.1"):
+            with self.lock:
+                seen[body["seed"]] = protocol
+            return super().chat(body, timeout_s)
+
+    seen = {}
+    plan = plan_requests(SCENARIOS["chat"], 6)
+    result = Driver(Recording(delay_s=0.0), Load(concurrency=2), protocols=("http/1.1", "h2c")).run(plan)
+    assert len(result.ok) == 6
+    assert [seen[r.body["seed"]] for r in plan] == ["http/1.1", "h2c"] * 3
