@@ -323,6 +323,12 @@ class Driver:
         self.load = load.validate()  # its requests and warmup are the plan's business, not the driver's
         self.on_progress = on_progress
         self.protocols = tuple(protocols)
+        self._halted: str | None = None
+
+    def halt(self, reason: str) -> None:
+        """Send no more requests (those in flight finish): ``reason`` becomes the result's ``stopped`` (from
+        ``on_progress``, when what was sent already says enough)."""
+        self._halted = self._halted or reason
 
     def send_one(self, request: PlannedRequest, t0: float) -> Sample:
         sent = time.monotonic() - t0
@@ -368,6 +374,9 @@ class Driver:
             interrupted = True
             try:
                 for i, request in enumerate(requests):
+                    if self._halted:
+                        out.stopped = f"{self._halted}: stopped after {i} of {len(requests)} requests"
+                        break
                     if self.load.rate > 0:
                         wait = t0 + i / self.load.rate - time.monotonic()
                         if wait > 0:

@@ -167,3 +167,13 @@ def test_the_driver_sends_requests_in_the_protocols_given_in_turn():
     result = Driver(Recording(delay_s=0.0), Load(concurrency=2), protocols=("http/1.1", "h2c")).run(plan)
     assert len(result.ok) == 6
     assert [seen[r.body["seed"]] for r in plan] == ["http/1.1", "h2c"] * 3
+
+
+def test_the_driver_sends_no_more_once_halted_and_says_why():
+    def progress(done, total, errors, elapsed):
+        if done >= 3:
+            driver.halt("enough")
+
+    driver = Driver(FakeClient(delay_s=0.01), Load(concurrency=1), on_progress=progress)
+    result = driver.run(plan_requests(SCENARIOS["chat"], 20))
+    assert len(result.samples) < 20 and result.stopped.startswith("enough: stopped after ")
