@@ -100,12 +100,12 @@ class ProcessWatch:
         return evidence, problems
 
 
-def _plan(model: str) -> list:
+def _plan(model: str, count: int = REQUESTS) -> list:
     """The requests: short chats, every other pair streamed (with the driver's protocols in turn, each protocol
     sends both)."""
     return [dataclasses.replace(r, body={**r.body, "model": model, "max_tokens": MAX_TOKENS,
                                          "stream": (r.index // 2) % 2 == 1})
-            for r in plan_requests(SCENARIOS["chat"], REQUESTS, seed=50)]
+            for r in plan_requests(SCENARIOS["chat"], count, seed=50)]
 
 
 def _hops(bed, samples: list[Sample]) -> dict:
@@ -139,9 +139,9 @@ def _ms(values: list[float | None]) -> str:
     return ", ".join("-" if v is None else f"{v:.1f}" for v in values)
 
 
-def _quarters(samples: list[Sample], value) -> list[list[float]]:
-    size = max(1, len(samples) // 4)
-    return [[v for v in map(value, samples[i * size:(i + 1) * size]) if v is not None] for i in range(4)]
+def _quarters(samples: list[Sample], value, parts: int = 4) -> list[list[float]]:
+    size = max(1, len(samples) // parts)
+    return [[v for v in map(value, samples[i * size:(i + 1) * size]) if v is not None] for i in range(parts)]
 
 
 def _lost(samples: list[Sample], hops: dict) -> list[Sample]:
@@ -154,6 +154,39 @@ def _lost(samples: list[Sample], hops: dict) -> list[Sample]:
     return [s for s in samples if bad(s)]
 
 
+def _hop_values(samples: list[Sample], hops: dict, parts: int = 4) -> list[list[float]]:
+    return _quarters(samples, lambda s: hops[s.trace_id].phases().get(HOP_PHASE) if s.trace_id in hops and s.ok
+                     else None, parts)
+
+
+def _slowdown(h, bed, driver: Driver, samples: list[Sample], hops: dict, evidence: list[str]) -> list[str]:
+    """The last quarter's p99 hop against the first's; over its bound, confirmed on one more quarter of requests
+    before it is the EPP's: a few seconds of the machine's other work (2 cores, other tests) move a quarter too."""
+    values = _hop_values(samples, hops)
+    hop_p99 = _p99s(values, WINDOWS)
+    evidence.append(f"p99 by quarter (ms), the EPP hop (Envoy's hold; median of {WINDOWS} windows' p99): "
+                    f"{_ms(hop_p99)}; plain p99: {_ms(_p99s(values))}; the client's end to end: "
+                    + _ms(_p99s(_quarters(samples, lambda s: s.e2e_ms if s.ok else None))))
+    if hop_p99[0] is None or hop_p99[3] is None:
+        return []
+    bound = P99_RATIO * max(hop_p99[0], P99_FLOOR_MS)
+    evidence[-1] += f" (bound on the last: {bound:.1f} ms)"
+    if hop_p99[3] <= bound:
+        return []
+    more = Driver(driver.client, driver.load, protocols=driver.protocols).run(
+        _plan(bed.backends[0].model, REQUESTS + REQUESTS // 4)[REQUESTS:])
+    more_hops = _hops(bed, more.samples)
+    again = _p99s(_hop_values(more.samples, more_hops, parts=1), WINDOWS)[0]
+    lost = _lost(more.samples, more_hops)
+    evidence.append(f"{len(more.samples)} more requests to confirm it: p99 hop {_ms([again])} ms, {len(lost)} lost")
+    if lost:
+        return [f"{len(lost)} of {len(more.samples)} requests sent after the first {REQUESTS:,} were lost"]
+    if again is not None and again > bound:
+        return [(f"the EPP slowed down: the last quarter's p99 hop {hop_p99[3]:.1f} ms, and {again:.1f} ms over "
+                 f"{len(more.samples)} more, > {P99_RATIO:g}x the first's {hop_p99[0]:.1f} ms")]
+    return []
+
+
 @check("sustained-load", f"{REQUESTS:,} requests through one EPP process, {IN_FLIGHT} in flight: none lost, no "
        "slow-down, no leak", category=LOAD, source="eppkit (a gateway's steady traffic through one EPP)",
        needs=SERVES, per_protocol=False, beside=True)
@@ -162,7 +195,8 @@ def sustained_load(h):
     EPP that serves one stream at a time), HTTP/1.1 and h2c in turn, every other pair streamed, within 45 s: every
     one served 200 with its whole answer (a stream to its ``[DONE]``) and every ext_proc call OK in Envoy's record;
     the last quarter's p99 EPP hop (Envoy's ``hold``; a quarter's p99 the median of its five 100-request windows')
-    within 2x the first quarter's (taken as at least 25 ms); and,
+    within 2x the first quarter's (taken as at least 25 ms), or else 500 more requests' within it too (a few seconds
+    of the machine's other work move a quarter; an EPP that slows down stays slow); and,
     where the kit started the EPP, its resident memory within +32 MiB and its threads within +16 over the last
     three quarters (/proc; before and after in the evidence). Fewer than 2,000 sent within 45 s, none lost: not
     run (a slow EPP: the latency budget judges it; once its pace says so, after 8 s, no more are sent); once 100
@@ -204,19 +238,8 @@ def sustained_load(h):
                             f"{first.detail or ''}".rstrip() + f"; {evidence_of(hops.get(first.trace_id))}")
             problems.append(f"{len(lost):,} of {len(samples):,} requests were lost (not served 200 with their whole "
                             f"answer), the first at request #{first.index}")
-        hop_quarters = _quarters(samples, lambda s: hops[s.trace_id].phases().get(HOP_PHASE)
-                                 if s.trace_id in hops and s.ok else None)
-        hop_p99 = _p99s(hop_quarters, WINDOWS)
-        e2e_p99 = _p99s(_quarters(samples, lambda s: s.e2e_ms if s.ok else None))
-        evidence.append(f"p99 by quarter (ms), the EPP hop (Envoy's hold; median of {WINDOWS} windows' p99): " +
-                        _ms(hop_p99) + f"; plain p99: {_ms(_p99s(hop_quarters))}; the client's end to end: "
-                        + _ms(e2e_p99))
-        if hop_p99[0] is not None and hop_p99[3] is not None:
-            bound = P99_RATIO * max(hop_p99[0], P99_FLOOR_MS)
-            evidence[-1] += f" (bound on the last: {bound:.1f} ms)"
-            if hop_p99[3] > bound:
-                problems.append(f"the EPP slowed down: the last quarter's p99 hop {hop_p99[3]:.1f} ms > {P99_RATIO:g}x "
-                                f"the first's {hop_p99[0]:.1f} ms")
+        if not lost:
+            problems += _slowdown(h, bed, driver, samples, hops, evidence)
         seen, grew = watch.judge()
         evidence += seen
         problems += grew
