@@ -313,17 +313,27 @@ class Driver:
     """Sends planned requests with bounded concurrency, rate and duration.
 
     ``client`` is shared by the worker threads (``requests`` sessions and OTel tracers are
-    thread-safe for this use; each request's span context is per thread).
+    thread-safe for this use; each request's span context is per thread). ``protocols``: the client protocols
+    (``http/1.1``, ``h2c``) in turn, request ``i`` in ``protocols[i % len]``; none: the client's default.
     """
 
-    def __init__(self, client: TracedClient, load: Load = Load(), *, on_progress: Progress | None = None):
+    def __init__(self, client: TracedClient, load: Load = Load(), *, on_progress: Progress | None = None,
+                 protocols: Sequence[str] = ()):
         self.client = client
         self.load = load.validate()  # its requests and warmup are the plan's business, not the driver's
         self.on_progress = on_progress
+        self.protocols = tuple(protocols)
+        self._halted: str | None = None
+
+    def halt(self, reason: str) -> None:
+        """Send no more requests (those in flight finish): ``reason`` becomes the result's ``stopped`` (from
+        ``on_progress``, when what was sent already says enough)."""
+        self._halted = self._halted or reason
 
     def send_one(self, request: PlannedRequest, t0: float) -> Sample:
         sent = time.monotonic() - t0
-        result = self.client.chat(request.body, timeout_s=self.load.request_timeout_s)
+        how = {"protocol": self.protocols[request.index % len(self.protocols)]} if self.protocols else {}
+        result = self.client.chat(request.body, timeout_s=self.load.request_timeout_s, **how)
         return Sample(
             index=request.index, trace_id=result.trace_id, status=result.status,
             error=classify(result, request.stream), detail=failure_detail(result), sent_s=round(sent, 4),
@@ -364,6 +374,9 @@ class Driver:
             interrupted = True
             try:
                 for i, request in enumerate(requests):
+                    if self._halted:
+                        out.stopped = f"{self._halted}: stopped after {i} of {len(requests)} requests"
+                        break
                     if self.load.rate > 0:
                         wait = t0 + i / self.load.rate - time.monotonic()
                         if wait > 0:

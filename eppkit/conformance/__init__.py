@@ -5,7 +5,8 @@ The checks (eppkit.conformance.checks) run against any EPP the kit can host — 
 three mock pods, with an HTTP/1.1 and an HTTP/2 (h2c) client each, and judge from Envoy's side: the ext_proc
 protocol (reply order, streamed body mutations, end_of_stream, a request without a body, every request served,
 bodies byte for byte written whole and in paced pieces, trailers, a cancelled request, one destination, the
-health services, concurrent streams), the response path (the response whole, the decision's metadata stable,
+health services, concurrent streams), sustained load (2,000 requests through one EPP process: none lost, no
+slow-down, no growth of its memory or threads), the response path (the response whole, the decision's metadata stable,
 framing left to Envoy), the data plane (the gateway follows the pick, fallbacks included; the served endpoint
 is reported; the subset hint; 503 and 429; GAIE's test header; fail-open; several ports per pod), a latency
 budget and tracing. No check passes without a witness: a request that failed for another cause leaves its check

@@ -55,6 +55,7 @@ class Harness:
         # the latency budget (checks.latency): the EPP's, or what a plugin may add (cost-within-budget)
         self.budget = budget or (CostBudget() if getattr(target, "kind", "epp") == "plugin" else Budget())
         self._marks: dict[int, tuple[Any, int, int]] = {}  # id(bed) -> (bed, Envoy's log size, the EPP's) at the check's start
+        self._pinned: set[tuple[str, str | None]] = set()  # variants of a check running beside the others: never retired
 
     # -- testbeds ---------------------------------------------------------------------------------------
     @property
@@ -72,12 +73,32 @@ class Harness:
         with self._lock:
             return self._bed(variant, topology, options)
 
+    def own_bed(self, variant: str, **options: Any):
+        """A testbed of ``variant`` for a check that runs beside the others (:attr:`Check.beside`): up on top of
+        the ``keep`` ones, never retired by another check's, until :meth:`release`."""
+        with self._lock:
+            self._pinned.add(self._key(variant, None, options))
+            return self._bed(variant, None, options)
+
+    def release(self, bed) -> None:
+        """Stop a testbed of :meth:`own_bed` now (its requests are left out of :meth:`hops`: the check that sent
+        them reports them)."""
+        with self._lock:
+            key = next((k for k, b in self._beds.items() if b is bed), None)
+            if key is not None:
+                self._pinned.discard(key)
+                self._retire(key, keep_hops=False)
+
+    @staticmethod
+    def _key(variant: str, topology: Topology | None, options: dict[str, Any]) -> tuple[str, str | None]:
+        return variant, None if topology is not None else json.dumps(options, sort_keys=True, default=str)
+
     def _bed(self, variant: str, topology: Topology | None, options: dict[str, Any]):
-        key = (variant, None if topology is not None else json.dumps(options, sort_keys=True, default=str))
+        key = self._key(variant, topology, options)
         bed = self._beds.pop(key, None)
         if bed is None:
-            if self.keep is not None and variant != BASE:
-                others = [k for k in self._beds if k[0] != BASE]
+            if self.keep is not None and variant != BASE and key not in self._pinned:
+                others = [k for k in self._beds if k[0] != BASE and k not in self._pinned]
                 for old in others[:max(0, len(others) - self.keep + 1)]:
                     self._retire(old)
             bed = self.make_bed(topology if topology is not None else self.target.topology(**options))
@@ -103,11 +124,17 @@ class Harness:
     def begin_check(self) -> None:
         self._marks = {}
 
-    def log_evidence(self, lines: int = 8) -> list[str]:
+    def mark(self, bed) -> tuple[Any, int, int]:
+        """Where ``bed``'s logs are now: :meth:`log_evidence` from ``marks``, for a check beside the others (the
+        checks after it begin their own marks while it runs)."""
+        return (bed, *self._log_sizes(bed))
+
+    def log_evidence(self, lines: int = 8, marks: list[tuple[Any, int, int]] | None = None) -> list[str]:
         """For a failed check: what Envoy warned about while it ran (its ext_proc filter's words: a spurious reply,
-        a gRPC error), the EPP's last log lines from that time, and where the testbeds' run folders are."""
+        a gRPC error), the EPP's last log lines from that time, and where the testbeds' run folders are (the
+        check at hand's testbeds, or the :meth:`mark` s given)."""
         out = []
-        for bed, envoy_at, epp_at in self._marks.values():
+        for bed, envoy_at, epp_at in (marks if marks is not None else list(self._marks.values())):
             procs = getattr(bed, "processes", dict)()
             for name, since, keep in (("envoy", envoy_at, _envoy_warning), ("epp", epp_at, None)):
                 proc = procs.get(name)
@@ -130,10 +157,11 @@ class Harness:
         """A testbed whose EPP honours GAIE's test header (the target's test_header_options)."""
         return self.bed(variant, **{**self.target.test_header_options, **options})
 
-    def _retire(self, key: tuple[str, str | None]) -> None:
+    def _retire(self, key: tuple[str, str | None], keep_hops: bool = True) -> None:
         bed = self._beds.pop(key)
         self._close_client(bed)
-        self._retired_hops.extend(bed.hops())
+        if keep_hops:
+            self._retired_hops.extend(bed.hops())
         bed.stop()  # stopped again by its maker at the end: a no-op
 
     def hops(self) -> list[Hop]:

@@ -6,14 +6,23 @@ from __future__ import annotations
 import platform
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict
 from importlib import metadata
 from typing import Any, Callable, Iterable
 
 from eppkit.conformance.checks import CHECKS, Check, Result
 from eppkit.conformance.checks.latency import Budget
-from eppkit.conformance.checks.registry import FAIL, MUST, NOT_APPLICABLE, NOT_RUN, PASS, PLUGIN_CHECKS, evidence_of
+from eppkit.conformance.checks.registry import (
+    FAIL,
+    LATENCY,
+    MUST,
+    NOT_APPLICABLE,
+    NOT_RUN,
+    PASS,
+    PLUGIN_CHECKS,
+    evidence_of,
+)
 from eppkit.conformance.harness import Harness, MakeBed
 from eppkit.conformance.plugin_checks import FLOOR
 from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
@@ -45,7 +54,8 @@ def selected(only: Iterable[str] = (), categories: Iterable[str] = (), *, kind: 
 
 def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Result:
     """``check`` against the harness's EPP, once per client protocol (HTTP/1.1, h2c) unless its rule has none;
-    not run when a check it needs failed (or was not run for that reason)."""
+    not run when a check it needs failed (or was not run for that reason). A check that runs beside the others
+    gathers its failure's logs itself (Harness.mark): the checks after it begin their own while it runs."""
     why = check.not_declared(getattr(harness, "target", None))
     if why is not None:
         return Result(NOT_APPLICABLE, why)
@@ -55,7 +65,7 @@ def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Res
                       + ("failed" if all(results[n].status == FAIL for n in blocked) else "did not pass"),
                       blocked=True)
     started = time.monotonic()
-    begin = getattr(harness, "begin_check", None)
+    begin = None if check.beside else getattr(harness, "begin_check", None)
     if begin is not None:
         begin()
     protocols = getattr(harness, "protocols", (HTTP1,)) if check.per_protocol else (HTTP1,)
@@ -186,18 +196,36 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
     refused = _refused(harness) if target.filters else None
     if refused is not None:  # no check can run: each says why, in Envoy's or the version check's words
         results = {c.name: Result(NOT_RUN, refused) for c in checks}
+    beside: dict[str, tuple[Check, Future]] = {}  # the checks running beside the others (Check.beside)
+
+    def settle() -> None:  # the checks running beside: their results, before a latency check times requests
+        for name, (check, future) in list(beside.items()):
+            results[name] = future.result()
+            del beside[name]
+            if on_result is not None:
+                on_result(check, results[name])
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eppkit-beside")
     try:
         if target.kind == "epp" and refused is None:  # a plugin's checks time requests against a floor: one at a
             harness.probe_concurrency()               # time on 2 cores
         for check in checks if refused is None else ():
+            if check.category == LATENCY:
+                settle()
+            if check.beside and harness.concurrent and not check.not_declared(target) and all(
+                    n in results for n in check.needs):
+                beside[check.name] = (check, pool.submit(run_check, check, harness, results))
+                continue
             results[check.name] = run_check(check, harness, results)
             if on_result is not None:
                 on_result(check, results[check.name])
+        settle()
         # (a plugin's requests went through two testbeds: their evidence holds each one's record, per check)
         hops = hop_summary(harness.hops()) if target.kind == "epp" else {}
         judged_by = versions(harness.envoy_binary)
         judged_by.setdefault("envoy", target.envoy_version or _installed_envoy())
     finally:
+        pool.shutdown(wait=True)  # a check beside the others still running (the suite failed): its bounded end
         harness.stop()
     counts = {status: sum(1 for r in results.values() if r.status == status) for status in
               sorted({r.status for r in results.values()})}

@@ -44,9 +44,11 @@ def outcome(result: Result, level: str = MUST, strict: bool = False) -> None:
 
 def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any] | None = None, *,
                       shed_header: str | None = None, checks: Iterable[str] = (), cache_aware: bool = False,
+                      sustained: bool = False,
                       request_timeout_s: float = REQUEST_TIMEOUT_S, strict: bool = False, budget: str = "") -> Callable:
     """A test function, parametrized over the checks, judging the EPP of ``mode`` (and ``options``)."""
-    target = Target(mode=mode, options=dict(options or {}), shed_header=shed_header, cache_aware=cache_aware)
+    target = Target(mode=mode, options=dict(options or {}), shed_header=shed_header, cache_aware=cache_aware,
+                    sustained=sustained)
     # A check the EPP does not take on (kv-cache-affinity without cache_aware) is no test here, not a skipped one.
     names = [c.name for c in selected(checks) if c.not_declared(target) is None]
     results: dict[str, dict[str, Result]] = {}  # runtime -> check -> result: a check's needs, per runtime

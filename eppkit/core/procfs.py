@@ -89,11 +89,20 @@ def status_kib(pid: int, *keys: str) -> dict[str, int]:
     return out
 
 
+def tree_status(pid: int, *keys: str) -> dict[str, int]:
+    """:func:`status_kib`'s fields summed over ``pid`` and every process under it (a component's memory, ``VmRSS``,
+    and threads, ``Threads``: a local service is its own pid, a container's pid its init whose child is the
+    service); {} when it is gone."""
+    out: dict[str, int] = {}
+    for p in {pid, *descendants(pid)}:
+        for key, value in status_kib(p, *keys).items():
+            out[key] = out.get(key, 0) + value
+    return out
+
+
 def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of a process and every descendant (``VmRSS`` of each, in bytes); 0 if it is gone. A local
-    component's pid is the service itself; a container's is the host pid of its init (docker-init), whose child is
-    the service: either way the sum is the component's memory."""
-    return sum(status_kib(p, "VmRSS").get("VmRSS", 0) for p in {pid, *descendants(pid)}) * 1024
+    """Resident memory of a process and every descendant (``VmRSS`` of each, in bytes); 0 if it is gone."""
+    return tree_status(pid, "VmRSS").get("VmRSS", 0) * 1024
 
 
 def smaps_kib(pid: int) -> dict[str, int]:

@@ -21,6 +21,8 @@ MISBEHAVIOURS = {
     "no-health-services": "serves gRPC health for the server only, not liveness, readiness or ext_proc",
     "one-stream": "serves one stream at a time; a concurrent stream fails",
     "own-trace": "starts a trace of its own instead of joining Envoy's (reads no trace context)",
+    "stops-after-n": "refuses every ext_proc stream after its first 600 (UNAVAILABLE), still SERVING on health",
+    "leaks-per-stream": "keeps 128 KiB per stream for as long as it runs",
     # The field's known EPP bugs (docs/epp-bugs.md names each one's public issue).
     "unanswered-trailers": "never answers request or response trailers",
     "eos-only-on-empty-chunk": "ends the body only on an empty end_of_stream chunk: a last chunk with data and "
@@ -32,3 +34,7 @@ MISBEHAVIOURS = {
     "framing-headers": "sets transfer-encoding: chunked on its response headers reply (GAIE #2993, ai-gateway #2391)",
 }
 SLOW_DECISION_S = 0.9  # slow-decision's wait
+# stops-after-n's streams: above what any conformance check sends through one EPP process but sustained-load (some
+# 160, the whole suite over several testbeds), far below its 2,000.
+STOP_AFTER = 600
+LEAK_BYTES = 128 * 1024  # leaks-per-stream's keep, per stream

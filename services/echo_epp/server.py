@@ -12,7 +12,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.observability import otel
 from eppkit.observability.contract import EchoEpp, Epp, Http, Rpc
-from eppkit.services.echo_epp import SLOW_DECISION_S
+from eppkit.services.echo_epp import LEAK_BYTES, SLOW_DECISION_S, STOP_AFTER
 from eppkit.services.epp import protocol
 from eppkit.services.picker import headers
 from eppkit.services.runner import until_stopped
@@ -56,6 +56,8 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
         self.pool, self.tracer, self.misbehave = pool, tracer, misbehave
         self.max_fallbacks, self.shed_header = max_fallbacks, shed_header
         self._streams = 0
+        self._opened = 0  # every stream so far (stops-after-n)
+        self._kept: list[bytearray] = []  # leaks-per-stream's
 
     def decide(self, request_headers: dict[str, str], subset: tuple[str, ...] | None) -> pb.ProcessingResponse:
         """The decision on the request headers: 429 to shed, 503 when no endpoint fits, else the pick."""
@@ -113,6 +115,11 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "the echo EPP (one-stream) serves one stream")
         if self.misbehave == "healthy-but-refusing":
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the echo EPP (healthy-but-refusing) serves no stream")
+        self._opened += 1
+        if self.misbehave == "stops-after-n" and self._opened > STOP_AFTER:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"the echo EPP (stops-after-n) served its {STOP_AFTER}")
+        if self.misbehave == "leaks-per-stream":
+            self._kept.append(bytearray(b"x" * LEAK_BYTES))  # touched: resident, never freed
         self._streams += 1
         counted = True
 

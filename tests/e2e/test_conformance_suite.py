@@ -40,6 +40,7 @@ def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, 
     assert report["verdict"] == "conforms", rp.text(report)
     statuses = {c["id"]: c["status"] for c in report["checks"]}
     assert statuses.pop("kv-cache-affinity") == "n/a"  # judged only for an EPP that says it is cache-aware (below)
+    assert statuses.pop("sustained-load") == "n/a"  # judged when asked (--sustained-load: below)
     assert set(statuses.values()) == {"pass"}, rp.text(report)
     # The EPP hop as Envoy recorded it: the decision and the release after the body, before the upstream.
     assert {"hold", "epp_decision", "epp_release", "upstream"} <= set(report["hop"]), report["hop"]
@@ -49,6 +50,16 @@ def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, 
     assert suite.get("tests") == str(len(report["checks"])) and suite.get("failures") == "0"
     assert "conforms" in paths["html"].read_text()
     assert report["versions"]["envoy"] and report["versions"]["eppkit"]
+
+
+def test_the_kits_epp_holds_under_sustained_load(eppkit_testbed_factory):
+    """--sustained-load: 2,000 requests through the kit's EPP process, none lost, its hop's tail and its memory
+    bounded (the echo EPP's faults that break it: tests/e2e/test_conformance_fixtures.py)."""
+    report = run(Target("ext_proc", sustained=True), eppkit_testbed_factory, runtime="local",
+                 checks=selected(["sustained-load"]), budget=LOADED_MACHINE)
+    check = next(c for c in report["checks"] if c["id"] == "sustained-load")
+    assert check["status"] == "pass", rp.text(report)
+    assert any("RSS" in line for line in check["evidence"]), check["evidence"]
 
 
 def test_kv_cache_affinity_passes_an_epp_that_reads_the_pods_kv_events_and_fails_one_that_does_not(

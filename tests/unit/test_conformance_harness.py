@@ -74,3 +74,57 @@ def test_the_users_filters_on_the_command_line_are_in_every_testbed_the_verdict_
     (lua,) = target.topology().filters
     assert (Path(lua.path), lua.position) == (guard, "after")
     assert target.describe()["filters"] == [f"Lua filter {guard} @after"]
+
+
+def test_a_testbed_of_a_check_beside_the_others_is_never_retired_and_its_record_leaves_with_it():
+    h, made, _ = harness(keep=1)
+    base = h.bed()
+    own = h.own_bed("sustained")
+    forced = h.forced_bed()
+    h.bed("responses", epp_process_response=True)
+    assert forced.stopped and not own.stopped and not base.stopped  # the variants retire each other, not it
+    h.release(own)
+    assert own.stopped
+    # Its thousands of requests are its own check's evidence, not the suite's hop summary.
+    assert "hop of 1" not in h.hops() and "hop of 2" in h.hops()
+
+
+def test_a_check_beside_the_others_runs_in_a_thread_up_to_the_first_latency_check():
+    import threading
+
+    from eppkit.conformance import suite
+    from eppkit.conformance.checks.registry import Check, Result
+
+    events, release = [], threading.Event()
+
+    def long_one(h):
+        release.wait(5)  # done only once the checks after it ran
+        events.append("beside done")
+        return Result("pass", "ok")
+
+    def quick(name):
+        def run(h):
+            events.append(name)
+            if name == "after":
+                release.set()
+            return Result("pass", "ok")
+        return run
+
+    checks = [Check("long", "l", "load", "must", "here", 1, long_one, per_protocol=False, beside=True),
+              Check("after", "a", "protocol", "must", "here", 2, quick("after"), per_protocol=False),
+              Check("budget", "b", "latency", "should", "here", 3, quick("budget"), per_protocol=False)]
+
+    class Concurrent(Harness):
+        def probe_concurrency(self):
+            self.concurrent = True
+            return True
+
+    original = suite.Harness
+    suite.Harness = Concurrent
+    try:
+        report = suite.run(Target("ext_proc"), lambda topology: FakeBed(topology, []), checks=checks)
+    finally:
+        suite.Harness = original
+    assert events == ["after", "beside done", "budget"]
+    assert [c["id"] for c in report["checks"]] == ["long", "after", "budget"]  # reported in the suite's order
+    assert {c["status"] for c in report["checks"]} == {"pass"}

@@ -20,7 +20,7 @@ def test_every_check_is_registered_once_with_its_rule_level_and_source():
     assert len({c.name for c in checks}) == len(checks) >= 20
     for c in checks:
         assert c.doc and c.source and c.level in ("must", "should") and c.category in (
-            "data plane", "protocol", "latency", "tracing")
+            "data plane", "protocol", "load", "latency", "tracing")
         for need in c.needs:  # a check needs only checks that run before it, and a must no should
             assert CHECKS.get(need).order < c.order, (c.name, need)
             assert not (c.level == "must" and CHECKS.get(need).level == "should"), (c.name, need)

@@ -153,3 +153,27 @@ def test_a_client_exception_is_counted_not_raised():
 def test_driver_refuses_unbounded_or_nonsense_settings(kwargs):
     with pytest.raises(ValueError):
         Driver(FakeClient(), Load(**kwargs))
+
+
+def test_the_driver_sends_requests_in_the_protocols_given_in_turn():
+    class Recording(FakeClient):
+        def chat(self, body, timeout_s=None, protocol="http/1.1"):
+            with self.lock:
+                seen[body["seed"]] = protocol
+            return super().chat(body, timeout_s)
+
+    seen = {}
+    plan = plan_requests(SCENARIOS["chat"], 6)
+    result = Driver(Recording(delay_s=0.0), Load(concurrency=2), protocols=("http/1.1", "h2c")).run(plan)
+    assert len(result.ok) == 6
+    assert [seen[r.body["seed"]] for r in plan] == ["http/1.1", "h2c"] * 3
+
+
+def test_the_driver_sends_no_more_once_halted_and_says_why():
+    def progress(done, total, errors, elapsed):
+        if done >= 3:
+            driver.halt("enough")
+
+    driver = Driver(FakeClient(delay_s=0.01), Load(concurrency=1), on_progress=progress)
+    result = driver.run(plan_requests(SCENARIOS["chat"], 20))
+    assert len(result.samples) < 20 and result.stopped.startswith("enough: stopped after ")

@@ -12,9 +12,10 @@ from eppkit.core.registry import load_members
 __all__ = ["CHECKS", "STATUSES", "Check", "Result"]
 
 
-# The order they run in: the protocol first (every other check needs its requests served), the response path,
+# The order they run in: the protocol first (every other check needs its requests served), sustained load (beside
+# the checks after it, up to the latency budget), the response path,
 # the data plane, the latency budget (over every request the suite sent), tracing; a module added later runs last.
-ORDER = ("protocol", "responses", "data_plane", "latency", "tracing")
+ORDER = ("protocol", "sustained", "responses", "data_plane", "latency", "tracing")
 
 
 load_members(__name__, __path__, group="checks", skip=("registry",), order=ORDER)

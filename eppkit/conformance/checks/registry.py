@@ -21,7 +21,7 @@ from eppkit.core.registry import Registry
 PASS, FAIL, NOT_APPLICABLE, NOT_RUN = "pass", "fail", "n/a", "not run"
 STATUSES = (PASS, FAIL, NOT_APPLICABLE, NOT_RUN)
 MUST, SHOULD = "must", "should"
-DATA_PLANE, PROTOCOL, LATENCY, TRACING = "data plane", "protocol", "latency", "tracing"
+DATA_PLANE, PROTOCOL, LOAD, LATENCY, TRACING = "data plane", "protocol", "load", "latency", "tracing"
 # Where the rules come from (named once; the report links them).
 PROTOCOL_DOC = "GAIE EPP protocol (docs/proposals/004-endpoint-picker-protocol)"
 GAIE_CONFORMANCE = "GAIE conformance suite (conformance/tests)"
@@ -71,6 +71,9 @@ class Check:
     # A rule only some EPPs take on (they say so: the target's flags): (target) -> why it does not apply to this one,
     # or None. The suite reports n/a with that reason without running it; pytest makes no test of it.
     declared: Callable[..., str | None] | None = None
+    # Runs in a thread of its own beside the checks after it (on a testbed of its own: Harness.own_bed), up to the
+    # first latency check, where the EPP serves streams at once (a long check: the verdict waits for it once).
+    beside: bool = False
 
     def not_declared(self, target) -> str | None:
         """Why this check does not apply to ``target`` by what it declares, or None."""
@@ -90,12 +93,13 @@ _order = iter(range(10_000))
 
 def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
           needs: tuple[str, ...] = (), per_protocol: bool = True,
-          declared: Callable[..., str | None] | None = None,
+          declared: Callable[..., str | None] | None = None, beside: bool = False,
           registry: Registry[Check] = CHECKS) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated function (``harness -> Result``) as check ``name`` (an EPP's, or in ``registry``)."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
-        registry.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared))
+        registry.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared,
+                                 beside))
         return fn
 
     return register
