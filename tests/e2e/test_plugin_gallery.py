@@ -29,7 +29,10 @@ CAUGHT_BY = {
     "leaks_per_request": ({"memory-bounded"}, "KiB a request"),
 }
 # What a user tells the verdict about a gallery filter, as they would on the command line (--plugin-let-through).
-TOLD = {"refuses_in_plain_text": {"let_through": ("x-tenant: acme",)}}
+# What a user would tell the verdict of a gate (the header it lets through). errors_without_header's requests with
+# it are served as they should be (no script error, no error's cost in a stream's pace); the verdict's requests
+# without it (refusals-are-clean's) raise its errors, which no-script-errors counts over the whole verdict.
+TOLD = {name: {"let_through": ("x-tenant: acme",)} for name in ("refuses_in_plain_text", "errors_without_header")}
 # What each failure's evidence must hold in Envoy's own words.
 ENVOY_SAYS = {
     "streaming-preserved": "Envoy's access log",
