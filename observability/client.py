@@ -106,14 +106,16 @@ class TracedClient:
              timeout_s: float = 120.0, raw_body: bytes | None = None,
              content_type: str = "application/json", method: str = "POST", protocol: str = HTTP1,
              pieces: int = 1, pause_s: float = 0.0, trailers: dict[str, str] | None = None,
-             cancel_after: int | None = None) -> ClientResult:
+             cancel_after: int | None = None, cancel_after_tokens: int | None = None) -> ClientResult:
         """POST ``body`` (or ``raw_body`` verbatim, for bad-input tests) and read the whole answer; with
         ``method="GET"`` (``GET /v1/models``) no body is sent.
 
         ``protocol``: ``http/1.1`` (default) or ``h2c`` (HTTP/2 over cleartext, :mod:`eppkit.observability.h2c`).
         ``pieces``: the body written in that many pieces, ``pause_s`` apart (HTTP/1.1: chunked transfer encoding),
         so it reaches the gateway as it does from a client that writes slowly. ``trailers`` (h2c): request
-        trailers after the body. ``cancel_after`` (h2c): the client gives up after that many pieces."""
+        trailers after the body. ``cancel_after`` (h2c): the client gives up after that many pieces.
+        ``cancel_after_tokens``: the client gives up on a streamed answer once that many tokens came (HTTP/1.1: it
+        closes the connection; h2c: it resets the stream), its ``error`` saying so."""
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol {protocol!r}: one of {', '.join(PROTOCOLS)}")
         if (trailers or cancel_after is not None) and protocol != H2C:
@@ -135,11 +137,12 @@ class TracedClient:
             try:
                 if protocol == H2C:
                     self._send_h2c(method, path, data, out_headers, result, sse, timeout_s=timeout_s, pieces=pieces,
-                                   pause_s=pause_s, trailers=trailers, cancel_after=cancel_after)
+                                   pause_s=pause_s, trailers=trailers, cancel_after=cancel_after,
+                                   cancel_after_tokens=cancel_after_tokens)
                 else:
                     self._send_http1(method, path, data, out_headers, result, sse, span, timeout_s=timeout_s,
-                                     pieces=pieces, pause_s=pause_s)
-            except (requests.RequestException, h2c.H2Error) as exc:
+                                     pieces=pieces, pause_s=pause_s, cancel_after_tokens=cancel_after_tokens)
+            except (requests.RequestException, h2c.H2Error, OSError) as exc:  # OSError: h2c cannot connect
                 result.error = f"{type(exc).__name__}: {exc}"
                 span.set_status(Status(StatusCode.ERROR, result.error))
             if result.status:
@@ -151,7 +154,8 @@ class TracedClient:
         return result
 
     def _send_http1(self, method: str, path: str, data: bytes | None, headers: dict, result: ClientResult,
-                    sse: "_Sse", span, *, timeout_s: float, pieces: int, pause_s: float) -> None:
+                    sse: "_Sse", span, *, timeout_s: float, pieces: int, pause_s: float,
+                    cancel_after_tokens: int | None = None) -> None:
         if data is not None and pieces > 1:  # a generator body: requests sends it chunked, a piece at a time
             data = _paced(_split(data, pieces), pause_s)
         with self._session.request(method, self.base_url + path, data=data, headers=headers, stream=True,
@@ -162,12 +166,15 @@ class TracedClient:
                 for line in resp.iter_lines(chunk_size=None):
                     if sse.line(line):
                         break
+                    if cancel_after_tokens is not None and len(result.tokens) >= cancel_after_tokens:
+                        result.error = f"cancelled by the client after {len(result.tokens)} tokens"
+                        break  # leaving the block closes the connection mid-answer
             else:
                 _set_body(result, resp.content)
 
     def _send_h2c(self, method: str, path: str, data: bytes | None, headers: dict, result: ClientResult, sse: "_Sse",
                   *, timeout_s: float, pieces: int, pause_s: float, trailers: dict | None,
-                  cancel_after: int | None) -> None:
+                  cancel_after: int | None, cancel_after_tokens: int | None = None) -> None:
         host, _, port = self.base_url.removeprefix("http://").partition(":")
         answer, raw = h2c.H2Answer(), bytearray()
 
@@ -182,7 +189,9 @@ class TracedClient:
 
         h2c.request(host, int(port or 80), method, path, {k.lower(): v for k, v in headers.items()},
                     _split(data, pieces) if data else (), pause_s=pause_s, trailers=trailers,
-                    cancel_after=cancel_after, timeout_s=timeout_s, on_data=on_data, answer=answer)
+                    cancel_after=cancel_after, timeout_s=timeout_s, on_data=on_data, answer=answer,
+                    give_up=None if cancel_after_tokens is None else
+                    lambda: len(result.tokens) >= cancel_after_tokens)
         result.status = answer.status
         result.headers = {k: v for k, v in answer.headers.items() if not k.startswith(":")}
         result.trailers = dict(answer.trailers)

@@ -36,11 +36,12 @@ class H2Error(OSError):
 def request(host: str, port: int, method: str, path: str, headers: dict[str, str], body: Iterable[bytes] = (), *,
             pause_s: float = 0.0, trailers: dict[str, str] | None = None, cancel_after: int | None = None,
             timeout_s: float = 30.0, on_data: Callable[[bytes], None] | None = None,
-            answer: H2Answer | None = None) -> H2Answer:
+            answer: H2Answer | None = None, give_up: Callable[[], bool] | None = None) -> H2Answer:
     """Send one request and read its answer. ``body``: the pieces, each its own DATA frame(s), ``pause_s``
     between them; ``trailers``: sent after the body (they end the stream); ``cancel_after``: reset the stream
     (CANCEL) after that many pieces instead of finishing it. ``on_data`` gets each piece of the answer's body
-    as it arrives; ``answer`` is filled in as the answer arrives (its headers are there by the first body bytes).
+    as it arrives; ``answer`` is filled in as the answer arrives (its headers are there by the first body bytes);
+    ``give_up``: asked after each read of the answer, True resets the stream (CANCEL) there, mid-answer.
     """
     deadline = time.monotonic() + timeout_s
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
@@ -126,6 +127,11 @@ def request(host: str, port: int, method: str, path: str, headers: dict[str, str
                 sock.sendall(conn.data_to_send())
             while not done:
                 done = pump(block=True)
+                if not done and give_up is not None and give_up():
+                    conn.reset_stream(stream, h2.errors.ErrorCodes.CANCEL)
+                    sock.sendall(conn.data_to_send())
+                    answer.reset = "cancelled by the client mid-answer"
+                    return answer
         except (h2.exceptions.ProtocolError, OSError) as exc:
             if isinstance(exc, H2Error):
                 raise

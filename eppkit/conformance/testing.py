@@ -5,6 +5,12 @@
 
     test_my_epp = conformance_tests()   # the EPP of --eppkit-epp-command / --eppkit-epp-address
 
+    # tests/test_my_filter_conforms.py: your filter judged as a plugin (eppkit conformance --plugin)
+    from eppkit import LuaFilter
+    from eppkit.conformance.testing import plugin_conformance_tests
+
+    test_my_filter = plugin_conformance_tests(LuaFilter(path="my_guard.lua"), let_through=("x-tenant: acme",))
+
 ``conformance_tests(mode=..., options=..., shed_header=..., checks=..., cache_aware=...)`` takes what ``eppkit conformance``
 takes. Each check is one test (id = the check's): a pass passes, a failed *must* fails with the evidence, a failed
 *should* passes with a warning (``strict=True``: fails), a check that does not apply or could not be judged is
@@ -20,11 +26,11 @@ from typing import Any, Callable, Iterable
 import pytest
 
 from eppkit.conformance.checks import CHECKS, Result
-from eppkit.conformance.checks.latency import Budget
-from eppkit.conformance.checks.registry import FAIL, MUST, PASS
+from eppkit.conformance.checks.latency import Budget, CostBudget
+from eppkit.conformance.checks.registry import FAIL, MUST, PASS, PLUGIN_CHECKS
 from eppkit.conformance.harness import Harness
 from eppkit.conformance.suite import run_check, selected
-from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
+from eppkit.conformance.target import REQUEST_TIMEOUT_S, PluginTarget, Target
 from eppkit.modes import external_epp
 
 
@@ -68,3 +74,30 @@ def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any
         outcome(done[conformance_check], check.level, strict)
 
     return test_conformance
+
+
+def plugin_conformance_tests(*filters: Any, mode: str = "direct", options: dict[str, Any] | None = None,
+                             let_through: Iterable[str] = (), rewrites: Iterable[str] = (), checks: Iterable[str] = (),
+                             request_timeout_s: float = REQUEST_TIMEOUT_S, strict: bool = False,
+                             budget: str = "") -> Callable:
+    """A test function, parametrized over the plugin checks, judging ``filters`` (LuaFilter, DynamicModule,
+    HttpFilter: what ``--lua-filter``, ``--dynamic-module`` and ``--http-filter`` name) as ``eppkit conformance
+    --plugin`` does: each check against the floor, the same testbed without them (``let_through``: the headers a
+    gate lets through, as ``--plugin-let-through``; ``rewrites``: as ``--plugin-rewrites``; ``budget``: as
+    ``--budget`` for the plugin's cost, e.g. ``"p50=2ms"``)."""
+    target = PluginTarget(filters=filters, mode=mode, options=dict(options or {}), let_through=tuple(let_through),
+                          rewrites=frozenset(rewrites)).validate()
+    names = [c.name for c in selected(checks, kind="plugin") if c.not_declared(target) is None]
+    results: dict[str, dict[str, Result]] = {}  # runtime -> check -> result
+
+    @pytest.mark.e2e
+    @pytest.mark.parametrize("plugin_check", names)
+    def test_plugin_conformance(plugin_check: str, eppkit_shared_testbed_factory, eppkit_runtime: str) -> None:
+        harness = Harness(target, eppkit_shared_testbed_factory, request_timeout_s=request_timeout_s,
+                          budget=CostBudget.parse(budget) if budget else None)
+        check = PLUGIN_CHECKS.get(plugin_check)
+        done = results.setdefault(eppkit_runtime, {})
+        done[plugin_check] = run_check(check, harness, done)
+        outcome(done[plugin_check], check.level, strict)
+
+    return test_plugin_conformance

@@ -4,6 +4,7 @@ exact bodies, the command line, the report."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -12,7 +13,7 @@ from eppkit.observability.client import ClientResult
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks import CHECKS
 from eppkit.conformance.checks.registry import FAIL, PASS, PLUGIN_CHECKS, Check, Result
-from eppkit.conformance.gallery import GALLERY, path
+from eppkit.conformance import gallery
 from eppkit.conformance.plugin_checks import floor
 from eppkit.conformance.plugin_checks.bodies import SIZES, exact_body
 from eppkit.conformance.plugin_checks.hostile import cases
@@ -51,9 +52,10 @@ def test_a_plugin_target_needs_a_filter_and_knows_the_directions_it_may_rewrite(
 
 def test_a_plugin_is_judged_by_its_own_checks_and_an_epp_never_by_them():
     plugin = [c.name for c in selected(kind="plugin")]
-    # no-script-errors after the checks of ordinary traffic, hostile-input-survives last (neither counts the other's)
+    # no-script-errors after the checks of ordinary traffic, hostile-input-survives after it (neither counts the
+    # other's), streams-served last (a plugin that a cancelled stream takes down takes no other check with it)
     assert plugin == ["streaming-preserved", "bodies-byte-for-byte", "refusals-are-clean", "cost-within-budget",
-                      "memory-bounded", "no-script-errors", "hostile-input-survives"]
+                      "memory-bounded", "no-script-errors", "hostile-input-survives", "streams-served"]
     # (bodies-byte-for-byte is a rule of both, judged two ways: its EPP check and its plugin check are two entries)
     assert not set(selected(kind="plugin")) & set(selected())
     assert set(plugin) & set(CHECKS.names()) == {"bodies-byte-for-byte"}
@@ -91,7 +93,7 @@ def test_the_command_line_names_a_plugin_with_plugin(tmp_path):
     from eppkit.cli import parser
     from eppkit.conformance.command import target_from
 
-    lua = path("noop")
+    lua = gallery.path("noop")
     target = target_from(parser().parse_args(["conformance", "--plugin", "--lua-filter", str(lua),
                                               "--plugin-rewrites", "response"]))
     assert isinstance(target, PluginTarget) and target.mode == "direct" and target.rewrites == {"response"}
@@ -112,9 +114,15 @@ def test_the_command_line_names_a_plugin_with_plugin(tmp_path):
 
 
 def test_the_gallery_ships_a_file_per_entry():
-    assert "noop" in GALLERY and all(path(name).is_file() for name in GALLERY)
+    assert "noop" in gallery.GALLERY and all(Path(gallery.path(name)).is_file() for name in gallery.LUA)
+    source = (gallery.GO_MODULE / "main.go").read_text()
+    assert all(f'"{name}":' in source for name in gallery.GO)  # each Go entry is a filter the module registers
+    assert gallery.flag("holds_trailers") == f"--dynamic-module {gallery.GO_MODULE}:holds_trailers"
+    assert gallery.flag("noop") == f"--lua-filter {gallery.HERE / 'noop.lua'}"
+    module = gallery.plugin("panics_on_cancel")
+    assert (module.module, module.filter) == ("gallery", "panics_on_cancel")
     with pytest.raises(ValueError, match="no gallery filter"):
-        path("nope")
+        gallery.path("nope")
 
 
 def test_each_lua_filter_counts_its_errors_under_a_prefix_of_its_own():
@@ -206,7 +214,7 @@ def test_the_command_line_budget_of_a_plugin_is_its_cost(monkeypatch):
     seen = {}
     monkeypatch.setattr(command, "envoy_versions", lambda v: (_ for _ in ()).throw(ValueError("stop here")))
     monkeypatch.setattr(CostBudget, "parse", classmethod(lambda cls, text: seen.setdefault("cost", text)))
-    args = parser().parse_args(["conformance", "--plugin", "--lua-filter", str(path("noop")), "--budget", "p50=2ms"])
+    args = parser().parse_args(["conformance", "--plugin", "--lua-filter", gallery.path("noop"), "--budget", "p50=2ms"])
     assert command.main(args) == command.EXIT_CANNOT_RUN and seen == {"cost": "p50=2ms"}
 
 

@@ -18,8 +18,9 @@ FLOOR = {"testbed": "the same topology without the plugin's filters, started bes
          "rule": RULE}
 
 # The order they run in: no-script-errors after every check of ordinary traffic, as it reads the errors counter over
-# every request the verdict sent before it; hostile-input-survives last, its hostile requests' errors its own (each
-# counted around the request that raised it), so that neither check counts the other's.
-ORDER = ("streaming", "bodies", "refusals", "cost", "memory", "script_errors", "hostile")
+# every request the verdict sent before it; hostile-input-survives after it, its hostile requests' errors its own
+# (each counted around the request that raised it), so that neither check counts the other's; streams-served last,
+# as a plugin that cannot survive a cancelled stream takes Envoy down with it.
+ORDER = ("streaming", "bodies", "refusals", "cost", "memory", "script_errors", "hostile", "streams")
 
-load_members(__name__, __path__, group="plugin_checks", skip=("floor",), order=ORDER)
+load_members(__name__, __path__, group="plugin_checks", skip=("floor", "alive"), order=ORDER)

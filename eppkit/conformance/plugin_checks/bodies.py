@@ -10,12 +10,16 @@ import json
 from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, judged
 from eppkit.conformance.plugin_checks import floor
 from eppkit.conformance.witness import NotWitnessed, Sent
+from eppkit.observability.client import H2C
 from eppkit.services.pod_headers import HEADER_RESPONSE_SHA256
 
 BODIES = "bodies"
-KIB = 1024
-SIZES = (0, 1, 16 * KIB - 1, 16 * KIB + 1, KIB * KIB)  # around Envoy's 16 KiB buffer slices, and a large one
+KIB, MIB = 1024, 1024 * 1024
+SIZES = (0, 1, 16 * KIB - 1, 16 * KIB + 1, MIB)  # around Envoy's 16 KiB buffer slices, and a large one
+LARGE = 8 * MIB  # written whole only: the largest body a filter buffering it must hold
 PACED = {"pieces": 8, "pause_s": 0.005}  # a body written in paced pieces: many data frames / chunks to the filter
+# h2c only (Envoy's HTTP/1.1 codec drops request trailers): a body in pieces that ends with trailers
+TRAILED = {"pieces": 4, "pause_s": 0.005, "trailers": {"x-eppkit-checksum": "trailer"}}
 ANSWER_TOKENS = 200  # a non-streamed answer of a few KiB
 
 
@@ -49,40 +53,64 @@ def _received(h, sent: Sent, what: str) -> str:
     return got
 
 
-def _request_body(h, beds: dict, data: bytes, traffic: dict, label: str) -> dict[str, str]:
-    """What the backend received of ``data`` through each testbed (side -> sha256); NotWitnessed when the floor
-    itself changed it."""
-    got = {}
-    for side, bed in beds.items():
-        sent = h.send(bed, raw_body=data, **traffic)
-        got[side] = _received(h, sent, f"a {label} body through the {side}")
-        if side == "floor" and got[side] != h.digest(data):
-            raise NotWitnessed(f"a {label} body changed on the floor itself", sent, h.request_timeout_s)
+def _request_body(h, beds: dict, data: bytes, traffic: dict, label: str) -> dict[str, str | None]:
+    """What the backend received of ``data`` through each testbed (side -> sha256; None: the plugin's request got no
+    answer from the backend, which the floor's did); NotWitnessed when the floor itself did not pass it unchanged."""
+    sent = h.send(beds["floor"], raw_body=data, **traffic)
+    got = {"floor": _received(h, sent, f"a {label} body on the floor")}
+    if got["floor"] != h.digest(data):
+        raise NotWitnessed(f"a {label} body changed on the floor itself", sent, h.request_timeout_s)
+    sent = h.send(beds["plugin"], raw_body=data, **traffic)
+    reached = h.body_digest(sent.result) is not None and h.served_by(sent.result) is not None
+    got["plugin"] = h.body_digest(sent.result) if reached else None
+    if not reached:
+        got["not served"] = h.cause(sent)
     return got
+
+
+def _forms(protocol: str) -> list[tuple[int, dict]]:
+    """(size, traffic) of every request body sent: each size whole and paced, 8 MiB whole, and on h2c 1 MiB that
+    ends with trailers."""
+    forms = [(size, traffic) for size in SIZES for traffic in ({}, PACED)] + [(LARGE, {})]
+    return forms + ([(MIB, TRAILED)] if protocol == H2C else [])
+
+
+def _label(size: int, traffic: dict) -> str:
+    if "trailers" in traffic:
+        return f"{size} B in {traffic['pieces']} pieces with request trailers"
+    return f"{size} B" + (f" in {traffic['pieces']} paced pieces" if traffic else " whole")
 
 
 @check("bodies-byte-for-byte", "bodies pass the plugin byte for byte, both ways", category=BODIES, level=MUST,
        source="HTTP semantics: a filter that does not say it rewrites a body forwards it unchanged",
        registry=PLUGIN_CHECKS, declared=_declared)
 def bodies_byte_for_byte(h):
-    """Request bodies of 0 B, 1 B, 16 KiB−1, 16 KiB+1 and 1 MiB, each written whole and in 8 paced pieces, reach the
-    backend with the sha256 the client sent; a non-streamed answer of a few KiB reaches the client with the sha256
-    the backend wrote. The same requests through the floor must do so too (else the testbed, not the plugin, changes
-    them: not judged)."""
+    """Request bodies of 0 B, 1 B, 16 KiB−1, 16 KiB+1 and 1 MiB, each written whole and in 8 paced pieces, 8 MiB
+    whole, and on h2c 1 MiB in 4 pieces ending with request trailers, reach the backend with the sha256 the client
+    sent; a non-streamed answer of a few KiB reaches the client with the sha256 the backend wrote. The same requests
+    through the floor must do so too (else the testbed, not the plugin, changes them: not judged); one the floor
+    delivers and the plugin does not (held until the client gave up, refused) fails."""
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}
     rewrites = _rewrites(h.target)
     evidence, problems = [], []
     if "request" not in rewrites:
         model = beds["plugin"].backends[0].model
-        forms = [(size, traffic) for size in SIZES for traffic in ({}, PACED)]
-        for size, traffic in forms:
+        for size, traffic in _forms(h.protocol):
             data = exact_body(size, model)
-            label = f"{size} B" + (f" in {traffic['pieces']} paced pieces" if traffic else " whole")
+            label = _label(size, traffic)
             got = _request_body(h, beds, data, traffic, label)
+            if got["plugin"] is None:
+                evidence.append(f"request {label}: the floor's backend received it whole; through the plugin "
+                                f"{got['not served']}")
+                problems.append(f"the {label} request did not reach the backend through the plugin "
+                                f"({got['not served']})")
+                continue
             evidence.append(f"request {label}: client sha256 {h.digest(data)[:16]}…, backend received "
                             f"{got['plugin'][:16]}… through the plugin, {got['floor'][:16]}… on the floor")
             if got["plugin"] != h.digest(data):
                 problems.append(f"the {label} request body reached the backend changed")
+        if h.protocol != H2C:
+            evidence.append("request trailers: sent on h2c only (Envoy's HTTP/1.1 codec drops them)")
     else:
         evidence.append("request bodies: not judged (the plugin declares it rewrites them)")
     if "response" not in rewrites:
@@ -100,8 +128,9 @@ def bodies_byte_for_byte(h):
                 problems.append("the response body reached the client changed")
     else:
         evidence.append("response bodies: not judged (the plugin declares it rewrites them)")
-    return judged(problems, evidence, failing="the plugin changed a body it does not declare it rewrites",
+    return judged(problems, evidence, failing="a body did not pass the plugin byte for byte",
                   passing="every body passed byte for byte" + (f" (not judged: {', '.join(sorted(rewrites))})"
                                                                 if rewrites else ""),
-                  fix="Forward bodies unchanged, or declare the direction you rewrite (--plugin-rewrites)")
+                  fix="Forward bodies unchanged and continue every request, its trailers too (a module: return Continue "
+                      "from OnRequestTrailers), or declare the direction you rewrite (--plugin-rewrites)")
 

@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 import threading
 
-import requests
-
 from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, evidence_of, judged
-from eppkit.conformance.plugin_checks import floor, refusals, script_errors
+from eppkit.conformance.plugin_checks import alive, floor, refusals, script_errors
 from eppkit.conformance.witness import NotWitnessed
 
 HOSTILE = "robustness"
@@ -43,16 +41,6 @@ def cases(model: str) -> list[tuple[str, dict]]:
         ("60 extra headers", {"headers": {f"x-hostile-{i}": str(i) for i in range(60)}}),
         ("odd header values", {"headers": {"x-hostile": '"quoted" ;,= <tag> %00 \\', "x-empty": ""}}),
     ]
-
-
-def _envoy_up(h, bed) -> tuple[bool, float]:
-    """Envoy's admin /ready answers LIVE; its server.uptime (s)."""
-    try:
-        ready = requests.get(f"{bed.envoy_admin_url}/ready", timeout=5)
-        live = ready.status_code == 200 and ready.text.strip() == "LIVE"
-        return live, h.stats(bed, "server.uptime").get("server.uptime", -1)
-    except requests.RequestException:
-        return False, -1
 
 
 def _errors_raised(h, bed, floor_bed, send) -> tuple[object, int]:
@@ -84,7 +72,7 @@ def hostile_input_survives(h):
     each non-2xx it made is an OpenAI-style error. A failure quotes Envoy's ``script log:`` line."""
     bed, floor_bed = h.bed(), floor.bed(h)
     lua = h.target.has_lua() if hasattr(h.target, "has_lua") else False
-    _, uptime = _envoy_up(h, bed)
+    _, uptime = alive.envoy_up(h, bed)
     plain, plain_errors = _errors_raised(h, bed, floor_bed, lambda: h.send(bed))
     h.must_serve(plain, "a plain chat through the plugin")
     evidence, problems, erred, judged_n = [], [], [], 0
@@ -106,12 +94,12 @@ def hostile_input_survives(h):
             problems += [problem] if problem else []
     if not judged_n:
         raise NotWitnessed("no hostile request was answered on the floor", plain, h.request_timeout_s)
-    live, after = _envoy_up(h, bed)
+    live, after = alive.envoy_up(h, bed)
     evidence.insert(0, f"Envoy's admin: /ready {'LIVE' if live else 'not LIVE'}, server.uptime {uptime} s before, "
                        f"{after} s after")
-    if not live or after < uptime:
-        down = "/ready not LIVE" if not live else "server.uptime went back: it restarted"
-        problems.insert(0, f"Envoy is not up as it was ({down})")
+    down = alive.gone(h, bed, uptime)
+    if down:
+        problems.insert(0, down)
     if erred:
         logged = script_errors.script_error_lines(bed)
         said = script_errors.quoted(logged)
