@@ -50,8 +50,9 @@ class Harness:
         self.protocols = protocols  # every one a check is run with
         # Whether the EPP serves streams at once: then each check's protocols, and its requests, are sent at once
         # (:meth:`probe_concurrency`); an EPP that does not is judged one request at a time (concurrent-streams
-        # fails it), so that no other check fails for it.
-        self.concurrent = False
+        # fails it), so that no other check fails for it. A plugin's testbed has no EPP: its protocols are sent at
+        # once but in its timed checks (Check.timed), and streams-served judges the filter's streams at once.
+        self.concurrent = getattr(target, "kind", "epp") == "plugin"
         # the latency budget (checks.latency): the EPP's, or what a plugin may add (cost-within-budget)
         self.budget = budget or (CostBudget() if getattr(target, "kind", "epp") == "plugin" else Budget())
         self._marks: dict[int, tuple[Any, int, int]] = {}  # id(bed) -> (bed, Envoy's log size, the EPP's) at the check's start

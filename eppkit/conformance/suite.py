@@ -71,7 +71,7 @@ def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Res
     protocols = getattr(harness, "protocols", (HTTP1,)) if check.per_protocol else (HTTP1,)
     # Each protocol's run in a thread of its own, at once, where the EPP serves streams at once: a check's requests
     # wait on the EPP, not on each other (a hung request costs its timeout once, not once per protocol).
-    at_once = len(protocols) if getattr(harness, "concurrent", False) else 1
+    at_once = len(protocols) if getattr(harness, "concurrent", False) and not check.timed else 1
     with ThreadPoolExecutor(max_workers=at_once) as pool:
         runs = list(zip(protocols, pool.map(lambda p: _run_once(check, harness, p), protocols)))
     result = combine(runs) if len(runs) > 1 else runs[0][1]

@@ -30,8 +30,12 @@ The phases (:meth:`Hop.phases`, ms):
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any
 
 MARKER = "eppkit_hop"  # the key that marks a hop line among Envoy's log lines
 # (phase, the timeline point it ends at, the point it starts at) for the phases read off Envoy's timeline.
@@ -129,3 +133,53 @@ def parse(line: str) -> Hop | None:
 def read(lines: Iterable[str]) -> list[Hop]:
     """Every hop among ``lines`` (an Envoy log), oldest first."""
     return [hop for hop in map(parse, lines) if hop is not None]
+
+
+class LogIndex:
+    """The hops of one Envoy log, read as the log grows: each line is parsed once, and a lookup reads only what was
+    written since the last one (a check that looks up each of its requests in a log of thousands would otherwise
+    parse the whole log every time)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.hops: list[Hop] = []
+        self._by_trace: dict[str, Hop] = {}
+        self._offset, self._rest = 0, b""
+        self._lock = threading.Lock()
+
+    def update(self) -> LogIndex:
+        with self._lock:
+            try:
+                if self.path.stat().st_size < self._offset:  # a new log at the same path: read it from the start
+                    self.hops, self._by_trace, self._offset, self._rest = [], {}, 0, b""
+                with open(self.path, "rb") as f:
+                    f.seek(self._offset)
+                    data = f.read()
+            except FileNotFoundError:
+                return self
+            self._offset += len(data)
+            *lines, self._rest = (self._rest + data).split(b"\n")
+            for found in read(line.decode(errors="replace") for line in lines):
+                self.hops.append(found)
+                self._by_trace[found.trace_id] = found  # the newest record of a trace id, as a search from the end
+        return self
+
+    def find(self, trace_id: str) -> Hop | None:
+        """The record of ``trace_id`` once Envoy has written it, else None."""
+        return self.update()._by_trace.get(trace_id)
+
+
+_INDEXES: OrderedDict[Path, LogIndex] = OrderedDict()
+_INDEXES_KEPT = 32  # the logs of the testbeds most recently asked (a session runs hundreds of testbeds)
+_indexes_lock = threading.Lock()
+
+
+def index(path: Path) -> LogIndex:
+    """The :class:`LogIndex` of the Envoy log at ``path`` (one per log, shared by every caller)."""
+    path = Path(path)
+    with _indexes_lock:
+        found = _INDEXES.pop(path, None) or LogIndex(path)
+        _INDEXES[path] = found
+        while len(_INDEXES) > _INDEXES_KEPT:
+            _INDEXES.popitem(last=False)
+        return found

@@ -180,15 +180,15 @@ class Testbed:
         """Every request Envoy has logged so far, as :class:`eppkit.gateway.hop.Hop` (oldest first)."""
         if self.envoy is None:
             return []
-        return hop.read(self.envoy.process.read_log().splitlines())
+        return list(hop.index(self.envoy.process.log_path).update().hops)
 
     def hop(self, result_or_id, *, timeout_s: float = 5.0) -> hop.Hop:
         """Envoy's record of one request (a ClientResult or a trace id): its phases, the EPP hop's per-phase
         numbers. Envoy writes it within 20 ms of the request's end; PollTimeout after ``timeout_s``."""
         trace_id = getattr(result_or_id, "trace_id", result_or_id)
-        found = poll(lambda: next((h for h in reversed(self.hops()) if h.trace_id == trace_id), None),
-                     timeout_s=timeout_s, interval_s=0.05, describe=f"Envoy's access log line of trace {trace_id}")
-        return found
+        log = hop.index(self.envoy.process.log_path) if self.envoy is not None else None
+        return poll(lambda: log.find(trace_id) if log is not None else None, timeout_s=timeout_s, interval_s=0.05,
+                    describe=f"Envoy's access log line of trace {trace_id}")
 
     def healthy(self) -> bool:
         """Every component is still running."""

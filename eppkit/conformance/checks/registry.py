@@ -74,6 +74,9 @@ class Check:
     # Runs in a thread of its own beside the checks after it (on a testbed of its own: Harness.own_bed), up to the
     # first latency check, where the EPP serves streams at once (a long check: the verdict waits for it once).
     beside: bool = False
+    # Its figures are times held to a floor's (a plugin's pace, its cost): its protocols run one after the other, never
+    # beside each other's requests, even where the subject serves streams at once.
+    timed: bool = False
 
     def not_declared(self, target) -> str | None:
         """Why this check does not apply to ``target`` by what it declares, or None."""
@@ -93,13 +96,13 @@ _order = iter(range(10_000))
 
 def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
           needs: tuple[str, ...] = (), per_protocol: bool = True,
-          declared: Callable[..., str | None] | None = None, beside: bool = False,
+          declared: Callable[..., str | None] | None = None, beside: bool = False, timed: bool = False,
           registry: Registry[Check] = CHECKS) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated function (``harness -> Result``) as check ``name`` (an EPP's, or in ``registry``)."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         registry.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared,
-                                 beside))
+                                 beside, timed))
         return fn
 
     return register

@@ -67,7 +67,7 @@ def _judge(budget, gateway: dict[str, list[float]]) -> tuple[list[str], list[str
 
 
 @check("cost-within-budget", "the plugin adds no more than its budget to a request", category=LATENCY, level=SHOULD,
-       source="eppkit (a budget: eppkit conformance --plugin --budget)", registry=PLUGIN_CHECKS)
+       source="eppkit (a budget: eppkit conformance --plugin --budget)", registry=PLUGIN_CHECKS, timed=True)
 def cost_within_budget(h):
     """Forty ordinary chats through the plugin and forty through the floor, interleaved, after one unmeasured chat on
     each: Envoy's own time on a request (its whole time less the backend's, upstream start to upstream end, from its
