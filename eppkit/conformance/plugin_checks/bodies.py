@@ -53,10 +53,25 @@ def _received(h, sent: Sent, what: str) -> str:
     return got
 
 
+class _FloorRefuses(Exception):
+    """The floor itself refuses a body that is not JSON (a picker's mode reads every body): not judged."""
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
+
+
 def _request_body(h, beds: dict, data: bytes, traffic: dict, label: str) -> dict[str, str | None]:
     """What the backend received of ``data`` through each testbed (side -> sha256; None: the plugin's request got no
-    answer from the backend, which the floor's did); NotWitnessed when the floor itself did not pass it unchanged."""
+    answer from the backend, which the floor's did); NotWitnessed when the floor itself did not pass it unchanged;
+    _FloorRefuses when the floor's picker refused a body that is not JSON."""
     sent = h.send(beds["floor"], raw_body=data, **traffic)
+    if h.served_by(sent.result) is None and sent.result.status and not _is_json(data):
+        raise _FloorRefuses(h.cause(sent))
     got = {"floor": _received(h, sent, f"a {label} body on the floor")}
     if got["floor"] != h.digest(data):
         raise NotWitnessed(f"a {label} body changed on the floor itself", sent, h.request_timeout_s)
@@ -98,7 +113,12 @@ def bodies_byte_for_byte(h):
         for size, traffic in _forms(h.protocol):
             data = exact_body(size, model)
             label = _label(size, traffic)
-            got = _request_body(h, beds, data, traffic, label)
+            try:
+                got = _request_body(h, beds, data, traffic, label)
+            except _FloorRefuses as refused:
+                evidence.append(f"request {label}: not judged, the floor itself refuses a body that is not JSON "
+                                f"({refused})")
+                continue
             if got["plugin"] is None:
                 evidence.append(f"request {label}: the floor's backend received it whole; through the plugin "
                                 f"{got['not served']}")
