@@ -14,7 +14,9 @@ MISBEHAVIOURS = {
     "reply-out-of-order": "answers the request body before the request headers",
     "buffered-body-mutation": "answers body chunks with a whole-body mutation, not streamed ones",
     "drop-end-of-stream": "echoes the last body chunk without end_of_stream",
-    "change-body": "drops the request body's first space (still valid JSON, no longer the client's bytes)",
+    "change-body": "drops the request body's first space (the same JSON values, no longer the client's bytes)",
+    "reencode-json": "reads the JSON body into a map of float64s and writes it again, as Go's json.Marshal does: "
+                     "an integer above 2^53 rounded, a 17-digit float shortened, one of two duplicate keys kept",
     "wait-for-body": "on a request without a body, waits for a body that never comes",
     "stall-response": "never answers the response body",
     "destination-mismatch": "names one endpoint in the header and another in the metadata",
