@@ -4,6 +4,8 @@ the rule is about and fails with round robin, in the pods' own words (their /met
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from eppkit.conformance import report as rp
@@ -14,6 +16,8 @@ from eppkit.conformance.target import Target
 pytestmark = pytest.mark.e2e
 
 LOADED_MACHINE = Budget(decision_ms=500, release_ms=500)
+# The echo EPP picks round robin and reads no metrics: said load-aware, it fails that check and only that one.
+ECHO = f"{sys.executable} -m eppkit.services.echo_epp --port {{grpc_port}} --endpoints {{endpoints}}"
 
 
 def judge(factory, target: Target) -> dict:
@@ -41,3 +45,12 @@ def test_load_aware_is_not_applicable_unless_declared(eppkit_testbed_factory):
                  budget=LOADED_MACHINE)
     check = next(c for c in report["checks"] if c["id"] == "load-aware")
     assert check["status"] == "n/a" and "--load-aware" in check["message"], rp.text(report)
+
+
+def test_the_echo_epp_said_load_aware_fails_load_aware_alone(eppkit_testbed_factory):
+    target = Target("external-epp", {"epp_command": ECHO}, load_aware=True)
+    report = run(target, eppkit_testbed_factory, runtime="local", checks=selected(["load-aware"]),
+                 budget=LOADED_MACHINE)
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses.pop("load-aware") == "fail", rp.text(report)
+    assert set(statuses.values()) == {"pass"}, rp.text(report)  # what it needs: served
