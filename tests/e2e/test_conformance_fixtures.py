@@ -35,7 +35,7 @@ CAUGHT_BY = {
     "drop-end-of-stream": ({"end-of-stream"}, "end_of_stream"),
     "eos-only-on-empty-chunk": ({"end-of-stream"}, "also when that chunk carries data"),  # under h2c only
     "change-body": ({"bodies-byte-for-byte"}, "The risk: anything keyed on the body's bytes"),  # values kept: a should
-    "reencode-json": ({"body-values-kept"}, "$.seed was 9007199254740993, arrived 9007199254740992"),  # as GAIE v1.5.0
+    "reencode-json": ({"body-values-kept"}, "$.seed was 9007199254740993, arrived 9007199254740992"),  # GAIE #1126
     "wait-for-body": ({"request-without-body"}, "end_of_stream"),
     "healthy-but-refusing": ({"serves"}, "refused or dropped the gRPC stream"),
     "unanswered-trailers": ({"trailers"}, "answer request_trailers"),
