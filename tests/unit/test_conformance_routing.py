@@ -79,3 +79,10 @@ def test_the_command_line_declares_it():
 def test_the_busy_load_goes_to_loopback_only():
     with pytest.raises(ValueError, match="not on loopback"):
         routing.BusyLoad("10.0.0.1:8000", "mock-llm")
+
+
+def test_a_pod_off_loopback_is_not_applicable():
+    h = harness([])
+    h.bed().backends[0].address = "10.0.0.1:8000"
+    result = routing.load_aware(h)
+    assert result.status == NOT_APPLICABLE and "not on loopback" in result.message

@@ -139,6 +139,9 @@ def load_aware(h):
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     target, others = bed.backends[0], bed.backends[1:]
+    if not target.address.startswith("127."):
+        return not_applicable(f"{target.name}'s address {target.address} is not on loopback: the check sends its "
+                              "busy load straight to a pod only there")
     evidence = [f"{ep.name}'s /metrics at the start: {load_words(scrape(ep.address))}" for ep in bed.backends]
     with BusyLoad(target.address, target.model) as load:
         before = _until_busy(target.address)
