@@ -329,6 +329,9 @@ def _table() -> list[Option]:
         Option("--cache-aware", "the EPP routes by where the pods' KV-cache blocks are (it reads their KV events: "
                "{kv_events}): judge it (check kv-cache-affinity; default: that check is n/a)", S({CONFORMANCE}),
                action="store_true", group="conformance"),
+        Option("--load-aware", "the EPP routes by the pods' load (their /metrics: running and waiting requests, "
+               "KV-cache usage): judge it (check load-aware; default: that check is n/a)", S({CONFORMANCE}),
+               action="store_true", group="conformance"),
         Option("--sustained-load", "judge the EPP under sustained load too (check sustained-load: 2,000 requests "
                "through one EPP process, 15-35 s more a verdict; default: that check is n/a)", S({CONFORMANCE}),
                action="store_true", group="conformance"),

@@ -51,6 +51,8 @@ class Target:
     # The EPP says it routes by where the pods' KV-cache blocks are (it reads their KV events: {kv_events}): the
     # kv-cache-affinity check judges it; otherwise that check is n/a.
     cache_aware: bool = False
+    # The EPP says it routes by the pods' load (their /metrics): the load-aware check judges it; otherwise n/a.
+    load_aware: bool = False
     # Judge it under sustained load too (--sustained-load): the sustained-load check's 2,000 requests; otherwise n/a.
     sustained: bool = False
     # Your filters in the chain of every testbed (--lua-filter, --dynamic-module, --http-filter): the EPP is judged
@@ -107,6 +109,7 @@ class Target:
                 **{k: v for k, v in self.options.items() if v},
                 **({"shed_header": self.shed_header} if self.shed_header else {}),
                 **({"cache_aware": True} if self.cache_aware else {}),
+                **({"load_aware": True} if self.load_aware else {}),
                 **({"sustained": True} if self.sustained else {}),
                 **({"filters": [f"{f.label} @{f.position}" for f in self.filters]} if self.filters else {})}
 

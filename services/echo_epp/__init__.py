@@ -14,7 +14,7 @@ MISBEHAVIOURS = {
     "reply-out-of-order": "answers the request body before the request headers",
     "buffered-body-mutation": "answers body chunks with a whole-body mutation, not streamed ones",
     "drop-end-of-stream": "echoes the last body chunk without end_of_stream",
-    "change-body": "drops the request body's first space (still valid JSON, no longer the client's bytes)",
+    "change-body": "drops the request body's first space (the same JSON values, no longer the client's bytes)",
     "wait-for-body": "on a request without a body, waits for a body that never comes",
     "stall-response": "never answers the response body",
     "destination-mismatch": "names one endpoint in the header and another in the metadata",
@@ -32,6 +32,9 @@ MISBEHAVIOURS = {
     "empty-body-reply": "answers body chunks with an empty CommonResponse (no streamed mutation: GAIE #3028)",
     "metadata-on-response": "sends envoy.lb metadata again on its response headers reply, naming another pod (GAIE #2824)",
     "framing-headers": "sets transfer-encoding: chunked on its response headers reply (GAIE #2993, ai-gateway #2391)",
+    "reencode-json": "reads the JSON body into a map of float64s and writes it again, as Go's json.Marshal does: "
+                     "an integer above 2^53 rounded, a 17-digit float shortened, one of two duplicate keys kept "
+                     "(GAIE #1126)",
 }
 SLOW_DECISION_S = 0.9  # slow-decision's wait
 # stops-after-n's streams: above what any conformance check sends through one EPP process but sustained-load (some

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from typing import AsyncIterator
 
@@ -48,6 +49,17 @@ def forced(pool: Pool, value: str) -> list[str]:
             if (ep == item or ep.rpartition(":")[0] == item) and ep not in out:
                 out.append(ep)
     return out
+
+
+def reencoded(body: bytes) -> bytes:
+    """``body`` as Go's ``json.Marshal`` writes a ``map[string]any`` it was read into (GAIE's EPP v1.5.0 does):
+    numbers as float64 (9007199254740993 becomes 9007199254740992), the last of two duplicate keys, keys sorted,
+    no spaces. A body that is not JSON goes back as it came."""
+    try:
+        doc = json.loads(body, parse_int=lambda text: int(float(text)))
+    except ValueError:
+        return body
+    return json.dumps(doc, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 class EchoProcessor(pb_grpc.ExternalProcessorServicer):
@@ -137,6 +149,7 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
             subset: tuple[str, ...] | None = None
             served = ""
             first_body = True
+            buffered = b""  # reencode-json's body so far
             async for request in requests:
                 kind = request.WhichOneof("request")
                 if kind in ("request_headers", "request_body"):
@@ -166,6 +179,12 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                 elif kind == "request_body":
                     if request.request_body.end_of_stream:
                         request_done()
+                    if self.misbehave == "reencode-json":  # held until its end, then written again whole
+                        buffered += request.request_body.body
+                        chunk = pb.HttpBody(end_of_stream=request.request_body.end_of_stream,
+                                            body=reencoded(buffered) if request.request_body.end_of_stream else b"")
+                        yield self.echo(chunk)
+                        continue
                     yield self.echo(request.request_body, first=first_body)
                     first_body = False
                     if held is not None:

@@ -34,7 +34,8 @@ CAUGHT_BY = {
     "empty-body-reply": ({"streamed-body-mutations"}, "streamed_response"),  # GAIE #3028
     "drop-end-of-stream": ({"end-of-stream"}, "end_of_stream"),
     "eos-only-on-empty-chunk": ({"end-of-stream"}, "also when that chunk carries data"),  # under h2c only
-    "change-body": ({"bodies-byte-for-byte"}, "as the client sent it"),
+    "change-body": ({"bodies-byte-for-byte"}, "The risk: anything keyed on the body's bytes"),  # values kept: a should
+    "reencode-json": ({"body-values-kept"}, "$.seed was 9007199254740993, arrived 9007199254740992"),  # GAIE #1126
     "wait-for-body": ({"request-without-body"}, "end_of_stream"),
     "healthy-but-refusing": ({"serves"}, "refused or dropped the gRPC stream"),
     "unanswered-trailers": ({"trailers"}, "answer request_trailers"),

@@ -45,3 +45,24 @@ def test_a_reencoder_that_reads_numbers_as_float64_and_keeps_one_duplicate_loses
 def test_a_body_that_is_not_json_any_more_says_so():
     assert json_kept(SENT, SENT[:-1])[0] is False and "not JSON any more" in json_kept(SENT, SENT[:-1])[1]
     assert json_kept(b"not json", b"x") == (None, "the client's body is not JSON")
+
+
+def test_the_echo_epps_two_body_faults_are_one_of_each_level():
+    # change-body re-encodes keeping every value (bodies-byte-for-byte, a should); reencode-json reads the body into
+    # float64s and a map as Go's json.Marshal does, GAIE's EPP v1.5.0 among them (body-values-kept, a must)
+    from eppkit.services.echo_epp.server import reencoded
+
+    assert json_kept(SENT, SENT.replace(b" ", b"", 1))[0] is True
+    kept, how = json_kept(SENT, reencoded(SENT))
+    assert kept is False, how
+    assert "$.seed was 9007199254740993, arrived 9007199254740992" in how, how
+    assert "$.temperature was 0.12345678901234567, arrived 0.12345678901234566" in how, how
+    assert reencoded(b"not json") == b"not json"
+
+
+def test_the_body_checks_split_by_level_the_should_after_the_must():
+    from eppkit.conformance.checks import CHECKS
+
+    values, bytes_ = CHECKS.get("body-values-kept"), CHECKS.get("bodies-byte-for-byte")
+    assert (values.level, bytes_.level) == ("must", "should")
+    assert "body-values-kept" in bytes_.needs and values.order < bytes_.order

@@ -19,10 +19,13 @@ import json
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from eppkit.conformance import bodydiff
 from eppkit.conformance.checks.registry import (
     ENVOY_EXT_PROC,
+    NOT_RUN,
     PROTOCOL,
     SHOULD,
+    Result,
     check,
     evidence_of,
     failed,
@@ -30,7 +33,6 @@ from eppkit.conformance.checks.registry import (
     not_applicable,
     passed,
 )
-from eppkit.conformance import bodydiff
 from eppkit.conformance.witness import Sent, served
 from eppkit.modes import external_epp
 from eppkit.observability.client import H2C
@@ -173,41 +175,103 @@ def _body(size: int, model: str) -> bytes:
     return head.replace("{filler}", filler).encode()
 
 
-@check("bodies-byte-for-byte", "bodies from 0 B to well past a chunk arrive upstream byte for byte",
-       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVES)
-def bodies_byte_for_byte(h):
-    """Bodies of 0 B, 200 B and 1.2 MB (written whole, and in 20 paced pieces: many messages to the EPP) through
-    the EPP: the sha256 of what the backend received (the mock's ``x-mock-request-sha256``) equals the client's.
-    An EPP that refuses a body (its own 4xx) is not judged on it."""
+def _bodies_sent(h) -> tuple[list[tuple[str, bytes, Sent]], list[str]]:
+    """Bodies of 0 B, 200 B and 1.2 MB (written whole, and in 20 paced pieces: many messages to the EPP) sent
+    through the EPP, the mock asked to echo what it received: (label, the client's bytes, the request) of each one
+    the backend was sent, and evidence of those the EPP refused itself (its own 4xx: not judged). A body neither
+    refused nor served leaves the check not run (NotWitnessed)."""
     bed = h.bed()
-    evidence, problems, judged = [], [], 0
     forms = [(size, 1) for size in BODY_SIZES] + [(BODY_SIZES[-1], 20)]
     bodies = [_body(size, bed.backends[0].model) for size, _ in forms]
     sents = h.send_all(bed, [{"raw_body": data, "pieces": pieces, "pause_s": 0.01 if pieces > 1 else 0.0,
                               "headers": {HEADER_ECHO_BODY: "1"}}
                              for data, (_, pieces) in zip(bodies, forms)])
+    out, refused = [], []
     for (size, pieces), data, sent in zip(forms, bodies, sents):
         result, hop = sent.result, sent.hop
         got = h.body_digest(result)
         label = f"{size} B" + (f" in {pieces} pieces" if pieces > 1 else "")
         if got is None and hop is not None and str(hop["details"] or "").startswith("epp_") or (
                 got is None and 400 <= result.status < 500 and h.served_by(result) is None):
-            evidence.append(f"{label}: the EPP refused it itself (HTTP {result.status}): not judged")
+            refused.append(f"{label}: the EPP refused it itself (HTTP {result.status}): not judged")
             continue
         if got is None:
             h.must_serve(Sent(result, hop, h.protocol), f"a {label} body", status=result.status or 200)
-        judged += 1
-        sent = h.digest(data)
-        evidence.append(f"{label}: client sha256 {sent[:16]}…, backend received {(got or 'nothing')[:16]}…")
-        if got != sent:
-            problems.append(f"{label} arrived {'changed' if got else 'not at all'} (HTTP {result.status})")
-            evidence += _changed(data, result, label)
+        out.append((label, data, sent))
+    return out, refused
+
+
+def _digests(h, label: str, data: bytes, sent: Sent) -> str:
+    got = h.body_digest(sent.result)
+    return f"{label}: client sha256 {h.digest(data)[:16]}…, backend received {(got or 'nothing')[:16]}…"
+
+
+@check("body-values-kept", "every JSON value of a body reaches the backend as the client wrote it",
+       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVES)
+def body_values_kept(h):
+    """Bodies of 0 B, 200 B and 1.2 MB (written whole, and in 20 paced pieces) through the EPP, each holding what a
+    JSON re-encoder loses or changes (an integer above 2^53, a float of 17 significant digits, a duplicate key,
+    non-ASCII text, ``\\u`` escapes): the backend receives the same bytes (the mock's ``x-mock-request-sha256``),
+    or other bytes that still say every value, duplicate key and text the client's did (read exactly: numbers as
+    decimals; the mock echoes what it received). A value lost or changed fails. An EPP that refuses a body (its
+    own 4xx) is not judged on it."""
+    bodies, evidence = _bodies_sent(h)
+    problems, unread = [], []
+    for label, data, sent in bodies:
+        evidence.append(_digests(h, label, data, sent))
+        if h.body_digest(sent.result) == h.digest(data):
+            continue
+        received = _received(sent.result)
+        if received is None:
+            if h.body_digest(sent.result) is None:
+                problems.append((label, f"nothing arrived (HTTP {sent.result.status})"))
+            else:
+                unread.append(label)
+            continue
+        kept, how = bodydiff.json_kept(data, received)
+        evidence += [f"{label}: {bodydiff.first_difference(data, received)}", f"{label}: {how}"]
+        if not kept:
+            problems.append((label, how if kept is False else "other bytes (not JSON)"))
     if problems:
-        return failed("the body did not reach the backend as the client sent it: " + "; ".join(problems) +
-                      ". Echo every chunk's bytes unchanged (do not re-encode the JSON).", evidence)
-    if not judged:
+        said = {}  # what arrived -> the bodies it arrived as (one line for the bodies that lost the same values)
+        for label, how in problems:
+            said.setdefault(how, []).append(label)
+        return failed("the backend did not receive what the client sent: " + "; ".join(
+            f"{', '.join(labels)}: {how}" for how, labels in said.items()) + ". Echo every chunk's bytes unchanged; "
+            "never read the JSON into floats or a map and write it again.", evidence)
+    if unread:
+        return Result(NOT_RUN, f"{', '.join(unread)} arrived as other bytes and the backend's copy is not in its "
+                      "answer (x-mock-echo-body): its values could not be read", evidence)
+    if not bodies:
         return failed("the EPP refused every body size, the backend received none", evidence)
-    return passed(f"{judged} bodies arrived byte for byte", evidence)
+    return passed(f"{len(bodies)} bodies arrived with every value kept", evidence)
+
+
+# What a re-encoding that keeps every value still costs: named in bodies-byte-for-byte's failure.
+REENCODING_RISK = ("The risk: anything keyed on the body's bytes no longer matches (a request signature or digest, "
+                   "a prefix cache keyed on the prompt's bytes), and a re-encoder keeps only the values it can hold "
+                   "(one that reads numbers into float64 or keys into a map loses what these bodies did not carry)")
+
+
+@check("bodies-byte-for-byte", "bodies from 0 B to well past a chunk arrive upstream byte for byte",
+       category=PROTOCOL, level=SHOULD, source=ENVOY_EXT_PROC, needs=SERVES + ("body-values-kept",))
+def bodies_byte_for_byte(h):
+    """The same bodies as ``body-values-kept``, sent again: the sha256 of what the backend received equals the
+    client's, byte for byte (key order, spacing and escapes as the client wrote them). An EPP that re-encodes the
+    JSON and keeps every value fails this *should*, its risk named; one that loses a value fails the *must*."""
+    bodies, evidence = _bodies_sent(h)
+    changed = []
+    for label, data, sent in bodies:
+        evidence.append(_digests(h, label, data, sent))
+        if h.body_digest(sent.result) != h.digest(data):
+            changed.append(label)
+            evidence += _changed(data, sent.result, label)
+    if changed:
+        return failed(f"{', '.join(changed)} reached the backend re-encoded, as other bytes than the client sent. "
+                      f"{REENCODING_RISK}. Echo every chunk's bytes unchanged.", evidence)
+    if not bodies:
+        return failed("the EPP refused every body size, the backend received none", evidence)
+    return passed(f"{len(bodies)} bodies arrived byte for byte", evidence)
 
 
 def _changed(data: bytes, result, label: str) -> list[str]:
