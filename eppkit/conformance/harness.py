@@ -219,13 +219,14 @@ class Harness:
 
     def chat(self, bed, *, headers: dict[str, str] | None = None, stream: bool = False, max_tokens: int = 2,
              prompt: str = "hello there", raw_body: bytes | None = None, let_through: bool = True,
-             **traffic: Any) -> ClientResult:
+             client: Any = None, **traffic: Any) -> ClientResult:
         """A chat request in the harness's client protocol (``traffic``: the traced client's ``pieces``,
-        ``pause_s``, ``trailers``, ``cancel_after``)."""
+        ``pause_s``, ``trailers``, ``cancel_after``; ``client``: another than the testbed's traced one)."""
         body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": prompt}],
                 "max_tokens": max_tokens, "stream": stream}
-        return self.client(bed).chat(body, headers=self._gate(headers, let_through), timeout_s=self.request_timeout_s,
-                                     raw_body=raw_body, protocol=self.protocol, **traffic)
+        return (client or self.client(bed)).chat(body, headers=self._gate(headers, let_through),
+                                                 timeout_s=self.request_timeout_s, raw_body=raw_body,
+                                                 protocol=self.protocol, **traffic)
 
     def get(self, bed, path: str = "/v1/models", headers: dict[str, str] | None = None,
             let_through: bool = True) -> ClientResult:
