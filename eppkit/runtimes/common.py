@@ -24,6 +24,7 @@ from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
 from eppkit.runtimes import images
+from eppkit.runtimes.registry import RuntimeMissing
 
 ENVOY_ENTRYPOINT = ["/usr/local/bin/envoy"]  # the same path in the official image and in ours
 # Never bind-mounted even when a config names them.
@@ -71,6 +72,14 @@ def session_leftovers(module: str, what: str, name: Callable[[object], str]) -> 
     if not (leaked or strays):
         return ""
     return f"eppkit {what} still there at session end (now removed): " + ", ".join([name(i) for i in leaked] + strays)
+
+
+def prepare_images(progress) -> dict:
+    """A container runtime's first need: the kit's images, built or found now; its launcher's ``image_set``."""
+    try:
+        return {"image_set": images.ensure(progress)}
+    except images.ImageError as exc:
+        raise RuntimeMissing(f"docker images unavailable: {exc}") from exc
 
 
 def engine_available() -> tuple[bool, str]:

@@ -25,7 +25,7 @@ from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
 from eppkit.runtimes import common, images
-from eppkit.runtimes.registry import Capabilities, RuntimeMissing, register
+from eppkit.runtimes.registry import Capabilities, register
 
 CONTAINERS = "eppkit.components.container"  # what its components are: imported when it makes the first
 
@@ -91,11 +91,7 @@ class DockerRuntime:
         swept = container.sweep()
         return f"removed {len(swept)} orphaned eppkit container(s): {', '.join(swept)}" if swept else ""
 
-    def prepare(self, progress) -> dict:
-        try:
-            return {"image_set": images.ensure(progress)}
-        except images.ImageError as exc:
-            raise RuntimeMissing(f"docker images unavailable: {exc}") from exc
+    prepare = staticmethod(common.prepare_images)
 
     def launcher(self, image_set: images.ImageSet | None = None) -> DockerLauncher:
         return DockerLauncher(image_set)

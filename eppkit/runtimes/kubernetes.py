@@ -39,7 +39,7 @@ from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
 from eppkit.runtimes import common, images
-from eppkit.runtimes.registry import Capabilities, RuntimeMissing, register
+from eppkit.runtimes.registry import Capabilities, register
 
 if TYPE_CHECKING:
     from eppkit.cluster.pod import ManagedPod
@@ -372,11 +372,7 @@ class KubernetesRuntime:
         gone = sweep_once()
         return f"removed {len(gone)} namespace(s) of eppkit sessions that died: {', '.join(gone)}" if gone else ""
 
-    def prepare(self, progress) -> dict:
-        try:
-            return {"image_set": images.ensure(progress)}
-        except images.ImageError as exc:
-            raise RuntimeMissing(f"docker images unavailable: {exc}") from exc
+    prepare = staticmethod(common.prepare_images)
 
     def launcher(self, image_set: images.ImageSet | None = None, kubeconfig: str | None = None) -> KubernetesLauncher:
         return KubernetesLauncher(image_set, kubeconfig)

@@ -10,10 +10,7 @@ record) and the pool of a mode whose EPP watches one.
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +18,12 @@ from pathlib import Path
 from eppkit import flows, modes
 from eppkit.builds import controlplane as controlplane_build
 from eppkit.components.base import Component, start_whole
-from eppkit.components.controlplane import ControlPlane, ControlPlaneError, SharedControlPlane
+from eppkit.components.controlplane import ControlPlane, SharedControlPlane
 from eppkit.components.inference_pool import LOOPBACK_PODS
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
 from eppkit.components.readiness import GrpcHealthReady, HttpReady, ReadinessTimeout, TcpReady
-from eppkit.core.paths import runs_dir
+from eppkit.core.paths import new_run_dir  # (the kit's front ends import it from here)
 from eppkit.core.polling import poll
 from eppkit.gateway import config as envoy_config
 from eppkit.gateway import hop, user_filters
@@ -37,7 +34,7 @@ from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 from eppkit.runtimes.launching import Launcher
-from eppkit.runtimes.pool import InferencePoolHandle
+from eppkit.runtimes.pool import InferencePoolHandle, missing_kind
 from eppkit.services.picker.headers import SERVED
 from eppkit.services.pod_headers import HEADER_POD
 from eppkit.topology import Topology
@@ -49,23 +46,6 @@ class ServiceHandle:
     url: str
     process: Component  # a process, or a container: start, stop, kill, is_running, logs
     spec: ServiceSpec | None = None  # how it was started (its ports: grpc_health_port, ...)
-
-
-def new_run_dir(label: str) -> Path:
-    """``<runs>/<time>-<label>``; in a pytest-xdist worker ``<runs>/<time>-<worker id>-<label>`` (xdist sets
-    PYTEST_XDIST_WORKER in each worker, and what the worker starts inherits it)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    label = f"{worker}-{label}" if worker else label
-    base = runs_dir()
-    for i in range(1000):
-        path = base / f"{stamp}-{label}" if i == 0 else base / f"{stamp}-{label}-{i}"
-        try:
-            path.mkdir(parents=True)
-            return path
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"cannot create a run folder under {base}")
 
 
 def _progress(message: str) -> None:
@@ -278,8 +258,9 @@ class Testbed:
         for tier in sorted({spec.tier for spec in plan.services}):
             try:
                 self._start_services([spec for spec in plan.services if spec.tier == tier], env)
-            except ReadinessTimeout as exc:
-                raise (self._missing_kind(exc) if target is not None else exc) from None
+            except ReadinessTimeout as exc:  # an EPP of a pool: a kind it watches that has no CRD, said so
+                log = "\n".join(p.read_log() for name, p in self.processes().items() if name == self.mode.picker)
+                raise (missing_kind(exc, log, self.pool, self.run_dir) if target is not None else exc) from None
 
         self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
         variables = {
@@ -373,19 +354,6 @@ class Testbed:
     def forget_backend(self, service: str, pod: str) -> None:
         self.services.pop(service, None)
         self.backends = [ep for ep in self.backends if ep.name != pod]
-
-    def _missing_kind(self, exc: ReadinessTimeout) -> Exception:
-        """An EPP that never got ready because the control plane has no CRD for a kind it watches: say which."""
-        log = "\n".join(p.read_log() for name, p in self.processes().items() if name == self.mode.picker)
-        found = re.search(r'no matches for kind \\?"(\w+)\\?" in version \\?"([\w./-]+)\\?"', log)
-        if found is None or self.pool is None:
-            return exc
-        kind, version = found.groups()
-        served = ", ".join(self.pool.plane.served_crds())
-        return ControlPlaneError(
-            f"the EPP watches {kind} ({version}), but the control plane has no CRD for it (it serves {served}).\n"
-            f"Hint: check the EPP's flags (e.g. --pool-group), or give the CRD's manifest: the external-epp option "
-            f"crds=[file]. Its log: {self.run_dir / 'epp.log'}.")
 
     def _start_services(self, specs: list[ServiceSpec], env: dict[str, str]) -> None:
         """Start every service of one tier, then wait until each is ready."""
