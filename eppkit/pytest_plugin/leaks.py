@@ -126,14 +126,12 @@ def workers_leaks(config: pytest.Config) -> list[str]:
                      + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans)
                      + f" (the workers' own looks: {seen})")
         _kill(orphans)
-    try:
-        from eppkit.components import container as containers
+    from eppkit import runtimes
 
-        removed = containers.remove_workers(tag)
-    except Exception:  # no engine answers: no container can be there
-        removed = []
-    if removed:
-        lines.append("containers of this run's workers still there at its end (now removed): " + ", ".join(removed))
+    for provider in runtimes.all_runtimes():  # what workers left of each runtime's components (a container)
+        line = provider.workers_leftovers(tag)
+        if line:
+            lines.append(line)
     return lines
 
 

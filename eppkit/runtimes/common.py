@@ -50,8 +50,9 @@ def nothing_held(run_dir: Path) -> None:
     """A runtime that holds nothing for a testbed once its components stopped."""
 
 
-def nothing_left() -> str:
-    """A runtime whose components are this host's processes: the leak check's look at processes finds them."""
+def nothing_left(*tag: str) -> str:
+    """A runtime whose components are this host's processes (the leak check's look at processes finds them), or
+    whose own watchdog removes what a dead process left (a cluster's namespaces): nothing else to look for."""
     return ""
 
 
@@ -88,8 +89,9 @@ def engine_available() -> tuple[bool, str]:
 
     version = engine_version()
     if version is None:
-        return False, ("no Docker engine answers (docker.sock). Install Docker (https://docs.docker.com/engine/install/, "
-                       "or `apt-get install docker.io` on Debian) and start it, or pass --runtime local")
+        return False, ("no Docker engine answers (docker.sock). Install Docker "
+                       "(https://docs.docker.com/engine/install/, or `apt-get install docker.io` on Debian) and start "
+                       "it, or pass --runtime local")
     return True, version
 
 

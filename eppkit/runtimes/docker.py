@@ -99,6 +99,17 @@ class DockerRuntime:
     def leftovers(self) -> str:
         return common.session_leftovers(CONTAINERS, "containers", lambda c: c.name)
 
+    def workers_leftovers(self, tag: str) -> str:
+        from eppkit.components import container
+
+        try:
+            removed = container.remove_workers(tag)
+        except Exception:  # noqa: BLE001  (no engine answers: no container can be there)
+            removed = []
+        if not removed:
+            return ""
+        return "containers of this run's workers still there at its end (now removed): " + ", ".join(removed)
+
     def reaches_this_host(self) -> bool:
         return True  # host networking
 

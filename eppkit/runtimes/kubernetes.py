@@ -380,6 +380,9 @@ class KubernetesRuntime:
     def leftovers(self) -> str:
         return common.session_leftovers(PODS, "pods", lambda p: f"{p.namespace}/{p.name}")
 
+    # A dead worker's namespaces: its watchdog deletes them (eppkit.components.reaper), or the next session's sweep.
+    workers_leftovers = staticmethod(common.nothing_left)
+
     def reaches_this_host(self) -> bool:
         """A cluster of your own whose node is another machine does not."""
         own = remote.kubeconfig()

@@ -30,7 +30,7 @@ class LocalRuntime:
     """Processes of this host: always available; Jaeger's binary is what a session needs first."""
 
     name, order, capabilities = "local", 0, Capabilities()
-    leftovers = staticmethod(common.nothing_left)  # the leak check's look at processes finds them
+    leftovers = workers_leftovers = staticmethod(common.nothing_left)  # the leak check's look at processes finds them
 
     def available(self) -> tuple[bool, str]:
         return True, "this host"

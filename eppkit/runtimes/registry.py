@@ -63,6 +63,12 @@ class Runtime(Protocol):
         nothing). Components made in this process only (it never ran: '')."""
         ...
 
+    def workers_leftovers(self, tag: str) -> str:
+        """At the end of a pytest-xdist run (test session ``tag``): what its workers (``<tag>/<worker id>``) left of
+        its components that their own checks could not see (a worker that died), removed now: a line ('' when
+        nothing)."""
+        ...
+
     def reaches_this_host(self) -> bool:
         """Its components reach a program of this host (compare's floors, a program of yours run on the host)."""
         ...

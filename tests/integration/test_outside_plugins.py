@@ -66,6 +66,9 @@ class NicedRuntime:
     def leftovers(self):
         return ""
 
+    def workers_leftovers(self, tag):
+        return ""
+
     def reaches_this_host(self):
         return True
 
@@ -134,7 +137,8 @@ def test_a_runtime_and_a_backend_from_an_outside_package_run_a_testbed(outside):
 def test_an_outside_runtime_that_does_not_load_is_a_plugin_error_naming_it(outside):
     (outside / "broken_runtime.py").write_text(BROKEN_RUNTIME)
     points = outside / "outside_plugins-1.0.dist-info" / "entry_points.txt"
-    points.write_text(points.read_text().replace("niced = niced_runtime\n", "niced = niced_runtime\nbroken = broken_runtime\n"))
+    points.write_text(points.read_text().replace("niced = niced_runtime\n",
+                                                 "niced = niced_runtime\nbroken = broken_runtime\n"))
     code = "import eppkit.runtimes"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(outside), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-c", code], cwd=outside, env=env, capture_output=True, text=True,

@@ -56,7 +56,8 @@ def test_the_leak_check_asks_no_runtime_that_never_ran_here(monkeypatch):
 
 
 # What only a runtime may know: its name compared, its modules named as strings, a probe of what it has.
-_NAMED = re.compile(r"""(==|!=|\bin\b)\s*\(?["'](local|docker|kubernetes)["']|["'](local|docker|kubernetes)["']\s*(==|!=)"""
+_NAMED = re.compile(r"""(==|!=|\bin\b)\s*\(?["'](local|docker|kubernetes)["']"""
+                    r"""|["'](local|docker|kubernetes)["']\s*(==|!=)"""
                     r"""|["']eppkit\.(components\.container|cluster\.pod)["']""")
 _PROBED = re.compile(r"getattr\((self\.launcher|launcher|handle\.process|proc|self\.envoy\.process)\b")
 
