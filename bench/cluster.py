@@ -42,7 +42,7 @@ from eppkit.cluster.pod import ManagedPod
 from eppkit.components.inference_pool import READY_GATE
 from eppkit.flows._servers import instance
 from eppkit.runtimes import create
-from eppkit.runtimes.docker import service_in_image
+from eppkit.runtimes.common import service_in_image
 from eppkit.runtimes.kubernetes import KubernetesLauncher
 from eppkit.topology import Topology, VllmSpec
 
@@ -67,7 +67,7 @@ def burst(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
     bed = create(Topology(mode="direct"), "kubernetes", run_dir=run_dir)  # for the mock's spec and env only
     addresses = launcher.pod_addresses(run_dir)
     namespace = launcher._namespace(run_dir)
-    image = launcher._image(launcher._docker.images().services)
+    image = launcher._image(launcher._images.images().services)
     pods = []
     for i in range(n):
         spec, _ = instance(bed.topology, bed.ports, f"burst-{i}", "both", bed.topology.vllm[0].model, [],
@@ -179,7 +179,7 @@ def forward(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
     # on every address of its Pod: the forward dials the port on the Pod's loopback
     spec, _ = instance(bed.topology, bed.ports, "forwarded", "both", bed.topology.vllm[0].model, [], host="0.0.0.0",
                        port=8000)
-    image = launcher._image(launcher._docker.images().services)
+    image = launcher._image(launcher._images.images().services)
     pod = service_in_image(spec, {}, run_dir, [], lambda name, argv, log: ManagedPod(
         name, image, argv, log, namespace=launcher._namespace(run_dir))).on_pod_network(address, ready_path="/health",
                                                                                      port=8000).start()

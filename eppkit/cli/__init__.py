@@ -86,9 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "kubeconfig", None) or getattr(args, "image_registry", None):  # the kubernetes runtime's
         from eppkit.cluster import remote  # cluster, here and in what this starts
 
-        if getattr(args, "runtime", "kubernetes") != "kubernetes":
-            p.error("--kubeconfig and --image-registry are the kubernetes runtime's cluster: add --runtime kubernetes "
-                    f"(not {args.runtime})")
+        from eppkit import runtimes
+
+        clusters = [r.name for r in runtimes.all_runtimes() if r.capabilities.cluster]
+        if getattr(args, "runtime", None) is not None and args.runtime not in clusters:
+            p.error(f"--kubeconfig and --image-registry are the {' or '.join(clusters)} runtime's cluster: add "
+                    f"--runtime {clusters[0]} (not {args.runtime})")
         try:
             remote.use(args.kubeconfig, args.image_registry)
         except ValueError as exc:

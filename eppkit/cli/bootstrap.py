@@ -87,7 +87,7 @@ def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: 
 
         # Not a runtime's images: they need its engine running (made before the first test of --eppkit-runtime
         # docker, or by its first testbed).
-        parts += [Part(b.label, lambda b=b: b.build(progress)) for b in builds.BUILDS.values() if not b.runtimes]
+        parts += [Part(b.label, lambda b=b: b.build(progress)) for b in builds.BUILDS.values() if not b.runtime_only]
     if kubernetes:
         parts.append(Part("kubernetes node", _node))
     parts += [Part(name, lambda name=name: install_preset(name, progress), beside=BACKENDS.get(name).install_beside)

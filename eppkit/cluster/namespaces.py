@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from eppkit.components.container import LABEL, SESSION, labels, owner_alive
+from eppkit.components.owner import LABEL, SESSION, labels, owner_alive
 
 POD_SECURITY = "pod-security.kubernetes.io/enforce"
 OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value

@@ -38,8 +38,8 @@ from eppkit.cluster.images import ctr
 from eppkit.cluster.namespaces import client, dns_label, pod_labels, remove_session  # noqa: F401 (leak check)
 from eppkit.components import reaper
 from eppkit.components.base import FromImage, LiveSet
-from eppkit.components.container import SESSION
 from eppkit.components.inference_pool import READY_GATE
+from eppkit.components.owner import SESSION
 
 _GONE = object()  # a Pod's status when the API no longer has the Pod
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"  # where in-cluster clients read their token

@@ -14,7 +14,6 @@ from typing import Callable
 
 from eppkit import modes
 from eppkit.builds import inference_perf
-from eppkit.cluster import namespaces, remote
 from eppkit.compare import bodypaths, cachehits, floors, sweep
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import loadtool, promptsizes
@@ -25,6 +24,7 @@ from eppkit.compare.traces import collect_traces
 from eppkit.components.jaeger import Jaeger
 from eppkit.core.paths import reports_dir
 from eppkit.observability import steps as st
+from eppkit import runtimes
 from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
 from eppkit.runtimes.testbed import new_run_dir
@@ -182,8 +182,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
     """Run every scenario through every mode; returns the report (not yet written)."""
     options.validate()
     options.backend.require_installed()  # BackendMissing, saying how to get it, before anything starts
-    if options.floors and options.runtime == "kubernetes" and remote.kubeconfig() is not None and \
-            not remote.reaches_this_host(remote.kubeconfig(), namespaces.client()):
+    if options.floors and not runtimes.get(options.runtime).reaches_this_host():
         # A floor is a program of this host (eppkit/floors), which the Pods of a cluster of your own whose node is
         # another machine cannot reach.
         print("compare: the floors are not run on this cluster of your own (each is a program of this host, which "

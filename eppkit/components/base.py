@@ -23,6 +23,11 @@ C = TypeVar("C", bound="Component")
 class Component:
     name: str
     log_path: Path
+    learned_address: str | None = None  # the address its network gave it once ready (a Pod's), else None: as planned
+
+    def refresh(self, folder: str | os.PathLike) -> None:
+        """``folder``'s files were rewritten on this host: nothing to do for a component that reads them there (a Pod
+        with a copy of its own brings that copy up to date)."""
 
     def start(self: C) -> C:
         raise NotImplementedError

@@ -26,58 +26,17 @@ import itertools
 import math
 import os
 import re
-import socket
 import sys
 import threading
-import uuid
 from pathlib import Path
 from typing import Sequence
 
 from eppkit.components import reaper
 from eppkit.components.base import FromImage, LiveSet
-from eppkit.core import procfs
-from eppkit.core.procfs import SESSION_TAG
+from eppkit.components.owner import LABEL, SESSION, TEST_SESSION_LABEL, labels, owner_alive, owner_id  # noqa: F401
 
-LABEL = "eppkit"
-TEST_SESSION_LABEL = f"{LABEL}.test-session"
-SESSION = uuid.uuid4().hex[:12]
 _counter = itertools.count(1)
 _configured = False
-
-
-# -- who owns a container ------------------------------------------------------------------
-def owner_id(pid: int | None = None) -> str:
-    """``<host>/<boot id>/<pid namespace>/<pid>/<start time>``: one process, never a later one reusing its pid."""
-    pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}/{procfs.boot_id()}/{procfs.pid_namespace()}/{pid}/{procfs.start_ticks(pid)}"
-
-
-def owner_alive(owner: str) -> bool:
-    """False only when we can tell the owner is gone; an owner we cannot see counts as alive.
-
-    Another host (a shared remote engine) or another pid namespace (CI jobs in containers
-    sharing the engine) cannot be checked from here: their containers are theirs to clean.
-    """
-    try:
-        host, boot, pidns, pid, started = owner.split("/")
-    except ValueError:
-        return False  # not one of ours, or from an older kit: nobody can clean it but a sweep
-    if host != socket.gethostname():
-        return True
-    if boot != procfs.boot_id():
-        return False  # this host rebooted since: the owner is long gone
-    if pidns != procfs.pid_namespace():
-        return True
-    return bool(started) and procfs.start_ticks(int(pid)) == started
-
-
-def labels(component: str, **extra: str) -> dict[str, str]:
-    """``eppkit.test-session``: the test session's tag (:data:`eppkit.core.procfs.SESSION_TAG`; under
-    pytest-xdist it names the worker), so the run's end finds what any worker left."""
-    tag = os.environ.get(SESSION_TAG)
-    return {LABEL: "1", f"{LABEL}.session": SESSION, f"{LABEL}.owner": owner_id(),
-            f"{LABEL}.owner-pid": str(os.getpid()), f"{LABEL}.component": component,
-            **({TEST_SESSION_LABEL: tag} if tag else {}), **extra}
 
 
 def remove_workers(tag: str) -> list[str]:

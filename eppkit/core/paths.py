@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
@@ -78,6 +79,23 @@ def runs_dir() -> Path:
     path = Path(os.environ.get("EPPKIT_RUNS") or (Path.cwd() / "runs")).resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def new_run_dir(label: str) -> Path:
+    """``<runs>/<time>-<label>``; in a pytest-xdist worker ``<runs>/<time>-<worker id>-<label>`` (xdist sets
+    PYTEST_XDIST_WORKER in each worker, and what the worker starts inherits it)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    label = f"{worker}-{label}" if worker else label
+    base = runs_dir()
+    for i in range(1000):
+        path = base / f"{stamp}-{label}" if i == 0 else base / f"{stamp}-{label}-{i}"
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"cannot create a run folder under {base}")
 
 
 def reports_dir() -> Path:

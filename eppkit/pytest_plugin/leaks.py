@@ -94,28 +94,20 @@ def own_leaks() -> tuple[list[str], str]:
                          + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans))
             _kill(orphans)
 
-    def runtime(module: str, what: str, name) -> Callable[[], None]:
-        """The look at one runtime's components (``module``: its registry, its session's leftovers), if it ran."""
+    def runtime(provider) -> Callable[[], None]:
+        """The look at one runtime's components (its containers, its pods), if any ran in this session."""
         def look() -> None:
-            if module not in sys.modules:  # that runtime never ran
-                return
-            kind = sys.modules[module]
-            leaked = kind.live()
-            for item in leaked:
-                item.stop(grace_s=1)
-            try:
-                strays = kind.remove_session()
-            except Exception:  # nothing answers (its tests skipped): nothing can be there
-                strays = []
-            if leaked or strays:
-                lines.append(f"eppkit {what} still there at session end (now removed): "
-                             + ", ".join([name(item) for item in leaked] + strays))
+            line = provider.leftovers()
+            if line:
+                lines.append(line)
         return look
 
     part("the kit's registries of processes", registry)
     part("this session's tagged processes", tagged)
-    part("this session's containers", runtime("eppkit.components.container", "containers", lambda c: c.name))
-    part("this session's pods", runtime("eppkit.cluster.pod", "pods", lambda p: f"{p.namespace}/{p.name}"))
+    from eppkit import runtimes
+
+    for provider in runtimes.all_runtimes():  # each says what of its own ran here and is still there
+        part(f"this session's components of the {provider.name} runtime", runtime(provider))
     return lines, looked[0]
 
 
@@ -134,14 +126,12 @@ def workers_leaks(config: pytest.Config) -> list[str]:
                      + "; ".join(f"pid {pid}: {cmd[:200]}" for pid, cmd in orphans)
                      + f" (the workers' own looks: {seen})")
         _kill(orphans)
-    try:
-        from eppkit.components import container as containers
+    from eppkit import runtimes
 
-        removed = containers.remove_workers(tag)
-    except Exception:  # no engine answers: no container can be there
-        removed = []
-    if removed:
-        lines.append("containers of this run's workers still there at its end (now removed): " + ", ".join(removed))
+    for provider in runtimes.all_runtimes():  # what workers left of each runtime's components (a container)
+        line = provider.workers_leftovers(tag)
+        if line:
+            lines.append(line)
     return lines
 
 

@@ -217,7 +217,7 @@ def selected_runtimes(config: pytest.Config) -> list[str]:
     from eppkit.runtimes import ALL_RUNTIMES, RUNTIMES
 
     chosen: list[str] = []
-    for part in str(values(config).runtime or "local").split(","):
+    for part in str(values(config).runtime or RUNTIMES[0]).split(","):
         part = part.strip()
         for name in (ALL_RUNTIMES if part == "all" else (part,)):
             if name not in RUNTIMES:

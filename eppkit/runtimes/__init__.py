@@ -1,43 +1,35 @@
-"""The runtimes: how a testbed's components run. Each is one module with a ``launcher()`` that makes its
-:class:`~eppkit.runtimes.launching.Launcher`: the kit's are modules of this package (``local``, ``docker``); an
-outside package adds one as an entry point of the group ``eppkit.runtimes`` (its name: the module). The
-:class:`~eppkit.runtimes.testbed.Testbed` is one, handed the launcher. One topology in, the same handles out on every
-runtime. A runtime's module is imported when a testbed first needs it."""
+"""The runtimes: how a testbed's components run. Each is one module that registers a provider
+(:class:`~eppkit.runtimes.registry.Runtime`: whether it can run here, what it builds and sweeps first, the launcher it
+hands each testbed, what a session left of it): the kit's are modules of this package (``local``, ``docker``,
+``kubernetes``); an outside package adds one as an entry point of the group ``eppkit.runtimes``, loaded as every
+other extension is (:func:`eppkit.core.registry.load_members`). The :class:`~eppkit.runtimes.testbed.Testbed` is one,
+handed the launcher. One topology in, the same handles out on every runtime."""
 
 from __future__ import annotations
 
-import importlib
-from importlib import metadata
-
+from eppkit.core.registry import load_members
+from eppkit.runtimes import registry
+from eppkit.runtimes.registry import Capabilities, Runtime, RuntimeMissing, all_runtimes, get, names
 from eppkit.topology import Topology
 
-KIT_RUNTIMES = ("local", "docker", "kubernetes")
-# What "all" means (--eppkit-runtime all): the runtimes every machine with Docker has. The kubernetes runtime needs
-# its one-node cluster (`eppkit cluster up`): named, never implied.
-ALL_EXCLUDES = ("kubernetes",)
+__all__ = ["ALL_RUNTIMES", "RUNTIMES", "Capabilities", "Runtime", "RuntimeMissing", "all_runtimes", "create",
+           "create_jaeger", "get", "launcher", "names"]
 
+# Every module of this package that is not a runtime: the testbed and what it uses, the shared recipes.
+_NOT_RUNTIMES = ("common", "first_use", "images", "launching", "pool", "registry", "testbed", "vllm_servers")
+load_members(__name__, __path__, group="runtimes", skip=_NOT_RUNTIMES, order=("local", "docker", "kubernetes"))
 
-def _outside() -> dict[str, metadata.EntryPoint]:
-    return {ep.name: ep for ep in metadata.entry_points(group="eppkit.runtimes") if ep.name not in KIT_RUNTIMES}
-
-
-RUNTIMES = KIT_RUNTIMES + tuple(_outside())  # every runtime: the kit's first
-ALL_RUNTIMES = tuple(r for r in RUNTIMES if r not in ALL_EXCLUDES)
+RUNTIMES = names()  # every runtime: the kit's first (the first is the default)
+# What "all" means (--eppkit-runtime all): the runtimes that say they are one of it (not a cluster, which is named).
+ALL_RUNTIMES = tuple(r.name for r in all_runtimes() if r.capabilities.in_all)
 
 
 def launcher(runtime: str, **options):
     """The launcher of ``runtime`` (``options``: its own, e.g. docker's ``image_set``)."""
-    outside = {} if runtime in KIT_RUNTIMES else _outside()  # the installed distributions, read once
-    if runtime in KIT_RUNTIMES:
-        module = importlib.import_module(f"{__name__}.{runtime}")
-    elif runtime in outside:
-        module = outside[runtime].load()
-    else:
-        raise ValueError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
-    return module.launcher(**options)
+    return registry.get(runtime).launcher(**options)
 
 
-def create(topology: Topology, runtime: str = "local", *, launcher_options: dict | None = None, **kwargs):
+def create(topology: Topology, runtime: str = RUNTIMES[0], *, launcher_options: dict | None = None, **kwargs):
     """A not-yet-started testbed for ``runtime``; use it in a ``with`` or call start()/stop().
     ``kwargs``: the :class:`~eppkit.runtimes.testbed.Testbed`'s (a shared ``jaeger``, ``run_dir``, ...)."""
     from eppkit.runtimes.testbed import Testbed

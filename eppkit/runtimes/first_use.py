@@ -33,7 +33,7 @@ class FirstUse:
     build: Callable[[Progress], str]  # builds what is missing, or reuses it: a line saying what there is; its error
     # says why not and how to get it (no Go: install it)
     wanted: Callable[[Topology], bool]  # does a testbed of this topology run it
-    runtimes: tuple[str, ...] = ()  # every testbed of these runtimes runs it, whatever its topology
+    runtime_only: bool = False  # what a runtime runs (it says so: Capabilities.builds), whatever the topology
 
 
 def watches_pool(topology: Topology) -> bool:
@@ -85,15 +85,19 @@ BUILDS: dict[str, FirstUse] = {b.name: b for b in (
     FirstUse(CONTROL_PLANE, "the control plane (etcd, kube-apiserver)", "3-12 min cold on 2 cores", _plane_built,
              _plane_build, watches_pool),
     FirstUse(IMAGES, "the container images (Envoy, Jaeger, the kit's services)", "3-5 min cold on 2 cores",
-             _images_built, _images_build, lambda topology: False, runtimes=("docker", "kubernetes")),
+             _images_built, _images_build, lambda topology: False, runtime_only=True),
 )}
 
 
 def needs(topology: Topology, runtime: str | None = None) -> list[str]:
     """The first-use builds a testbed of ``topology`` runs (on ``runtime``: what every testbed there runs, too)."""
-    return [b.name for b in BUILDS.values() if b.wanted(topology) or runtime in b.runtimes]
+    wanted = runtime_needs(runtime) if runtime else []
+    return [b.name for b in BUILDS.values() if b.wanted(topology) or b.name in wanted]
 
 
 def runtime_needs(runtime: str) -> list[str]:
-    """The first-use builds every testbed of ``runtime`` runs (the docker runtime's images)."""
-    return [b.name for b in BUILDS.values() if runtime in b.runtimes]
+    """The first-use builds every testbed of ``runtime`` runs, as it says (a container runtime's images)."""
+    from eppkit.runtimes import registry
+
+    wanted = registry.get(runtime).capabilities.builds
+    return [b.name for b in BUILDS.values() if b.name in wanted]

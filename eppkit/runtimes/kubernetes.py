@@ -24,29 +24,31 @@ import dataclasses
 import ipaddress
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
 from eppkit import cluster
 from eppkit.cluster import apipod, namespaces, podnet, remote
 from eppkit.cluster import images as node_images
-from eppkit.cluster.pod import CLUSTER_DNS_SERVER, ManagedPod, in_cluster_kubeconfig
 from eppkit.components.controlplane import ControlPlane
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
-from eppkit.components.readiness import LogLineReady
 from eppkit.gateway import eds
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
-from eppkit.runtimes import images
-from eppkit.runtimes.docker import ENVOY_ENTRYPOINT, DockerLauncher, host_paths, service_in_image
-from eppkit.runtimes.local import LocalLauncher
+from eppkit.runtimes import common, images
+from eppkit.runtimes.registry import Capabilities, register
 
-_swept = False
+if TYPE_CHECKING:
+    from eppkit.cluster.pod import ManagedPod
+
+PODS = "eppkit.cluster.pod"  # what its components are: imported when it makes the first
+_swept: list[str] | None = None  # the namespaces of dead sessions this process removed (None: not looked yet)
 
 
-def available() -> tuple[bool, str]:
+def cluster_available() -> tuple[bool, str]:
     """(True, the API server) when the cluster answers (a cluster of your own by kubeconfig, else the one-node
     cluster); (False, how to get one) when not."""
     if remote.kubeconfig() is not None:
@@ -60,6 +62,18 @@ def available() -> tuple[bool, str]:
     return False, "the one-node Kubernetes cluster is not running: `eppkit cluster up` starts it (a few seconds)"
 
 
+def sweep_once() -> list[str]:
+    """The namespaces of sessions that died without stopping their testbeds, removed (their pods' addresses too) the
+    first time this process asks; [] after."""
+    global _swept
+    if _swept is not None:
+        return []
+    _swept = namespaces.sweep()
+    if remote.kubeconfig() is None:
+        podnet.Blocks(cluster.layout().blocks).release_owned(set(_swept))
+    return _swept
+
+
 class PodLauncher:
     """The program is an image's entrypoint in a Pod (Jaeger, Envoy): what ContainerLauncher is on docker."""
 
@@ -70,6 +84,8 @@ class PodLauncher:
         self.live: set[Path] = set()  # folders given as live ones (apipod.LIVE: kept up to date from this host)
 
     def make(self, name, args, log_path, *, env=None, mounts=()):
+        from eppkit.cluster.pod import ManagedPod
+
         made = ManagedPod(name, self.image, list(map(str, args)), log_path, namespace=self.namespace,
                           entrypoint=self.entrypoint, extra_labels=self.labels).with_env(**(env or {}))
         for path in mounts:
@@ -83,19 +99,13 @@ class KubernetesLauncher:
     runtime = "kubernetes"
 
     def __init__(self, image_set: images.ImageSet | None = None, kubeconfig: str | None = None) -> None:
-        global _swept
         remote.use(kubeconfig)  # here and in what this process starts (its watchdog too)
         self.remote = remote.kubeconfig()  # a cluster of your own (None: the one-node cluster)
-        ok, why = available()
+        ok, why = cluster_available()
         if not ok:
             raise cluster.ClusterError(why)
-        if not _swept:  # namespaces of sessions that died without stopping their testbeds
-            gone = namespaces.sweep()
-            if self.remote is None:
-                podnet.Blocks(cluster.layout().blocks).release_owned(set(gone))  # their pods' addresses too
-            _swept = True
-        self._docker = DockerLauncher(image_set)  # its images (built locally) are the pods' too
-        self._host = LocalLauncher()
+        sweep_once()
+        self._images = common.ImageSource(image_set)  # the docker runtime's images (built locally) are the pods' too
         self._namespaces: dict[Path, str] = {}  # made once per testbed, not once per component
         self._imported: set[str] = set()  # on the node already: no `ctr images ls` per component
         self._blocks: dict[Path, podnet.BlockPods] = {}  # each testbed's block of pod addresses
@@ -128,13 +138,13 @@ class KubernetesLauncher:
             return made
         node, mine = remote.node(self.remote, namespaces.client())
         made.api_only, made.node = True, node
-        made.helper_image = self._image(self._docker.images().services)  # puts a large file's parts together
+        made.helper_image = self._image(self._images.images().services)  # puts a large file's parts together
         if not mine:
             made.forward_ports(remote.access(self.remote), ports)
         return made
 
     def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, image: str | None = None, **kwargs) -> Jaeger:
-        launcher = PodLauncher(self._image(image or self._docker.images().jaeger), self._namespace(run_dir),
+        launcher = PodLauncher(self._image(image or self._images.images().jaeger), self._namespace(run_dir),
                                labels=self._labels(run_dir), pod=self._remote_pod)
         made = Jaeger(run_dir, launcher, ports=ports, pods_host=self._pods_host(), **kwargs)
         launcher.ports = dataclasses.astuple(made.ports)
@@ -158,7 +168,7 @@ class KubernetesLauncher:
             if pod_ip is not None:
                 raise ValueError(f"{spec.name} runs on the host, and on this runtime an InferencePool's pods are Pods "
                                  "of the pod network: use the kit's mock as the backend, or another runtime")
-            return self._host.service(spec, env, run_dir, extra_args)
+            return common.host_service(spec, env, run_dir, extra_args)
         spec, env, by_name = self._no_user_credentials(spec, env, run_dir)
         program = self._program_of_this_host(spec)
         if program is not None:  # on a cluster of your own: in an image of its own, at its host path
@@ -166,7 +176,7 @@ class KubernetesLauncher:
         elif spec.image:
             image = self._image(spec.image, kits=False)
         else:
-            image = self._image(self._docker.images().services)
+            image = self._image(self._images.images().services)
         namespace = self._namespace(run_dir)
         if pod_ip is not None:  # a pool's pod: reaches the host's network at the node's address, not at 127.0.0.1
             pods_host = self._pods_host()
@@ -177,7 +187,9 @@ class KubernetesLauncher:
                     f"InternalIP ({remote.NODE_ENV}=NAME)")
             env = {k: _to_host(v, pods_host) for k, v in env.items()}
             extra_args = [_to_host(a, pods_host) for a in extra_args]
-        made = service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedPod(
+        from eppkit.cluster.pod import ManagedPod
+
+        made = common.service_in_image(spec, env, run_dir, extra_args, lambda name, argv, log: ManagedPod(
             name, image, argv, log, namespace=namespace, extra_labels=self._labels(run_dir)))
         if program is not None:  # in its image: not a file the Pod is given
             made.mounts.pop(str(program), None)
@@ -209,6 +221,8 @@ class KubernetesLauncher:
         if not spec.kube_rbac:
             raise cluster.ClusterError(f"{spec.name} is given the kubeconfig of {self.remote}, which holds your "
                                        "user's credentials: the kit puts them in no ConfigMap")
+        from eppkit.cluster.pod import CLUSTER_DNS_SERVER, in_cluster_kubeconfig
+
         server = self._api_server_for_pods()
         own = in_cluster_kubeconfig(run_dir / f"{spec.name}.in-cluster.kubeconfig", server or CLUSTER_DNS_SERVER,
                                     self._namespace(run_dir))
@@ -245,18 +259,17 @@ class KubernetesLauncher:
               env: dict[str, str]) -> envoy_process.Envoy:
         text = config_path.read_text() + "\n" + "\n".join(env.values())
         if self.remote is None:
-            mounts = [run_dir, *host_paths(text, skip_under=(run_dir,))]
+            mounts = [run_dir, *common.host_paths(text, skip_under=(run_dir,))]
         else:  # the files it names (its config too), each from a ConfigMap; its pool's endpoints a live folder
             live = run_dir / eds.FOLDER
-            mounts = [config_path, *(p for p in host_paths(text) if live != p and live not in p.parents)]
+            mounts = [config_path, *(p for p in common.host_paths(text) if live != p and live not in p.parents)]
             mounts += [live] if live.is_dir() else []
-        launcher = PodLauncher(self._image(self._docker.envoy_image(binary)), self._namespace(run_dir),
-                               entrypoint=ENVOY_ENTRYPOINT, labels=self._labels(run_dir), pod=self._remote_pod)
+        launcher = PodLauncher(self._image(self._images.envoy_image(binary)), self._namespace(run_dir),
+                               entrypoint=common.ENVOY_ENTRYPOINT, labels=self._labels(run_dir), pod=self._remote_pod)
         if self.remote is not None:
             launcher.live = {run_dir / eds.FOLDER}
         launcher.ports = (admin_port, *_listener_ports(config_path))
-        return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, launcher, env=env,
-                                   log_level="info", mounts=mounts, ready=LogLineReady("starting main dispatch loop"))
+        return common.envoy_in_image(launcher, config_path, run_dir, admin_port, env, mounts)
 
     # -- an InferencePool's home: the cluster's API server, the testbed's namespace, its block of the pod network --
     def pool_home(self, run_dir: Path) -> tuple[ControlPlane | remote.Plane, str]:
@@ -337,12 +350,43 @@ def pod_images() -> list[str]:
     one installed with eppkit), Jaeger, the kit's services, and GAIE's EPP (once built) in an image of its own."""
     from eppkit.builds import gaie
 
-    docker = DockerLauncher()
-    made = docker.images()
-    envoy = docker.envoy_image(envoy_versions.resolve(None, _progress))
+    source = common.ImageSource()
+    made = source.images()
+    envoy = source.envoy_image(envoy_versions.resolve(None, _progress))
     built = gaie.find()
     return list(dict.fromkeys((envoy, made.jaeger, made.services, *([program_image(built)] if built else []))))
 
 
-def launcher(image_set: images.ImageSet | None = None, kubeconfig: str | None = None) -> KubernetesLauncher:
-    return KubernetesLauncher(image_set, kubeconfig)
+class KubernetesRuntime:
+    """Pods of the kit's one-node cluster (`eppkit cluster up`), or of a cluster of yours (--kubeconfig), from the
+    docker runtime's images: named, never one of `all`."""
+
+    name, order = "kubernetes", 20
+    capabilities = Capabilities(in_all=False, builds=("images",), cluster=True)
+
+    def available(self) -> tuple[bool, str]:
+        ok, detail = common.engine_available()  # the pods' images are built by the Docker engine
+        return cluster_available() if ok else (ok, detail)
+
+    def sweep(self) -> str:
+        gone = sweep_once()
+        return f"removed {len(gone)} namespace(s) of eppkit sessions that died: {', '.join(gone)}" if gone else ""
+
+    prepare = staticmethod(common.prepare_images)
+
+    def launcher(self, image_set: images.ImageSet | None = None, kubeconfig: str | None = None) -> KubernetesLauncher:
+        return KubernetesLauncher(image_set, kubeconfig)
+
+    def leftovers(self) -> str:
+        return common.session_leftovers(PODS, "pods", lambda p: f"{p.namespace}/{p.name}")
+
+    # A dead worker's namespaces: its watchdog deletes them (eppkit.components.reaper), or the next session's sweep.
+    workers_leftovers = staticmethod(common.nothing_left)
+
+    def reaches_this_host(self) -> bool:
+        """A cluster of your own whose node is another machine does not."""
+        own = remote.kubeconfig()
+        return own is None or remote.reaches_this_host(own, namespaces.client())
+
+
+register(KubernetesRuntime())

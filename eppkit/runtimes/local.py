@@ -9,33 +9,47 @@ from __future__ import annotations
 from pathlib import Path
 
 from eppkit.components.jaeger import Jaeger
-from eppkit.components.launchers import ProcessLauncher
 from eppkit.components.ports import PortAllocator
-from eppkit.components.process import ManagedProcess, service_argv
-from eppkit.gateway import process as envoy_process
-from eppkit.gateway import versions as envoy_versions
-from eppkit.plan import ServiceSpec
+from eppkit.runtimes import common
+from eppkit.runtimes.registry import Capabilities, RuntimeMissing, register
 
 
 class LocalLauncher:
     runtime = "local"
+    service = staticmethod(common.host_service)
+    envoy = staticmethod(common.host_envoy)
+    pod_addresses = staticmethod(common.loopback_pods)
+    pool_home = staticmethod(common.no_pool_home)
+    release = staticmethod(common.nothing_held)
 
     def jaeger(self, run_dir: Path, ports: PortAllocator | None = None, **kwargs) -> Jaeger:
         return Jaeger(run_dir, ports=ports, **kwargs)
 
-    def service(self, spec: ServiceSpec, env: dict[str, str], run_dir: Path, extra_args: list[str]) -> ManagedProcess:
-        if spec.image:
-            raise ValueError(f"{spec.name} is an image ({spec.image}): images run on --runtime docker or kubernetes; "
-                             "on the local runtime give its command instead")
-        argv = spec.argv or service_argv(spec.module, spec.port, spec.args, host=spec.host)
-        proc = ManagedProcess(spec.name, [*argv, *extra_args], run_dir / f"{spec.name}.log")
-        return proc.with_env(**{**env, **spec.env}).with_cwd(run_dir)
 
-    def envoy(self, binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: Path, admin_port: int,
-              env: dict[str, str]) -> envoy_process.Envoy:
-        return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port, ProcessLauncher(binary.path),
-                                   env=env)
+class LocalRuntime:
+    """Processes of this host: always available; Jaeger's binary is what a session needs first."""
+
+    name, order, capabilities = "local", 0, Capabilities()
+    leftovers = workers_leftovers = staticmethod(common.nothing_left)  # the leak check's look at processes finds them
+
+    def available(self) -> tuple[bool, str]:
+        return True, "this host"
+
+    def sweep(self) -> str:
+        return ""  # an orphaned process is the leak check's (its session tag)
+
+    def prepare(self, progress) -> dict:
+        from eppkit.builds import jaeger as jaeger_build
+
+        if jaeger_build.find() is None:
+            raise RuntimeMissing("Jaeger v2 binary not built. Run `eppkit bootstrap` (needs Go).")
+        return {}
+
+    def launcher(self) -> LocalLauncher:
+        return LocalLauncher()
+
+    def reaches_this_host(self) -> bool:
+        return True
 
 
-def launcher() -> LocalLauncher:
-    return LocalLauncher()
+register(LocalRuntime())

@@ -18,11 +18,12 @@ How fast the EPP follows is what a test measures: nothing here waits for the EPP
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Protocol
 
-from eppkit.components.controlplane import ControlPlane
+from eppkit.components.controlplane import ControlPlane, ControlPlaneError
 from eppkit.components.inference_pool import InferencePoolObjects, LoopbackPods, PodState
 from eppkit.components.ports import PortAllocator
 from eppkit.flows._servers import instance
@@ -222,3 +223,17 @@ class InferencePoolHandle:
         if not required:
             self._servers.pop(pod, None)
             self._bed.forget_backend(service, pod)
+
+
+def missing_kind(exc: Exception, log: str, pool: InferencePoolHandle | None, run_dir: Path) -> Exception:
+    """An EPP that never got ready (``exc``; ``log``: its log) because the control plane has no CRD for a kind it
+    watches: an error saying which; else ``exc``."""
+    found = re.search(r'no matches for kind \\?"(\w+)\\?" in version \\?"([\w./-]+)\\?"', log)
+    if found is None or pool is None:
+        return exc
+    kind, version = found.groups()
+    served = ", ".join(pool.plane.served_crds())
+    return ControlPlaneError(
+        f"the EPP watches {kind} ({version}), but the control plane has no CRD for it (it serves {served}).\n"
+        f"Hint: check the EPP's flags (e.g. --pool-group), or give the CRD's manifest: the external-epp option "
+        f"crds=[file]. Its log: {run_dir / 'epp.log'}.")

@@ -10,11 +10,7 @@ record) and the pool of a mode whose EPP watches one.
 from __future__ import annotations
 
 import dataclasses
-
-import os
-import re
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +18,12 @@ from pathlib import Path
 from eppkit import flows, modes
 from eppkit.builds import controlplane as controlplane_build
 from eppkit.components.base import Component, start_whole
-from eppkit.components.controlplane import ControlPlane, ControlPlaneError, SharedControlPlane
+from eppkit.components.controlplane import ControlPlane, SharedControlPlane
+from eppkit.components.inference_pool import LOOPBACK_PODS
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
 from eppkit.components.readiness import GrpcHealthReady, HttpReady, ReadinessTimeout, TcpReady
-from eppkit.core.paths import runs_dir
+from eppkit.core.paths import new_run_dir  # (the kit's front ends import it from here)
 from eppkit.core.polling import poll
 from eppkit.gateway import config as envoy_config
 from eppkit.gateway import hop, user_filters
@@ -37,8 +34,7 @@ from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 from eppkit.runtimes.launching import Launcher
-from eppkit.components.inference_pool import LOOPBACK_PODS
-from eppkit.runtimes.pool import InferencePoolHandle
+from eppkit.runtimes.pool import InferencePoolHandle, missing_kind
 from eppkit.services.picker.headers import SERVED
 from eppkit.services.pod_headers import HEADER_POD
 from eppkit.topology import Topology
@@ -50,23 +46,6 @@ class ServiceHandle:
     url: str
     process: Component  # a process, or a container: start, stop, kill, is_running, logs
     spec: ServiceSpec | None = None  # how it was started (its ports: grpc_health_port, ...)
-
-
-def new_run_dir(label: str) -> Path:
-    """``<runs>/<time>-<label>``; in a pytest-xdist worker ``<runs>/<time>-<worker id>-<label>`` (xdist sets
-    PYTEST_XDIST_WORKER in each worker, and what the worker starts inherits it)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    label = f"{worker}-{label}" if worker else label
-    base = runs_dir()
-    for i in range(1000):
-        path = base / f"{stamp}-{label}" if i == 0 else base / f"{stamp}-{label}-{i}"
-        try:
-            path.mkdir(parents=True)
-            return path
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"cannot create a run folder under {base}")
 
 
 def _progress(message: str) -> None:
@@ -263,8 +242,7 @@ class Testbed:
         # import and bind, so one after another was most of a testbed's start. The pickers come
         # second because their first metrics scrape must find the backends up.
         if watches_pool:  # where its pods are: loopback addresses, or the runtime's own (a cluster's pod network)
-            pod_addresses = getattr(self.launcher, "pod_addresses", None)
-            self.pod_addresses = pod_addresses(self.run_dir) if pod_addresses is not None else LOOPBACK_PODS
+            self.pod_addresses = self.launcher.pod_addresses(self.run_dir)
         layout = self.flow.plan(self.topology, self.ports, self.run_dir, self.pod_addresses if watches_pool else False)
         self._start_services(layout.services, env)
         layout.routable = [self._settled(ep, layout.servers) for ep in layout.routable]
@@ -280,8 +258,9 @@ class Testbed:
         for tier in sorted({spec.tier for spec in plan.services}):
             try:
                 self._start_services([spec for spec in plan.services if spec.tier == tier], env)
-            except ReadinessTimeout as exc:
-                raise (self._missing_kind(exc) if target is not None else exc) from None
+            except ReadinessTimeout as exc:  # an EPP of a pool: a kind it watches that has no CRD, said so
+                log = "\n".join(p.read_log() for name, p in self.processes().items() if name == self.mode.picker)
+                raise (missing_kind(exc, log, self.pool, self.run_dir) if target is not None else exc) from None
 
         self.listen_port, self.admin_port = self.ports.port(), self.ports.port()
         variables = {
@@ -309,9 +288,9 @@ class Testbed:
     def _pool_target(self) -> PoolTarget:
         """This testbed's namespace in the control plane (started now if need be) and its kubeconfig; or, on a
         runtime that is a cluster, the cluster's own API server, its pods real (the launcher's pool_home)."""
-        pool_home = getattr(self.launcher, "pool_home", None)
-        if pool_home is not None:
-            plane, namespace = pool_home(self.run_dir)
+        home = self.launcher.pool_home(self.run_dir)
+        if home is not None:
+            plane, namespace = home
             target = PoolTarget(str(plane.write_kubeconfig(self.run_dir / "kubeconfig", namespace)), namespace)
             self.pool = InferencePoolHandle(self, plane, target, shared=True, real_pods=True)
             return target
@@ -351,7 +330,7 @@ class Testbed:
         """``endpoint`` at the address its pod learned when it started (a Pod a cluster's network placed, told
         ``$(POD_IP)``: eppkit.cluster.remote), else as it is."""
         handle = self.services.get((servers or {}).get(endpoint.name, endpoint.name))
-        learned = getattr(handle.process, "learned_address", None) if handle is not None else None
+        learned = handle.process.learned_address if handle is not None else None
         if not learned:
             return endpoint
         kv_events = endpoint.kv_events.replace(endpoint.host, learned) if endpoint.kv_events else endpoint.kv_events
@@ -360,9 +339,8 @@ class Testbed:
     def envoy_files_changed(self, folder: Path) -> None:
         """Envoy's files in ``folder`` were rewritten here: where Envoy reads a copy of its own (a Pod on a cluster
         of your own) that copy is brought up to date; elsewhere it reads them itself."""
-        refresh = getattr(self.envoy.process, "refresh", None) if self.envoy is not None else None
-        if refresh is not None:
-            refresh(folder)
+        if self.envoy is not None:
+            self.envoy.process.refresh(folder)
 
     def service_running(self, name: str) -> bool:
         handle = self.services.get(name)
@@ -376,19 +354,6 @@ class Testbed:
     def forget_backend(self, service: str, pod: str) -> None:
         self.services.pop(service, None)
         self.backends = [ep for ep in self.backends if ep.name != pod]
-
-    def _missing_kind(self, exc: ReadinessTimeout) -> Exception:
-        """An EPP that never got ready because the control plane has no CRD for a kind it watches: say which."""
-        log = "\n".join(p.read_log() for name, p in self.processes().items() if name == self.mode.picker)
-        found = re.search(r'no matches for kind \\?"(\w+)\\?" in version \\?"([\w./-]+)\\?"', log)
-        if found is None or self.pool is None:
-            return exc
-        kind, version = found.groups()
-        served = ", ".join(self.pool.plane.served_crds())
-        return ControlPlaneError(
-            f"the EPP watches {kind} ({version}), but the control plane has no CRD for it (it serves {served}).\n"
-            f"Hint: check the EPP's flags (e.g. --pool-group), or give the CRD's manifest: the external-epp option "
-            f"crds=[file]. Its log: {self.run_dir / 'epp.log'}.")
 
     def _start_services(self, specs: list[ServiceSpec], env: dict[str, str]) -> None:
         """Start every service of one tier, then wait until each is ready."""
@@ -411,7 +376,7 @@ class Testbed:
                     f"run `python -m {spec.module} --help` and check the flags: {' '.join(spec.args)}")
             strategy.timeout_s = max(ready_timeout_s, spec.start_timeout_s or 0.0)
             proc.wait_ready(strategy, hint=hint)
-            learned = getattr(proc, "learned_address", None)  # its network placed it: its URL at that address
+            learned = proc.learned_address  # its network placed it: its URL at that address
             if learned:
                 self.services[spec.name] = ServiceHandle(spec.name, f"http://{learned}:{spec.port}", proc, spec)
 
@@ -463,9 +428,8 @@ class Testbed:
         self._stop_pool()  # on every runtime the control plane's processes are this host's
         if self._jaeger is not None and not self._shared_jaeger:
             _quietly(self._jaeger.stop, "jaeger")
-        release = getattr(self.launcher, "release", None)  # what the runtime holds for the testbed (a namespace)
-        if release is not None:
-            _quietly(lambda: release(self.run_dir), "the runtime's hold")
+        # What the runtime holds for the testbed (a namespace, a block of addresses).
+        _quietly(lambda: self.launcher.release(self.run_dir), "the runtime's hold")
         self.ports.release()
 
     def __enter__(self) -> "Testbed":

@@ -23,11 +23,11 @@ def docker(request):
     from eppkit.components import container as containers
     from eppkit.pytest_plugin.session import selected_runtimes
     from eppkit.pytest_plugin.state import require
-    from eppkit.runtimes import docker as docker_runtime
+    from eppkit import runtimes
 
     if "docker" not in selected_runtimes(request.config):
         pytest.skip("the docker runtime is not selected (--eppkit-runtime)")
-    ok, detail = docker_runtime.available()
+    ok, detail = runtimes.get("docker").available()
     require(ok, detail)
     client = containers.docker_client()
     yield client

@@ -54,9 +54,9 @@ def leak(workers: str, what: str) -> str:
 
 def require_docker() -> None:
     from eppkit.pytest_plugin.state import require
-    from eppkit.runtimes import docker as docker_runtime
+    from eppkit import runtimes
 
-    ok, detail = docker_runtime.available()
+    ok, detail = runtimes.get("docker").available()
     require(ok, detail)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from eppkit.components import container as containers
-from eppkit.runtimes import docker as docker_runtime
+from eppkit.runtimes import common
 from eppkit.runtimes import images
 from eppkit.runtimes.images import binaries, engine
 from eppkit.runtimes.images import python as pyimages
@@ -138,7 +138,7 @@ def test_envoy_config_paths_that_exist_are_shared_and_the_rest_ignored(tmp_path)
       search: {module.parent}
     """
     (run_dir / "envoy.yaml").write_text("")
-    found = docker_runtime.host_paths(text, skip_under=(run_dir,))
+    found = common.host_paths(text, skip_under=(run_dir,))
     assert set(found) == {module, module.parent}
 
 
@@ -152,7 +152,7 @@ def test_envoy_config_paths_that_exist_are_shared_and_the_rest_ignored(tmp_path)
 def test_service_path_arguments_are_shared_so_every_container_sees_the_same_files(tmp_path, arg, expected):
     d = tmp_path / "shared"
     d.mkdir()
-    got = docker_runtime.mount_for_arg(arg.format(d=d))
+    got = common.mount_for_arg(arg.format(d=d))
     assert got == (Path(expected.format(d=d)) if expected else None)
 
 
