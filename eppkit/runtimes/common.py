@@ -111,7 +111,7 @@ def host_envoy(binary: envoy_versions.EnvoyBinary, config_path: Path, run_dir: P
                env: dict[str, str], wrapper: list[str] | None = None) -> envoy_process.Envoy:
     """Envoy as a process of this host (``wrapper``: what runs it, e.g. ``["nice", "-n", "5"]``)."""
     return envoy_process.Envoy(config_path, run_dir / "envoy.log", admin_port,
-                               ProcessLauncher(binary.path, wrapper=wrapper), env=env)
+                               ProcessLauncher(binary.path, wrapper=wrapper or ()), env=env)
 
 
 # -- a program in an image (a container, a Pod) --
