@@ -25,7 +25,7 @@ class Nothing:
     def __enter__(self):
         return self
 
-    def close(self):
+    def __exit__(self, *_):
         pass
 
 

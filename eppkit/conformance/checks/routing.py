@@ -14,6 +14,7 @@ import json
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Self
 
 import requests
@@ -260,10 +261,9 @@ def lora_affinity(h):
         return not_applicable(f"{off[0].name}'s address {off[0].address} is not on loopback: the check sends its "
                               "adapters' load straight to a pod only there")
     evidence = [f"{ep.name}'s /metrics at the start: {lora_words(lora_of(ep.address))}" for ep in bed.backends]
-    loads = [BusyLoad(ep.address, adapter, streams=ANCHOR_STREAMS) for adapter, ep in anchors.items()]
-    try:
-        for load in loads:
-            load.__enter__()
+    with ExitStack() as loads:
+        for adapter, ep in anchors.items():
+            loads.enter_context(BusyLoad(ep.address, adapter, streams=ANCHOR_STREAMS))
         before = {}
         for adapter, ep in anchors.items():
             before[adapter] = info = _until_running(ep.address, adapter)
@@ -283,12 +283,8 @@ def lora_affinity(h):
             after = {adapter: lora_of(ep.address) for adapter, ep in anchors.items()}
             evidence += [f"{ep.name}'s /metrics after the last request was sent: {lora_words(after[a])}"
                          for a, ep in anchors.items()]
-            for load in loads:
-                load.close()
+            loads.close()  # the adapters' streams dropped
             sents = [f.result() for f in futures]
-    finally:
-        for load in loads:
-            load.close()
     stopped = [a for a in anchors if not _running(after[a], a)]
     if stopped:
         return Result(NOT_RUN, f"{anchors[stopped[0]].name} stopped running {stopped[0]} before the last request was "
