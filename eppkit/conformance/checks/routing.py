@@ -249,7 +249,8 @@ def lora_affinity(h):
     run. An EPP that ignores the adapter (round robin, or the least loaded pod: the third) sends at most half of
     them there."""
     base = h.target.topology()
-    modules = [f"{name}={path}" for name, path in ADAPTERS.items()]
+    # vLLM's JSON form of --lora-modules, which the mock, vLLM and llm-d-inference-sim all take
+    modules = [json.dumps({"name": name, "path": path}, separators=(",", ":")) for name, path in ADAPTERS.items()]
     pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--lora-modules", *modules,
                                                "--max-loras", str(MAX_LORAS)]) for v in base.vllm]
     bed = h.bed("lora-affinity", topology=dataclasses.replace(base, vllm=pods))
