@@ -332,6 +332,9 @@ def _table() -> list[Option]:
         Option("--load-aware", "the EPP routes by the pods' load (their /metrics: running and waiting requests, "
                "KV-cache usage): judge it (check load-aware; default: that check is n/a)", S({CONFORMANCE}),
                action="store_true", group="conformance"),
+        Option("--lora-affinity", "the EPP sends a LoRA adapter's requests where it is running (the pods' /metrics: "
+               "vllm:lora_requests_info): judge it (check lora-affinity; default: that check is n/a)",
+               S({CONFORMANCE}), action="store_true", group="conformance"),
         Option("--sustained-load", "judge the EPP under sustained load too (check sustained-load: 2,000 requests "
                "through one EPP process, 15-35 s more a verdict; default: that check is n/a)", S({CONFORMANCE}),
                action="store_true", group="conformance"),

@@ -53,6 +53,8 @@ class Target:
     cache_aware: bool = False
     # The EPP says it routes by the pods' load (their /metrics): the load-aware check judges it; otherwise n/a.
     load_aware: bool = False
+    # The EPP says it routes LoRA adapters (their pods' /metrics): the lora-affinity check judges it; otherwise n/a.
+    lora_affinity: bool = False
     # Judge it under sustained load too (--sustained-load): the sustained-load check's 2,000 requests; otherwise n/a.
     sustained: bool = False
     # Your filters in the chain of every testbed (--lua-filter, --dynamic-module, --http-filter): the EPP is judged
@@ -110,6 +112,7 @@ class Target:
                 **({"shed_header": self.shed_header} if self.shed_header else {}),
                 **({"cache_aware": True} if self.cache_aware else {}),
                 **({"load_aware": True} if self.load_aware else {}),
+                **({"lora_affinity": True} if self.lora_affinity else {}),
                 **({"sustained": True} if self.sustained else {}),
                 **({"filters": [f"{f.label} @{f.position}" for f in self.filters]} if self.filters else {})}
 

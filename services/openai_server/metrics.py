@@ -14,6 +14,7 @@ import functools
 import time
 from typing import Callable
 
+from eppkit.services.openai_server import lora_info
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -125,16 +126,19 @@ class VllmMetrics(MetricSet):
     """Everything the mock vLLM's /metrics shows. Gauges read live state through callables."""
 
     def __init__(self, model: str, running: Callable[[], float], waiting: Callable[[], float], kv_usage: Callable[[], float],
-                 *, block_size: int = 16, num_gpu_blocks: int = 16384, max_model_len: int = 8192) -> None:
+                 *, block_size: int = 16, num_gpu_blocks: int = 16384, max_model_len: int = 8192,
+                 lora: Callable[[], lora_info.LoraInfo] | None = None) -> None:
         super().__init__({"engine": "0", "model_name": model})
         # The two info families an upstream EPP (GAIE's core metrics extractor) reads by their labels;
         # without them it logs an extract error per endpoint. Values as vLLM sets them: cache config 1,
-        # the LoRA info's value is the time the adapter state was recorded (the mock serves no adapters;
-        # vLLM shows this family only with --enable-lora).
+        # the LoRA info's value is the time the adapter state was recorded (lora_info.py), here at each scrape;
+        # without adapters its lists are empty and max_lora 0 (vLLM shows this family only with --enable-lora).
         self.info("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",
                   cache_config_labels(block_size, num_gpu_blocks), 1.0)
-        self.info("vllm:lora_requests_info", "Running stats on lora requests.",
-                  {"running_lora_adapters": "", "waiting_lora_adapters": "", "max_lora": "0"}, time.time())
+        self._lora = lora
+        self._lora_info = Gauge(lora_info.NAME, "Running stats on lora requests.", list(lora_info.LABELS),
+                                registry=self.registry)
+        self._lora_info.labels(**(lora() if lora else lora_info.LoraInfo()).labels()).set(time.time())
         self.num_requests_running = self.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", running)
         self.num_requests_waiting = self.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", waiting)
         # every waiting request of the mock waits for a slot: vLLM's "capacity"
@@ -182,3 +186,8 @@ class VllmMetrics(MetricSet):
         self.injected_failures = self.counter("eppkit_mock_injected_failures_total", "Failures injected by flag or x-mock-failure, by type (mock only).", "type")
         self.token_lateness = self.histogram("eppkit_mock_token_lateness_seconds", "How late each streamed token (2..n) was written against its deadline (mock only).", LATENESS_BUCKETS)
         self.request_errors = self.counter("eppkit_mock_request_errors_total", "Requests answered with an error, by HTTP status (mock only).", "status")
+
+    def render(self) -> bytes:
+        if self._lora is not None:  # the adapters' state now, as vLLM records it each step: a series per state seen
+            self._lora_info.labels(**self._lora().labels()).set(time.time())
+        return super().render()

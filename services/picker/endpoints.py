@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
+from eppkit.services.openai_server.lora_info import LoraInfo
+
 
 @dataclass
 class PoolEndpoint:
@@ -26,6 +28,7 @@ class PoolEndpoint:
     last_scrape: float | None = None  # time.monotonic() of the last successful scrape
     last_error: str | None = None
     kv_events: str | None = None  # where it publishes its KV-cache events (tcp://host:port), when it does
+    lora: LoraInfo | None = None  # its LoRA adapters at the last scrape (vllm:lora_requests_info), when it shows them
 
     @property
     def address(self) -> str:

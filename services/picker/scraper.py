@@ -2,7 +2,8 @@
 
 A refused or reset connection marks an endpoint down; an answer brings it back. Load is
 ``vllm:num_requests_waiting`` and ``vllm:num_requests_running`` (summed over labels), or the
-names the pool is given (``--waiting-metric`` / ``--running-metric``).
+names the pool is given (``--waiting-metric`` / ``--running-metric``); the LoRA adapters are
+``vllm:lora_requests_info``'s latest series.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 import aiohttp
+from eppkit.services.openai_server.lora_info import LoraInfo
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.pool import Pool
 from prometheus_client.parser import text_string_to_metric_families
@@ -122,3 +124,4 @@ class MetricsScraper:
             log.warning("endpoint %s (%s): malformed /metrics: %s", ep.name, ep.address, exc)
             return
         self.pool.record_scrape(ep, figures)
+        ep.lora = LoraInfo.parse(text)  # its LoRA adapters (the lora-affinity scorer reads them)

@@ -19,6 +19,7 @@ from eppkit.core.flags import flag_field, flag_name, flag_of
 from eppkit.services.openai_server.flags import ConfigError, check_common, check_jitter
 from eppkit.services.vllm.failures import FAILURE_TYPES, normalize_failure_type
 from eppkit.services.openai_server.kvevents import KvEventsConfig
+from eppkit.services.vllm.lora import DEFAULT_MAX_LORAS, parse_modules
 
 ROLES = ("prefill", "decode", "both")
 
@@ -104,6 +105,9 @@ class VllmConfig(MockLatency):
     block_size: int = 16
     kv_cache_size: int = 16384  # blocks
     kv_events_config: str | None = None  # vLLM's --kv-events-config JSON (services/openai_server/kvevents.py); None: no events
+    # LoRA adapters (services/vllm/lora.py): vLLM's --lora-modules items and --max-loras
+    lora_modules: list[str] = field(default_factory=list)
+    max_loras: int = DEFAULT_MAX_LORAS
     max_body_bytes: int = 8 * 1024 * 1024
     # multipart (two-phase) mode
     multipart_metadata_timeout: float = 10000.0
@@ -135,6 +139,15 @@ class VllmConfig(MockLatency):
             raise ConfigError("--block-size and --kv-cache-size must be at least 1")
         if self.max_model_len < 1:
             raise ConfigError("--max-model-len must be at least 1")
+        if self.max_loras < 1:
+            raise ConfigError("--max-loras must be at least 1")
+        try:
+            adapters = parse_modules(self.lora_modules)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        clash = sorted(set(adapters) & set(self.served_model_names))
+        if clash:
+            raise ConfigError(f"--lora-modules: {clash[0]!r} is also a served model name")
         try:
             KvEventsConfig.parse(self.kv_events_config)
         except ValueError as exc:
@@ -177,6 +190,13 @@ def add_args(parser: argparse.ArgumentParser) -> None:
                    help='vLLM\'s KV-cache events: {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": '
                    '"tcp://127.0.0.1:5557", "replay_endpoint": ..., "topic": ..., "event_format": "named"|"positional"} '
                    '(default: none)')
+    g.add_argument("--lora-modules", nargs="+", default=None, metavar="NAME=PATH",
+                   help="LoRA adapters served as models of their own, as vLLM's flag (the path is not read; default: "
+                   "none)")
+    g.add_argument("--max-loras", type=int, default=d.max_loras,
+                   help="adapters loaded at once; others load on demand in place of the least recently used idle "
+                   "one (default: %(default)s)")
+    g.add_argument("--enable-lora", action="store_true", help="accepted as vLLM's; adapters are served without it")
     g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="largest request body accepted; beyond: 413 (default: %(default)s)")
 
     g = parser.add_argument_group("multipart mode and encoder cache")

@@ -15,6 +15,7 @@ from eppkit.services.openai_server.responses import DONE, Renderer
 from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, response_headers
 from eppkit.services.vllm.disconnects import Watch
 from eppkit.services.vllm.failures import Failure
+from eppkit.services.vllm.lora import LoraUse
 from opentelemetry import trace
 
 
@@ -37,6 +38,7 @@ class Flow:
     finish_reason: str | None = None
     injected: Failure | None = None
     watch: Watch | None = None
+    lora: LoraUse | None = None  # its adapter's use, for a request on a LoRA adapter
     ended_ns: int | None = None  # wall clock when the last bytes were handed to the socket
 
 

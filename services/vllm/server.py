@@ -23,7 +23,6 @@ import json
 import logging
 import random
 import time
-import uuid
 from typing import Any
 
 from aiohttp import web
@@ -53,6 +52,8 @@ from eppkit.services.vllm.failures import (
 from eppkit.services.vllm.kvcache import PrefixCache
 from eppkit.services.openai_server.kvevents import KvEventsConfig, ZmqPublisher
 from eppkit.services.vllm.latency import LatencyModel
+from eppkit.services.vllm.lora import LoraAdapters, parse_modules
+from eppkit.services.vllm.models import model_list
 from eppkit.services.vllm.scheduler import QueueFull, Scheduler
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -76,15 +77,17 @@ class MockVllm:
         self.failures = FailureInjector(
             config.failure_injection_rate, config.failure_types, config.failure_after_tokens, config.seed
         )
+        self.lora = LoraAdapters(parse_modules(config.lora_modules), config.max_loras)  # --lora-modules
         self.ec_cache = EncoderCache(config.ec_cache_dir) if config.ec_cache_dir else None
         self.metrics = VllmMetrics(
             config.model,
             running=lambda: self.scheduler.running,
-            waiting=lambda: self.scheduler.waiting,
+            waiting=lambda: self.scheduler.waiting + self.lora.blocked,
             kv_usage=lambda: self.cache.usage,
             block_size=config.block_size,
             num_gpu_blocks=config.kv_cache_size,
             max_model_len=config.max_model_len,
+            lora=self.lora.info,
         )
         self.watcher = DisconnectWatcher()
         self.clock = TokenClock()
@@ -136,13 +139,8 @@ class MockVllm:
         return web.Response(text="")
 
     async def models(self, request: web.Request) -> web.Response:
-        created = int(time.time())
-        data = [
-            {"id": name, "object": "model", "created": created, "owned_by": "eppkit", "root": name, "parent": None,
-             "max_model_len": self.c.max_model_len, "permission": [_permission(created)]}
-            for name in self.c.served_model_names
-        ]
-        return web.Response(body=json.dumps({"object": "list", "data": data}).encode(), content_type="application/json")
+        listing = model_list(self.c.served_model_names, self.c.max_model_len, self.lora.paths)
+        return web.Response(body=json.dumps(listing).encode(), content_type="application/json")
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -198,6 +196,8 @@ class MockVllm:
             if flow.slot:
                 self.scheduler.release()
                 flow.slot = False
+            if flow.lora is not None:
+                flow.lora.close()
             if flow.kv_blocks:
                 self.cache.release(flow.kv_blocks)
                 flow.kv_blocks = 0
@@ -214,7 +214,7 @@ class MockVllm:
             span.set_attribute(Vllm.MULTIPART, True)
         else:
             raw = await request_in.read_body(request, self.c.max_body_bytes)
-        req = api.parse_request(kind, api.parse_json(raw), c.served_model_names, c.max_model_len)
+        req = api.parse_request(kind, api.parse_json(raw), [*c.served_model_names, *self.lora.paths], c.max_model_len)
         overrides = request_in.overrides(request.headers)
         recording.request_attributes(span, req, self.c.max_model_len)
 
@@ -239,7 +239,10 @@ class MockVllm:
         # 3. queue
         queue_span = self._child(span, Vllm.QUEUE)
         queue_start = time.monotonic()
+        flow.lora = self.lora.use(req.model)  # a request on an adapter waits for it to be loaded (lora.py)
         try:
+            if flow.lora is not None:
+                await flow.lora.load()
             await self.scheduler.acquire()
         except QueueFull as exc:
             self.metrics.admission_rejections(reason="max_num_queued_reqs").inc()
@@ -250,6 +253,8 @@ class MockVllm:
             queue_span.end()
             raise
         flow.slot = True
+        if flow.lora is not None:
+            flow.lora.run()
         queue_span.set_attribute(Vllm.NUM_REQUESTS_RUNNING, self.scheduler.running)
         queue_span.end()
         time_in_queue = time.monotonic() - queue_start
@@ -451,13 +456,5 @@ class MockVllm:
 
     def _child(self, parent: trace.Span, name: str) -> trace.Span:
         return self.tracer.start_span(name, context=trace.set_span_in_context(parent))
-
-
-def _permission(created: int) -> dict[str, Any]:
-    """vLLM's model permission card (OpenAI's legacy one), as every entry of its /v1/models carries it."""
-    return {"id": f"modelperm-{uuid.uuid4().hex[:16]}", "object": "model_permission", "created": created,
-            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
-            "group": None, "is_blocking": False}
 
 

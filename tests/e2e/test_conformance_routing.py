@@ -20,9 +20,9 @@ LOADED_MACHINE = Budget(decision_ms=500, release_ms=500)
 ECHO = f"{sys.executable} -m eppkit.services.echo_epp --port {{grpc_port}} --endpoints {{endpoints}}"
 
 
-def judge(factory, target: Target) -> dict:
-    report = run(target, factory, runtime="local", checks=selected(["load-aware"]), budget=LOADED_MACHINE)
-    return next(c for c in report["checks"] if c["id"] == "load-aware")
+def judge(factory, target: Target, check: str = "load-aware") -> dict:
+    report = run(target, factory, runtime="local", checks=selected([check]), budget=LOADED_MACHINE)
+    return next(c for c in report["checks"] if c["id"] == check)
 
 
 def test_load_aware_passes_the_queue_scorer_and_fails_round_robin(eppkit_testbed_factory):
@@ -53,4 +53,30 @@ def test_the_echo_epp_said_load_aware_fails_load_aware_alone(eppkit_testbed_fact
                  budget=LOADED_MACHINE)
     statuses = {c["id"]: c["status"] for c in report["checks"]}
     assert statuses.pop("load-aware") == "fail", rp.text(report)
+    assert set(statuses.values()) == {"pass"}, rp.text(report)  # what it needs: served
+
+
+def test_lora_affinity_passes_the_lora_affinity_scorer_and_fails_round_robin(eppkit_testbed_factory):
+    # Two adapters made to run, each on a pod of its own, by long streams sent straight to it: the lora-affinity
+    # scorer (it scrapes vllm:lora_requests_info) sends each adapter's requests there; round robin one in three.
+    passing = judge(eppkit_testbed_factory, Target("ext_proc", {"scorer": "lora-affinity-scorer"}, lora_affinity=True),
+                    "lora-affinity")
+    assert passing["status"] == "pass", passing
+    assert "10 of 10 sql-lora requests to vllm-1, 10 of 10 chat-lora requests to vllm-2" in passing["message"], passing
+    said = " ".join(passing["evidence"])
+    assert "running_lora_adapters='sql-lora'" in said and "max_lora=2" in said, passing["evidence"]
+    assert "where the 20 requests went" in said, passing["evidence"]
+    failing = judge(eppkit_testbed_factory, Target("ext_proc", {"scorer": "round-robin"}, lora_affinity=True),
+                    "lora-affinity")
+    assert failing["status"] == "fail", failing
+    assert "requests for sql-lora went elsewhere while vllm-1's /metrics showed" in failing["message"], failing
+    assert any("Envoy sent it to vllm-0" in line for line in failing["evidence"]), failing["evidence"]
+
+
+def test_the_echo_epp_said_lora_affinity_fails_lora_affinity_alone(eppkit_testbed_factory):
+    target = Target("external-epp", {"epp_command": ECHO}, lora_affinity=True)
+    report = run(target, eppkit_testbed_factory, runtime="local", checks=selected(["lora-affinity"]),
+                 budget=LOADED_MACHINE)
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses.pop("lora-affinity") == "fail", rp.text(report)
     assert set(statuses.values()) == {"pass"}, rp.text(report)  # what it needs: served

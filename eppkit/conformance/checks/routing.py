@@ -1,10 +1,10 @@
-"""Routing judged black-box: what EPPs are deployed for, each rule declared by the EPP (``--load-aware``; a rule it
-does not take on is n/a). The pods' own words judge it: their ``/metrics`` as vLLM writes them (scraped by the
+"""Routing judged black-box: what EPPs are deployed for, each rule declared by the EPP (``--load-aware``,
+``--lora-affinity``; a rule it does not take on is n/a). The pods' own words judge it: their ``/metrics`` as vLLM writes them (scraped by the
 check) and the pod each answer names (the mock's ``x-inference-pod``), beside Envoy's record of where it sent
 each request.
 
-A check that cannot make its condition (a pod that would not get busy: its metrics do not show it) is not run,
-never passed.
+A check that cannot make its condition (a pod that would not get busy, or would not load an adapter: its metrics do
+not show it) is not run, never passed.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from typing import Self
 
 import requests
@@ -30,6 +31,10 @@ from eppkit.conformance.checks.registry import (
     not_applicable,
 )
 from eppkit.observability.client import PROTOCOLS
+from eppkit.services.openai_server.lora_info import MAX_LORA, LoraInfo
+from eppkit.services.openai_server.lora_info import NAME as LORA_INFO
+from eppkit.services.openai_server.lora_info import RUNNING as RUNNING_LORAS
+from eppkit.services.openai_server.lora_info import WAITING as WAITING_LORAS
 from eppkit.services.picker.scraper import parse_metrics
 from eppkit.services.vllm.request_in import HEADER_ITL
 
@@ -71,11 +76,11 @@ def busy(metrics: dict[str, float]) -> bool:
 
 
 class BusyLoad:
-    """``BUSY_STREAMS`` long streamed chat requests written straight to one pod (past Envoy and the EPP, as another
+    """``streams`` long streamed chat requests for ``model`` written straight to one pod (past Envoy and the EPP, as another
     client of the pod would), each on a socket of its own that is never read: the pod runs and queues them until
     :meth:`close` drops the connections (the pod then stops them at its next token). Loopback only."""
 
-    def __init__(self, address: str, model: str):
+    def __init__(self, address: str, model: str, streams: int = BUSY_STREAMS):
         host, _, port = address.rpartition(":")
         if not host.startswith("127."):
             raise ValueError(f"the busy pod {address} is not on loopback")
@@ -87,10 +92,11 @@ class BusyLoad:
                         f"{HEADER_ITL}: {BUSY_ITL_MS}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
                         ).encode() + body
         self.sockets: list[socket.socket] = []
+        self.streams = streams
 
     def __enter__(self) -> Self:
         try:
-            for _ in range(BUSY_STREAMS):
+            for _ in range(self.streams):
                 sock = socket.create_connection(self.address, timeout=2)
                 self.sockets.append(sock)
                 sock.sendall(self.request)
@@ -184,6 +190,134 @@ def load_aware(h):
                       "new requests to the least loaded")
 
 
-def _probe(h, bed, protocol: str):
+# lora-affinity: each pod serves three adapters, at most two loaded at once; two of them are made to run, each on a
+# pod of its own, by long streams sent straight to it.
+LORA_SOURCE = "GAIE's lora-affinity scorer (vLLM's vllm:lora_requests_info), llm-d-router's and Dynamo's LoRA routing"
+ADAPTERS = {"sql-lora": "/adapters/sql", "chat-lora": "/adapters/chat", "code-lora": "/adapters/code"}
+MAX_LORAS = 2  # each pod's --max-loras: an anchor pod, one adapter running, still has room
+ANCHOR_STREAMS = 2  # long streamed requests for its adapter straight to each anchor pod: the adapter runs there
+LOADED_WITHIN_S = 5.0  # the anchor's /metrics must show its adapter running within this, else the check is not run
+LORA_PROBES = 20  # new requests through Envoy, one every PROBE_GAP_S, the two adapters in turn
+
+
+def _lora_affinity(target) -> str | None:
+    if target is not None and getattr(target, "lora_affinity", False):
+        return None
+    return ("the EPP does not say it routes LoRA adapters (--lora-affinity): where it sends an adapter's requests is "
+            "not judged")
+
+
+def lora_of(address: str) -> LoraInfo | None:
+    """A pod's adapters, from its ``/metrics`` (``vllm:lora_requests_info``'s latest series); None: it shows none."""
+    answer = requests.get(f"http://{address}/metrics", timeout=2)
+    answer.raise_for_status()
+    return LoraInfo.parse(answer.text)
+
+
+def lora_words(info: LoraInfo | None) -> str:
+    return info.words() if info is not None else "no vllm:lora_requests_info"
+
+
+def _until_running(address: str, adapter: str) -> LoraInfo | None:
+    """The pod's adapters once its /metrics shows ``adapter`` running (:func:`_running`), or the last it showed after
+    LOADED_WITHIN_S."""
+    deadline = time.monotonic() + LOADED_WITHIN_S
+    while True:
+        info = lora_of(address)
+        if _running(info, adapter) or time.monotonic() >= deadline:
+            return info
+        time.sleep(0.05)
+
+
+def _running(info: LoraInfo | None, adapter: str) -> bool:
+    """``adapter`` runs on the pod, and the pod has room for another adapter: the state the rule is judged in."""
+    return info is not None and adapter in info.running and info.has_room
+
+
+@check("lora-affinity", "an EPP that routes LoRA adapters sends an adapter's requests where it is running",
+       category=DATA_PLANE, level=SHOULD, source=LORA_SOURCE, needs=NEEDS, per_protocol=False,
+       declared=_lora_affinity)
+def lora_affinity(h):
+    """For an EPP that says it routes LoRA adapters (``--lora-affinity``; it reads the pods' ``/metrics``): three
+    pods each serve three adapters (``--lora-modules``), at most two loaded at once (``--max-loras 2``). Two adapters
+    are made to run for real, each on a pod of its own, with 2 long streamed requests sent straight to that pod; once
+    each pod's ``/metrics`` shows its adapter in ``running_lora_adapters`` (``vllm:lora_requests_info``, scraped by
+    the check), and a second for the EPP to scrape it, 20 new requests through Envoy, the two adapters in turn, one
+    every 0.1 s, HTTP/1.1 and h2c in turn: at least 80 % of each adapter's requests are served by the pod running it
+    (the pod each answer names; its ``model`` the adapter), while that pod has room (one adapter of two running). A
+    pod that would not run its adapter, or stopped running it before the last request was sent, leaves the check not
+    run. An EPP that ignores the adapter (round robin, or the least loaded pod: the third) sends at most half of
+    them there."""
+    base = h.target.topology()
+    # vLLM's JSON form of --lora-modules, which the mock, vLLM and llm-d-inference-sim all take
+    modules = [json.dumps({"name": name, "path": path}, separators=(",", ":")) for name, path in ADAPTERS.items()]
+    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--lora-modules", *modules,
+                                               "--max-loras", str(MAX_LORAS)]) for v in base.vllm]
+    bed = h.bed("lora-affinity", topology=dataclasses.replace(base, vllm=pods))
+    if len(bed.backends) < 2:
+        return not_applicable("the check needs two pods or more: the target's topology has fewer")
+    anchors = dict(zip(ADAPTERS, bed.backends[-2:]))  # adapter -> the pod it is made to run on
+    off = [ep for ep in anchors.values() if not ep.address.startswith("127.")]
+    if off:
+        return not_applicable(f"{off[0].name}'s address {off[0].address} is not on loopback: the check sends its "
+                              "adapters' load straight to a pod only there")
+    evidence = [f"{ep.name}'s /metrics at the start: {lora_words(lora_of(ep.address))}" for ep in bed.backends]
+    with ExitStack() as loads:
+        for adapter, ep in anchors.items():
+            loads.enter_context(BusyLoad(ep.address, adapter, streams=ANCHOR_STREAMS))
+        before = {}
+        for adapter, ep in anchors.items():
+            before[adapter] = info = _until_running(ep.address, adapter)
+            evidence.append(f"{ANCHOR_STREAMS} streamed requests for {adapter} sent straight to {ep.name} "
+                            f"({ep.address}); its /metrics then: {lora_words(info)}")
+            if not _running(info, adapter):
+                return Result(NOT_RUN, f"{ep.name} would not run {adapter} with room to spare: its /metrics showed "
+                              f"{lora_words(info)} "
+                              f"{LOADED_WITHIN_S:g} s after {ANCHOR_STREAMS} requests for it were sent", evidence)
+        time.sleep(SCRAPE_S)
+        asked = [list(ADAPTERS)[i % len(anchors)] for i in range(LORA_PROBES)]
+        with ThreadPoolExecutor(max_workers=LORA_PROBES) as pool:
+            futures = []
+            for i, adapter in enumerate(asked):
+                futures.append(pool.submit(_probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], adapter))
+                time.sleep(PROBE_GAP_S)
+            after = {adapter: lora_of(ep.address) for adapter, ep in anchors.items()}
+            evidence += [f"{ep.name}'s /metrics after the last request was sent: {lora_words(after[a])}"
+                         for a, ep in anchors.items()]
+            loads.close()  # the adapters' streams dropped
+            sents = [f.result() for f in futures]
+    stopped = [a for a in anchors if not _running(after[a], a)]
+    if stopped:
+        return Result(NOT_RUN, f"{anchors[stopped[0]].name} stopped running {stopped[0]} before the last request was "
+                      f"sent (its /metrics: {lora_words(after[stopped[0]])})", evidence)
+    for i, sent in enumerate(sents):
+        h.must_serve(sent, f"request {i + 1} of {LORA_PROBES} (model {asked[i]})")
+    names = {ep.address: ep.name for ep in bed.backends}
+    went = [f"{a}->{s.served_by}" for a, s in zip(asked, sents)]
+    evidence.append(f"where the {LORA_PROBES} requests went, in order (adapter->the pod its answer named): "
+                    f"{', '.join(went)}")
+    evidence += [f"{ep.name}'s /metrics at the end: {lora_words(lora_of(ep.address))}" for ep in bed.backends]
+    problems, shares = [], []
+    for adapter, ep in anchors.items():
+        mine = [(i, s) for i, s in enumerate(sents) if asked[i] == adapter]
+        there = sum(1 for _, s in mine if s.served_by == ep.name and (s.result.body or {}).get("model") == adapter)
+        shares.append(f"{there} of {len(mine)} {adapter} requests to {ep.name}")
+        evidence += [f"request {i + 1} ({s.protocol}, {adapter}): Envoy sent it to "
+                     f"{names.get(s.hop['upstream'], s.hop['upstream'])}; {evidence_of(s.hop)}"
+                     for i, s in mine if s.served_by != ep.name]
+        if there < SHARE * len(mine):
+            problems.append(f"{len(mine) - there} of {len(mine)} requests for {adapter} went elsewhere while "
+                            f"{ep.name}'s /metrics showed {lora_words(before[adapter])}: {there / len(mine):.0%} "
+                            f"to {ep.name}, under {SHARE:.0%}")
+    return judged(problems, evidence, failing="an adapter's requests went to pods not running it",
+                  passing=f"{', '.join(shares)}: each adapter's requests went to the pod running it",
+                  fix=f"Read each pod's adapters from its /metrics ({LORA_INFO}: {RUNNING_LORAS}, {WAITING_LORAS}, "
+                      f"{MAX_LORA}) and send a request for an adapter to a pod running it while it has room")
+
+
+def _probe(h, bed, protocol: str, model: str | None = None):
     h.protocol = protocol  # this thread's client protocol (the harness keeps it per thread)
-    return h.send(bed)
+    if model is None:
+        return h.send(bed)
+    body = {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
+    return h.send(bed, raw_body=json.dumps(body).encode())
