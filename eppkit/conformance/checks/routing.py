@@ -13,9 +13,10 @@ import dataclasses
 import json
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from typing import Self
+from typing import Self, TypeVar
 
 import requests
 
@@ -38,6 +39,8 @@ from eppkit.services.openai_server.lora_info import WAITING as WAITING_LORAS
 from eppkit.services.picker.scraper import parse_metrics
 from eppkit.services.vllm.request_in import HEADER_ITL
 
+T = TypeVar("T")
+
 LOAD_SOURCE = "GAIE's queue and KV-cache-utilization scorers, llm-d-router's load-aware scorer (vLLM's /metrics)"
 RUNNING, WAITING, KV_USAGE = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
 LOAD_METRICS = frozenset((RUNNING, WAITING, KV_USAGE))
@@ -58,11 +61,26 @@ def _load_aware(target) -> str | None:
             "pods' load")
 
 
-def scrape(address: str) -> dict[str, float]:
-    """A pod's running and waiting requests and KV-cache usage, from its ``/metrics`` (vLLM's names)."""
+def _metrics_text(address: str) -> str:
+    """A pod's ``/metrics`` exposition."""
     answer = requests.get(f"http://{address}/metrics", timeout=2)
     answer.raise_for_status()
-    return parse_metrics(answer.text, only=LOAD_METRICS)
+    return answer.text
+
+
+def _until(read: Callable[[], T], shows: Callable[[T], bool], within_s: float) -> T:
+    """What ``read`` gives once it ``shows`` the state wanted, or the last it gave after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        seen = read()
+        if shows(seen) or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.05)
+
+
+def scrape(address: str) -> dict[str, float]:
+    """A pod's running and waiting requests and KV-cache usage, from its ``/metrics`` (vLLM's names)."""
+    return parse_metrics(_metrics_text(address), only=LOAD_METRICS)
 
 
 def load_words(metrics: dict[str, float]) -> str:
@@ -119,12 +137,7 @@ class BusyLoad:
 
 def _until_busy(address: str) -> dict[str, float]:
     """The pod's load once its /metrics shows it busy, or the last it showed after ``BUSY_WITHIN_S``."""
-    deadline = time.monotonic() + BUSY_WITHIN_S
-    while True:
-        metrics = scrape(address)
-        if busy(metrics) or time.monotonic() >= deadline:
-            return metrics
-        time.sleep(0.05)
+    return _until(lambda: scrape(address), busy, BUSY_WITHIN_S)
 
 
 @check("load-aware", "a load-aware EPP keeps new requests away from a busy pod", category=DATA_PLANE, level=SHOULD,
@@ -209,9 +222,7 @@ def _lora_affinity(target) -> str | None:
 
 def lora_of(address: str) -> LoraInfo | None:
     """A pod's adapters, from its ``/metrics`` (``vllm:lora_requests_info``'s latest series); None: it shows none."""
-    answer = requests.get(f"http://{address}/metrics", timeout=2)
-    answer.raise_for_status()
-    return LoraInfo.parse(answer.text)
+    return LoraInfo.parse(_metrics_text(address))
 
 
 def lora_words(info: LoraInfo | None) -> str:
@@ -221,12 +232,7 @@ def lora_words(info: LoraInfo | None) -> str:
 def _until_running(address: str, adapter: str) -> LoraInfo | None:
     """The pod's adapters once its /metrics shows ``adapter`` running (:func:`_running`), or the last it showed after
     LOADED_WITHIN_S."""
-    deadline = time.monotonic() + LOADED_WITHIN_S
-    while True:
-        info = lora_of(address)
-        if _running(info, adapter) or time.monotonic() >= deadline:
-            return info
-        time.sleep(0.05)
+    return _until(lambda: lora_of(address), lambda info: _running(info, adapter), LOADED_WITHIN_S)
 
 
 def _running(info: LoraInfo | None, adapter: str) -> bool:
