@@ -30,10 +30,7 @@ def last_words(bed) -> list[str]:
     """What Envoy's process wrote as it ended (from the first line of :data:`ENDINGS` on: the panic, its goroutine,
     the frame in your code), or nothing."""
     proc = bed.processes().get("envoy")
-    try:
-        lines = proc.log_path.read_text(errors="replace").splitlines() if proc is not None else []
-    except OSError:
-        return []
+    lines = proc.read_log().splitlines() if proc is not None else []
     start = next((i for i, line in enumerate(lines) if any(mark in line for mark in ENDINGS)), None)
     if start is None:
         return []

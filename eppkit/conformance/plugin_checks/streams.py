@@ -9,8 +9,6 @@ plugin that takes Envoy down takes no other check with it.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, evidence_of, judged
 from eppkit.conformance.plugin_checks import alive, floor, refusals
 from eppkit.conformance.witness import NotWitnessed, Sent, served
@@ -35,18 +33,6 @@ def _problem(what: str, sent: Sent, h, tokens: int | None = None) -> str | None:
         return None
     got = f", {len(sent.result.tokens)} of {tokens} tokens" if tokens is not None and status else ""
     return f"{what}: not served ({h.cause(sent)}{got})"
-
-
-def _at_once(h, bed, n: int, kwargs: dict) -> list[Sent]:
-    """``n`` requests through ``bed`` at the same time, in the check's protocol."""
-    protocol = h.protocol
-
-    def one(_: int) -> Sent:
-        h.protocol = protocol
-        return h.send(bed, **kwargs)
-
-    with ThreadPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(one, range(n)))
 
 
 def _cancelled(h, bed, side: str) -> Sent:
@@ -79,13 +65,14 @@ def streams_served(h):
                     f"{sents['floor'].result.status} on the floor; {evidence_of(sents['plugin'].hop)}")
 
     many = {"stream": True, "max_tokens": AT_ONCE_TOKENS}
-    floor_many = _at_once(h, beds["floor"], AT_ONCE, many)
+    # at once: a plugin's harness sends a check's requests together (Harness.concurrent)
+    floor_many = h.send_all(beds["floor"], [many] * AT_ONCE)
     unserved = [s for s in floor_many if _problem("", s, h, AT_ONCE_TOKENS)]
     if unserved:
         h.must_serve(unserved[0], f"one of {AT_ONCE} streams at once on the floor")
         raise NotWitnessed(f"{len(unserved)} of {AT_ONCE} streams at once on the floor were not served whole",
                            unserved[0], h.request_timeout_s)
-    plugin_many = _at_once(h, beds["plugin"], AT_ONCE, many)
+    plugin_many = h.send_all(beds["plugin"], [many] * AT_ONCE)
     wrong = [p for p in (_problem(f"one of {AT_ONCE} streams at once", s, h, AT_ONCE_TOKENS) for s in plugin_many)
              if p]
     whole = sum(1 for s in plugin_many if served(s) and len(s.result.tokens) == AT_ONCE_TOKENS)
