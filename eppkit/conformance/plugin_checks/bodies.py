@@ -77,6 +77,9 @@ def _request_body(h, beds: dict, data: bytes, traffic: dict, label: str) -> dict
         raise NotWitnessed(f"a {label} body changed on the floor itself", sent, h.request_timeout_s)
     sent = h.send(beds["plugin"], raw_body=data, **traffic)
     reached = h.body_digest(sent.result) is not None and h.served_by(sent.result) is not None
+    if not reached and sent.result.status and not sent.result.error:  # the plugin answered it itself: a refusal,
+        raise NotWitnessed(f"a {label} body through the plugin was answered by the plugin, not the backend",
+                           sent, h.request_timeout_s)  # refusals-are-clean's to judge, not a body's fate
     got["plugin"] = h.body_digest(sent.result) if reached else None
     if not reached:
         got["not served"] = h.cause(sent)
@@ -104,7 +107,8 @@ def bodies_byte_for_byte(h):
     whole, and on h2c 1 MiB in 4 pieces ending with request trailers, reach the backend with the sha256 the client
     sent; a non-streamed answer of a few KiB reaches the client with the sha256 the backend wrote. The same requests
     through the floor must do so too (else the testbed, not the plugin, changes them: not judged); one the floor
-    delivers and the plugin does not (held until the client gave up, refused) fails."""
+    delivers and the plugin never answers (held until the client gave up) fails; one the plugin refuses is
+    refusals-are-clean's (not run here)."""
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}
     rewrites = _rewrites(h.target)
     evidence, problems = [], []
