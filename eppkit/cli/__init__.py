@@ -97,6 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             p.error(str(exc))
 
+    if getattr(args, "runtime", None) is not None:  # a runtime that cannot run here says how to get it
+        from eppkit import runtimes
+
+        usable, how = runtimes.get(args.runtime).available()
+        if not usable:
+            print(f"eppkit {args.command}: the {args.runtime} runtime cannot run here: {how}", file=sys.stderr)
+            return 2
+
     signal.signal(signal.SIGTERM, _raise_interrupt)
     # A shell that starts us in the background sets SIGINT to "ignore"; we want Ctrl-C semantics always.
     signal.signal(signal.SIGINT, signal.default_int_handler)
