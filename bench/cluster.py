@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -67,7 +66,7 @@ def burst(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
     bed = create(Topology(mode="direct"), "kubernetes", run_dir=run_dir)  # for the mock's spec and env only
     addresses = launcher.pod_addresses(run_dir)
     namespace = launcher._namespace(run_dir)
-    image = launcher._image(launcher._images.images().services)
+    image = launcher.cluster.image(launcher._images.images().services)
     pods = []
     for i in range(n):
         spec, _ = instance(bed.topology, bed.ports, f"burst-{i}", "both", bed.topology.vllm[0].model, [],
@@ -92,7 +91,7 @@ def burst(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
         time.sleep(0.05)
     served = time.monotonic() - t0
     memory = daemons_mib()
-    client = namespaces.client()
+    client = launcher.cluster.client()
     for pod in pods:  # Ready needs the gate too (bed.pool sets it when a pod joins the pool)
         client.patch(Pod.Status, pod.pod_name, {"status": {"conditions": [{"type": READY_GATE, "status": "True"}]}},
                      namespace=namespace, patch_type=PatchType.STRATEGIC)
@@ -106,7 +105,7 @@ def burst(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
     t1 = time.monotonic()
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(lambda p: p.stop(grace_s=2.0), pods))
-    namespaces.delete_namespace(namespace, wait_s=60)
+    namespaces.delete_namespace(namespace, client, wait_s=60)
     removed = time.monotonic() - t1
     launcher.release(run_dir)
     bed.ports.release()
@@ -131,13 +130,14 @@ def by_kubeconfig(run_dir: Path, n: int) -> dict:
     then 2``n`` changes of Envoy's endpoints (a pod out, back in), each timed until Envoy holds it, the same again
     with the ConfigMap changed alone, its Pod not touched (apipod.update_live, refresh's first half): what the touch saves (the
     kubelet's periodic sync otherwise)."""
-    from eppkit.cluster import apipod, remote
+    from eppkit.cluster import apipod, handle
     from eppkit.gateway import eds
 
-    remote.use(cluster.running()["kubeconfig"])
+    own = handle.named(cluster.running()["kubeconfig"])
+    before = handle.use(own)  # its namespace's leftovers are looked for on it too
     try:
         with create(Topology(mode="gaie-epp", vllm=[VllmSpec(name="vllm-0"), VllmSpec(name="vllm-1")]), "kubernetes",
-                    run_dir=run_dir) as bed:
+                    run_dir=run_dir, launcher_options={"cluster": own}) as bed:
             touched = []
             for _ in range(n):
                 t0 = time.monotonic()
@@ -163,7 +163,7 @@ def by_kubeconfig(run_dir: Path, n: int) -> dict:
             finally:
                 apipod.refresh = real
     finally:
-        os.environ.pop(remote.KUBECONFIG_ENV, None)
+        handle.use(before)
     return {"adds_by_kubeconfig": summary(touched), "endpoints_changed": summary(with_touch),
             "endpoints_changed_without_the_touch": summary(untouched)}
 
@@ -179,7 +179,7 @@ def forward(launcher: KubernetesLauncher, run_dir: Path, n: int) -> dict:
     # on every address of its Pod: the forward dials the port on the Pod's loopback
     spec, _ = instance(bed.topology, bed.ports, "forwarded", "both", bed.topology.vllm[0].model, [], host="0.0.0.0",
                        port=8000)
-    image = launcher._image(launcher._images.images().services)
+    image = launcher.cluster.image(launcher._images.images().services)
     pod = service_in_image(spec, {}, run_dir, [], lambda name, argv, log: ManagedPod(
         name, image, argv, log, namespace=launcher._namespace(run_dir))).on_pod_network(address, ready_path="/health",
                                                                                      port=8000).start()

@@ -84,16 +84,15 @@ def main(argv: list[str] | None = None) -> int:
             p.error(str(exc))
 
     if getattr(args, "kubeconfig", None) or getattr(args, "image_registry", None):  # the kubernetes runtime's
-        from eppkit.cluster import remote  # cluster, here and in what this starts
-
-        from eppkit import runtimes
+        from eppkit import runtimes  # cluster: one handle, this process's (and, by the environment, its children's)
+        from eppkit.cluster import handle
 
         clusters = [r.name for r in runtimes.all_runtimes() if r.capabilities.cluster]
         if getattr(args, "runtime", None) is not None and args.runtime not in clusters:
             p.error(f"--kubeconfig and --image-registry are the {' or '.join(clusters)} runtime's cluster: add "
                     f"--runtime {clusters[0]} (not {args.runtime})")
         try:
-            remote.use(args.kubeconfig, args.image_registry)
+            handle.use(handle.named(args.kubeconfig, args.image_registry))
         except ValueError as exc:
             p.error(str(exc))
 

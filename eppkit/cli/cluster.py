@@ -53,18 +53,16 @@ def status() -> int:
         lacks = cluster.missing()
         _say("not running" + (f"; this machine lacks {', '.join(lacks)}" if lacks else "; `eppkit cluster up` starts it"))
         return 1
-    from lightkube import Client, KubeConfig
     from lightkube.resources.core_v1 import Node, Pod
 
-    client = Client(KubeConfig.from_file(state["kubeconfig"]), trust_env=False)
-    try:
-        for node in client.list(Node):
-            ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
-            _say(f"node {node.metadata.name}: Ready={ready.status if ready else '?'} "
-                 f"({node.status.nodeInfo.kubeletVersion}, {node.status.nodeInfo.containerRuntimeVersion})")
-        pods = list(client.list(Pod, namespace="*"))
-    finally:
-        client.close()
+    from eppkit.cluster.handle import KitCluster
+
+    client = KitCluster().client()
+    for node in client.list(Node):
+        ready = next((c for c in node.status.conditions or [] if c.type == "Ready"), None)
+        _say(f"node {node.metadata.name}: Ready={ready.status if ready else '?'} "
+             f"({node.status.nodeInfo.kubeletVersion}, {node.status.nodeInfo.containerRuntimeVersion})")
+    pods = list(client.list(Pod, namespace="*"))
     by_ns: dict[str, int] = {}
     for pod in pods:
         by_ns[pod.metadata.namespace] = by_ns.get(pod.metadata.namespace, 0) + 1

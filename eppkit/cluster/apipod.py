@@ -14,7 +14,8 @@ the kit's own used as one): no ``ctr``, no kubelet log files, no host paths.
   services flush and exit); **kill** is the Pod deleted at once (SIGKILL); **pause** cannot be done (it needs the
   node's container runtime).
 
-Used by :class:`eppkit.cluster.pod.ManagedPod` when made with ``api_only=True``.
+:class:`ApiSite` is this for one :class:`eppkit.cluster.pod.ManagedPod` (its :class:`~eppkit.cluster.pod.PodSite`;
+the kit's own node's is :class:`eppkit.cluster.nodepod.NodeSite`).
 """
 
 from __future__ import annotations
@@ -200,3 +201,82 @@ def until_terminated(status_of, timeout_s: float) -> int | None:
             return code
         time.sleep(0.1)
     return None
+
+
+class ApiSite:
+    """A Pod on ``node`` of ``cluster`` (a handle), reached through its API server alone (module docstring): its
+    files from ConfigMaps (a large one put together by a helper container of ``helper_image``), output through
+    ``pods/log``, stopped and killed by deleting it, pulled by its node; ``forward``: (an ApiAccess, the ports)
+    reached from this host's 127.0.0.1 on the same numbers once it runs (its node is another machine). One per
+    Pod."""
+
+    pull = "IfNotPresent"  # its node pulls what it lacks
+
+    def __init__(self, cluster, node: str, helper_image: str | None = None, forward=None) -> None:
+        self.cluster, self.node, self.helper_image = cluster, node, helper_image
+        self.forward = forward
+        self._config_maps: list[str] = []  # the ConfigMaps of its files, deleted with it
+        self._live: dict[str, str] = {}  # a live folder -> its ConfigMap (refresh)
+        self._forwards: list = []
+
+    @property
+    def client(self):
+        return self.cluster.client()
+
+    def files(self, pod) -> PodFiles:
+        from eppkit.cluster.namespaces import pod_labels
+
+        labels, _ = pod_labels(pod.name, **pod.extra_labels)
+        return pod_files(pod.pod_name, pod.namespace, pod.mounts, labels)
+
+    def security(self):
+        """None: this host's uid means nothing on another machine."""
+
+    def create(self, pod):
+        files = self.files(pod)
+        self._config_maps, self._live = files.names, files.live
+        for config_map in files.config_maps:
+            self.client.create(config_map)
+        created = self.client.create(pod.manifest(files))
+        if self.forward is not None:
+            from eppkit.cluster.portforward import PortForward
+
+            access, ports = self.forward
+            self._forwards = [PortForward(access, pod.namespace, pod.pod_name, port, port).start() for port in ports]
+        return created
+
+    def follow(self, pod, created) -> threading.Thread:
+        return threading.Thread(target=follow_log, name=f"logs-{pod.name}", daemon=True, args=(
+            self.client, pod.pod_name, pod.namespace, pod.log_path, pod.terminated, pod.gone))
+
+    def stop(self, pod, grace_s: float) -> int | None:
+        """Its kubelet's SIGTERM, the grace period, then SIGKILL; its exit code (None: gone before it said)."""
+        delete_pod(self.client, pod.pod_name, pod.namespace, max(1, round(grace_s)))
+        code = until_terminated(lambda: pod.terminated(fresh=True, gone_code=-2), grace_s + 5.0)
+        return None if code == -2 else code
+
+    def kill(self, pod) -> int | None:
+        """Deleted at once: it goes."""
+        delete_pod(self.client, pod.pod_name, pod.namespace, 0)
+        return 137
+
+    def pause(self, pod) -> None:
+        raise NotImplementedError(PAUSE_UNAVAILABLE)
+
+    unpause = pause
+
+    def refresh(self, pod, folder) -> None:
+        name = self._live.get(str(Path(folder).resolve()))
+        if name is not None:
+            refresh(self.client, pod.pod_name, pod.namespace, name, folder)
+
+    def deleted(self, pod) -> None:
+        """Its forwards closed, its ConfigMaps deleted."""
+        for forward in self._forwards:
+            forward.close()
+        self._forwards = []
+        delete_files(self.client, self._config_maps, pod.namespace)
+        self._config_maps = []
+
+    def pid(self, pod) -> None:
+        """None: no containerd of its node to ask."""

@@ -1,42 +1,17 @@
-"""The kit's objects in the one-node cluster's API, besides its Pods (:mod:`eppkit.cluster.pod`): one client per
-process, the kit's labels, a testbed's namespace (made, deleted, swept when its session died), and a Pod's own
+"""The kit's objects in a cluster's API, besides its Pods (:mod:`eppkit.cluster.pod`): the kit's labels, a testbed's namespace (made, deleted, swept when its session died), and a Pod's own
 identity (a ServiceAccount bound to a Role of exactly the rules its program needs: an in-cluster EPP reads its
 InferencePool and Pods with no more rights than its upstream chart gives it)."""
 
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Sequence
 
-from eppkit.components.owner import LABEL, SESSION, labels, owner_alive
+from eppkit.components.owner import LABEL, labels, owner_alive
 
 POD_SECURITY = "pod-security.kubernetes.io/enforce"
 OWNER_ANNOTATION = "eppkit.io/owner"  # has '/' and may pass 63 characters: not a label value
-_clients: dict[str, object] = {}
-_client_lock = threading.Lock()
-
-
-def client():
-    """One lightkube client of the kubernetes runtime's cluster, shared by this process: a cluster of your own
-    when a kubeconfig is given (:mod:`eppkit.cluster.remote`), else the one-node cluster."""
-    from eppkit.cluster import remote
-
-    with _client_lock:
-        path = remote.kubeconfig()
-        if path is None:
-            from eppkit.cluster import running
-
-            state = running()
-            if state is None:
-                raise RuntimeError("the one-node cluster is not running: `eppkit cluster up` starts it")
-            path = state["kubeconfig"]
-        if path not in _clients:
-            from lightkube import Client, KubeConfig
-
-            _clients[path] = Client(KubeConfig.from_file(path), trust_env=False, field_manager="eppkit")
-        return _clients[path]
 
 
 def label_value(value: str) -> str:
@@ -56,7 +31,7 @@ def pod_labels(component: str, **extra: str) -> tuple[dict[str, str], dict[str, 
     return {k: label_value(v) for k, v in raw.items()}, {OWNER_ANNOTATION: owner}
 
 
-def ensure_namespace(name: str) -> str:
+def ensure_namespace(name: str, api) -> str:
     """The testbed's namespace, created with the kit's labels and owner unless it exists; its name."""
     from lightkube import ApiError
     from lightkube.models.meta_v1 import ObjectMeta
@@ -66,65 +41,65 @@ def ensure_namespace(name: str) -> str:
     lbls, notes = pod_labels("namespace")
     lbls[POD_SECURITY] = "privileged"  # its Pods use the host's network: a cluster enforcing Pod Security admits them
     try:
-        client().create(Namespace(metadata=ObjectMeta(name=name, labels=lbls, annotations=notes)))
+        api.create(Namespace(metadata=ObjectMeta(name=name, labels=lbls, annotations=notes)))
     except ApiError as exc:
         if exc.status.code != 409:
             raise
     return name
 
 
-def delete_namespace(name: str, wait_s: float = 0.0) -> None:
+def delete_namespace(name: str, api, wait_s: float = 0.0) -> None:
     """Delete a testbed's namespace (its Pods were stopped already); with ``wait_s``, until none of its Pods is left
     (the sandboxes removed: nothing of the testbed runs), not until the namespace itself has gone."""
     from lightkube import ApiError
     from lightkube.resources.core_v1 import Namespace, Pod
 
     try:
-        client().delete(Namespace, name, grace_period=0)
+        api.delete(Namespace, name, grace_period=0)
     except ApiError as exc:
         if exc.status.code != 404:
             raise
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(True for _ in client().list(Pod, namespace=name)):
+    while time.monotonic() < deadline and any(True for _ in api.list(Pod, namespace=name)):
         time.sleep(0.05)
 
 
-def sweep() -> list[str]:
+def sweep(api) -> list[str]:
     """Delete the kit's namespaces whose owner is gone (a SIGKILLed session's); their names."""
     from lightkube.resources.core_v1 import Namespace
 
-    gone = [ns.metadata.name for ns in client().list(Namespace, labels={LABEL: "1"})
+    gone = [ns.metadata.name for ns in api.list(Namespace, labels={LABEL: "1"})
             if not owner_alive((ns.metadata.annotations or {}).get(OWNER_ANNOTATION, ""))]
     for name in gone:
-        delete_namespace(name)
+        delete_namespace(name, api)
     return gone
 
 
-def owned_by(pid: int) -> set[str]:
+def owned_by(pid: int, api) -> set[str]:
     """The pods process ``pid`` started (``namespace/name``), in any namespace."""
     from lightkube.resources.core_v1 import Pod
 
     return {f"{p.metadata.namespace}/{p.metadata.name}"
-            for p in client().list(Pod, namespace="*", labels={f"{LABEL}.owner-pid": str(pid)})}
+            for p in api.list(Pod, namespace="*", labels={f"{LABEL}.owner-pid": str(pid)})}
 
 
-def remove_session(session: str = SESSION) -> list[str]:
-    """Delete this session's namespaces that are still there; the names of those that still held Pods no one was
+def remove_session(session: str, api) -> list[str]:
+    """Delete the namespaces of ``session`` still there; the names of those that still held Pods no one was
     stopping (a leak; an empty one is a session Jaeger's, whose Pod was stopped)."""
     from lightkube.resources.core_v1 import Namespace, Pod
 
     leaked = []
-    for ns in client().list(Namespace, labels={f"{LABEL}.session": session}):
+    for ns in api.list(Namespace, labels={f"{LABEL}.session": session}):
         if ns.status is not None and ns.status.phase == "Terminating":
             continue
         name = ns.metadata.name
-        if any(p.metadata.deletionTimestamp is None for p in client().list(Pod, namespace=name)):  # none stopping
+        if any(p.metadata.deletionTimestamp is None for p in api.list(Pod, namespace=name)):  # none stopping
             leaked.append(name)
-        delete_namespace(name)
+        delete_namespace(name, api)
     return leaked
 
 
-def grant(namespace: str, name: str, rules: Sequence[dict]) -> str:
+def grant(namespace: str, name: str, rules: Sequence[dict], api) -> str:
     """ServiceAccount ``name`` in ``namespace``, and a Role and RoleBinding of that name giving it ``rules``
     (made once; a Role already there gets these rules). Its name."""
     from lightkube import ApiError
@@ -140,10 +115,10 @@ def grant(namespace: str, name: str, rules: Sequence[dict]) -> str:
                           subjects=[Subject(kind="ServiceAccount", name=name, namespace=namespace)])
     for made in (ServiceAccount(metadata=meta), role, binding):
         try:
-            client().create(made)
+            api.create(made)
         except ApiError as exc:
             if exc.status.code != 409:
                 raise
             if made is role:
-                client().replace(role)
+                api.replace(role)
     return name

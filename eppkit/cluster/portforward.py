@@ -40,9 +40,14 @@ class ApiAccess:
     def from_kubeconfig(cls, path: str | Path, context: str | None = None) -> ApiAccess:
         """The current (or ``context``'s) cluster and user of a kubeconfig: a bearer token or a client certificate,
         the cluster's CA (files or inline data). An exec or auth-provider user is refused: say what to give."""
-        from lightkube.config.kubeconfig import KubeConfig
+        from eppkit.components import kubeapi
 
-        single = KubeConfig.from_file(str(path)).get(context_name=context)
+        return cls.from_config(kubeapi.load(path).get(context_name=context), path)
+
+    @classmethod
+    def from_config(cls, single, path: str | Path) -> ApiAccess:
+        """The same of a kubeconfig already parsed (``single``: one context of a lightkube KubeConfig, read from
+        ``path``)."""
         cluster, user = single.cluster, single.user
         ctx = ssl.create_default_context()
         if cluster.insecure:

@@ -43,6 +43,7 @@ from typing import Callable
 import requests
 
 from eppkit.builds import controlplane as builds
+from eppkit.components import kubeapi
 from eppkit.components.base import start_whole
 from eppkit.components.pki import kubeconfig_text, write_certificates
 from eppkit.components.ports import PortAllocator
@@ -95,6 +96,7 @@ class ControlPlane:
         self.phases: dict[str, float] = {}  # seconds from start() to the end of each phase
         self._keep_data = False
         self._namespaces: set[str] = set()
+        self._parsed = None  # its kubeconfig, parsed (_config)
 
     @classmethod
     def attached(cls, run_dir: Path) -> "ControlPlane":
@@ -125,16 +127,16 @@ class ControlPlane:
 
     def client(self, namespace: str | None = None):
         """A lightkube client of this control plane (no proxy or CA from the environment)."""
-        from lightkube import Client, KubeConfig
-
-        return Client(KubeConfig.from_file(str(self.kubeconfig)), namespace=namespace, field_manager="eppkit",
-                      trust_env=False)
+        return kubeapi.client(self._config(), namespace)
 
     def async_client(self, namespace: str | None = None):
-        from lightkube import AsyncClient, KubeConfig
+        return kubeapi.client(self._config(), namespace, asynchronous=True)
 
-        return AsyncClient(KubeConfig.from_file(str(self.kubeconfig)), namespace=namespace, field_manager="eppkit",
-                           trust_env=False)
+    def _config(self):
+        """Its kubeconfig, parsed once (it is written once it runs, or read as it is when attached)."""
+        if self._parsed is None:
+            self._parsed = kubeapi.load(self.kubeconfig)
+        return self._parsed
 
     def new_namespace(self, wanted: str) -> str:
         """Create a namespace named after ``wanted`` (made a DNS label; a suffix when taken) and return its name."""
@@ -190,6 +192,7 @@ class ControlPlane:
         self.apiserver = self._start_apiserver()
         self._phase("kube-apiserver ready", t0)
         self.write_kubeconfig(self.kubeconfig)
+        self._parsed = None  # a new server and token: parsed again when asked
         if not self.from_snapshot:
             self._apply_crds()
             self._phase("CRDs established", t0)

@@ -1,4 +1,5 @@
-"""One InferencePool and its Pods in one namespace of a :class:`~eppkit.components.controlplane.ControlPlane`.
+"""One InferencePool and its Pods in one namespace of an API server (:class:`~eppkit.components.kubeapi.ApiServer`:
+the kit's control plane, or a cluster's).
 
 Written as a cluster's controllers would write them: the pool (``inference.networking.k8s.io/v1``: its
 selector, target ports and EPP), each Pod created, then its status written through ``pods/status``: phase
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 from eppkit.components.controlplane import ControlPlaneError
 
 if TYPE_CHECKING:
-    from eppkit.components.controlplane import ControlPlane
+    from eppkit.components.kubeapi import ApiServer
 
 GROUP, VERSION, KIND, PLURAL = "inference.networking.k8s.io", "v1", "InferencePool", "inferencepools"
 POOL_CRD = f"{PLURAL}.{GROUP}"
@@ -117,7 +118,7 @@ def _pool_resource():
 class InferencePoolObjects:
     """The API objects of one pool: ``create`` it with its pods, then change it as a test needs."""
 
-    def __init__(self, plane: "ControlPlane", namespace: str, name: str = "vllm-pool",
+    def __init__(self, plane: "ApiServer", namespace: str, name: str = "vllm-pool",
                  selector: dict[str, str] | None = None, *, real_pods: bool = False) -> None:
         self.plane = plane
         self.namespace = namespace

@@ -3,33 +3,37 @@
 ``watch(module)`` starts, once per process, ``python -m eppkit.components.reaper <module> <session>``: it holds the
 read end of a pipe whose write end only this process has. When this process ends in any way the pipe closes, and
 the watchdog calls ``<module>.remove_session(<session>)`` (the docker runtime's containers:
-:mod:`eppkit.components.container`; the kubernetes runtime's namespaces: :mod:`eppkit.cluster.namespaces`).
+:mod:`eppkit.components.container`; the kubernetes runtime's namespaces: :mod:`eppkit.cluster.pod`, on the cluster
+its environment names: one watchdog per environment asked for).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-_watching: dict[str, subprocess.Popen] = {}  # module -> its watchdog
+_watching: dict[tuple, subprocess.Popen] = {}  # (module, env) -> its watchdog
 
 
-def watch(module: str, session: str) -> subprocess.Popen:
-    """The watchdog of ``module``'s leftovers of ``session``, started unless it runs."""
-    running = _watching.get(module)
+def watch(module: str, session: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The watchdog of ``module``'s leftovers of ``session`` (``env``: what it needs besides this process's
+    environment, e.g. which cluster), started unless it runs."""
+    key = (module, tuple(sorted((env or {}).items())))
+    running = _watching.get(key)
     if running is not None and running.poll() is None:
         return running
-    _watching[module] = subprocess.Popen(
+    _watching[key] = subprocess.Popen(
         [sys.executable, "-m", "eppkit.components.reaper", module, session],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})},
         # Its own session: Ctrl-C in the terminal must not take the watchdog down with us.
         start_new_session=True, cwd=str(Path(__file__).resolve().parent.parent.parent),
     )
-    return _watching[module]
+    return _watching[key]
 
 
 def watchdogs() -> list[subprocess.Popen]:

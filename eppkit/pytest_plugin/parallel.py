@@ -6,6 +6,7 @@
 | the session's tag | the controller's is handed to every worker (``workerinput``); a worker's is ``<that tag>/<worker id>``, carried by every process it starts and on every container's ``eppkit.test-session`` label |
 | the leak check | each worker checks its own session and hands its findings to the controller, which reports them, looks for what any worker left (a crashed one) by the run's tag, and fails the run |
 | session Jaegers | one per runtime per worker (session fixtures are per worker) |
+| the cluster (``--eppkit-kubeconfig``) | one handle per worker, made from the option at its start (:mod:`eppkit.cluster.handle`): its own client, node choice and rights check |
 | the live UI (``--eppkit-ui``) | one per run: the controller starts Zipkin's server and prints its URL, every worker feeds its Jaegers into it |
 | run folders | ``<runs>/<time>-<worker id>-<label>`` (:func:`eppkit.runtimes.testbed.new_run_dir`) |
 | shared testbeds | the tests of a module that use ``eppkit_shared_testbed_factory`` form one ``xdist_group`` per runtime (``eppkit_share_per("mode")``: per runtime and mode): under ``--dist loadgroup`` they run on one worker and share its testbeds |

@@ -64,11 +64,11 @@ def pytest_configure(config: pytest.Config) -> None:
     given = values(config)
     if given.runs:
         os.environ["EPPKIT_RUNS"] = str(Path(given.runs).resolve())
-    if given.kubeconfig or given.image_registry:  # the kubernetes runtime's cluster, for this session and its
-        from eppkit.cluster import remote  # workers
+    if given.kubeconfig or given.image_registry:  # the kubernetes runtime's cluster: one handle, made here in each
+        from eppkit.cluster import handle  # process of the session (a pytest-xdist worker runs this too)
 
         try:
-            remote.use(given.kubeconfig, given.image_registry)
+            handle.use(handle.named(given.kubeconfig, given.image_registry))
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
     if given.keep_on_failure and IN_CI:

@@ -35,9 +35,9 @@ def _kit_children(pid: int, runtime: str) -> set:
     if runtime == "local":
         return procfs.descendants(pid)
     if runtime == "kubernetes":
-        from eppkit.cluster import namespaces
+        from eppkit.cluster import handle, namespaces
 
-        return namespaces.owned_by(pid)
+        return namespaces.owned_by(pid, handle.current().client())
     from eppkit.components import container as containers
 
     return {c.name for c in containers.find({"label": f"eppkit.owner-pid={pid}"})}

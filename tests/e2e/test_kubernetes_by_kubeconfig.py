@@ -28,9 +28,10 @@ from pathlib import Path
 import pytest
 
 from eppkit import TraceCheck, cluster
-from eppkit.cluster import namespaces, podnet, remote
+from eppkit.cluster import handle, namespaces, podnet
+from eppkit.cluster.apipod import ApiSite
 from eppkit.cluster.pod import ManagedPod
-from eppkit.cluster.portforward import ApiAccess, PortForward
+from eppkit.cluster.portforward import PortForward
 from eppkit.components.ports import PortAllocator
 from eppkit.runtimes import images
 from eppkit.topology import Topology, VllmSpec
@@ -41,17 +42,20 @@ CHAT = {"model": "mock-llm", "max_tokens": 4, "messages": [{"role": "user", "con
 
 
 @pytest.fixture
-def own_cluster_as_another(eppkit_runtime, monkeypatch):
-    """The kit's one-node cluster, given by its kubeconfig: the kubernetes runtime reaches it as any other. The
-    images its Pods pull are loaded into its node first, as `kind load docker-image $(eppkit cluster images)` does."""
+def own_cluster_as_another(eppkit_runtime):
+    """The kit's one-node cluster, given by its kubeconfig (a handle, this process's for the test, as
+    ``--eppkit-kubeconfig`` makes it): the kubernetes runtime reaches it as any other. The images its Pods pull are
+    loaded into its node first, as `kind load docker-image $(eppkit cluster images)` does."""
     from eppkit.cluster import images as node_images
     from eppkit.runtimes.kubernetes import pod_images
 
     path = cluster.running()["kubeconfig"]
     for tag in pod_images():
         node_images.ensure_from_docker(cluster.layout().containerd_socket, tag, cluster.layout().home / "images.lock")
-    monkeypatch.setenv(remote.KUBECONFIG_ENV, path)
-    return path
+    own = handle.named(path)
+    before = handle.use(own)
+    yield own
+    handle.use(before)
 
 
 def _post(port: int, body: dict) -> tuple[int, dict, dict]:
@@ -68,20 +72,20 @@ def test_a_pod_reached_by_its_api_server_alone_serves_through_a_forward_logs_and
                                                                                             tmp_path):
     from lightkube.resources.core_v1 import ConfigMap, Pod
 
-    namespace = namespaces.ensure_namespace(f"{tmp_path.name}-api-only")
+    own = own_cluster_as_another
+    namespace = namespaces.ensure_namespace(f"{tmp_path.name}-api-only", own.client())
     blocks = podnet.Blocks(cluster.layout().blocks)
     block = blocks.reserve(namespace)
     ports = PortAllocator()
     port = ports.port()
     given = tmp_path / "given.txt"
     given.write_text("a file given from a ConfigMap\n")
-    access = ApiAccess.from_kubeconfig(own_cluster_as_another)
+    forwarded = ApiSite(own, own.node_name(), forward=(own.access(), (port,)))  # even on this machine
     mock = ManagedPod("vllm-api", images.ensure().services,
                       ["sh", "-c", f"cat {given} && exec python -m eppkit.services.vllm --host 0.0.0.0 --port {port} "
                        "--instance vllm-api --served-model-name mock-llm"],
-                      tmp_path / "vllm-api.log", namespace=namespace, api_only=True).with_mount(given)
+                      tmp_path / "vllm-api.log", namespace=namespace, site=forwarded).with_mount(given)
     mock.on_pod_network(podnet.BlockPods(block).address(0), ready_path="/health", port=port)
-    mock.forward_ports(access, [port])
     try:
         mock.start()
         deadline, status = time.monotonic() + 60, None
@@ -92,24 +96,24 @@ def test_a_pod_reached_by_its_api_server_alone_serves_through_a_forward_logs_and
                 time.sleep(0.2)
         assert status == 200 and headers.get("x-inference-pod") == "vllm-api", (status, mock.log_tail(20))
         assert answer["choices"][0]["message"]["content"]
-        spec = namespaces.client().get(Pod, mock.pod_name, namespace=namespace).spec
+        spec = own.client().get(Pod, mock.pod_name, namespace=namespace).spec
         assert not [v for v in spec.volumes if v.hostPath is not None], spec.volumes
         assert spec.containers[0].imagePullPolicy == "IfNotPresent"
         name = mock.pod_name
-        assert namespaces.client().get(ConfigMap, f"{name}-files", namespace=namespace).binaryData
+        assert own.client().get(ConfigMap, f"{name}-files", namespace=namespace).binaryData
         log = ""
         while "listening on" not in log and time.monotonic() < deadline:
             log = mock.read_log()
             time.sleep(0.1)
         assert log.startswith("a file given from a ConfigMap\n") and f"listening on http://0.0.0.0:{port}" in log, log
         assert mock.stop() == 0, mock.log_tail(20)  # its kubelet's SIGTERM: the mock flushes and exits 0
-        assert [cm.metadata.name for cm in namespaces.client().list(ConfigMap, namespace=namespace)
+        assert [cm.metadata.name for cm in own.client().list(ConfigMap, namespace=namespace)
                 if cm.metadata.name == f"{name}-files"] == []
         with pytest.raises(OSError):  # the forward is closed with the Pod
             _post(port, CHAT)
     finally:
         mock.stop()
-        namespaces.delete_namespace(namespace, wait_s=30)
+        namespaces.delete_namespace(namespace, own.client(), wait_s=30)
         blocks.release(block)
         ports.release()
 
@@ -118,17 +122,18 @@ def test_a_forward_to_a_port_nothing_listens_on_closes_the_connection_in_the_kub
                                                                                           tmp_path):
     from lightkube.resources.core_v1 import Pod
 
-    namespace = namespaces.ensure_namespace(f"{tmp_path.name}-nothing")
+    own = own_cluster_as_another
+    namespace = namespaces.ensure_namespace(f"{tmp_path.name}-nothing", own.client())
     idle = ManagedPod("idle", images.ensure().services, ["sleep", "60"], tmp_path / "idle.log", namespace=namespace,
-                      api_only=True)
+                      site=own.site((), lambda: ""))
     try:
         idle.start()
         deadline = time.monotonic() + 30
         while not idle.read_log() and idle.returncode() is None and time.monotonic() < deadline:
-            if namespaces.client().get(Pod, idle.pod_name, namespace=namespace).status.phase == "Running":
+            if own.client().get(Pod, idle.pod_name, namespace=namespace).status.phase == "Running":
                 break
             time.sleep(0.1)
-        forward = PortForward(ApiAccess.from_kubeconfig(own_cluster_as_another), namespace, idle.pod_name, 1).start()
+        forward = PortForward(own.access(), namespace, idle.pod_name, 1).start()
         try:
             with pytest.raises((OSError, http.client.HTTPException)):
                 _post(forward.local_port, CHAT)
@@ -140,7 +145,7 @@ def test_a_forward_to_a_port_nothing_listens_on_closes_the_connection_in_the_kub
             forward.close()
     finally:
         idle.stop(grace_s=1.0)
-        namespaces.delete_namespace(namespace, wait_s=30)
+        namespaces.delete_namespace(namespace, own.client(), wait_s=30)
 
 
 @pytest.mark.parametrize("mode", ["ext_proc", "dynmod-callout"])
@@ -154,14 +159,14 @@ def test_a_testbed_by_kubeconfig_serves_with_a_complete_trace_and_reads_no_host_
     assert result.status == 200, (result.status, result.body)
     TraceCheck(bed.wait_for_trace(result)).request_path(bed.mode)
     namespace = namespaces.dns_label(bed.run_dir.name)
-    pods = list(namespaces.client().list(Pod, namespace=namespace))
+    pods = list(own_cluster_as_another.client().list(Pod, namespace=namespace))
     picker = bed.mode.picker
     # (Jaeger is the session's)
     assert {p.metadata.labels["eppkit.component"] for p in pods} >= {"envoy", picker, "vllm-0", "vllm-1"}
     for pod in pods:
         assert not [v for v in pod.spec.volumes or [] if v.hostPath is not None], (pod.metadata.name, pod.spec.volumes)
         assert pod.spec.containers[0].imagePullPolicy == "IfNotPresent"
-    files = {cm.metadata.name for cm in namespaces.client().list(ConfigMap, namespace=namespace)}
+    files = {cm.metadata.name for cm in own_cluster_as_another.client().list(ConfigMap, namespace=namespace)}
     assert any(name.startswith("envoy") for name in files), files
     envoy = next(p for p in pods if p.metadata.labels["eppkit.component"] == "envoy")
     if mode == "dynmod-callout":  # its .so in parts, put together by the helper before Envoy started
@@ -179,7 +184,7 @@ def test_a_pool_by_kubeconfig_is_real_pods_where_its_network_puts_them_and_envoy
 
     bed = eppkit_testbed_factory(Topology(mode="gaie-epp", vllm=[VllmSpec("vllm-0"), VllmSpec("vllm-1")]))
     namespace = bed.pool.target.namespace
-    client = namespaces.client()
+    client = own_cluster_as_another.client()
     pods = {p.metadata.name: p for p in client.list(Pod, namespace=namespace)}
     first, last = (int(a.rsplit(".", 1)[1]) for a in podnet.FREE_RANGE)
     for name in ("vllm-0", "vllm-1"):
@@ -219,12 +224,12 @@ def test_an_epp_image_that_watches_its_pool_runs_as_its_own_serviceaccount_and_n
     served = {bed.served_pod(r.headers) for r in (bed.client().chat(CHAT) for _ in range(8)) if r.status == 200}
     assert served <= {"vllm-0", "vllm-1"} and served, served
     namespace = bed.pool.target.namespace
-    epp = namespaces.client().get(Pod, "epp", namespace=namespace)
+    epp = own_cluster_as_another.client().get(Pod, "epp", namespace=namespace)
     assert epp.spec.serviceAccountName == "epp"
-    secret = json.loads(Path(own_cluster_as_another).read_text())["users"][0]["user"]
+    secret = json.loads(Path(own_cluster_as_another.kubeconfig).read_text())["users"][0]["user"]
     secrets = [v for v in secret.values() if isinstance(v, str) and len(v) > 16]
     held = {cm.metadata.name: base64.b64decode(v).decode(errors="replace") for cm in
-            namespaces.client().list(ConfigMap, namespace=namespace) for v in (cm.binaryData or {}).values()}
+            own_cluster_as_another.client().list(ConfigMap, namespace=namespace) for v in (cm.binaryData or {}).values()}
     assert secrets and not [name for name, text in held.items() for s in secrets if s in text], "credentials held"
     args = epp.spec.containers[0].args
     assert args[args.index("--kubeconfig") + 1].endswith("epp.in-cluster.kubeconfig")
@@ -237,10 +242,9 @@ def test_a_program_of_this_host_is_refused_in_words_when_the_node_is_another_mac
     from eppkit import runtimes
     from eppkit.plan import ServiceSpec
 
-    launcher = runtimes.launcher("kubernetes")
-    remote.node(own_cluster_as_another, namespaces.client())
-    monkeypatch.setitem(remote._nodes, own_cluster_as_another,
-                        remote._nodes[own_cluster_as_another]._replace(mine=False))
+    launcher = runtimes.launcher("kubernetes")  # this process's cluster: the handle made for the test
+    assert launcher.cluster is own_cluster_as_another
+    monkeypatch.setattr(own_cluster_as_another, "_node", own_cluster_as_another.node()._replace(mine=False))
     spec = ServiceSpec("epp", "", 9000, argv=[sys.executable, "-m", "eppkit.services.epp"], on_host=True)
     with pytest.raises(cluster.ClusterError, match=r"runs on this host .* \(their node is another machine\)"):
         launcher.service(spec, {}, tmp_path, [])
@@ -248,29 +252,28 @@ def test_a_program_of_this_host_is_refused_in_words_when_the_node_is_another_mac
 
 def test_a_user_without_the_rights_the_kit_needs_is_told_which_before_anything_starts(own_cluster_as_another,
                                                                                      tmp_path):
-    from lightkube import Client, KubeConfig
     from lightkube.models.authentication_v1 import TokenRequestSpec
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import ServiceAccount, ServiceAccountToken
 
-    namespace = namespaces.ensure_namespace(f"nobody-{time.time_ns()}")
+    admin = own_cluster_as_another.client()
+    namespace = namespaces.ensure_namespace(f"nobody-{time.time_ns()}", admin)
     try:
-        admin = namespaces.client()
         admin.create(ServiceAccount(metadata=ObjectMeta(name="nobody", namespace=namespace)))
         request = ServiceAccountToken(metadata=ObjectMeta(name="nobody", namespace=namespace),
                                       spec=TokenRequestSpec(audiences=[], expirationSeconds=600))
         token = admin.create(request, "nobody", namespace=namespace).status.token
-        config = json.loads(Path(own_cluster_as_another).read_text())
+        config = json.loads(Path(own_cluster_as_another.kubeconfig).read_text())
         config["users"][0]["user"] = {"token": token}  # the same cluster, as a ServiceAccount bound to nothing
         nobody = tmp_path / "nobody.kubeconfig"
         nobody.write_text(json.dumps(config))
-        ok, why = remote.available(str(nobody), Client(KubeConfig.from_file(str(nobody)), trust_env=False))
+        ok, why = handle.named(nobody).available()
         assert not ok and f"the user of {nobody} may not list nodes, create namespaces" in why, why
         assert "create pods" in why and "ClusterRole" in why
         run = subprocess.run([sys.executable, "-m", "eppkit", "run", "--runtime", "kubernetes", "--kubeconfig",
                               str(nobody), "--mode", "direct"], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, remote.KUBECONFIG_ENV: ""})
+                             env={**os.environ, handle.KUBECONFIG_ENV: ""})
         assert run.returncode != 0 and "may not list nodes" in run.stderr, run.stderr[-2000:]
         assert "Traceback" not in run.stderr, run.stderr[-2000:]
     finally:
-        namespaces.delete_namespace(namespace, wait_s=30)
+        namespaces.delete_namespace(namespace, admin, wait_s=30)

@@ -164,7 +164,7 @@ def test_a_testbeds_block_holds_its_pods_and_refuses_an_address_outside_it():
 
 
 def test_a_cri_log_line_is_given_back_as_the_program_wrote_it():
-    from eppkit.cluster.pod import cri_line
+    from eppkit.cluster.nodepod import cri_line
 
     assert cri_line(b"2026-11-27T13:05:44.658711106Z stderr F [info] starting main dispatch loop") == \
         b"[info] starting main dispatch loop\n"

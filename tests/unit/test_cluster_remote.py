@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from eppkit.cli import main
-from eppkit.cluster import apipod, remote
+from eppkit.cluster import apipod, handle, remote
+from eppkit.cluster.apipod import ApiSite
 from eppkit.cluster.pod import ManagedPod
 from eppkit.cluster.portforward import ApiAccess
 from eppkit.runtimes.kubernetes import _listener_ports
@@ -54,7 +55,7 @@ def test_files_over_what_the_kit_gives_a_pod_are_refused_naming_them(tmp_path, m
 
 def test_a_pod_reached_by_its_api_server_alone_is_pulled_placed_on_its_node_and_never_reads_a_host_path(tmp_path):
     made = ManagedPod("vllm-0", "eppkit/services:x", ["python", "-m", "eppkit.services.vllm"], tmp_path / "log",
-                      namespace="ns", api_only=True, node="worker-1").with_mount(tmp_path)
+                      namespace="ns", site=ApiSite(None, "worker-1")).with_mount(tmp_path)
     made.pod_name = "vllm-0"
     spec = made.manifest().spec
     container = spec.containers[0]
@@ -95,7 +96,7 @@ def test_port_forwarding_authenticates_as_the_kubeconfig_says_and_refuses_an_exe
 
 def test_a_kubeconfig_that_is_not_there_or_without_the_kubernetes_runtime_is_a_usage_error(tmp_path, capsys,
                                                                                         monkeypatch):
-    monkeypatch.delenv(remote.KUBECONFIG_ENV, raising=False)
+    monkeypatch.delenv(handle.KUBECONFIG_ENV, raising=False)
     with pytest.raises(SystemExit):
         main(["run", "--runtime", "kubernetes", "--kubeconfig", str(tmp_path / "none")])
     assert "no such file" in capsys.readouterr().err
@@ -105,11 +106,12 @@ def test_a_kubeconfig_that_is_not_there_or_without_the_kubernetes_runtime_is_a_u
     assert "add --runtime kubernetes" in capsys.readouterr().err
 
 
-def test_the_pods_run_the_kits_images_from_the_registry_named_else_as_loaded(monkeypatch):
-    monkeypatch.delenv(remote.REGISTRY_ENV, raising=False)
-    assert remote.image("eppkit/envoy:1.40.0-abc") == "eppkit/envoy:1.40.0-abc"
-    monkeypatch.setenv(remote.REGISTRY_ENV, "registry.example:5000/")
-    assert remote.image("eppkit/envoy:1.40.0-abc") == "registry.example:5000/eppkit/envoy:1.40.0-abc"
+def test_the_pods_run_the_kits_images_from_the_registry_named_else_as_loaded(tmp_path):
+    given = _kubeconfig(tmp_path, {"token": "t"})
+    assert remote.OwnCluster(given).image("eppkit/envoy:1.40.0-abc") == "eppkit/envoy:1.40.0-abc"
+    pulling = remote.OwnCluster(given, "registry.example:5000/")
+    assert pulling.image("eppkit/envoy:1.40.0-abc") == "registry.example:5000/eppkit/envoy:1.40.0-abc"
+    assert pulling.image("registry.example/my-epp:1", kits=False) == "registry.example/my-epp:1"  # yours, as named
 
 
 def test_a_live_folder_is_one_configmap_mounted_whole_and_refresh_gives_it_the_folders_files_then_touches_the_pod(
@@ -151,8 +153,8 @@ def test_pool_pods_on_a_cluster_of_your_own_are_placed_by_its_network_and_told_t
     with pytest.raises(ValueError):
         pods.check("not-an-address")
     made = ManagedPod("vllm-0", "eppkit/services:x", ["python", "-m", "eppkit.services.vllm", "--host", remote.POD_IP],
-                      tmp_path / "log", namespace="ns", api_only=True).on_pod_network(None, ready_path="/health",
-                                                                                       port=8000)
+                      tmp_path / "log", namespace="ns", site=ApiSite(None, "n")).on_pod_network(
+        None, ready_path="/health", port=8000)
     made.pod_name = "vllm-0"
     spec = made.manifest().spec
     container = spec.containers[0]
@@ -170,7 +172,7 @@ def test_the_pools_home_on_a_cluster_of_your_own_is_its_api_server_and_a_kubecon
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "mine", "context": {"cluster": "c", "user": "u"}},
                      {"name": "other", "context": {"cluster": "c", "user": "u", "namespace": "keep"}}]}))
-    plane = remote.Plane(str(source))
+    plane = remote.OwnPlane.from_file(str(source))
     assert plane.server == "https://10.0.0.5:6443"
     written = yaml.safe_load(plane.write_kubeconfig(tmp_path / "bed.kubeconfig", "bed-ns").read_text())
     contexts = {c["name"]: c["context"] for c in written["contexts"]}
@@ -190,12 +192,12 @@ def test_a_service_given_the_kubeconfig_of_a_cluster_of_your_own_gets_one_of_its
         "current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
         "clusters": [{"name": "c", "cluster": {"server": "https://10.0.0.5:6443"}}],
         "users": [{"name": "u", "user": {"token": "the-users-secret"}}]}))
-    plane = remote.Plane(str(source))
-    written = str(plane.write_kubeconfig(tmp_path / "kubeconfig", "bed"))
+    own = remote.OwnCluster(source)
+    written = str(own.plane.write_kubeconfig(tmp_path / "kubeconfig", "bed"))
+    own.api_server_for_pods = lambda: None  # its node is another machine (no cluster asked)
     launcher = object.__new__(KubernetesLauncher)  # no cluster asked: what a Pod would be given
-    launcher.remote, launcher._planes = str(source), {tmp_path: plane}
+    launcher.cluster = own
     launcher._namespace = lambda run_dir: "bed"
-    launcher._api_server_for_pods = lambda: None  # its node is another machine
     spec = ServiceSpec("epp", "", 9000, argv=["--kubeconfig", written], image="registry.example/my-epp:1",
                        env={"KUBECONFIG": written}, kube_rbac=IMAGE_RBAC)
     given, env, by_name = launcher._no_user_credentials(spec, {"OTHER": "x"}, tmp_path)
