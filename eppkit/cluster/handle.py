@@ -216,7 +216,10 @@ _current_lock = threading.Lock()
 
 def named(kubeconfig: str | os.PathLike | None = None, registry: str | None = None) -> Cluster:
     """The cluster the user names: a cluster of your own by ``kubeconfig`` (its Pods pulling the kit's images from
-    ``registry``), else the kit's one-node cluster. ValueError when the file is not there."""
+    ``registry``), each by default what the environment says (``EPPKIT_KUBECONFIG``, ``EPPKIT_IMAGE_REGISTRY``); else
+    the kit's one-node cluster. ValueError when the file is not there."""
+    kubeconfig = kubeconfig or os.environ.get(KUBECONFIG_ENV, "").strip() or None
+    registry = registry or os.environ.get(REGISTRY_ENV, "").strip() or None
     if kubeconfig:
         return OwnCluster(kubeconfig, registry)
     if registry:
@@ -243,6 +246,5 @@ def current() -> Cluster:
     global _current
     with _current_lock:
         if _current is None:
-            kubeconfig = os.environ.get(KUBECONFIG_ENV, "").strip() or None
-            _current = named(kubeconfig, os.environ.get(REGISTRY_ENV, "").strip() or None if kubeconfig else None)
+            _current = named() if os.environ.get(KUBECONFIG_ENV, "").strip() else KitCluster()
         return _current

@@ -70,11 +70,13 @@ def test_a_cluster_named_is_this_processs_and_goes_to_its_children_by_the_enviro
     assert handle.KUBECONFIG_ENV not in os.environ and handle.REGISTRY_ENV not in os.environ
 
 
-def test_a_registry_without_a_kubeconfig_or_a_missing_file_is_refused_in_words(tmp_path):
+def test_a_registry_without_a_kubeconfig_or_a_missing_file_is_refused_in_words(tmp_path, clean_handle):
     with pytest.raises(ValueError, match="give --kubeconfig too"):
         handle.named(None, "registry.example")
     with pytest.raises(ValueError, match="no such file"):
         handle.named(tmp_path / "none")
+    os.environ[handle.KUBECONFIG_ENV] = str(_kubeconfig(tmp_path))  # the option's default (clean_handle restores)
+    assert handle.named(None, "registry.example").image("eppkit/x") == "registry.example/eppkit/x"
 
 
 def test_a_cluster_of_your_own_parses_its_kubeconfig_once_and_builds_one_client(tmp_path):
