@@ -101,7 +101,7 @@ class PodSite(Protocol):
 
 class ManagedPod(FromImage):
     """One component in one Pod, started in a ``with``, logged to a file, always deleted (module docstring).
-    ``site``: how its node is reached (the kit's own node by default)."""
+    ``site``: how its node is reached, as its cluster gives it (by default this process's cluster's)."""
 
     def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *, namespace: str,
                  site: PodSite | None = None, entrypoint: Sequence[str] | None = None,
