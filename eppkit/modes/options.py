@@ -13,11 +13,11 @@ The picker modes' options include the picker core's settings
 from __future__ import annotations
 
 import json
-import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
+from eppkit.core import typed
 from eppkit.services.picker.settings import PickerSettings
 
 
@@ -55,37 +55,9 @@ class PickerOptions(CommonOptions, PickerSettings, FailOpenOptions):
 O = TypeVar("O")
 
 
-def _accepts(annotation: Any, value: Any) -> bool:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_accepts(arg, value) for arg in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if annotation is Any:
-        return True
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    base = origin or annotation
-    return isinstance(value, base)
-
-
 def read_options(cls: type[O], raw: dict[str, Any], mode: str) -> O:
     """``raw`` as ``cls``: ValueError naming an unknown option (with the valid ones) or a wrongly typed value."""
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in fields(cls)]
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise ValueError(f"mode {mode}: unknown option(s) {', '.join(unknown)}; valid: {', '.join(sorted(known))}")
-    for key, value in raw.items():
-        if not _accepts(hints[key], value):
-            kind = getattr(hints[key], "__name__", str(hints[key]))
-            raise ValueError(f"mode {mode}: option {key} must be {kind}, got {value!r}")
-    values = {k: (float(v) if hints[k] is float else v) for k, v in raw.items()}
-    return cls(**values)
+    return typed.read(cls, raw, f"mode {mode}")
 
 
 def describe(cls: type) -> list[tuple[str, str, Any]]:

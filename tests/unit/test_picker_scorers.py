@@ -44,7 +44,7 @@ def test_create_names_the_known_types_and_the_valid_parameters():
         scorers.create("least-queue")
     with pytest.raises(ValueError, match="unknown parameter.*blockSize.*valid: hashBlockSize, lruCapacity"):
         scorers.create("prefix-cache-scorer", {"blockSize": 8})
-    with pytest.raises(ValueError, match="must be a number"):
+    with pytest.raises(ValueError, match="parameter hashBlockSize must be int, got .8."):
         scorers.create("prefix-cache-scorer", {"hashBlockSize": "8"})
     with pytest.raises(ValueError, match="takes no parameters, got x"):
         scorers.create("round-robin", {"x": 1})

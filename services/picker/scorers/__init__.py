@@ -32,12 +32,13 @@ picker plugin): the kit compares integrations, so one clear decision rule per ru
 from __future__ import annotations
 
 import itertools
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, TypeVar
 
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.request import LlmRequest
 
+from eppkit.core import typed
 from eppkit.core.registry import load_members
 
 
@@ -87,7 +88,7 @@ def register(type_name: str, parameters: type | None = None) -> Callable[[type[S
                 if raw:
                     raise ValueError(f"scorer {type_name} takes no parameters, got {', '.join(sorted(raw))}")
                 return cls(name)
-            return cls(name, read_parameters(parameters, raw, type_name))
+            return cls(name, typed.read(parameters, raw, f"scorer {type_name}", "parameter"))
 
         if type_name in _REGISTRY:
             raise ValueError(f"scorer type {type_name!r} registered twice")
@@ -110,27 +111,6 @@ def create(type_name: str, parameters: dict | None = None, *, name: str | None =
     if parameters is not None and not isinstance(parameters, dict):
         raise ValueError(f"scorer {type_name} parameters must be a JSON object, got {parameters!r}")
     return factory(name or type_name, dict(parameters or {}))
-
-
-P = TypeVar("P")
-
-
-def read_parameters(cls: type[P], raw: dict, type_name: str) -> P:
-    """``raw`` (a JSON object) as the dataclass ``cls``: an unknown key or a wrong type is a ValueError."""
-    known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(raw) - set(known))
-    if unknown:
-        raise ValueError(f"scorer {type_name}: unknown parameter(s) {', '.join(unknown)}; "
-                         f"valid: {', '.join(known) or 'none'}")
-    values = {}
-    for key, value in raw.items():
-        default = known[key].default if known[key].default is not MISSING else None
-        if isinstance(default, (int, float)) and not isinstance(default, bool):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"scorer {type_name}: parameter {key} must be a number, got {value!r}")
-            value = type(default)(value)
-        values[key] = value
-    return cls(**values)
 
 
 load_members(__name__, __path__, group="scorers")
