@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from eppkit.core.progress import say
+
 HEARTBEAT_S = 15.0
 BUILD_TIMEOUT_S = 900.0
 
@@ -118,7 +120,7 @@ def build_main(argv: list[str] | None, prog: str, doc: str, find: Callable[[], P
         print(path)
         return 0
     try:
-        print(build(lambda msg: print(msg, file=sys.stderr), force=args.force))
+        print(build(say, force=args.force))
     except error as exc:
         print(exc, file=sys.stderr)
         return 1

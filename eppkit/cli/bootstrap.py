@@ -10,12 +10,11 @@ from dataclasses import dataclass
 from eppkit.builds import dynmod as dynmod_build
 from eppkit.builds import floors as floors_build
 from eppkit.builds import jaeger, python_deps
+from eppkit.core.progress import printer
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as _versions
 
-
-def progress(message: str) -> None:
-    print(f"[bootstrap] {message}", flush=True)
+progress = printer("bootstrap", stdout=True)  # its output is its progress
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eppkit.core.progress import printer
+
 ACTIONS = ("up", "down", "status", "images")
 
 
@@ -18,8 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(processes, cgroups, its socket), naming it")
 
 
-def _say(message: str) -> None:
-    print(f"[cluster] {message}", flush=True)
+_say = printer("cluster", stdout=True)  # its output is what it did
 
 
 def main(args: argparse.Namespace) -> int:

@@ -32,9 +32,9 @@ from eppkit.compare.options import (
     options_from,
     topology_for,
 )
-from eppkit.compare.progress import ProgressLine
 from eppkit.compare.runner import default_out_dir, failed_modes, run, run_mode
 from eppkit.compare.traces import collect_traces
+from eppkit.core.progress import ProgressLine
 from eppkit.workload import SCENARIOS
 
 __all__ = ["EXIT_MODE_FAILED", "EXIT_OK", "EXIT_REGRESSION", "MAX_CONCURRENCY", "MAX_DURATION_S", "MAX_REQUESTS",

@@ -12,19 +12,17 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
-from eppkit import modes
+from eppkit import modes, runtimes
 from eppkit.builds import inference_perf
-from eppkit.compare import bodypaths, cachehits, floors, sweep
+from eppkit.compare import bodypaths, cachehits, floors, loadtool, promptsizes, sweep
 from eppkit.compare import loadmetrics as lm
-from eppkit.compare import loadtool, promptsizes
 from eppkit.compare import report as rp
 from eppkit.compare.options import CompareOptions, at, mode_options, runs, topology_for
-from eppkit.compare.progress import ProgressLine, _Quiet
 from eppkit.compare.traces import collect_traces
 from eppkit.components.jaeger import Jaeger
 from eppkit.core.paths import reports_dir
+from eppkit.core.progress import ProgressLine, QuietLine
 from eppkit.observability import steps as st
-from eppkit import runtimes
 from eppkit.runtimes import create as create_testbed
 from eppkit.runtimes import create_jaeger
 from eppkit.runtimes.testbed import new_run_dir
@@ -188,7 +186,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
         print("compare: the floors are not run on this cluster of your own (each is a program of this host, which "
               "its Pods cannot reach: their node is another machine): as --no-floors", file=sys.stderr)
         options = replace(options, floors=False)
-    progress = progress or _Quiet()
+    progress = progress or QuietLine()
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     report: dict = {

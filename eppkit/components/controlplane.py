@@ -33,7 +33,6 @@ import re
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +49,7 @@ from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import ApiServerReady, HttpReady
 from eppkit.core.paths import cache_dir, cache_lock
+from eppkit.core.progress import say
 
 USER = "eppkit-admin"
 # The PriorityClass post-start hook waits 1 s before its first try; nothing here uses PriorityClasses.
@@ -60,10 +60,6 @@ ETCD_DATA = "etcd-data"
 
 class ControlPlaneError(RuntimeError):
     """The control plane could not start, or refused what the kit asked of it; the message says what to do."""
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def sparse_copy(source: Path, target: Path) -> None:
@@ -81,7 +77,7 @@ class ControlPlane:
 
     def __init__(self, run_dir: Path, *, ports: PortAllocator | None = None,
                  binaries: builds.ControlPlaneBinaries | None = None, from_snapshot: bool = True,
-                 progress: Callable[[str], object] = _progress, kubelets: bool = False) -> None:
+                 progress: Callable[[str], object] = say, kubelets: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.ports = ports or PortAllocator()
         self.binaries = binaries
@@ -346,7 +342,7 @@ def snapshot_dir(binaries: builds.ControlPlaneBinaries) -> Path:
     return cache_dir() / "controlplane" / f"snapshot-{h.hexdigest()[:16]}"
 
 
-def snapshot(binaries: builds.ControlPlaneBinaries, progress: Callable[[str], object] = _progress) -> Path:
+def snapshot(binaries: builds.ControlPlaneBinaries, progress: Callable[[str], object] = say) -> Path:
     """etcd's data with the CRDs established, made once per binaries and CRDs (a few seconds), then reused."""
     folder = snapshot_dir(binaries)
     data = folder / ETCD_DATA

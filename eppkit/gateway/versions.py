@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from eppkit.core.paths import cache_dir, cache_lock
+from eppkit.core.progress import say
 from eppkit.gateway import process as envoy_process
 
 DEFAULT = envoy_process.ENVOY_VERSION  # the version eppkit's own dependency pins
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         for version in install_list(args.install):
-            install(version, lambda msg: print(msg, file=sys.stderr))
+            install(version, say)
     except EnvoyVersionError as exc:
         print(exc, file=sys.stderr)
         return 1

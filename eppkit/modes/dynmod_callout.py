@@ -16,11 +16,11 @@ Options: lua-callout's (:class:`eppkit.modes._callout.CalloutOptions`) and ``res
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
 from eppkit.builds import dynmod as dynmod_build
+from eppkit.core.progress import say
 from eppkit.gateway.body_routing import body_routing_vars
 from eppkit.modes._callout import TRAITS, CalloutOptions, callout_names, callout_service
 from eppkit.modes._pickers import picked_vars
@@ -51,7 +51,7 @@ def filter_config(options: DynmodOptions, backends: list[Endpoint]) -> dict[str,
 
 def plan(topology, options: DynmodOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     callout = callout_service(options, ports.port(), backends, pools)
-    lib = dynmod_build.build(progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    lib = dynmod_build.build(progress=say)
     return ModePlan(
         services=[callout],
         envoy_vars={

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from eppkit.core import progress
 from eppkit.pytest_plugin.parallel import is_controller, run_folder, worker_id
 from eppkit.pytest_plugin.session import session_epp
 from eppkit.pytest_plugin.state import require
@@ -53,7 +53,7 @@ def item_needs(item: pytest.Item) -> list[str]:
     runtime = callspec.params.get("eppkit_runtime") if callspec is not None else None  # tests run per runtime
     needs: list[str] = []
     if topology is not None or named or fixture or runtime:  # else nothing to import: a session without any of it
-        from eppkit.runtimes import first_use                  # pays nothing
+        from eppkit.runtimes import first_use  # pays nothing
 
         found = set(_topology_needs(item.config, topology.kwargs)) if topology is not None else set()
         found.update(first_use.runtime_needs(runtime) if runtime else ())
@@ -132,16 +132,16 @@ def _terminal(config: pytest.Config, first: str = "") -> Callable[[str], None]:
     """Lines on the terminal at once (never into a capture); ``first`` written before the first one."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None or worker_id(config) is not None:  # a worker's output is nobody's
-        return lambda line: print(line, file=sys.stderr, flush=True)
+        return progress.say
     capture = config.pluginmanager.get_plugin("capturemanager")
     pending = [first]
 
-    def say(line: str) -> None:
+    def write(line: str) -> None:
         with capture.global_and_fixture_disabled() if capture is not None else nullcontext():
             reporter.write_line(pending.pop() + line if pending else line)
             reporter.flush()
 
-    return say
+    return write
 
 
 def _controller_prepares(config: pytest.Config) -> bool:

@@ -20,6 +20,7 @@ from eppkit.components.inference_pool import LOOPBACK_PODS, LoopbackPods
 from eppkit.components.launchers import ProcessLauncher
 from eppkit.components.process import ManagedProcess, service_argv
 from eppkit.components.readiness import LogLineReady
+from eppkit.core.progress import printer
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
 from eppkit.plan import ServiceSpec
@@ -32,8 +33,7 @@ _SYSTEM_DIRS = {"dev", "proc", "sys", "etc", "usr", "bin", "sbin", "lib", "lib64
 _PATH_RE = re.compile(r"(?<![\w.:/-])(/[\w.@%+=,~-]+(?:/[\w.@%+=,~-]+)+)")
 
 
-def progress(message: str) -> None:
-    print(f"[images] {message}", file=sys.stderr, flush=True)
+progress = printer("images")  # what building or finding the images says
 
 
 # -- the plain answers of a runtime whose pool's pods are loopback addresses and that holds nothing per testbed --

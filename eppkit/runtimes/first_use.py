@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from eppkit.builds import controlplane, gaie
 from eppkit.components import controlplane as plane
+from eppkit.core.progress import Progress
 
 if TYPE_CHECKING:
     from eppkit.topology import Topology
 
-Progress = Callable[[str], object]
 GAIE_EPP, CONTROL_PLANE, IMAGES = "gaie-epp", "control-plane", "images"
 
 

@@ -6,16 +6,15 @@ outside :mod:`eppkit.runtimes` names a runtime."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from eppkit.core.progress import Progress
 from eppkit.core.registry import Registry
 
 if TYPE_CHECKING:
     from eppkit.runtimes.launching import Launcher
 
-Progress = Callable[[str], object]
 
 
 class RuntimeMissing(RuntimeError):

@@ -25,6 +25,7 @@ from eppkit.components.ports import PortAllocator
 from eppkit.components.readiness import GrpcHealthReady, HttpReady, ReadinessTimeout, TcpReady
 from eppkit.core.paths import new_run_dir  # (the kit's front ends import it from here)
 from eppkit.core.polling import poll
+from eppkit.core.progress import say
 from eppkit.gateway import config as envoy_config
 from eppkit.gateway import hop, user_filters
 from eppkit.gateway import process as envoy_process
@@ -46,10 +47,6 @@ class ServiceHandle:
     url: str
     process: Component  # a process, or a container: start, stop, kill, is_running, logs
     spec: ServiceSpec | None = None  # how it was started (its ports: grpc_health_port, ...)
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 class Testbed:
@@ -229,12 +226,12 @@ class Testbed:
         self.topology.backend.require_installed()  # a preset not built or installed: said before anything starts
         # Before anything starts: the Envoy version (installed once) and the user's filters, built
         # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
-        self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, _progress)
+        self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, say)
         options = self.mode.read_options(self.topology.options)
         watches_pool = self.mode.watches_pool(options)
         if watches_pool:  # etcd and kube-apiserver (built now if need be): a missing one fails before anything runs
-            self._plane_binaries = controlplane_build.build(_progress)
-        self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, _progress)
+            self._plane_binaries = controlplane_build.build(say)
+        self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, say)
         if self._jaeger is None:
             self._jaeger = self.launcher.jaeger(self.run_dir, self.ports).start()
         env = self.topology.service_env(self.otlp_endpoint)

@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable
 
 import requests
 
@@ -31,6 +30,7 @@ from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
 from eppkit.core.paths import cache_dir
+from eppkit.core.progress import Progress
 
 ZIPKIN_VERSION = "3.6.1"
 ARTIFACT = f"io.zipkin:zipkin-server:{ZIPKIN_VERSION}:jar:exec"
@@ -42,7 +42,6 @@ SERVER_ENV = {"STORAGE_TYPE": "mem", "MEM_MAX_SPANS": "500000", "COLLECTOR_GRPC_
               "SELF_TRACING_ENABLED": "false", "SCRIBE_ENABLED": "false"}
 JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xmx128m", "-Xss512k", "-Djava.net.preferIPv4Stack=true")
 
-Progress = Callable[[str], None]
 
 
 # -- the jar ----------------------------------------------------------------------------------------

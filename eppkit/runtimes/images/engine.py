@@ -14,12 +14,11 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from eppkit.core.paths import DOCKERFILES, cache_dir, cache_lock
+from eppkit.core.progress import Progress
 from eppkit.gateway import process as envoy_process
-
-Progress = Callable[[str], None]
 
 SOURCE_ENV = "EPPKIT_IMAGE_SOURCE"  # auto (default) | registry | offline
 REPO_ENV = "EPPKIT_IMAGE_REPO"  # namespace of the images we build (default: eppkit)

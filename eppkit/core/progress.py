@@ -1,4 +1,7 @@
-"""The comparison's progress on the terminal: one updating line per mode, or a line every few seconds in a log."""
+"""Progress on the terminal, printed one way by the whole kit: a line a message, flushed at once so that it shows while
+the work runs, on stderr (never mixed into a command's output) unless the command's output is its progress
+(``stdout=True``: `eppkit bootstrap`, `eppkit cluster`); ``[part]`` in front when the part is named. A long run of
+many steps (`eppkit compare`) has one updating line instead: :class:`ProgressLine`."""
 
 from __future__ import annotations
 
@@ -6,6 +9,24 @@ import io
 import sys
 import threading
 import time
+from collections.abc import Callable
+
+Progress = Callable[[str], object]  # what a long step is handed to say how it goes
+
+
+def say(message: str) -> None:
+    """The kit's progress printer: ``message`` as a line on stderr, at once."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def printer(part: str = "", *, stdout: bool = False) -> Progress:
+    """A progress printer whose lines say ``[part]`` first (``stdout``: on stdout, a command whose output it is)."""
+    prefix = f"[{part}] " if part else ""
+
+    def out(message: str) -> None:
+        print(prefix + message, file=sys.stdout if stdout else sys.stderr, flush=True)
+
+    return out
 
 
 class ProgressLine:
@@ -55,6 +76,8 @@ class ProgressLine:
         print(text, file=self.stream, flush=True)
 
 
-class _Quiet(ProgressLine):
+class QuietLine(ProgressLine):
+    """A ProgressLine that shows nothing (a run nobody watches)."""
+
     def __init__(self):
         super().__init__(stream=io.StringIO())
