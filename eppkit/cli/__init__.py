@@ -77,9 +77,10 @@ def _doc(command: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    setup = None  # up's and run's topology, read and checked once here and handed to the command
     if args.command in ("up", "run"):
         try:  # a flow the mode cannot run, or an option it does not know, is a usage error
-            modes.check(options.topology(args))
+            setup = modes.check(options.topology(args))
         except ValueError as exc:
             p.error(str(exc))
 
@@ -121,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return cluster.main(args)
     try:
-        command = _load(args.command)
-        return command(args)  # a command imports most of what it uses when it runs
+        command = _load(args.command)  # a command imports most of what it uses when it runs
+        return command(args) if setup is None else command(args, setup)
     except ImportError as exc:
         if "opentelemetry.proto" not in str(exc):
             raise

@@ -7,10 +7,12 @@ import sys
 import time
 
 from eppkit import options
+from eppkit.modes import Setup
 from eppkit.runtimes import create
 
 
-def main(args) -> int:
+def main(args, setup: Setup) -> int:
+    """``setup``: the testbed's topology as the command line describes it, checked (eppkit.cli.main)."""
     from eppkit.core.polling import PollTimeout
     from eppkit.observability import html, waterfall
     from eppkit.observability.jaeger_client import TraceIncomplete
@@ -21,7 +23,7 @@ def main(args) -> int:
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{'QUJD' * (16 + i)}"}}
             for i in range(args.images)]
     t0 = time.monotonic()
-    with create(options.topology(args), runtime=args.runtime) as bed:
+    with create(setup, runtime=args.runtime) as bed:
         backend = bed.topology.backend
         print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={bed.topology.mode}, runtime={args.runtime}, "
               f"envoy {bed.envoy_binary.version}, backend: {backend.label}, logs {bed.run_dir})")

@@ -5,15 +5,16 @@ from __future__ import annotations
 import sys
 import time
 
-from eppkit import options
+from eppkit.modes import Setup
 from eppkit.runtimes import create
 
 
-def main(args) -> int:
+def main(args, setup: Setup) -> int:
+    """``setup``: the testbed's topology as the command line describes it, checked (eppkit.cli.main)."""
     from eppkit.ui import live as live_ui
 
     # The UI's JVM starts first and gets ready while the testbed starts.
-    with live_ui.optional(args.ui) as ui, create(options.topology(args), runtime=args.runtime) as bed:
+    with live_ui.optional(args.ui) as ui, create(setup, runtime=args.runtime) as bed:
         print(f"eppkit up: mode={bed.topology.mode} flow={args.flow} runtime={args.runtime} "
               f"envoy={bed.envoy_binary.version} backend={bed.topology.backend.label}")
         print(bed.describe())

@@ -20,9 +20,9 @@ picker so it names those stages too.
 from __future__ import annotations
 
 from eppkit.core.registry import load_members
-from eppkit.modes.registry import Mode, all_modes, check, get, kit_names, names, options_for, plan, register
+from eppkit.modes.registry import Mode, Setup, all_modes, check, get, kit_names, names, options_for, plan, register
 
-__all__ = ["Mode", "all_modes", "check", "get", "kit_names", "names", "options_for", "plan", "register"]
+__all__ = ["Mode", "Setup", "all_modes", "check", "get", "kit_names", "names", "options_for", "plan", "register"]
 
 
 load_members(__name__, __path__, group="modes", skip=("options", "registry"))

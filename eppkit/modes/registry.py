@@ -99,9 +99,25 @@ def options_for(topology: Topology) -> Any:
     return get(topology.mode).read_options(topology.options)
 
 
-def check(topology: Topology) -> tuple[Mode, Flow]:
-    """The topology's mode and flow; ValueError naming the problem when the mode, the flow (in this mode,
-    with this backend) or one of the mode's options cannot be used."""
+@dataclass(frozen=True)
+class Setup:
+    """A topology checked and read once (:func:`check`), handed down to what runs it: its mode (as these options
+    run it: :meth:`Mode.specialized`), its flow and the mode's options (its dataclass)."""
+
+    topology: Topology
+    mode: Mode
+    flow: Flow
+    options: Any
+
+    @property
+    def watches_pool(self) -> bool:
+        """Its EPP watches an InferencePool."""
+        return self.mode.watches_pool(self.options)
+
+
+def check(topology: Topology) -> Setup:
+    """The topology's mode, flow and options, read once; ValueError naming the problem when the mode, the flow (in
+    this mode, with this backend) or one of the mode's options cannot be used."""
     mode, flow = get(topology.mode), get_flow(topology.flow)
     if flow.modes and mode.name not in flow.modes:
         raise ValueError(f"--flow {flow.name} needs --mode {' or '.join(flow.modes)} (got --mode {mode.name}): "
@@ -111,7 +127,7 @@ def check(topology: Topology) -> tuple[Mode, Flow]:
                          + (f": {mode.flows_why}" if mode.flows_why else ""))
     options = mode.read_options(topology.options)
     topology.backend.validate(flow, mode.watches_pool(options))
-    return mode, flow
+    return Setup(topology, mode.specialized(options), flow, options)
 
 
 def plan(topology: Topology, ports: PortAllocator, backends: list[Endpoint], pools: "FlowPlan | None" = None,

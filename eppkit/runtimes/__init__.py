@@ -7,10 +7,15 @@ handed the launcher. One topology in, the same handles out on every runtime."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from eppkit.core.registry import load_members
 from eppkit.runtimes import registry
 from eppkit.runtimes.registry import Capabilities, Runtime, RuntimeMissing, all_runtimes, get, names
 from eppkit.topology import Topology
+
+if TYPE_CHECKING:
+    from eppkit.modes import Setup
 
 __all__ = ["ALL_RUNTIMES", "RUNTIMES", "Capabilities", "Runtime", "RuntimeMissing", "all_runtimes", "create",
            "create_jaeger", "get", "launcher", "names"]
@@ -29,8 +34,9 @@ def launcher(runtime: str, **options):
     return registry.get(runtime).launcher(**options)
 
 
-def create(topology: Topology, runtime: str = RUNTIMES[0], *, launcher_options: dict | None = None, **kwargs):
-    """A not-yet-started testbed for ``runtime``; use it in a ``with`` or call start()/stop().
+def create(topology: Topology | Setup, runtime: str = RUNTIMES[0], *, launcher_options: dict | None = None, **kwargs):
+    """A not-yet-started testbed of ``topology`` (or of one checked already: :func:`eppkit.modes.check`) for
+    ``runtime``; use it in a ``with`` or call start()/stop().
     ``kwargs``: the :class:`~eppkit.runtimes.testbed.Testbed`'s (a shared ``jaeger``, ``run_dir``, ...)."""
     from eppkit.runtimes.testbed import Testbed
 

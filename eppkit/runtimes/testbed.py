@@ -51,22 +51,23 @@ class ServiceHandle:
 
 class Testbed:
     """A topology's components, run by ``launcher`` (see the module docstring); use it in a ``with`` or call
-    start()/stop(). ``jaeger``: a shared one (else its own); ``control_plane``: the session's (else its own when
-    its mode watches a pool)."""
+    start()/stop(). ``topology``: a :class:`~eppkit.topology.Topology`, or one a front end has checked already
+    (:func:`eppkit.modes.check`'s :class:`~eppkit.modes.Setup`, read once and handed down); ``jaeger``: a shared one
+    (else its own); ``control_plane``: the session's (else its own when its mode watches a pool)."""
 
     __test__ = False  # pytest: not a test class, in a module that imports it
 
-    def __init__(self, topology: Topology, launcher: Launcher, *, jaeger: Jaeger | None = None,
+    def __init__(self, topology: Topology | modes.Setup, launcher: Launcher, *, jaeger: Jaeger | None = None,
                  run_dir: Path | None = None, envoy_env: dict[str, str] | None = None,
                  control_plane: SharedControlPlane | None = None):
-        self.topology = topology
+        # Its mode and flow (registry entries) and the mode's options, checked: an unknown one, a flow the mode
+        # cannot run or an option the mode does not know is a ValueError here, before anything starts.
+        self.setup = topology if isinstance(topology, modes.Setup) else modes.check(topology)
+        self.topology = topology = self.setup.topology
+        self.mode, self.flow, self.options = self.setup.mode, self.setup.flow, self.setup.options
         self.launcher = launcher
         self.runtime = launcher.runtime
         self._stopped = False
-        # Its mode and flow (registry entries), checked: an unknown one, a flow the mode cannot run or an
-        # option the mode does not know is a ValueError here, before anything starts.
-        mode, self.flow = modes.check(topology)
-        self.mode = mode.specialized(mode.read_options(topology.options))
         self.run_dir = run_dir or new_run_dir(f"{topology.mode}-{topology.flow}")
         self.ports = PortAllocator()
         self._shared_jaeger = jaeger is not None
@@ -227,8 +228,7 @@ class Testbed:
         # Before anything starts: the Envoy version (installed once) and the user's filters, built
         # and each validated by that Envoy, so a broken plugin fails here in Envoy's own words.
         self.envoy_binary = envoy_versions.resolve(self.topology.envoy_version, say)
-        options = self.mode.read_options(self.topology.options)
-        watches_pool = self.mode.watches_pool(options)
+        watches_pool = self.setup.watches_pool
         if watches_pool:  # etcd and kube-apiserver (built now if need be): a missing one fails before anything runs
             self._plane_binaries = controlplane_build.build(say)
         self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, say)
@@ -249,7 +249,7 @@ class Testbed:
         # (ManagedProcess) follows the thread that started it, and a session's control plane outlives any worker.
         target = self._pool_target() if watches_pool else None
 
-        plan = self.mode.plan(self.topology, options, self.ports, self.backends, layout, target)
+        plan = self.mode.plan(self.topology, self.options, self.ports, self.backends, layout, target)
         if target is not None:
             self._create_pool(target, plan)
         for tier in sorted({spec.tier for spec in plan.services}):
@@ -268,7 +268,7 @@ class Testbed:
             "backends": self.backends,
             "flow": self.topology.flow,
             "tracing": self.topology.tracing,
-            **envoy_config.client_timeouts(self.mode.read_options(self.topology.options)),
+            **envoy_config.client_timeouts(self.options),
             **plan.envoy_vars,
             **user_filters.template_vars(self.user_filters),
             "eds_dir": str(self.pool.eds_dir) if self.pool is not None else None,
@@ -361,7 +361,7 @@ class Testbed:
             url = f"http://{spec.host.split(',')[0]}:{spec.port}"  # a mock of many pods: its first address
             self.services[spec.name] = ServiceHandle(spec.name, url, proc, spec)
             started.append((spec, url, proc))
-        ready_timeout_s = self.mode.read_options(self.topology.options).ready_timeout_s
+        ready_timeout_s = self.options.ready_timeout_s
         for spec, url, proc in started:
             if spec.health_path:
                 strategy = HttpReady(url + spec.health_path)

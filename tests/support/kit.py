@@ -25,8 +25,8 @@ def render(mode: str, variables: dict[str, Any]) -> str:
 def plan_flow(topology: Topology, ports: PortAllocator, run_dir: Path) -> flows.FlowPlan:
     """The topology's flow's plan, as its testbed makes it (checked first, pods on their own addresses
     where the mode says so)."""
-    mode, flow = modes.check(topology)
-    return flow.plan(topology, ports, run_dir, mode.watches_pool(mode.read_options(topology.options)))
+    setup = modes.check(topology)
+    return setup.flow.plan(topology, ports, run_dir, setup.watches_pool)
 
 
 POOL_TARGET = PoolTarget("/run/bed/kubeconfig", "bed-ns")  # what a testbed hands a mode whose EPP watches a pool

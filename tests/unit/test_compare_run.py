@@ -57,7 +57,8 @@ class FakeBed:
     """A testbed that serves from FakeClient and whose Jaeger holds one saved trace; or fails to start."""
 
     def __init__(self, run_dir, topology, trace_file=None, start_error=None):
-        self.mode, self.flow = modes.check(topology)
+        setup = modes.check(topology)
+        self.mode, self.flow = setup.mode, setup.flow
         self.topology = topology
         self.run_dir = run_dir
         self.start_error = start_error
