@@ -78,18 +78,17 @@ def _control_plane() -> Check:
                  f"{found.etcd.parent} ({found.source}); CRDs {found.crds}", required=False)
 
 
-def _kubernetes() -> Check:
-    """The one-node cluster of the kubernetes runtime: what this machine lacks for it, and whether it runs."""
-    from eppkit import cluster
+def _runtimes() -> list[Check]:
+    """One line per runtime the registry knows (the kit's, an installed package's), in its provider's own words
+    (``available``): what answers, or how to get it."""
+    from eppkit import runtimes
 
-    lacks = cluster.missing()
-    if lacks:
-        return Check("kubernetes", False, required=False,
-                     how_to_get=f"for --runtime kubernetes: {', '.join(lacks)} ({cluster.PACKAGES}; "
-                                "eppkit bootstrap --kubernetes)")
-    state = cluster.running()
-    return Check("kubernetes", True, "cluster running" if state else "ready to start (`eppkit cluster up`)",
-                 state["server"] if state else str(cluster.layout().home), required=False)
+    lines = []
+    for runtime in runtimes.all_runtimes():
+        ok, detail = runtime.available()
+        lines.append(Check(f"runtime {runtime.name}", ok, detail if ok else "",
+                           how_to_get=f"for --runtime {runtime.name}: {detail}", required=False))
+    return lines
 
 
 def _go() -> Check:
@@ -165,20 +164,18 @@ def _load_tool() -> Check:
                  str(tool.root), required=False)
 
 
-def _docker() -> Check:
+def _image_source() -> Check:
+    """Where the container runtimes' images come from (a registry, or built here from local artifacts)."""
     from eppkit.components import container as containers
     from eppkit.runtimes import images
 
-    version = containers.engine_version()
-    if version is None:
-        return Check("docker", False, required=False,
-                     how_to_get="for --runtime docker: install Docker (https://docs.docker.com/engine/install/, "
-                                "`apt-get install docker.io` on Debian) and start it")
+    if containers.engine_version() is None:
+        return Check("images", False, required=False, how_to_get="the container runtimes' images need a Docker engine")
     source = images.choose_source()
     why = "a registry answered" if images.registry_reachable() else "no registry answered: images built from local artifacts"
     if os.environ.get(images.SOURCE_ENV):
         why = f"{images.SOURCE_ENV}={os.environ[images.SOURCE_ENV]}"
-    return Check("docker", True, version, f"engine; images {source} ({why})", required=False)
+    return Check("images", True, source, why, required=False)
 
 
 def _vllm_preset() -> Check:
@@ -209,7 +206,7 @@ def _image(component: str) -> Callable[[], Check]:
 
         name = f"image {component}"
         if containers.engine_version() is None:
-            return Check(name, False, how_to_get="needs Docker (see above)", required=False)
+            return Check(name, False, how_to_get="needs a Docker engine (see images above)", required=False)
         if not _image_plan:
             _image_plan.extend(images.plan())
         choice = next(c for c in _image_plan if c.component == component)
@@ -238,14 +235,14 @@ def _inotify() -> Check:
                  required=False)
 
 
-CHECKS: list[Callable[[], Check]] = [
+# Each a line, or a few (one per runtime).
+CHECKS: list[Callable[[], Check | list[Check]]] = [
     _python,
     _envoy,
     _envoy_versions,
     _jaeger,
     _gaie_epp,
     _control_plane,
-    _kubernetes,
     _go,
     _module("ext_proc protos", "envoy.service.ext_proc.v3.external_processor_pb2", "xds-protos"),
     _otel_protos,
@@ -257,8 +254,9 @@ CHECKS: list[Callable[[], Check]] = [
     _zipkin,
     _vllm_preset,
     _load_tool,
-    _docker,
     _inotify,
+    _runtimes,
+    _image_source,
     *[_image(c) for c in ("envoy", "jaeger", "python-base", "services-deps", "services")],
 ]
 
@@ -267,7 +265,8 @@ def run_checks() -> list[Check]:
     results = []
     for check in CHECKS:
         try:
-            results.append(check())
+            found = check()
+            results.extend(found if isinstance(found, list) else [found])
         except Exception as exc:  # a broken tool is a finding, not a crash of the doctor
             results.append(Check(check.__name__.strip("_"), False, how_to_get=f"check failed: {exc}"))
     return results

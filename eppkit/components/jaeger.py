@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
@@ -46,6 +47,12 @@ class Jaeger:
         self.max_traces = max_traces
         self.pods_host = pods_host  # also takes spans there (the kubernetes runtime's pod network: cluster/podnet)
         self.process: Component | None = None
+        self._after_stop: list[Callable[[], object]] = []  # what goes with it (what a runtime held for it)
+
+    def after_stop(self, release: Callable[[], object]) -> "Jaeger":
+        """``release`` called once it stopped (or failed to start in a ``with``): what was held for it goes too."""
+        self._after_stop.append(release)
+        return self
 
     def render_config(self) -> Path:
         env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(files(__package__))),
@@ -72,13 +79,21 @@ class Jaeger:
         return self
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-        if self._own_ports is not None:
-            self._own_ports.release()
+        try:
+            if self.process is not None:
+                self.process.stop()
+        finally:
+            if self._own_ports is not None:
+                self._own_ports.release()
+            while self._after_stop:
+                self._after_stop.pop()()
 
     def __enter__(self) -> "Jaeger":
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:  # a Jaeger that never got ready: what did start (a process, a Pod) stops
+            self.stop()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -92,14 +92,11 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
             options = runtime.prepare(progress)
     except runtimes.RuntimeMissing as exc:
         require(False, str(exc))
-    launcher = runtime.launcher(**options)
-    run_dir = new_run_dir(f"jaeger-session-{eppkit_runtime}")
-    try:
-        with launcher.jaeger(run_dir) as jaeger:
-            _show_ui(request, eppkit_ui, jaeger, eppkit_runtime)
-            yield jaeger
-    finally:  # what the runtime holds for it (a namespace), as a testbed's goes when it stops
-        launcher.release(run_dir)
+    # What the runtime holds for it (a namespace) goes when it stops, as a testbed's does.
+    with runtimes.create_jaeger(eppkit_runtime, new_run_dir(f"jaeger-session-{eppkit_runtime}"),
+                                launcher_options=options) as jaeger:
+        _show_ui(request, eppkit_ui, jaeger, eppkit_runtime)
+        yield jaeger
 
 
 @pytest.fixture(scope="session")

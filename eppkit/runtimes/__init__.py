@@ -43,6 +43,9 @@ def create(topology: Topology | Setup, runtime: str = RUNTIMES[0], *, launcher_o
     return Testbed(topology, launcher(runtime, **(launcher_options or {})), **kwargs)
 
 
-def create_jaeger(runtime: str, run_dir, **kwargs):
-    """A not-yet-started Jaeger for ``runtime`` (a process, or a container), e.g. one shared by a session."""
-    return launcher(runtime).jaeger(run_dir, **kwargs)
+def create_jaeger(runtime: str, run_dir, *, launcher_options: dict | None = None, **kwargs):
+    """A not-yet-started Jaeger for ``runtime`` (a process, a container, a Pod), e.g. one shared by a session; what
+    the runtime holds for it (a namespace) goes when it stops, as a testbed's does. ``launcher_options``: what the
+    runtime's ``prepare`` gave (an image set)."""
+    held = launcher(runtime, **(launcher_options or {}))
+    return held.jaeger(run_dir, **kwargs).after_stop(lambda: held.release(run_dir))

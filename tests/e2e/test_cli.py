@@ -13,7 +13,7 @@ import requests
 from eppkit.observability.client import TracedClient
 from eppkit.observability.jaeger_client import JaegerClient
 
-from eppkit import modes
+from eppkit import modes, runtimes
 from eppkit.backends import inference_sim
 from eppkit.compare import report as rp
 from eppkit.core import procfs
@@ -47,9 +47,9 @@ def _kit_children(pid: int, runtime: str) -> set:
 def test_doctor_reports_every_prerequisite_found(eppkit_jaeger, eppkit_runtime):
     proc = subprocess.run(EPPKIT + ["doctor"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    names = ["envoy", "jaeger", "ext_proc protos", "otel protos"]
-    if eppkit_runtime == "docker":
-        names += ["docker", "image envoy", "image jaeger", "image services"]
+    names = ["envoy", "jaeger", "ext_proc protos", "otel protos", f"runtime {eppkit_runtime}"]  # its provider's answer
+    if "images" in runtimes.get(eppkit_runtime).capabilities.builds:  # a container runtime's
+        names += ["images", "image envoy", "image jaeger", "image services"]
     for name in names:
         assert re.search(rf"^{re.escape(name)}\s+ok\b", proc.stdout, re.M), proc.stdout
     assert "1.40.0" in proc.stdout
