@@ -5,9 +5,10 @@ Each :class:`Option` is declared once, with its one default and one help text, a
 ends that offer it (:data:`COMMANDS`, :data:`PLUGIN`). The front ends are made from this table:
 :func:`add_arguments` puts a command's options on its argparse parser, :func:`add_pytest_options`
 puts the plugin's on pytest's (flag ``--eppkit-<name>``, and an ini key ``eppkit_<dest>`` where the
-option says so). What the values mean is read here too, once: :func:`topology` (a Topology from a
-command's values), :func:`backend`, :func:`epp_options`. Adding an option to up, run, compare and
-the plugin is one entry in :func:`_table`.
+option says so). How an option is declared is :mod:`eppkit.options.declare`'s; what the values mean is read once,
+in :mod:`eppkit.options.values`: :func:`topology` (a Topology from a command's values), :func:`backend`,
+:func:`epp_options` (all importable from here). Adding an option to up, run, compare and the plugin is one entry in
+:func:`_table`.
 
 Defaults that a dataclass of the kit already defines are taken from it (Topology's counts and seed,
 every :class:`~eppkit.services.vllm.config.MockLatency` knob), so they are not written twice.
@@ -19,9 +20,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from eppkit import backends as _backends
 from eppkit import flows, modes
@@ -29,128 +29,37 @@ from eppkit.builds import inference_perf as load_tools
 from eppkit.gateway import user_filters as uf
 from eppkit.gateway import versions as envoy_versions
 from eppkit.modes import external_epp
-from eppkit.modes.options import parse_set
+from eppkit.options.declare import (
+    BOOTSTRAP,
+    COMMANDS,
+    COMPARE,
+    CONFORMANCE,
+    GROUPS,
+    PLUGIN,
+    PLUGIN_PREFIX,
+    RUN,
+    TESTBEDS,
+    UP,
+    Option,
+    _AppendFilter,
+    _ConfigOfLast,
+    _field_default,
+    _names,
+    _sweep,
+    from_fields,
+)
+from eppkit.options.values import backend, epp_options, request_headers, topology
 from eppkit.runtimes import RUNTIMES
 from eppkit.services.epp import BODY_PATHS
 from eppkit.services.picker import scorers
 from eppkit.services.picker.settings import DEFAULTS as PICKER_DEFAULTS
-from eppkit.core.flags import flag_of, flagged
-from eppkit.services.vllm.config import MockLatency, latency_from_args
-from eppkit.topology import ENCODER_DEFAULTS, Topology, VllmSpec
-from eppkit.workload import SCENARIOS, Load, concurrency_steps
+from eppkit.services.vllm.config import MockLatency
+from eppkit.topology import ENCODER_DEFAULTS, Topology
+from eppkit.workload import SCENARIOS, Load
 
-UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP = "up", "run", "compare", "conformance", "bootstrap"
-COMMANDS = (UP, RUN, COMPARE, CONFORMANCE, BOOTSTRAP)
-PLUGIN = "plugin"  # the pytest plugin: --eppkit-<flag>
-TESTBEDS = frozenset({UP, RUN, COMPARE, CONFORMANCE})  # the commands that start testbeds
-PLUGIN_PREFIX = "eppkit"
-
-# Help groups, in the order --help shows them.
-GROUPS = {
-    "testbed": "testbed",
-    "backend": "backend (what serves inference behind the pickers)",
-    "latency": "mock latency (every mock vLLM's knobs, milliseconds; llm-d-inference-sim gets them too, a real "
-               "vLLM has its own)",
-    "epp": "an EPP of your own (mode external-epp)",
-    "plugin": "bring your own plugin (docs/bring-your-own-plugin.md)",
-    "request": "the request",
-    "workload": "workload",
-    "picker": "picker",
-    "report": "report",
-    "conformance": "conformance",
-    "pytest": "eppkit testbeds",
-}
-
-
-@dataclass(frozen=True)
-class Option:
-    flag: str  # "--mode"; the plugin's is "--eppkit-mode"
-    help: str
-    commands: frozenset[str]  # COMMANDS and PLUGIN that offer it
-    default: Any = None
-    type: Callable[[str], Any] | None = None
-    choices: Callable[[], Sequence[str]] | None = None  # read when the parser is made (registries fill late)
-    action: Any = None  # an argparse action ("append", "store_true", a class)
-    const: Any = None
-    metavar: str | None = None
-    dest: str | None = None
-    group: str = "testbed"
-    ini: bool = False  # the plugin also reads the ini key eppkit_<dest> (the option, given, wins)
-    short: str | None = None  # a one-letter flag as well ("-H")
-
-    @property
-    def name(self) -> str:
-        """The attribute the parsed value lands on (argparse's dest)."""
-        return self.dest or self.flag.lstrip("-").replace("-", "_")
-
-    @property
-    def plugin_flag(self) -> str:
-        return f"--{PLUGIN_PREFIX}-{self.flag.lstrip('-')}"
-
-
-def from_fields(cls: type, commands: frozenset[str], group: str) -> list[Option]:
-    """One option per :func:`~eppkit.core.flags.flag_field` of dataclass ``cls``: its flag, help and default as
-    the field declares them, its type the default's."""
-    return [Option(flag_of(f), f"{f.metadata['help']} (default: %(default)s)", commands, default=f.default,
-                   type=type(f.default), metavar=f.metadata.get("metavar"), dest=f.name, group=group)
-            for f in flagged(cls)]
-
-
-def _field_default(cls: type, name: str) -> Any:
-    f = next(f for f in fields(cls) if f.name == name)
-    return f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
-
-
-def _names(value: str, known: Sequence[str], what: str, every: Sequence[str] | None = None) -> tuple[str, ...]:
-    """A comma list of known names, or ``all`` (``every``, default all known)."""
-    if value == "all":
-        return tuple(known if every is None else every)
-    names = tuple(v.strip() for v in value.split(",") if v.strip())
-    bad = [v for v in names if v not in known]
-    if bad:
-        raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(bad)}; choose from {', '.join(known)} or all")
-    return names
-
-
-def _sweep(value: str) -> tuple[int, ...]:
-    try:
-        return concurrency_steps(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-# -- user filters on the command line (their order on it is their order in the chain) -----------------
-
-class _AppendFilter(argparse.Action):
-    """Appends a parsed filter to ``namespace.filters`` in command-line order."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        try:
-            flt = self.const(values)
-        except ValueError as exc:
-            parser.error(f"{option_string} {values}: {exc}")
-        path = getattr(flt, "path", None) or getattr(flt, "snippet", None)
-        if not Path(path).expanduser().exists():
-            parser.error(f"{option_string} {values}: {path} does not exist (placement: PATH@before or PATH@after)")
-        namespace.filters = [*(getattr(namespace, "filters", None) or []), flt]
-
-
-class _ConfigOfLast(argparse.Action):
-    """Sets ``config`` of the last filter of one kind (--lua-filter-config, --dynamic-module-config)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        kind = self.const
-        last = next((f for f in reversed(getattr(namespace, "filters", None) or []) if isinstance(f, kind)), None)
-        if last is None:
-            flag = option_string.removesuffix("-config")
-            parser.error(f"{option_string} configures the {flag} before it: give {flag} first")
-        if kind is uf.LuaFilter:
-            try:
-                values = json.loads(values)
-            except ValueError as exc:
-                parser.error(f"{option_string}: not JSON ({exc})")
-        last.config = values
-
+__all__ = ["BOOTSTRAP", "COMMANDS", "COMPARE", "CONFORMANCE", "GROUPS", "OPTIONS", "OTHER_RUNTIMES", "PLUGIN",
+           "PLUGIN_PREFIX", "RUN", "TESTBEDS", "UP", "Option", "add_arguments", "argparse_kwargs", "backend", "default",
+           "epp_options", "from_fields", "options_for", "plugin_table", "request_headers", "topology"]
 
 # -- the table ------------------------------------------------------------------------------------------
 
@@ -422,51 +331,6 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         target.add_argument(*([option.short] if option.short else []), option.flag, **argparse_kwargs(option))
 
 
-# -- what the values mean --------------------------------------------------------------------------------
-
-def backend(values: Any) -> _backends.Backend:
-    """The backend the ``--backend*`` options name (the kit's mock by default)."""
-    return _backends.Backend(preset=values.backend, urls=tuple(values.backend_urls),
-                             prefill_urls=tuple(values.prefill_urls), decode_urls=tuple(values.decode_urls),
-                             spans=values.backend_spans, command=values.vllm_command)
-
-
-def request_headers(values: Any) -> dict[str, str]:
-    """``-H 'name: value'`` (eppkit run) as a dict; ValueError for one without a colon."""
-    out: dict[str, str] = {}
-    for item in values.headers:
-        name, sep, value = item.partition(":")
-        if not sep or not name.strip():
-            raise ValueError(f"-H {item!r}: give 'name: value'")
-        out[name.strip()] = value.strip()
-    return out
-
-
-def epp_options(values: Any) -> dict[str, Any]:
-    """The external-epp mode options ``--epp-command`` / ``--epp-image`` / ``--epp-address`` /
-    ``--epp-decision-span`` set."""
-    return {k: v for k, v in (("epp_command", values.epp_command), ("epp_image", values.epp_image),
-                              ("epp_address", values.epp_address), ("decision_span", values.epp_decision_span)) if v}
-
-
-def topology(values: Any) -> Topology:
-    """The Topology a command's values describe (eppkit up / run / conformance); ValueError on a bad one.
-    What the command does not offer keeps Topology's default."""
-    options = parse_set(values.options)
-    epp = epp_options(values)
-    mode = values.mode or (external_epp.MODE.name if epp else "direct")
-    if epp and mode != external_epp.MODE.name:
-        raise ValueError(f"--epp-command / --epp-address need --mode {external_epp.MODE.name} (got --mode {mode})")
-    given = {name: getattr(values, name) for name in ("flow", "seed", "prefill", "decode", "encoders", "encode_latency")
-             if hasattr(values, name)}
-    if hasattr(values, "backends"):
-        given["vllm"] = [VllmSpec(name=f"vllm-{i}") for i in range(values.backends)]
-    if hasattr(values, "time_to_first_token"):
-        given["latency"] = latency_from_args(values)
-    return Topology(mode=mode, options={**options, **epp}, backend=backend(values),
-                    filters=list(getattr(values, "filters", None) or []), envoy_version=values.envoy_version, **given)
-
-
 # -- the options as documentation ------------------------------------------------------------------------
 
 def plugin_table() -> str:
@@ -485,5 +349,3 @@ def plugin_table() -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":  # python -m eppkit.options: the plugin's option table for docs/api.md
-    print(plugin_table())
