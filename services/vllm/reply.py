@@ -4,15 +4,26 @@ writes and end, an error said in a body already started, and the token writer th
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import json
 import random
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from eppkit.services.openai_errors import OpenAIError, error_body
+from eppkit.services.openai_server import api
 from eppkit.services.openai_server.responses import DONE, Renderer
-from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, response_headers
+from eppkit.services.pod_headers import (
+    HEADER_POD,
+    HEADER_REQUEST_ID,
+    HEADER_RESPONSE_SHA256,
+    RECEIVED_BODY_FIELD,
+    RECEIVED_BODY_KEY,
+    response_headers,
+)
 from eppkit.services.vllm.disconnects import Watch
 from eppkit.services.vllm.failures import Failure
 from eppkit.services.vllm.lora import LoraUse
@@ -40,6 +51,35 @@ class Flow:
     watch: Watch | None = None
     lora: LoraUse | None = None  # its adapter's use, for a request on a LoRA adapter
     ended_ns: int | None = None  # wall clock when the last bytes were handed to the socket
+
+
+def extra_fields(request: web.Request, kv_transfer_params: dict | None, metadata_report: dict | None) -> dict[str, Any]:
+    """What the answer carries beside the choices: vLLM's ``kv_transfer_params`` (a prefill's for its decoder, else
+    null), a multipart request's metadata report, and the body as it arrived when a test asks (to show a change)."""
+    extra: dict[str, Any] = {"kv_transfer_params": kv_transfer_params}
+    if metadata_report is not None:
+        extra["multipart_metadata"] = metadata_report
+    if RECEIVED_BODY_KEY in request:
+        extra[RECEIVED_BODY_FIELD] = base64.b64encode(request[RECEIVED_BODY_KEY]).decode()
+    return extra
+
+
+async def finish(flow: Flow, renderer: Renderer, req: api.GenRequest, out: list[str], use: dict[str, Any],
+                 extra: dict[str, Any], instance: str) -> web.StreamResponse:
+    """The answer's end: a stream's last chunk (its usage when asked) and ``[DONE]``; else the whole JSON body, written
+    after the headers a multipart request sent at its first token, or as a response of its own."""
+    if req.stream:
+        tail = renderer.final_chunk(flow.finish_reason, extra, last=not req.include_usage)
+        if req.include_usage:
+            tail += renderer.usage_chunk(use)
+        await write_eof(flow, tail + DONE)
+        return flow.response
+    body = json.dumps(renderer.full("".join(out), flow.finish_reason, use, extra)).encode()
+    if flow.response is not None:
+        await write_eof(flow, body)
+        return flow.response
+    return web.Response(body=body, content_type="application/json",
+                        headers={**headers(instance, flow), HEADER_RESPONSE_SHA256: hashlib.sha256(body).hexdigest()})
 
 
 class InjectedDrop(Exception):

@@ -16,14 +16,11 @@ The request's way in (its body, its ``x-mock-*`` headers) is :mod:`~eppkit.servi
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import itertools
 import json
 import logging
 import random
 import time
-from typing import Any
 
 from aiohttp import web
 from eppkit.observability import otel
@@ -33,9 +30,8 @@ from eppkit.services.openai_server import api, handshake, tokens
 from eppkit.services.openai_server.ec_cache import EncoderCache
 from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from eppkit.services.openai_server.metrics import VllmMetrics
-from eppkit.services.openai_server.responses import DONE, Renderer, usage
-from eppkit.services.pod_headers import (HEADER_POD, HEADER_RESPONSE_SHA256, RECEIVED_BODY_FIELD, RECEIVED_BODY_KEY,
-                                         REQUEST_ID_KEY, pod_headers_middleware)
+from eppkit.services.openai_server.responses import Renderer, usage
+from eppkit.services.pod_headers import HEADER_POD, REQUEST_ID_KEY, pod_headers_middleware
 from eppkit.services.vllm import multipart, recording, reply, request_in
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig
@@ -348,22 +344,9 @@ class MockVllm:
         # 8. finish
         finish_reason = "length" if (prefill_only or req.max_tokens is not None) else "stop"
         flow.finish_reason = finish_reason
-        extra: dict[str, Any] = {}
-        if prefill_only:
-            extra["kv_transfer_params"] = handshake.prefill_response_params(
-                instance=c.instance,
-                request_id=flow.request_id,
-                prompt_tokens=req.prompt_tokens,
-                block_size=c.block_size,
-                host=c.kv_host,
-                port=c.kv_port,
-            )
-        else:
-            extra["kv_transfer_params"] = None
-        if metadata_report is not None:
-            extra["multipart_metadata"] = metadata_report
-        if RECEIVED_BODY_KEY in request:  # test steering: the body as it arrived, for the suite to show a change
-            extra[RECEIVED_BODY_FIELD] = base64.b64encode(request[RECEIVED_BODY_KEY]).decode()
+        kv_params = handshake.prefill_response_params(
+            instance=c.instance, request_id=flow.request_id, prompt_tokens=req.prompt_tokens,
+            block_size=c.block_size, host=c.kv_host, port=c.kv_port) if prefill_only else None
         # vLLM reports the tokens a chat request put into its prefix cache (whole blocks not found there);
         # its completions leave the field null.
         created = (req.prompt_tokens // c.block_size) * c.block_size - cached if req.kind == api.CHAT else None
@@ -376,20 +359,8 @@ class MockVllm:
         self.metrics.request_success(finished_reason=finish_reason).inc()
         recording.count_tokens(self.metrics, self.c.max_model_len, req, n_out, cached, pulled=req.prompt_tokens if remote_prefill else 0,
                            inference_s=prefill_time + decode_time)
-
-        if req.stream:
-            tail = renderer.final_chunk(finish_reason, extra, last=not req.include_usage)
-            if req.include_usage:
-                tail += renderer.usage_chunk(use)
-            await reply.write_eof(flow, tail + DONE)
-            return flow.response
-        body = json.dumps(renderer.full("".join(out), finish_reason, use, extra)).encode()
-        if flow.response is not None:  # multipart: headers went out at the first token
-            await reply.write_eof(flow, body)
-            return flow.response
-        return web.Response(body=body, content_type="application/json",
-                            headers={**reply.headers(self.c.instance, flow),
-                                     HEADER_RESPONSE_SHA256: hashlib.sha256(body).hexdigest()})
+        extra = reply.extra_fields(request, kv_params, metadata_report)
+        return await reply.finish(flow, renderer, req, out, use, extra, self.c.instance)
 
     # ---- steps -----------------------------------------------------------------------
 
