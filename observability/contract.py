@@ -14,69 +14,23 @@ names are Envoy's. Everything else is eppkit's own and keeps the spelling users'
 A span declares the attributes and events it may carry; :func:`violations` checks a trace (or
 recorded spans) against that, and docs/CONTRACTS.md's trace section is :func:`markdown`'s output
 (a test keeps the two equal). Adding a span: declare it in its service's class below, emit it,
-regenerate the doc (``python -m eppkit.observability.contract_check --write docs/CONTRACTS.md``).
+regenerate the doc (``python -m eppkit.observability.contract_check --write docs/CONTRACTS.md``). How a name is
+declared (an :class:`Entry` of one kind, once) is :mod:`eppkit.observability.contract_entries`.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
-SERVICE, RESOURCE, SPAN, EVENT, ATTRIBUTE = "service", "resource attribute", "span", "span event", "attribute"
+from eppkit.observability.contract_entries import ATTRIBUTE, EVENT, RESOURCE, SERVICE, SPAN, Entry, declared
+from eppkit.observability.contract_entries import add as _add
+from eppkit.observability.contract_entries import attribute as _attr
+from eppkit.observability.contract_entries import event as _event
+from eppkit.observability.contract_entries import resource as _resource
+from eppkit.observability.contract_entries import service as _service
+from eppkit.observability.contract_entries import span as _span
 
-
-@dataclass(frozen=True)
-class Entry:
-    """One name of the contract."""
-
-    kind: str
-    name: str
-    doc: str
-    service: str = ""  # spans: the service.name that emits it
-    attributes: tuple[str, ...] = ()  # spans and events: the attributes they may carry
-    events: tuple[str, ...] = ()  # spans: the events they may carry
-    semconv: bool = False  # an OpenTelemetry semantic-convention name
-    origin: str = "eppkit"  # whose name it is: eppkit, OpenTelemetry, vLLM, Envoy
-
-    @property
-    def pattern(self) -> re.Pattern | None:
-        """Names with ``{placeholders}`` (Envoy's ``router {cluster} egress``) match as a pattern."""
-        if "{" not in self.name:
-            return None
-        return re.compile("^" + re.sub(r"\\\{[a-z_]+\\\}", ".+", re.escape(self.name)) + "$")
-
-
-_ENTRIES: list[Entry] = []
-
-
-def _add(entry: Entry) -> str:
-    if any(e.kind == entry.kind and e.name == entry.name for e in _ENTRIES):
-        raise ValueError(f"{entry.kind} {entry.name!r} declared twice")
-    _ENTRIES.append(entry)
-    return entry.name
-
-
-def _service(name: str, doc: str) -> str:
-    return _add(Entry(SERVICE, name, doc))
-
-
-def _resource(name: str, doc: str) -> str:
-    return _add(Entry(RESOURCE, name, doc, semconv=True, origin="OpenTelemetry"))
-
-
-def _attr(name: str, doc: str, *, semconv: bool = False, origin: str = "eppkit") -> str:
-    return _add(Entry(ATTRIBUTE, name, doc, semconv=semconv, origin="OpenTelemetry" if semconv else origin))
-
-
-def _event(name: str, doc: str, attributes: Iterable[str] = ()) -> str:
-    return _add(Entry(EVENT, name, doc, attributes=tuple(attributes)))
-
-
-def _span(name: str, service: str, doc: str, attributes: Iterable[str] = (), events: Iterable[str] = (),
-          origin: str = "eppkit") -> str:
-    return _add(Entry(SPAN, name, doc, service=service, attributes=tuple(attributes), events=tuple(events),
-                      origin=origin))
+__all__ = ["ATTRIBUTE", "ENTRIES", "EVENT", "RESOURCE", "SERVICE", "SPAN", "Entry", "entries", "service_of", "span"]
 
 
 # -- services and resources ----------------------------------------------------------------------------
@@ -424,7 +378,7 @@ class Encoder:
                     CONFIGURED_MS, Mock.FAILURE), (Mock.FAILURE_INJECTED,))
 
 
-ENTRIES: tuple[Entry, ...] = tuple(_ENTRIES)
+ENTRIES: tuple[Entry, ...] = declared()
 
 _BY_KIND: dict[str, dict[str, Entry]] = {}
 for _e in ENTRIES:

@@ -33,7 +33,7 @@ def violations(name: str, attributes: Iterable[str] = (), events: Mapping[str, I
         if event_name not in entry.events and event_name != contract.ExceptionEvent.EVENT:
             out.append(f"span {where!r}: event {event_name!r} is not declared for it")
             continue
-        declared = contract._BY_KIND[contract.EVENT][event_name].attributes
+        declared = contract.entries(contract.EVENT)[event_name].attributes
         out += [f"span {where!r}: event {event_name!r} attribute {key!r} is not declared for it"
                 for key in event_attributes if key not in declared]
     return out
@@ -43,10 +43,10 @@ def violations(name: str, attributes: Iterable[str] = (), events: Mapping[str, I
 
 def markdown() -> str:
     """The trace contract as Markdown: docs/CONTRACTS.md holds exactly this between its markers."""
-    attrs, events = contract._BY_KIND[contract.ATTRIBUTE], contract._BY_KIND[contract.EVENT]
-    lines = ["Services (`service.name`): " + ", ".join(f"`{s}`" for s in contract._BY_KIND[contract.SERVICE]) + ".", ""]
+    attrs, events = contract.entries(contract.ATTRIBUTE), contract.entries(contract.EVENT)
+    lines = ["Services (`service.name`): " + ", ".join(f"`{s}`" for s in contract.entries(contract.SERVICE)) + ".", ""]
     lines += ["| service | span | what it is | attributes | events |", "|---|---|---|---|---|"]
-    for e in contract._BY_KIND[contract.SPAN].values():
+    for e in contract.entries(contract.SPAN).values():
         a = ", ".join(f"`{n}`" for n in e.attributes) or "–"
         ev = ", ".join(f"`{n}`" for n in e.events) or "–"
         origin = "" if e.origin == "eppkit" else f" ({e.origin}'s name)"
@@ -55,7 +55,7 @@ def markdown() -> str:
     for e in events.values():
         lines.append(f"| `{e.name}` | {e.doc} | {', '.join(f'`{n}`' for n in e.attributes) or '–'} |")
     lines += ["", "| attribute | what it is | whose name |", "|---|---|---|"]
-    for e in list(contract._BY_KIND[contract.RESOURCE].values()) + list(attrs.values()):
+    for e in list(contract.entries(contract.RESOURCE).values()) + list(attrs.values()):
         kind = " (resource)" if e.kind == contract.RESOURCE else ""
         lines.append(f"| `{e.name}` | {e.doc}{kind} | {e.origin}{' semconv' if e.semconv else ''} |")
     return "\n".join(lines) + "\n"
