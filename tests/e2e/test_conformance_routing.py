@@ -47,12 +47,12 @@ def test_load_aware_is_not_applicable_unless_declared(eppkit_testbed_factory):
     assert check["status"] == "n/a" and "--load-aware" in check["message"], rp.text(report)
 
 
-def test_the_echo_epp_said_load_aware_fails_load_aware_alone(eppkit_testbed_factory):
-    target = Target("external-epp", {"epp_command": ECHO}, load_aware=True)
-    report = run(target, eppkit_testbed_factory, runtime="local", checks=selected(["load-aware"]),
-                 budget=LOADED_MACHINE)
+@pytest.mark.parametrize("name, field", [("load-aware", "load_aware"), ("lora-affinity", "lora_affinity")])
+def test_the_echo_epp_said_to_route_by_it_fails_that_check_alone(eppkit_testbed_factory, name, field):
+    target = Target("external-epp", {"epp_command": ECHO}, **{field: True})
+    report = run(target, eppkit_testbed_factory, runtime="local", checks=selected([name]), budget=LOADED_MACHINE)
     statuses = {c["id"]: c["status"] for c in report["checks"]}
-    assert statuses.pop("load-aware") == "fail", rp.text(report)
+    assert statuses.pop(name) == "fail", rp.text(report)
     assert set(statuses.values()) == {"pass"}, rp.text(report)  # what it needs: served
 
 
@@ -71,12 +71,3 @@ def test_lora_affinity_passes_the_lora_affinity_scorer_and_fails_round_robin(epp
     assert failing["status"] == "fail", failing
     assert "requests for sql-lora went elsewhere while vllm-1's /metrics showed" in failing["message"], failing
     assert any("Envoy sent it to vllm-0" in line for line in failing["evidence"]), failing["evidence"]
-
-
-def test_the_echo_epp_said_lora_affinity_fails_lora_affinity_alone(eppkit_testbed_factory):
-    target = Target("external-epp", {"epp_command": ECHO}, lora_affinity=True)
-    report = run(target, eppkit_testbed_factory, runtime="local", checks=selected(["lora-affinity"]),
-                 budget=LOADED_MACHINE)
-    statuses = {c["id"]: c["status"] for c in report["checks"]}
-    assert statuses.pop("lora-affinity") == "fail", rp.text(report)
-    assert set(statuses.values()) == {"pass"}, rp.text(report)  # what it needs: served

@@ -61,21 +61,26 @@ def test_busy_is_running_and_waiting_and_kv_blocks_in_use():
     assert "vllm:num_requests_waiting 4" in routing.load_words(BUSY)
 
 
-def test_load_aware_is_declared_like_cache_aware():
-    check = CHECKS.get("load-aware")
+# The routing checks an EPP declares (--load-aware, --lora-affinity): each a should, n/a unless declared.
+DECLARED = [("load-aware", "load_aware"), ("lora-affinity", "lora_affinity")]
+
+
+@pytest.mark.parametrize("name, field", DECLARED)
+def test_a_routing_check_is_declared_like_cache_aware(name, field):
+    check = CHECKS.get(name)
     assert check.level == "should" and not check.per_protocol
     result = run_check(check, SimpleNamespace(target=Target("ext_proc")), {})
-    assert result.status == NOT_APPLICABLE and "--load-aware" in result.message
-    assert Target("ext_proc", load_aware=True).describe()["load_aware"] is True
+    assert result.status == NOT_APPLICABLE and f"--{name}" in result.message
+    assert Target("ext_proc", **{field: True}).describe()[field] is True
 
 
-def test_the_command_line_declares_it():
+@pytest.mark.parametrize("name, field", DECLARED)
+def test_the_command_line_declares_it(name, field):
     from eppkit.cli import parser
     from eppkit.conformance.command import target_from
 
-    args = parser().parse_args(["conformance", "--mode", "ext_proc", "--load-aware"])
-    assert target_from(args).load_aware
-    assert not target_from(parser().parse_args(["conformance", "--mode", "ext_proc"])).load_aware
+    assert getattr(target_from(parser().parse_args(["conformance", "--mode", "ext_proc", f"--{name}"])), field)
+    assert not getattr(target_from(parser().parse_args(["conformance", "--mode", "ext_proc"])), field)
 
 
 def test_the_busy_load_goes_to_loopback_only():
@@ -117,23 +122,6 @@ def test_the_rule_is_judged_while_the_pod_runs_the_adapter_and_has_room():
     assert not routing._running(LoraInfo(running=("sql-lora",), max_lora=1), "sql-lora")  # no room
     assert not routing._running(LoraInfo(waiting=("sql-lora",), max_lora=2), "sql-lora")
     assert not routing._running(None, "sql-lora")
-
-
-def test_lora_affinity_is_declared_like_load_aware():
-    check = CHECKS.get("lora-affinity")
-    assert check.level == "should" and not check.per_protocol
-    result = run_check(check, SimpleNamespace(target=Target("ext_proc")), {})
-    assert result.status == NOT_APPLICABLE and "--lora-affinity" in result.message
-    assert Target("ext_proc", lora_affinity=True).describe()["lora_affinity"] is True
-
-
-def test_the_command_line_declares_lora_affinity():
-    from eppkit.cli import parser
-    from eppkit.conformance.command import target_from
-
-    args = parser().parse_args(["conformance", "--mode", "ext_proc", "--lora-affinity"])
-    assert target_from(args).lora_affinity
-    assert not target_from(parser().parse_args(["conformance", "--mode", "ext_proc"])).lora_affinity
 
 
 def test_an_anchor_off_loopback_is_not_applicable():

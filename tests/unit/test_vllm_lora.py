@@ -87,15 +87,22 @@ def test_an_adapter_loads_on_demand_in_place_of_the_least_recently_used_idle_one
     assert a.loads == 3 and a.evictions == 1
 
 
+async def _one_slot_busy_and_one_waiting() -> tuple[LoraAdapters, object, object, asyncio.Task]:
+    """One slot, sql-lora running in it, and chat-lora's load waiting for it: (adapters, the busy use, the waiting
+    use, its load's task)."""
+    a = LoraAdapters(parse_modules(ADAPTERS), max_loras=1)
+    busy = a.use("sql-lora")
+    await busy.load()
+    busy.run()
+    other = a.use("chat-lora")
+    waiting = asyncio.create_task(other.load())
+    await asyncio.sleep(0.01)
+    return a, busy, other, waiting
+
+
 def test_a_request_waits_while_every_slot_has_requests_running_then_loads():
     async def go():
-        a = LoraAdapters(parse_modules(ADAPTERS), max_loras=1)
-        busy = a.use("sql-lora")
-        await busy.load()
-        busy.run()
-        other = a.use("chat-lora")
-        waiting = asyncio.create_task(other.load())
-        await asyncio.sleep(0.01)
+        a, busy, other, waiting = await _one_slot_busy_and_one_waiting()
         during = (a.info(), a.blocked, waiting.done())
         busy.close()  # sql-lora is idle now: chat-lora takes its slot
         await asyncio.wait_for(waiting, 1)
@@ -113,13 +120,7 @@ def test_a_request_waits_while_every_slot_has_requests_running_then_loads():
 
 def test_a_cancelled_wait_gives_back_what_it_counted():
     async def go():
-        a = LoraAdapters(parse_modules(ADAPTERS), max_loras=1)
-        busy = a.use("sql-lora")
-        await busy.load()
-        busy.run()
-        other = a.use("chat-lora")
-        task = asyncio.create_task(other.load())
-        await asyncio.sleep(0.01)
+        a, _, other, task = await _one_slot_busy_and_one_waiting()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
