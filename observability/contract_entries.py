@@ -6,8 +6,8 @@ declaration of a kind and name is an error); each declarer returns the name, the
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 SERVICE, RESOURCE, SPAN, EVENT, ATTRIBUTE = "service", "resource attribute", "span", "span event", "attribute"
 

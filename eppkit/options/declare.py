@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from eppkit.core.flags import flag_of, flagged
 from eppkit.gateway import user_filters as uf

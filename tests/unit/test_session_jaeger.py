@@ -71,9 +71,9 @@ def test_a_session_jaeger_releases_what_its_runtime_held_when_it_stops(fake_runt
 
 
 def test_a_session_jaeger_that_never_gets_ready_stops_and_releases_too(fake_runtime, tmp_path):
-    with pytest.raises(ReadinessTimeout, match="never does"):
-        with runtimes.create_jaeger("fake", tmp_path / "jaeger", launcher_options={"ready": False}):
-            pytest.fail("a Jaeger that never got ready was handed out")
+    with pytest.raises(ReadinessTimeout, match="never does"), \
+            runtimes.create_jaeger("fake", tmp_path / "jaeger", launcher_options={"ready": False}):
+        pytest.fail("a Jaeger that never got ready was handed out")
     assert fake_runtime[0].held == set()
     assert fake_runtime[0].processes[0].stopped == 1
 
