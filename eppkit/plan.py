@@ -61,6 +61,17 @@ class ServiceSpec:
     kube_rbac: tuple[dict, ...] = ()
 
 
+# What a controller EPP may read in its namespace: GAIE's EPP, or the kit's watching its pool (GAIE's chart v1.5.0:
+# config/charts/epplib/templates/_rbac.yaml and inferencepool/templates/rbac.yaml; its metrics auth, the chart's
+# ClusterRole, is off here).
+CONTROLLER_RBAC = (
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]},
+    {"apiGroups": ["inference.networking.x-k8s.io"], "resources": ["inferenceobjectives", "inferencemodelrewrites"],
+     "verbs": ["get", "watch", "list"]},
+    {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": ["get", "watch", "list"]},
+)
+
+
 @dataclass(frozen=True)
 class PoolTarget:
     """Where a mode's EPP finds its InferencePool: one namespace of the testbed's Kubernetes control plane.

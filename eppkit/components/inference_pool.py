@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Sequence
 
 from eppkit.components.controlplane import ControlPlaneError
+from eppkit.services.picker.saturation import OBJECTIVE_GROUP, OBJECTIVE_KIND, OBJECTIVE_PLURAL, OBJECTIVE_VERSION
 
 if TYPE_CHECKING:
     from eppkit.components.kubeapi import ApiServer
@@ -109,6 +110,12 @@ def _state(pod) -> PodState:
     return PodState(pod.metadata.name, (status.podIP if status else None) or "", ready, dict(pod.metadata.labels or {}))
 
 
+def _objective_resource():
+    from lightkube.generic_resource import create_namespaced_resource
+
+    return create_namespaced_resource(OBJECTIVE_GROUP, OBJECTIVE_VERSION, OBJECTIVE_KIND, OBJECTIVE_PLURAL)
+
+
 def _pool_resource():
     from lightkube.generic_resource import create_namespaced_resource
 
@@ -176,6 +183,18 @@ class InferencePoolObjects:
         else:
             for name, ip in pods:
                 self.add_pod(name, ip, ready=ready, port=target_ports[0])
+
+    def add_objective(self, name: str, priority: int) -> None:
+        """An InferenceObjective of this pool (``spec.poolRef`` names it) with ``priority``."""
+        from lightkube import ApiError
+
+        body = {"apiVersion": f"{OBJECTIVE_GROUP}/{OBJECTIVE_VERSION}", "kind": OBJECTIVE_KIND,
+                "metadata": {"name": name, "namespace": self.namespace},
+                "spec": {"priority": int(priority), "poolRef": {"group": GROUP, "name": self.name}}}
+        try:
+            self._client.create(_objective_resource().from_dict(body))
+        except ApiError as exc:
+            raise self._fail(f"the API server refused InferenceObjective {name}", exc) from None
 
     async def _add_many(self, pods: list[tuple[str, str]], port: int, ready: bool) -> None:
         from lightkube import ApiError
@@ -337,6 +356,7 @@ class InferencePoolObjects:
 
         try:
             self._client.delete(self._pool, self.name)
+            self._client.deletecollection(_objective_resource())
             if not self.real_pods:  # real pods are the testbed's to stop
                 self._client.deletecollection(Pod, grace_period=0)
         except ApiError:

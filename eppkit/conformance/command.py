@@ -36,6 +36,7 @@ def target_from(args: argparse.Namespace) -> Target | PluginTarget:
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
     return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None,
                   cache_aware=args.cache_aware, load_aware=args.load_aware, lora_affinity=args.lora_affinity,
+                  saturation=args.saturation,
                   sustained=args.sustained_load, filters=filters).validate()
 
 

@@ -74,12 +74,12 @@ class Harness:
         with self._lock:
             return self._bed(variant, topology, options)
 
-    def own_bed(self, variant: str, **options: Any):
+    def own_bed(self, variant: str, topology: Topology | None = None, **options: Any):
         """A testbed of ``variant`` for a check that runs beside the others (:attr:`Check.beside`): up on top of
-        the ``keep`` ones, never retired by another check's, until :meth:`release`."""
+        the ``keep`` ones, never retired by another check's, until :meth:`release` (``topology``: as :meth:`bed`)."""
         with self._lock:
-            self._pinned.add(self._key(variant, None, options))
-            return self._bed(variant, None, options)
+            self._pinned.add(self._key(variant, topology, options))
+            return self._bed(variant, topology, options)
 
     def release(self, bed) -> None:
         """Stop a testbed of :meth:`own_bed` now (its requests are left out of :meth:`hops`: the check that sent

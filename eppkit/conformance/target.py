@@ -55,6 +55,9 @@ class Target:
     load_aware: bool = False
     # The EPP says it routes LoRA adapters (their pods' /metrics): the lora-affinity check judges it; otherwise n/a.
     lora_affinity: bool = False
+    # The EPP says it sheds sheddable requests (InferenceObjective priority < 0) when the pool is saturated: the
+    # saturation check judges it; otherwise n/a.
+    saturation: bool = False
     # Judge it under sustained load too (--sustained-load): the sustained-load check's 2,000 requests; otherwise n/a.
     sustained: bool = False
     # Your filters in the chain of every testbed (--lua-filter, --dynamic-module, --http-filter): the EPP is judged
@@ -113,6 +116,7 @@ class Target:
                 **({"cache_aware": True} if self.cache_aware else {}),
                 **({"load_aware": True} if self.load_aware else {}),
                 **({"lora_affinity": True} if self.lora_affinity else {}),
+                **({"saturation": True} if self.saturation else {}),
                 **({"sustained": True} if self.sustained else {}),
                 **({"filters": [f"{f.label} @{f.position}" for f in self.filters]} if self.filters else {})}
 

@@ -109,3 +109,18 @@ class NotWitnessed(Exception):
     def __init__(self, what: str, sent: Sent, timeout_s: float | None = None):
         self.sent = sent
         super().__init__(f"{what}: {cause(sent, timeout_s)}")
+
+
+# Response code details of the local replies Envoy makes itself (not the EPP's).
+ENVOYS_OWN = ("no_healthy_upstream", "upstream_", "ext_proc_error", "route_not_found", "cluster_not_found",
+              "maintenance_mode", "spurious_message", "request_overall_timeout", "downstream_")
+
+
+def from_the_epp(hop) -> bool:
+    """Envoy's record says the EPP answered the request itself (an ImmediateResponse): its ext_proc filter state
+    says so on Envoy 1.38 and later; before, a reply that went to no upstream with details Envoy does not make."""
+    said = hop.ext_proc.get("received_immediate_response")
+    if said is not None:
+        return bool(said)
+    details = str(hop["details"] or "")  # the EPP's own details (empty when it gives none), or Envoy's
+    return hop["upstream"] in (None, "", "-") and not details.startswith(ENVOYS_OWN)

@@ -14,6 +14,7 @@ and ``tracing`` come from :class:`eppkit.modes.options.PickerOptions`):
 | ``epp_subset_hint`` | None | the EPP protocol's subset hint on every request: ``["ip:port", ...]`` or ``"ip:port,ip:port"``; an entry naming a backend (``vllm-1``) is its address |
 | ``epp_disabled`` | False | do not start the EPP (Envoy still points at its port): the EPP-down case |
 | ``epp_args`` | [] | extra command-line arguments for the EPP |
+| ``epp_watch_pool`` | False | the EPP learns its pool as GAIE's does, from an InferencePool and its Pods in the testbed's control plane, and reads the pool's InferenceObjectives there (a sheddable request's priority) |
 | ``multipart_trigger`` | ``first-token`` | multipart flow: part 2 on a streamed request's first token, or always on the response ``headers`` |
 
 Flows: in pd / epd / ttft the EPP also gets the prefill and encoder pools and names them in
@@ -32,7 +33,7 @@ from eppkit.modes._pickers import picked_vars, picker_service
 from eppkit.modes.options import PickerOptions
 from eppkit.modes.registry import Mode, register
 from eppkit.observability.contract import Cluster, Envoy, Epp, Service
-from eppkit.plan import Endpoint, ModePlan, ServiceSpec
+from eppkit.plan import CONTROLLER_RBAC, Endpoint, ModePlan, PoolTarget, ServiceSpec
 from eppkit.services.epp import BODY_PATHS, MULTIPART_TRIGGERS, REQUEST_BODY
 
 
@@ -63,6 +64,8 @@ class ExtProcOptions(PickerOptions, EnvoyExtProcOptions):
     epp_disabled: bool = False
     epp_args: list = field(default_factory=list)
     multipart_trigger: str = MULTIPART_TRIGGERS[0]
+    # The EPP is a controller, as GAIE's: its pool and InferenceObjectives from the testbed's control plane.
+    epp_watch_pool: bool = False
 
     def validate(self) -> "ExtProcOptions":
         super().validate()
@@ -73,17 +76,24 @@ class ExtProcOptions(PickerOptions, EnvoyExtProcOptions):
 
 
 def epp_service(topology, options: ExtProcOptions, port: int, backends: list[Endpoint], pools,
-                *, frontend_url: str | None = None) -> ServiceSpec:
-    """The EPP's start spec; in sidecar mode (``frontend_url``) it asks that frontend for decoders."""
+                *, frontend_url: str | None = None, kube: PoolTarget | None = None) -> ServiceSpec:
+    """The EPP's start spec; in sidecar mode (``frontend_url``) it asks that frontend for decoders; with ``kube``
+    it learns its pool (and the pool's InferenceObjectives) from that InferencePool instead of a list."""
     extra: list[str] = []
+    if kube is not None:
+        extra += ["--kubeconfig", kube.kubeconfig, "--pool-namespace", kube.namespace, "--pool-name", kube.name]
+        backends = []
     if frontend_url is not None:
         extra += ["--frontend-url", frontend_url]
     if topology.flow == "multipart":
         extra += ["--multipart", "--multipart-trigger", options.multipart_trigger]
     if options.epp_request_body != BODY_PATHS[0]:
         extra += ["--request-body", options.epp_request_body]
-    return picker_service("epp", "eppkit.services.epp", port, options, backends, pools,
+    spec = picker_service("epp", "eppkit.services.epp", port, options, backends, pools,
                           extra=[*extra, *options.epp_args], health_path=None)  # gRPC: the testbed waits for the port
+    if kube is not None:
+        spec.kube_rbac = CONTROLLER_RBAC
+    return spec
 
 
 def envoy_vars(topology, options: ExtProcOptions, backends: list[Endpoint], epp_port: int,
@@ -123,7 +133,7 @@ def subset_hint(hint: list | str | None, backends: list[Endpoint]) -> list | str
 
 def plan(topology, options: ExtProcOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     epp_port = ports.port()
-    services = [] if options.epp_disabled else [epp_service(topology, options, epp_port, backends, pools)]
+    services = [] if options.epp_disabled else [epp_service(topology, options, epp_port, backends, pools, kube=kube)]
     return ModePlan(services=services, envoy_vars=envoy_vars(topology, options, backends, epp_port))
 
 
@@ -135,5 +145,5 @@ MODE = register(Mode(
     template="ext_proc.yaml.j2", options=ExtProcOptions, plan=plan, color="#1f77b4",
     pickers=(Service.EPP,), picker_span=Epp.PROCESS, picker_call=Envoy.EXT_PROC_CALL, decision=(Service.EPP, Epp.PICK),
     spans=EPP_SPANS, upstream=Envoy.router(Cluster.PICKED), fallback_upstream=Envoy.router(Cluster.POOL),
-    health_aware=True,
+    health_aware=True, kubernetes=lambda options: options.epp_watch_pool,
 ))

@@ -32,6 +32,7 @@ from eppkit.modes.ext_proc import EnvoyExtProcOptions, envoy_vars
 from eppkit.modes.options import CommonOptions, FailOpenOptions
 from eppkit.modes.registry import Mode, register
 from eppkit.observability.contract import Cluster, Envoy, Service
+from eppkit.plan import CONTROLLER_RBAC as RBAC
 from eppkit.plan import ModePlan, PoolTarget, ServiceSpec
 
 OTEL_SERVICE = "gaie-epp"  # the EPP's spans in Jaeger (its own traces)
@@ -73,16 +74,6 @@ class GaieEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
         # v1.5.0 reads the body as it streams and answers it as streamed mutations (the EPP protocol's way).
         self.check_request_body(allowed=("streamed",))
         return self
-
-
-# What the EPP may read in its namespace (GAIE's chart v1.5.0: config/charts/epplib/templates/_rbac.yaml and
-# inferencepool/templates/rbac.yaml; its metrics auth, the chart's ClusterRole, is off here).
-RBAC = (
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]},
-    {"apiGroups": ["inference.networking.x-k8s.io"], "resources": ["inferenceobjectives", "inferencemodelrewrites"],
-     "verbs": ["get", "watch", "list"]},
-    {"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": ["get", "watch", "list"]},
-)
 
 
 def _progress(message: str) -> None:

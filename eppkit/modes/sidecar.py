@@ -29,6 +29,13 @@ class SidecarOptions(ExtProcOptions):
     frontend_args: list = field(default_factory=list)
     frontend_disabled: bool = False
 
+    def validate(self) -> SidecarOptions:
+        super().validate()
+        if self.epp_watch_pool:
+            raise ValueError("epp_watch_pool: the sidecar mode's decisions are its frontend's, which reads a pool "
+                             "list; the EPP that watches an InferencePool is mode ext_proc's")
+        return self
+
 
 def plan(topology, options: SidecarOptions, ports, backends, pools=None, kube=None) -> ModePlan:
     frontend_port, epp_port = ports.port(), ports.port()

@@ -244,6 +244,9 @@ def _table() -> list[Option]:
         Option("--lora-affinity", "the EPP sends a LoRA adapter's requests where it is running (the pods' /metrics: "
                "vllm:lora_requests_info): judge it (check lora-affinity; default: that check is n/a)",
                S({CONFORMANCE}), action="store_true", group="conformance"),
+        Option("--saturation", "the EPP sheds a request whose InferenceObjective (x-gateway-inference-objective) has "
+               "a negative priority with 429 while every pod is saturated, and serves the others: judge it (check "
+               "saturation; default: that check is n/a)", S({CONFORMANCE}), action="store_true", group="conformance"),
         Option("--sustained-load", "judge the EPP under sustained load too (check sustained-load: 2,000 requests "
                "through one EPP process, 15-35 s more a verdict; default: that check is n/a)", S({CONFORMANCE}),
                action="store_true", group="conformance"),

@@ -106,6 +106,10 @@ class InferencePoolHandle:
         """Every pod of the testbed's namespace: name, IP, Ready, labels."""
         return self.objects.pods()
 
+    def add_objective(self, name: str, priority: int) -> None:
+        """An InferenceObjective of the pool with ``priority`` (a request names it in x-gateway-inference-objective)."""
+        self.objects.add_objective(name, priority)
+
     def add_pod(self, name: str | None = None, *, ip: str | None = None, ready: bool = True,
                 labels: dict[str, str] | None = None, model: str | None = None) -> PodState:
         """A new pod: its mock on ``ip`` (default: the next free loopback address) and the pool's target port,

@@ -32,6 +32,9 @@ MISBEHAVIOURS = {
     "empty-body-reply": "answers body chunks with an empty CommonResponse (no streamed mutation: GAIE #3028)",
     "metadata-on-response": "sends envoy.lb metadata again on its response headers reply, naming another pod (GAIE #2824)",
     "framing-headers": "sets transfer-encoding: chunked on its response headers reply (GAIE #2993, ai-gateway #2391)",
+    # Saturation (its peers: this fault, and the echo EPP itself, which reads no objective and sheds nothing).
+    "shed-every-objective": "answers 429 to every request that names an InferenceObjective "
+                            "(x-gateway-inference-objective), whatever its priority and the pool's load",
     "reencode-json": "reads the JSON body into a map of float64s and writes it again, as Go's json.Marshal does: "
                      "an integer above 2^53 rounded, a 17-digit float shortened, one of two duplicate keys kept "
                      "(GAIE #1126)",

@@ -75,6 +75,9 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
         """The decision on the request headers: 429 to shed, 503 when no endpoint fits, else the pick."""
         if self.shed_header and self.shed_header in request_headers:
             return protocol.immediate_response(429, f"request shed ({self.shed_header})", code="shed")
+        if self.misbehave == "shed-every-objective" and headers.OBJECTIVE in request_headers:
+            return protocol.immediate_response(429, f"request shed ({headers.OBJECTIVE}: "
+                                               f"{request_headers[headers.OBJECTIVE]})", code="shed")
         allowed = [ep for ep in self.pool.endpoints if subset is None or ep in subset]
         test = request_headers.get(headers.TEST_ENDPOINT_SELECTION)
         picked = [ep for ep in forced(self.pool, test) if ep in allowed] if test else \

@@ -9,7 +9,9 @@
    aside;
 3. candidates: the healthy endpoints serving the requested model, within the data plane's subset hint
    when it gives one (404 for a model nobody serves, 503 when none is up or none is in the subset);
-4. shed hook: every candidate's waiting queue at ``shed_queue_threshold`` or over is a 429;
+4. shed hooks: a sheddable request (its InferenceObjective's priority negative) while the candidates are saturated
+   is a 429 (GAIE's rule: :mod:`eppkit.services.picker.saturation`); every candidate's waiting queue at
+   ``shed_queue_threshold`` or over is a 429 whatever the priority;
 5. the scorer picks; the rest of its order (up to ``max_fallbacks``) become the fallbacks;
 6. stages (pd / epd / ttft): the prefiller and encoders (:mod:`eppkit.services.picker.stages`).
 
@@ -24,6 +26,7 @@ from eppkit.services.picker.decision import Decision, PickError
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.pool import Pool
 from eppkit.services.picker.request import LlmRequest
+from eppkit.services.picker.saturation import Objectives, Saturation, sheddable
 from eppkit.services.picker.scorers import Scorer
 from eppkit.services.picker.stages import StagePicker, forced
 
@@ -92,8 +95,11 @@ class Picker:
     """Scores the healthy endpoints in-process with one scorer from the registry."""
 
     def __init__(self, pool: Pool, scorer: Scorer, *, shed_queue_threshold: float = 0, max_fallbacks: int = 2,
-                 stages: StagePicker | None = None):
+                 stages: StagePicker | None = None, saturation: Saturation | None = None,
+                 objectives: Objectives | None = None):
         self.pool = pool
+        self.saturation = saturation if saturation is not None else Saturation()
+        self.objectives = objectives if objectives is not None else Objectives()
         self.scorer = scorer
         self.shed_queue_threshold = shed_queue_threshold
         self.max_fallbacks = max_fallbacks
@@ -112,12 +118,26 @@ class Picker:
         if decision is not None:
             return decision
         pool_candidates = candidates(self.pool, request, self.scorer_name)
+        self._shed_when_saturated(request, pool_candidates)
         self._shed_when_full(pool_candidates)
         pick = self.scorer.pick(request, pool_candidates)
         self.pool.note_pick(pick.endpoint)
         return Decision(endpoint=pick.endpoint, address=pick.endpoint.address, scorer=self.scorer_name,
                         reason=pick.reason, fallbacks=[ep.address for ep in pick.fallbacks[: self.max_fallbacks]],
                         details=pick.details)
+
+    def _shed_when_saturated(self, request: LlmRequest, pool_candidates: list[PoolEndpoint]) -> None:
+        priority = self.objectives.priority(request.headers)
+        if not sheddable(priority):
+            return
+        level = self.saturation.of(pool_candidates)
+        if level >= 1.0:
+            raise PickError(429, f"request shed: the pool is saturated ({level:.2f} of GAIE's utilization detector, "
+                                 f"thresholds {self.saturation.queue_depth_threshold:g} waiting, KV cache "
+                                 f"{self.saturation.kv_cache_util_threshold:g}: "
+                                 f"{self.saturation.describe(pool_candidates)}) and the request is sheddable "
+                                 f"({h.OBJECTIVE}: {request.headers.get(h.OBJECTIVE)}, priority {priority})",
+                            code="shed", scorer=self.scorer_name)
 
     def _shed_when_full(self, pool_candidates: list[PoolEndpoint]) -> None:
         threshold = self.shed_queue_threshold

@@ -22,6 +22,7 @@ class PoolEndpoint:
     # Last scrape: None until the first one answered.
     waiting: float | None = None
     running: float | None = None
+    kv_usage: float | None = None  # KV-cache usage, 0..1 (vllm:kv_cache_usage_perc)
     # Picks sent to this endpoint since the last scrape (not yet visible in its metrics).
     picked_since_scrape: int = 0
     healthy: bool = True

@@ -19,6 +19,9 @@ LB_METADATA = "envoy.lb"
 # endpoints, "ip:port" each, as a list (the protocol) or a comma-separated string; none eligible: 503.
 SUBSET_METADATA = "envoy.lb.subset_hint"
 SUBSET = "x-gateway-destination-endpoint-subset"
+# The request's InferenceObjective (GAIE's objective header, pkg/epp/metadata): its priority decides whether it may be
+# shed when the pool is saturated (services/picker/saturation.py).
+OBJECTIVE = "x-gateway-inference-objective"
 # Sidecar mode: the frontend's worker id, passed on next to the destination.
 WORKER_ID = "x-gateway-worker-id"
 # Set by the body-based router in front (if any); else the body's "model" is used.

@@ -16,6 +16,7 @@ log = logging.getLogger("picker.pool")
 
 WAITING_METRIC = "vllm:num_requests_waiting"
 RUNNING_METRIC = "vllm:num_requests_running"
+KV_USAGE_METRIC = "vllm:kv_cache_usage_perc"  # read for saturation (services/picker/saturation.py); optional
 
 
 class Pool:
@@ -25,6 +26,7 @@ class Pool:
         self.waiting_metric = waiting_metric
         self.running_metric = running_metric
         self.load_metrics = frozenset((waiting_metric, running_metric))  # what a scrape needs of /metrics
+        self.read_metrics = self.load_metrics | {KV_USAGE_METRIC}  # what a scrape reads of it
         self._unloaded: set[str] = set()  # endpoints already warned about: their /metrics lacks the load
 
     def __len__(self) -> int:
@@ -79,6 +81,7 @@ class Pool:
         if metrics is not None:
             ep.waiting = metrics.get(self.waiting_metric, ep.waiting)
             ep.running = metrics.get(self.running_metric, ep.running)
+            ep.kv_usage = metrics.get(KV_USAGE_METRIC, ep.kv_usage)
             self._check_load_names(ep, metrics)
 
     def _check_load_names(self, ep: PoolEndpoint, metrics: dict[str, float]) -> None:

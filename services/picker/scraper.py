@@ -116,8 +116,8 @@ class MetricsScraper:
             self.pool.record_scrape(ep, None, error=f"GET {url}: {exc.__class__.__name__}: {exc}")
             return
         try:
-            figures = parse_metrics(text, self.pool.load_metrics)
-            if len(figures) < len(self.pool.load_metrics):  # lacking a load metric: all of them, for the warning
+            figures = parse_metrics(text, self.pool.read_metrics)
+            if not self.pool.load_metrics <= figures.keys():  # lacking a load metric: all of them, for the warning
                 figures = parse_metrics(text)
         except ValueError as exc:  # answering, so up; but its figures cannot be trusted: keep the last ones
             ep.last_error = f"GET {url}: malformed metrics ({exc}); health unchanged"

@@ -19,10 +19,10 @@ from typing import Any, Iterable
 
 from eppkit.services.picker import scorers
 from eppkit.services.picker.core import Picker
-from eppkit.services.picker.endpoints import (Named, format_endpoints, format_kv_events, parse_endpoints,
-                                              parse_kv_events)
+from eppkit.services.picker.endpoints import Named, format_endpoints, format_kv_events, parse_endpoints, parse_kv_events
 from eppkit.services.picker.kube_pool import DEFAULT_GROUP, VERSIONS, KubePool
 from eppkit.services.picker.pool import RUNNING_METRIC, WAITING_METRIC, Pool
+from eppkit.services.picker.saturation import KV_CACHE_UTIL_THRESHOLD, QUEUE_DEPTH_THRESHOLD, KubeObjectives, Saturation
 from eppkit.services.picker.scraper import MetricsScraper
 from eppkit.services.picker.stages import StagePicker
 
@@ -38,14 +38,24 @@ class PickerSettings:
     shed_queue_threshold: float = 0
     # Fallback endpoints a decision lists after the primary.
     max_fallbacks: int = 2
+    # The pool is saturated (a sheddable request, its InferenceObjective's priority negative, gets 429) when the mean
+    # over its endpoints of max(waiting / queue_depth_threshold, KV-cache usage / kv_cache_util_threshold) is 1 or
+    # more: GAIE's utilization detector and its defaults (services/picker/saturation.py); 0: that ratio not read.
+    queue_depth_threshold: float = QUEUE_DEPTH_THRESHOLD
+    kv_cache_util_threshold: float = KV_CACHE_UTIL_THRESHOLD
     # The load the scorers read from each endpoint's /metrics (vLLM's names; another server may name them
     # otherwise): requests waiting in its queue, and requests running.
     waiting_metric: str = WAITING_METRIC
     running_metric: str = RUNNING_METRIC
 
     def validate(self) -> "PickerSettings":
-        if self.metrics_interval < 0 or self.shed_queue_threshold < 0 or self.max_fallbacks < 0:
-            raise ValueError("metrics_interval, shed_queue_threshold and max_fallbacks cannot be negative")
+        if min(self.metrics_interval, self.shed_queue_threshold, self.max_fallbacks, self.queue_depth_threshold,
+               self.kv_cache_util_threshold) < 0:
+            raise ValueError("metrics_interval, shed_queue_threshold, max_fallbacks, queue_depth_threshold and "
+                             "kv_cache_util_threshold cannot be negative")
+        if self.kv_cache_util_threshold > 1:
+            raise ValueError(f"kv_cache_util_threshold is a share of the KV cache, 0..1 (got "
+                             f"{self.kv_cache_util_threshold:g})")
         if not self.waiting_metric.strip() or not self.running_metric.strip():
             raise ValueError("waiting_metric and running_metric name Prometheus metrics; they cannot be empty")
         scorers.create(self.scorer, self.scorer_parameters)  # an unknown type or parameter fails here
@@ -99,6 +109,14 @@ def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> No
     g.add_argument("--shed-queue-threshold", type=float, default=DEFAULTS.shed_queue_threshold,
                    help="answer 429 when every healthy endpoint's waiting queue (vllm:num_requests_waiting at the "
                         "last scrape) is at least this; 0 never sheds (default: %(default)s)")
+    g.add_argument("--queue-depth-threshold", type=float, default=DEFAULTS.queue_depth_threshold,
+                   help="saturation: an endpoint's waiting queue this deep is full; a request whose InferenceObjective "
+                        "has a negative priority gets 429 while the pool is saturated (GAIE's utilization detector: "
+                        "the mean over the endpoints of max(waiting / this, KV-cache usage / --kv-cache-util-threshold) "
+                        "at 1 or more); 0: not read (default: %(default)s, GAIE's)")
+    g.add_argument("--kv-cache-util-threshold", type=float, default=DEFAULTS.kv_cache_util_threshold,
+                   help="saturation: an endpoint's KV-cache usage (vllm:kv_cache_usage_perc, 0..1) this high is full; "
+                        "0: not read (default: %(default)s, GAIE's)")
     g.add_argument("--max-fallbacks", type=int, default=DEFAULTS.max_fallbacks,
                    help="fallback endpoints a decision lists after the primary (default: %(default)s)")
     g.add_argument("--waiting-metric", default=DEFAULTS.waiting_metric,
@@ -129,12 +147,13 @@ def create_picker(settings: PickerSettings = DEFAULTS, endpoints: str = "", *, p
         stage_picker = StagePicker(pool(prefill), pool(encoders), scorers.create(settings.scorer, settings.scorer_parameters))
     return Picker(pool(endpoints), scorers.create(settings.scorer, settings.scorer_parameters),
                   shed_queue_threshold=settings.shed_queue_threshold, max_fallbacks=settings.max_fallbacks,
-                  stages=stage_picker)
+                  stages=stage_picker, saturation=Saturation(settings.queue_depth_threshold,
+                                                             settings.kv_cache_util_threshold))
 
 
 def build(args: argparse.Namespace) -> tuple[Picker, list]:
-    """The picker the flags describe and its background tasks (a :class:`KubePool` first with ``--pool-name``,
-    then one scraper per pool); ValueError names a bad flag value."""
+    """The picker the flags describe and its background tasks (with ``--pool-name`` a :class:`KubePool` and the
+    pool's :class:`KubeObjectives` first, then one scraper per pool); ValueError names a bad flag value."""
     settings = settings_from_args(args)
     watched = bool(getattr(args, "pool_name", ""))
     if watched and args.endpoints:
@@ -148,7 +167,9 @@ def build(args: argparse.Namespace) -> tuple[Picker, list]:
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG", "")
     if not kubeconfig:
         raise ValueError("--pool-name needs a kubeconfig: --kubeconfig or $KUBECONFIG")
-    return picker, [KubePool(picker.pool, kubeconfig, args.pool_namespace, args.pool_name, args.pool_group), *scrapers]
+    return picker, [KubePool(picker.pool, kubeconfig, args.pool_namespace, args.pool_name, args.pool_group),
+                    KubeObjectives(picker.objectives, kubeconfig, args.pool_namespace, args.pool_name, args.pool_group),
+                    *scrapers]
 
 
 def build_or_exit(args: argparse.Namespace) -> tuple[Picker, list[MetricsScraper]]:
@@ -178,6 +199,12 @@ def service_args(settings: PickerSettings, endpoints: Iterable[Named], *, models
         args += ["--encoder-endpoints", format_endpoints(encoders)]
     args += ["--scorer", settings.scorer, "--metrics-interval", f"{settings.metrics_interval:g}",
              "--shed-queue-threshold", f"{settings.shed_queue_threshold:g}", "--max-fallbacks", str(settings.max_fallbacks)]
+    for flag, value, default in (("--queue-depth-threshold", settings.queue_depth_threshold,
+                                  DEFAULTS.queue_depth_threshold),
+                                 ("--kv-cache-util-threshold", settings.kv_cache_util_threshold,
+                                  DEFAULTS.kv_cache_util_threshold)):
+        if value != default:  # GAIE's defaults are the services' defaults
+            args += [flag, f"{value:g}"]
     for flag, name, default in (("--waiting-metric", settings.waiting_metric, DEFAULTS.waiting_metric),
                                 ("--running-metric", settings.running_metric, DEFAULTS.running_metric)):
         if name != default:  # vLLM's names are the services' defaults

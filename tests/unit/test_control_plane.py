@@ -15,6 +15,7 @@ from eppkit.gateway import eds
 from eppkit.modes import external_epp, gaie_epp
 from eppkit.plan import Endpoint
 from eppkit.services.picker.kube_pool import KubePool, endpoints_for
+from eppkit.services.picker.saturation import KubeObjectives
 from eppkit.services.picker.pool import Pool
 from eppkit.services.picker.settings import build as build_picker
 from eppkit.topology import Topology
@@ -259,4 +260,7 @@ def test_a_pool_from_kubernetes_replaces_endpoints_and_needs_a_kubeconfig(monkey
     watcher = background[0]
     assert isinstance(watcher, KubePool) and watcher.pool is picker.pool
     assert (watcher.kubeconfig, watcher.namespace, watcher.name) == ("k", "ns", "p")
-    assert background[1].keep_when_empty
+    objectives = background[1]  # the pool's InferenceObjectives, read into the picker's priorities
+    assert isinstance(objectives, KubeObjectives) and objectives.objectives is picker.objectives
+    assert (objectives.namespace, objectives.pool_name) == ("ns", "p")
+    assert background[2].keep_when_empty

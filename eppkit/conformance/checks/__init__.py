@@ -13,9 +13,10 @@ __all__ = ["CHECKS", "STATUSES", "Check", "Result"]
 
 
 # The order they run in: the protocol first (every other check needs its requests served), sustained load (beside
-# the checks after it, up to the latency budget), the response path,
-# the data plane, routing (what the EPP declares it routes by), the latency budget (over every request the suite sent), tracing; a module added later runs last.
-ORDER = ("protocol", "sustained", "responses", "data_plane", "routing", "latency", "tracing")
+# the checks after it, up to the latency budget), the response path, saturation (beside the data plane's and
+# routing's checks), the data plane, routing (what the EPP declares it routes by), the latency budget (over every
+# request the suite sent), tracing; a module added later runs last.
+ORDER = ("protocol", "sustained", "responses", "saturation", "data_plane", "routing", "latency", "tracing")
 
 
 load_members(__name__, __path__, group="checks", skip=("registry",), order=ORDER)

@@ -26,7 +26,7 @@ from eppkit.conformance.checks.registry import (
     passed,
 )
 from eppkit.conformance.target import Target
-from eppkit.conformance.witness import NotWitnessed, Sent, call_failures, served
+from eppkit.conformance.witness import NotWitnessed, Sent, call_failures, from_the_epp, served
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.modes import external_epp
 from eppkit.services.picker import headers
@@ -185,27 +185,12 @@ def _subset(h, variant: str, hint):
     return passed(f"every request served within {shown!r}", evidence)
 
 
-# Response code details of the local replies Envoy makes itself (not the EPP's).
-ENVOYS_OWN = ("no_healthy_upstream", "upstream_", "ext_proc_error", "route_not_found", "cluster_not_found",
-              "maintenance_mode", "spurious_message", "request_overall_timeout", "downstream_")
-
-
-def _from_the_epp(hop) -> bool:
-    """Envoy's record says the EPP answered the request itself (an ImmediateResponse): its ext_proc filter state
-    says so on Envoy 1.38 and later; before, a reply that went to no upstream with details Envoy does not make."""
-    said = hop.ext_proc.get("received_immediate_response")
-    if said is not None:
-        return bool(said)
-    details = str(hop["details"] or "")  # the EPP's own details (empty when it gives none), or Envoy's
-    return hop["upstream"] in (None, "", "-") and not details.startswith(ENVOYS_OWN)
-
-
 def _immediate(h, sent: Sent, status: int, what: str, evidence: list[str]):
     """The EPP's own local reply of ``status`` (Envoy's record: an immediate response from ext_proc): None when it
     was; a failure when the request was answered otherwise; not run when the EPP's stream failed for another
     cause."""
     hop = sent.hop
-    immediate = hop is not None and _from_the_epp(hop)
+    immediate = hop is not None and from_the_epp(hop)
     if sent.result.status == status and immediate:
         return None
     if hop is not None and (call_failures(hop) or str(hop["details"] or "").startswith("ext_proc_error")):

@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import socket
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from typing import Self, TypeVar
-
-import requests
 
 from eppkit.conformance.checks.data_plane import NEEDS
 from eppkit.conformance.checks.registry import (
@@ -31,26 +26,33 @@ from eppkit.conformance.checks.registry import (
     judged,
     not_applicable,
 )
+from eppkit.conformance.pods import (
+    BUSY_ITL_MS,
+    BUSY_STREAMS,
+    BUSY_TOKENS,
+    BUSY_WITHIN_S,
+    KV_USAGE,
+    PROBE_GAP_S,
+    RUNNING,
+    SCRAPE_S,
+    WAITING,
+    BusyLoad,
+    load_words,
+    metrics_text,
+    probe,
+    scrape,
+    until,
+)
 from eppkit.observability.client import PROTOCOLS
 from eppkit.services.openai_server.lora_info import MAX_LORA, LoraInfo
 from eppkit.services.openai_server.lora_info import NAME as LORA_INFO
 from eppkit.services.openai_server.lora_info import RUNNING as RUNNING_LORAS
 from eppkit.services.openai_server.lora_info import WAITING as WAITING_LORAS
-from eppkit.services.picker.scraper import parse_metrics
-from eppkit.services.vllm.request_in import HEADER_ITL
-
-T = TypeVar("T")
 
 LOAD_SOURCE = "GAIE's queue and KV-cache-utilization scorers, llm-d-router's load-aware scorer (vLLM's /metrics)"
-RUNNING, WAITING, KV_USAGE = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
-LOAD_METRICS = frozenset((RUNNING, WAITING, KV_USAGE))
 MAX_SEQS = 4  # each pod's --max-num-seqs in this check's testbed: requests beyond it wait, as on vLLM
 KV_BLOCKS = 256  # each pod's KV cache (blocks of 16 tokens): the busy pod's running streams fill much of it
-BUSY_STREAMS = 8  # long streamed requests straight to the busy pod: MAX_SEQS running, the rest waiting
-BUSY_WORDS, BUSY_TOKENS, BUSY_ITL_MS = 200, 500, 20  # each at most 10 s of tokens; ended once the probes are sent
-BUSY_WITHIN_S = 5.0  # the busy pod's /metrics must show it busy within this, else the check is not run
-SCRAPE_S = 1.0  # then, time for the EPP to scrape it (the kit's EPP scrapes every 0.2 s, GAIE's every 0.05 s)
-PROBES, PROBE_GAP_S = 20, 0.1  # new requests through Envoy, one every 0.1 s
+PROBES = 20  # new requests through Envoy, one every PROBE_GAP_S
 SHARE = 0.8  # at least this share of them go to the other pods
 
 
@@ -61,83 +63,14 @@ def _load_aware(target) -> str | None:
             "pods' load")
 
 
-def _metrics_text(address: str) -> str:
-    """A pod's ``/metrics`` exposition."""
-    answer = requests.get(f"http://{address}/metrics", timeout=2)
-    answer.raise_for_status()
-    return answer.text
-
-
-def _until(read: Callable[[], T], shows: Callable[[T], bool], within_s: float) -> T:
-    """What ``read`` gives once it ``shows`` the state wanted, or the last it gave after ``within_s``."""
-    deadline = time.monotonic() + within_s
-    while True:
-        seen = read()
-        if shows(seen) or time.monotonic() >= deadline:
-            return seen
-        time.sleep(0.05)
-
-
-def scrape(address: str) -> dict[str, float]:
-    """A pod's running and waiting requests and KV-cache usage, from its ``/metrics`` (vLLM's names)."""
-    return parse_metrics(_metrics_text(address), only=LOAD_METRICS)
-
-
-def load_words(metrics: dict[str, float]) -> str:
-    return (f"{RUNNING} {metrics.get(RUNNING, 0):g}, {WAITING} {metrics.get(WAITING, 0):g}, "
-            f"{KV_USAGE} {metrics.get(KV_USAGE, 0):.2f}")
-
-
 def busy(metrics: dict[str, float]) -> bool:
     """Requests running and more waiting, and KV-cache blocks in use: the pod is busy in its own words."""
     return metrics.get(RUNNING, 0) >= 1 and metrics.get(WAITING, 0) >= 1 and metrics.get(KV_USAGE, 0) > 0
 
 
-class BusyLoad:
-    """``streams`` long streamed chat requests for ``model`` written straight to one pod (past Envoy and the EPP, as another
-    client of the pod would), each on a socket of its own that is never read: the pod runs and queues them until
-    :meth:`close` drops the connections (the pod then stops them at its next token). Loopback only."""
-
-    def __init__(self, address: str, model: str, streams: int = BUSY_STREAMS):
-        host, _, port = address.rpartition(":")
-        if not host.startswith("127."):
-            raise ValueError(f"the busy pod {address} is not on loopback")
-        self.address = (host, int(port))
-        prompt = " ".join(f"busy{i}" for i in range(BUSY_WORDS))
-        body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
-                           "max_tokens": BUSY_TOKENS, "stream": True}).encode()
-        self.request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n"
-                        f"{HEADER_ITL}: {BUSY_ITL_MS}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                        ).encode() + body
-        self.sockets: list[socket.socket] = []
-        self.streams = streams
-
-    def __enter__(self) -> Self:
-        try:
-            for _ in range(self.streams):
-                sock = socket.create_connection(self.address, timeout=2)
-                self.sockets.append(sock)
-                sock.sendall(self.request)
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def close(self) -> None:
-        for sock in self.sockets:
-            try:
-                sock.close()
-            except OSError:
-                pass
-        self.sockets.clear()
-
-    def __exit__(self, *_exc) -> None:
-        self.close()
-
-
 def _until_busy(address: str) -> dict[str, float]:
     """The pod's load once its /metrics shows it busy, or the last it showed after ``BUSY_WITHIN_S``."""
-    return _until(lambda: scrape(address), busy, BUSY_WITHIN_S)
+    return until(lambda: scrape(address), busy, BUSY_WITHIN_S)
 
 
 @check("load-aware", "a load-aware EPP keeps new requests away from a busy pod", category=DATA_PLANE, level=SHOULD,
@@ -173,7 +106,7 @@ def load_aware(h):
         with ThreadPoolExecutor(max_workers=PROBES) as pool:
             futures = []
             for i in range(PROBES):
-                futures.append(pool.submit(_probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)]))
+                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)]))
                 time.sleep(PROBE_GAP_S)
             after = scrape(target.address)
             evidence.append(f"{target.name}'s /metrics after the last request was sent: {load_words(after)}")
@@ -222,7 +155,7 @@ def _lora_affinity(target) -> str | None:
 
 def lora_of(address: str) -> LoraInfo | None:
     """A pod's adapters, from its ``/metrics`` (``vllm:lora_requests_info``'s latest series); None: it shows none."""
-    return LoraInfo.parse(_metrics_text(address))
+    return LoraInfo.parse(metrics_text(address))
 
 
 def lora_words(info: LoraInfo | None) -> str:
@@ -232,7 +165,7 @@ def lora_words(info: LoraInfo | None) -> str:
 def _until_running(address: str, adapter: str) -> LoraInfo | None:
     """The pod's adapters once its /metrics shows ``adapter`` running (:func:`_running`), or the last it showed after
     LOADED_WITHIN_S."""
-    return _until(lambda: lora_of(address), lambda info: _running(info, adapter), LOADED_WITHIN_S)
+    return until(lambda: lora_of(address), lambda info: _running(info, adapter), LOADED_WITHIN_S)
 
 
 def _running(info: LoraInfo | None, adapter: str) -> bool:
@@ -285,7 +218,7 @@ def lora_affinity(h):
         with ThreadPoolExecutor(max_workers=LORA_PROBES) as pool:
             futures = []
             for i, adapter in enumerate(asked):
-                futures.append(pool.submit(_probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], adapter))
+                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], adapter))
                 time.sleep(PROBE_GAP_S)
             after = {adapter: lora_of(ep.address) for adapter, ep in anchors.items()}
             evidence += [f"{ep.name}'s /metrics after the last request was sent: {lora_words(after[a])}"
@@ -319,11 +252,3 @@ def lora_affinity(h):
                   passing=f"{', '.join(shares)}: each adapter's requests went to the pod running it",
                   fix=f"Read each pod's adapters from its /metrics ({LORA_INFO}: {RUNNING_LORAS}, {WAITING_LORAS}, "
                       f"{MAX_LORA}) and send a request for an adapter to a pod running it while it has room")
-
-
-def _probe(h, bed, protocol: str, model: str | None = None):
-    h.protocol = protocol  # this thread's client protocol (the harness keeps it per thread)
-    if model is None:
-        return h.send(bed)
-    body = {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
-    return h.send(bed, raw_body=json.dumps(body).encode())

@@ -1,0 +1,199 @@
+"""Saturation judged black-box: an EPP that says it sheds sheddable work when the whole pool is saturated
+(``--saturation``; GAIE's rule) answers 429 to a request whose InferenceObjective has a negative priority, and
+serves one whose priority is 0 or more. A rule the EPP does not declare is n/a.
+
+The pool is made saturated for real, every pod over GAIE's default thresholds in its own words (its ``/metrics``,
+scraped by the check, as in :mod:`eppkit.conformance.checks.routing`); the objectives are InferenceObjectives in
+the testbed's control plane, named by each request in GAIE's header. A pool that would not saturate leaves the
+check not run, never passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+
+from eppkit.conformance.checks.protocol import SERVES
+from eppkit.conformance.checks.registry import (
+    DATA_PLANE,
+    NOT_RUN,
+    SHOULD,
+    Result,
+    check,
+    evidence_of,
+    judged,
+    not_applicable,
+)
+from eppkit.conformance.pods import (
+    BUSY_WITHIN_S,
+    KV_USAGE,
+    PROBE_GAP_S,
+    SCRAPE_S,
+    WAITING,
+    BusyLoad,
+    load_words,
+    probe,
+    scrape,
+    until,
+)
+from eppkit.conformance.witness import from_the_epp
+from eppkit.modes import ext_proc
+from eppkit.observability.client import PROTOCOLS
+from eppkit.services.picker.headers import OBJECTIVE
+from eppkit.services.picker.saturation import KV_CACHE_UTIL_THRESHOLD, QUEUE_DEPTH_THRESHOLD
+
+SOURCE = ("GAIE's saturation detector and admission control (v1.5.0: pkg/epp/requestcontrol/admission.go, "
+          "saturationdetector/utilization; InferenceObjective priority < 0 is sheddable)")
+MAX_SEQS = 2  # each pod's --max-num-seqs in this check's testbed: requests beyond it wait, as on vLLM
+STREAMS = 8  # long streamed requests straight to each pod: 2 running, 6 waiting, over GAIE's queue depth of 5
+# The objectives the check makes (name, priority): GAIE's sheddable (negative) and the lowest that is not.
+SHEDDABLE, STANDARD = ("eppkit-sheddable", -1), ("eppkit-standard", 0)
+PROBES = 12  # new requests through Envoy, one every 0.1 s: two sheddable, two standard, ... HTTP/1.1 and h2c in turn
+
+
+def _declared(target) -> str | None:
+    if target is not None and getattr(target, "saturation", False):
+        return None
+    return ("the EPP does not say it sheds sheddable requests when the pool is saturated (--saturation): "
+            "its answers to them are not judged")
+
+
+def over(metrics: dict[str, float]) -> bool:
+    """The pod is over GAIE's default thresholds in its own words: its waiting queue at 5 or more, or its KV cache
+    at 0.8 or more used."""
+    return metrics.get(WAITING, 0) >= QUEUE_DEPTH_THRESHOLD or metrics.get(KV_USAGE, 0) >= KV_CACHE_UTIL_THRESHOLD
+
+
+def openai_error(body) -> bool:
+    """An OpenAI-style error body: ``{"error": {"message": ...}}``."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and isinstance(error.get("message"), str)
+
+
+def kind_of(i: int) -> tuple[str, int]:
+    """Probe ``i``'s objective: two sheddable, two standard, ... (each kind in both client protocols)."""
+    return SHEDDABLE if (i // 2) % 2 == 0 else STANDARD
+
+
+def topology(target):
+    """The check's testbed: each pod running at most MAX_SEQS requests; the kit's EPP watching the pool (and its
+    InferenceObjectives) in the control plane, as GAIE's does."""
+    options = {"epp_watch_pool": True} if target.mode == ext_proc.MODE.name else {}
+    base = target.topology(**options)
+    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--max-num-seqs", str(MAX_SEQS)]) for v in base.vllm]
+    return dataclasses.replace(base, vllm=pods)
+
+
+def judge(sents, names: dict[str, str]) -> tuple[list[str], list[str], int, int]:
+    """(problems, evidence, shed, served) of the probes: each sheddable one answered 429 by the EPP with an
+    OpenAI-style error, each standard one served (not shed)."""
+    problems, evidence, shed, served = [], [], 0, 0
+    for i, sent in enumerate(sents):
+        name, priority = kind_of(i)
+        status, hop = sent.result.status, sent.hop
+        where = f"request {i + 1} ({sent.protocol}, {OBJECTIVE}: {name}, priority {priority})"
+        if priority < 0:
+            if status == 429 and hop is not None and from_the_epp(hop) and openai_error(sent.result.body):
+                shed += 1
+                continue
+            evidence.append(f"{where}: HTTP {status}; {evidence_of(hop)}")
+            if status == 429 and hop is not None and from_the_epp(hop):
+                problems.append(f"{where} got 429 from the EPP but its body is no OpenAI-style error "
+                                f"({str(sent.result.body)[:120]!r})")
+            elif status == 200:
+                up = hop["upstream"] if hop is not None else "?"
+                problems.append(f"{where} was served (by {names.get(up, up)}) while every pod was saturated")
+            else:
+                problems.append(f"{where} got HTTP {status}, not the EPP's 429")
+        elif status == 429:
+            evidence.append(f"{where}: HTTP 429; {evidence_of(hop)}")
+            problems.append(f"{where} was shed: a priority of 0 or more is never sheddable")
+        else:
+            served += 1
+    return problems, evidence, shed, served
+
+
+@check("saturation", "an EPP that sheds by priority: a sheddable request gets 429 while the pool is saturated, "
+       "others are served", category=DATA_PLANE, level=SHOULD, source=SOURCE, needs=SERVES, per_protocol=False,
+       declared=_declared, beside=True)
+def saturation(h):
+    """For an EPP that says it sheds sheddable work when the pool is saturated (``--saturation``; GAIE's rule):
+    two InferenceObjectives of the testbed's InferencePool in its control plane, ``eppkit-sheddable``
+    (priority -1) and ``eppkit-standard`` (priority 0); every pod (each running at most 2 requests at once) made
+    saturated for real with 8 long streamed requests sent straight to it, until its ``/metrics`` shows it over
+    GAIE's default thresholds (``vllm:num_requests_waiting`` 5 or more, or ``vllm:kv_cache_usage_perc`` 0.8 or
+    more); then, a second for the EPP to scrape them, 12 requests through Envoy, one every 0.1 s, HTTP/1.1 and h2c
+    in turn, each naming an objective in ``x-gateway-inference-objective``: every sheddable one is answered 429 by
+    the EPP itself (Envoy's record) with an OpenAI-style JSON error, every standard one is served once the pods'
+    streams are dropped. The pods' metrics before and after are in the evidence; a pod that would not saturate,
+    or stopped being saturated before the last request was sent, leaves the check not run. The kit's EPP reads
+    the objectives from the control plane (mode ext_proc, ``epp_watch_pool``); an EPP of your own reads them
+    where its command's ``{kubeconfig}`` and ``{pool_namespace}`` say (without them, the testbed has no control
+    plane and the objectives are only named)."""
+    bed = h.own_bed("saturation", topology=topology(h.target))
+    try:
+        return _judge_saturation(h, bed)
+    finally:
+        h.release(bed)
+
+
+def _judge_saturation(h, bed) -> Result:
+    off = [ep for ep in bed.backends if not ep.address.startswith("127.")]
+    if not bed.backends or off:
+        return not_applicable(f"{off[0].name}'s address {off[0].address} is not on loopback: the check saturates "
+                              "the pods by sending them load straight, only there" if off else "the pool is empty")
+    pool = getattr(bed, "pool", None)
+    if pool is not None:
+        for name, priority in (SHEDDABLE, STANDARD):
+            pool.add_objective(name, priority)
+        evidence = [f"InferenceObjectives of InferencePool {pool.target.name} in namespace {pool.target.namespace}: "
+                    f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}), {STANDARD[0]} (priority {STANDARD[1]})"]
+    else:
+        evidence = [f"no control plane in this testbed (the EPP's command takes no {{kubeconfig}}): the objectives "
+                    f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}) and {STANDARD[0]} (priority {STANDARD[1]}) are "
+                    "only named in the requests"]
+    names = {ep.address: ep.name for ep in bed.backends}
+    with ExitStack() as loads:
+        for ep in bed.backends:
+            loads.enter_context(BusyLoad(ep.address, ep.model, streams=STREAMS))
+        before = {ep.name: until(lambda ep=ep: scrape(ep.address), over, BUSY_WITHIN_S) for ep in bed.backends}
+        evidence.append(f"{STREAMS} long streamed requests sent straight to each pod; their /metrics then: "
+                        + "; ".join(f"{name}: {load_words(m)}" for name, m in before.items()))
+        calm = [name for name, m in before.items() if not over(m)]
+        if calm:
+            return Result(NOT_RUN, f"{calm[0]} would not saturate: its /metrics showed {load_words(before[calm[0]])} "
+                          f"{BUSY_WITHIN_S:g} s after {STREAMS} long requests were sent to it (GAIE's thresholds: "
+                          f"{QUEUE_DEPTH_THRESHOLD} waiting, KV cache {KV_CACHE_UTIL_THRESHOLD:g})", evidence)
+        time.sleep(SCRAPE_S)
+        with ThreadPoolExecutor(max_workers=PROBES) as workers:
+            futures = []
+            for i in range(PROBES):
+                futures.append(workers.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], None,
+                                              {OBJECTIVE: kind_of(i)[0]}))
+                time.sleep(PROBE_GAP_S)
+            after = {ep.name: scrape(ep.address) for ep in bed.backends}
+            evidence.append("their /metrics after the last request was sent: "
+                            + "; ".join(f"{name}: {load_words(m)}" for name, m in after.items()))
+            loads.close()  # the pods' streams dropped: a request queued behind them is served now
+            sents = [f.result() for f in futures]
+    calm = [name for name, m in after.items() if not over(m)]
+    if calm:
+        return Result(NOT_RUN, f"{calm[0]} stopped being saturated before the last request was sent (its /metrics: "
+                      f"{load_words(after[calm[0]])})", evidence)
+    for i, sent in enumerate(sents):
+        if kind_of(i)[1] >= 0 and sent.result.status != 429:
+            h.must_serve(sent, f"request {i + 1} of {PROBES} (priority {kind_of(i)[1]})")
+    problems, said, shed, served = judge(sents, names)
+    evidence.append("the answers, in order: " + ", ".join(f"{kind_of(i)[0]}->{s.result.status}"
+                                                          for i, s in enumerate(sents)))
+    evidence += said
+    sheddable = sum(1 for i in range(PROBES) if kind_of(i)[1] < 0)
+    return judged(problems, evidence, failing="the saturated pool's requests were not answered by their priority",
+                  passing=f"{shed} of {sheddable} sheddable requests got 429 from the EPP (OpenAI JSON) and "
+                          f"{served} of {PROBES - sheddable} of priority 0 were served while every pod was saturated",
+                  fix=f"Read each request's InferenceObjective ({OBJECTIVE}) and its spec.priority; while the pool "
+                      f"is saturated ({WAITING} at {QUEUE_DEPTH_THRESHOLD} or {KV_USAGE} at "
+                      f"{KV_CACHE_UTIL_THRESHOLD:g} on the pods, GAIE's defaults) answer a negative priority 429 "
+                      "with an OpenAI-style error, and serve the others")

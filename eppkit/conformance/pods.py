@@ -1,0 +1,104 @@
+"""The pods in their own words, for the routing checks: their ``/metrics`` as vLLM writes them (scraped here), load
+sent straight to them (past Envoy and the EPP, as another client of the pod would), and a request through Envoy
+while they carry it (:mod:`eppkit.conformance.checks.routing`, :mod:`eppkit.conformance.checks.saturation`)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+from typing import Self, TypeVar
+
+import requests
+
+from eppkit.services.picker.scraper import parse_metrics
+from eppkit.services.vllm.request_in import HEADER_ITL
+
+T = TypeVar("T")
+
+RUNNING, WAITING, KV_USAGE = "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc"
+LOAD_METRICS = frozenset((RUNNING, WAITING, KV_USAGE))
+BUSY_STREAMS = 8  # long streamed requests straight to the busy pod: its --max-num-seqs running, the rest waiting
+BUSY_WORDS, BUSY_TOKENS, BUSY_ITL_MS = 200, 500, 20  # each at most 10 s of tokens; ended once the probes are sent
+BUSY_WITHIN_S = 5.0  # the busy pod's /metrics must show it busy within this, else the check is not run
+SCRAPE_S = 1.0  # then, time for the EPP to scrape it (the kit's EPP scrapes every 0.2 s, GAIE's every 0.05 s)
+PROBE_GAP_S = 0.1  # new requests through Envoy, one every 0.1 s
+
+
+def metrics_text(address: str) -> str:
+    """A pod's ``/metrics`` exposition."""
+    answer = requests.get(f"http://{address}/metrics", timeout=2)
+    answer.raise_for_status()
+    return answer.text
+
+
+def until(read: Callable[[], T], shows: Callable[[T], bool], within_s: float) -> T:
+    """What ``read`` gives once it ``shows`` the state wanted, or the last it gave after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while True:
+        seen = read()
+        if shows(seen) or time.monotonic() >= deadline:
+            return seen
+        time.sleep(0.05)
+
+
+def scrape(address: str) -> dict[str, float]:
+    """A pod's running and waiting requests and KV-cache usage, from its ``/metrics`` (vLLM's names)."""
+    return parse_metrics(metrics_text(address), only=LOAD_METRICS)
+
+
+def load_words(metrics: dict[str, float]) -> str:
+    return (f"{RUNNING} {metrics.get(RUNNING, 0):g}, {WAITING} {metrics.get(WAITING, 0):g}, "
+            f"{KV_USAGE} {metrics.get(KV_USAGE, 0):.2f}")
+
+
+class BusyLoad:
+    """``streams`` long streamed chat requests for ``model`` written straight to one pod (past Envoy and the EPP, as another
+    client of the pod would), each on a socket of its own that is never read: the pod runs and queues them until
+    :meth:`close` drops the connections (the pod then stops them at its next token). Loopback only."""
+
+    def __init__(self, address: str, model: str, streams: int = BUSY_STREAMS):
+        host, _, port = address.rpartition(":")
+        if not host.startswith("127."):
+            raise ValueError(f"the busy pod {address} is not on loopback")
+        self.address = (host, int(port))
+        prompt = " ".join(f"busy{i}" for i in range(BUSY_WORDS))
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],
+                           "max_tokens": BUSY_TOKENS, "stream": True}).encode()
+        self.request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n"
+                        f"{HEADER_ITL}: {BUSY_ITL_MS}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                        ).encode() + body
+        self.sockets: list[socket.socket] = []
+        self.streams = streams
+
+    def __enter__(self) -> Self:
+        try:
+            for _ in range(self.streams):
+                sock = socket.create_connection(self.address, timeout=2)
+                self.sockets.append(sock)
+                sock.sendall(self.request)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        self.sockets.clear()
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
+def probe(h, bed, protocol: str, model: str | None = None, headers: dict[str, str] | None = None):
+    """One request through Envoy in ``protocol`` (for ``model``, with ``headers``) and Envoy's record of it."""
+    h.protocol = protocol  # this thread's client protocol (the harness keeps it per thread)
+    if model is None:
+        return h.send(bed, headers=headers)
+    body = {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
+    return h.send(bed, raw_body=json.dumps(body).encode(), headers=headers)
