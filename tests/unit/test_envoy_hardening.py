@@ -7,6 +7,8 @@ tests/e2e/test_hostile_*.py drive the real Envoy):
 - with ext_proc also on the response path, replies made by the HTTP/1 codec skip the EPP.
 """
 
+import re
+
 import pytest
 import yaml
 from eppkit.services.pd_sidecar import server as pd_sidecar
@@ -44,8 +46,10 @@ def stripped(config: dict, header: str) -> bool:
     for mutation in extension["typed_config"]["mutations"]:
         if mutation.get("remove") == header:
             return True
-        prefix = mutation.get("remove_on_match", {}).get("key_matcher", {}).get("prefix")
-        if prefix and header.startswith(prefix):
+        matcher = mutation.get("remove_on_match", {}).get("key_matcher", {})
+        if matcher.get("prefix") and header.startswith(matcher["prefix"]):
+            return True
+        if matcher.get("safe_regex") and re.fullmatch(matcher["safe_regex"]["regex"], header):
             return True
     return False
 
@@ -64,6 +68,8 @@ def test_every_internal_routing_header_is_removed_before_any_filter(mode):
     assert not missing, f"{mode}: a client's {missing} would reach the filters and the backends"
     # Test steering stays: the e2e tests force picks with it on purpose.
     assert not stripped(config, "x-eppkit-force-endpoint")
+    # GAIE's objective header is the client's to set: the EPP reads the request's priority from it.
+    assert not stripped(config, headers.OBJECTIVE)
 
 
 @pytest.mark.parametrize("mode", MODES)
