@@ -42,7 +42,7 @@ def test_the_kit_epp_that_never_saturates_fails_saturation(eppkit_testbed_factor
     options = {"queue_depth_threshold": 0.0, "kv_cache_util_threshold": 0.0}
     failing = judge(eppkit_testbed_factory, Target("ext_proc", options, saturation=True))
     assert failing["status"] == "fail", failing
-    assert "(x-gateway-inference-objective: eppkit-sheddable, priority -1) was served" in failing["message"], failing
+    assert "x-gateway-inference-objective: eppkit-sheddable, priority -1) was served" in failing["message"], failing
 
 
 def test_saturation_is_not_applicable_unless_declared(eppkit_testbed_factory):
