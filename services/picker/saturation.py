@@ -138,8 +138,10 @@ class KubeObjectives:
             self._task.cancel()
             try:
                 await self._task
-            except (asyncio.CancelledError, Exception):
+            except asyncio.CancelledError:
                 pass
+            except Exception as exc:  # noqa: BLE001 (stopping: whatever ended the watch is said, not raised)
+                log.warning("the InferenceObjective watch had ended: %s", exc)
             self._task = None
         if self._client is not None:
             await self._client.close()

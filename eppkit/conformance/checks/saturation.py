@@ -148,12 +148,12 @@ def _judge_saturation(h, bed) -> Result:
     if pool is not None:
         for name, priority in (SHEDDABLE, STANDARD):
             pool.add_objective(name, priority)
-        evidence = [f"InferenceObjectives of InferencePool {pool.target.name} in namespace {pool.target.namespace}: "
-                    f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}), {STANDARD[0]} (priority {STANDARD[1]})"]
+        evidence = [(f"InferenceObjectives of InferencePool {pool.target.name} in namespace {pool.target.namespace}: "
+                     f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}), {STANDARD[0]} (priority {STANDARD[1]})")]
     else:
-        evidence = [f"no control plane in this testbed (the EPP's command takes no {{kubeconfig}}): the objectives "
-                    f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}) and {STANDARD[0]} (priority {STANDARD[1]}) are "
-                    "only named in the requests"]
+        evidence = [(f"no control plane in this testbed (the EPP's command takes no {{kubeconfig}}): the objectives "
+                     f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}) and {STANDARD[0]} (priority {STANDARD[1]}) are "
+                     "only named in the requests")]
     names = {ep.address: ep.name for ep in bed.backends}
     with ExitStack() as loads:
         for ep in bed.backends:
