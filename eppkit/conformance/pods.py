@@ -95,10 +95,12 @@ class BusyLoad:
         self.close()
 
 
-def probe(h, bed, protocol: str, model: str | None = None, headers: dict[str, str] | None = None):
-    """One request through Envoy in ``protocol`` (for ``model``, with ``headers``) and Envoy's record of it."""
+def probe(h, bed, protocol: str, model: str | None = None, headers: dict[str, str] | None = None, client=None):
+    """One request through Envoy in ``protocol`` (for ``model``, with ``headers``; ``client``: the testbed's, fetched
+    before, so that a check beside the others never waits for the harness while another starts a testbed) and
+    Envoy's record of it."""
     h.protocol = protocol  # this thread's client protocol (the harness keeps it per thread)
     if model is None:
-        return h.send(bed, headers=headers)
+        return h.send(bed, headers=headers, client=client)
     body = {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
-    return h.send(bed, raw_body=json.dumps(body).encode(), headers=headers)
+    return h.send(bed, raw_body=json.dumps(body).encode(), headers=headers, client=client)

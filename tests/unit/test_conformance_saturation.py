@@ -104,7 +104,8 @@ def harness(sent_log, metrics):
     pods = [SimpleNamespace(name=f"vllm-{i}", address=f"127.0.0.{i + 2}:8000", model="mock-llm") for i in range(3)]
     bed = SimpleNamespace(backends=pods, pool=None)
     return SimpleNamespace(target=Target("ext_proc", saturation=True), own_bed=lambda *a, **k: bed,
-                           release=lambda b: sent_log.append("released"), send=lambda *a, **k: sent_log.append(1))
+                           release=lambda b: sent_log.append("released"), send=lambda *a, **k: sent_log.append(1),
+                           client=lambda b: None)
 
 
 def test_a_pool_that_would_not_saturate_leaves_the_check_not_run(monkeypatch):

@@ -155,6 +155,7 @@ def _judge_saturation(h, bed) -> Result:
                      f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}) and {STANDARD[0]} (priority {STANDARD[1]}) are "
                      "only named in the requests")]
     names = {ep.address: ep.name for ep in bed.backends}
+    client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
     with ExitStack() as loads:
         for ep in bed.backends:
             loads.enter_context(BusyLoad(ep.address, ep.model, streams=STREAMS))
@@ -171,17 +172,23 @@ def _judge_saturation(h, bed) -> Result:
             futures = []
             for i in range(PROBES):
                 futures.append(workers.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], None,
-                                              {OBJECTIVE: kind_of(i)[0]}))
+                                              {OBJECTIVE: kind_of(i)[0]}, client))
                 time.sleep(PROBE_GAP_S)
             after = {ep.name: scrape(ep.address) for ep in bed.backends}
             evidence.append("their /metrics after the last request was sent: "
                             + "; ".join(f"{name}: {load_words(m)}" for name, m in after.items()))
+            dropped = time.monotonic()
             loads.close()  # the pods' streams dropped: a request queued behind them is served now
             sents = [f.result() for f in futures]
     calm = [name for name, m in after.items() if not over(m)]
     if calm:
         return Result(NOT_RUN, f"{calm[0]} stopped being saturated before the last request was sent (its /metrics: "
                       f"{load_words(after[calm[0]])})", evidence)
+    late = [i for i, sent in enumerate(sents) if sent.result.started_s >= dropped]
+    if late:
+        return Result(NOT_RUN, f"request {late[0] + 1} of {PROBES} left the client only after the pods' load was "
+                      f"dropped ({sents[late[0]].result.started_s - dropped:.2f} s after): the machine was too busy "
+                      "to send it while the pool was saturated", evidence)
     for i, sent in enumerate(sents):
         if kind_of(i)[1] >= 0 and sent.result.status != 429:
             h.must_serve(sent, f"request {i + 1} of {PROBES} (priority {kind_of(i)[1]})")
