@@ -76,9 +76,18 @@ class Harness:
 
     def own_bed(self, variant: str, topology: Topology | None = None, **options: Any):
         """A testbed of ``variant`` for a check that runs beside the others (:attr:`Check.beside`): up on top of
-        the ``keep`` ones, never retired by another check's, until :meth:`release` (``topology``: as :meth:`bed`)."""
+        the ``keep`` ones, never retired by another check's, until :meth:`release` (``topology``: as :meth:`bed`).
+        A new one starts outside the harness's lock: the checks it runs beside go on meanwhile (a control plane to
+        start takes seconds)."""
+        key = self._key(variant, topology, options)
         with self._lock:
-            self._pinned.add(self._key(variant, topology, options))
+            self._pinned.add(key)
+            if key in self._beds:
+                return self._bed(variant, topology, options)
+        bed = self.make_bed(topology if topology is not None else self.target.topology(**options))
+        with self._lock:
+            self.envoy_binary = self.envoy_binary or getattr(bed, "envoy_binary", None)
+            self._beds[key] = bed
             return self._bed(variant, topology, options)
 
     def release(self, bed) -> None:
