@@ -75,8 +75,10 @@ def test_a_pod_over_either_of_gaies_thresholds_is_saturated():
 
 def test_a_conforming_answer_passes_and_each_wrong_one_is_named():
     names = {"127.0.0.2:8000": "vllm-0"}
-    problems, _, shed, served = saturation.judge([conforming(i) for i in range(saturation.PROBES)], names)
+    problems, said, shed, served = saturation.judge([conforming(i) for i in range(saturation.PROBES)], names)
     assert (problems, shed, served) == ([], 6, 6)
+    assert len(said) == 1 and said[0].startswith("request 1 (http/1.1, x-gateway-inference-objective: eppkit-sheddable, "
+                                                 'priority -1): HTTP 429, {"error": {"message": "request shed"')
     answers = [conforming(i) for i in range(saturation.PROBES)]
     answers[0] = sent(200)  # a sheddable request served
     answers[1] = sent(429, immediate=True, body="inference error: ResourceExhausted")  # 429, not OpenAI JSON
@@ -88,7 +90,7 @@ def test_a_conforming_answer_passes_and_each_wrong_one_is_named():
     assert "got 429 from the EPP but its body is no OpenAI-style error" in problems[1]
     assert "request 3 (http/1.1, x-gateway-inference-objective: eppkit-standard, priority 0) was shed" in problems[2]
     assert "got HTTP 503, not the EPP's 429" in problems[3]
-    assert len(problems) == 4 and len(evidence) == 4 and (shed, served) == (3, 5)
+    assert len(problems) == 4 and len(evidence) == 5 and (shed, served) == (3, 5)  # and the first one shed
     # A 429 Envoy made itself (no EPP reply) is not the EPP shedding.
     answers = [conforming(i) for i in range(saturation.PROBES)]
     answers[0] = sent(429, body=SHED)

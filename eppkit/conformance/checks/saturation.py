@@ -11,6 +11,7 @@ check not run, never passed.
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -96,6 +97,8 @@ def judge(sents, names: dict[str, str]) -> tuple[list[str], list[str], int, int]
         where = f"request {i + 1} ({sent.protocol}, {OBJECTIVE}: {name}, priority {priority})"
         if priority < 0:
             if status == 429 and hop is not None and from_the_epp(hop) and openai_error(sent.result.body):
+                if not shed:  # the first, as the client and Envoy saw it
+                    evidence.append(f"{where}: HTTP 429, {json.dumps(sent.result.body)[:300]}; {evidence_of(hop)}")
                 shed += 1
                 continue
             evidence.append(f"{where}: HTTP {status}; {evidence_of(hop)}")
