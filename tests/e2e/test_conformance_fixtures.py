@@ -49,6 +49,8 @@ CAUGHT_BY = {
     "own-trace": ({"trace-context"}, "trace of their own"),
     "stops-after-n": ({"sustained-load"}, "were lost"),
     "leaks-per-stream": ({"sustained-load"}, "memory grew"),
+    # judged said --saturation (the echo EPP without a fault sheds nothing: tests/e2e/test_conformance_saturation.py)
+    "shed-every-objective": ({"saturation"}, "was shed: a priority of 0 or more is never sheddable"),
 }
 # The suite's other tests load the machine (load 10+ on 2 cores): a latency budget for that (slow-decision's 900 ms
 # is over it all the same).
@@ -71,12 +73,14 @@ def make_bed():
 
 # Held under sustained load (--sustained-load, its 2,000 requests): the EPP without a fault and the faults it catches.
 SUSTAINED = {"none"} | {fault for fault, (checks, _) in CAUGHT_BY.items() if "sustained-load" in checks}
+# Said to shed by priority (--saturation): the faults saturation catches.
+SATURATION = {fault for fault, (checks, _) in CAUGHT_BY.items() if "saturation" in checks}
 
 
 def judge(make_bed, fault: str, checks=None) -> dict:
     make, beds = make_bed
     target = Target("external-epp", {"epp_command": f"{ECHO} --misbehave {fault}"}, shed_header="x-shed: 1",
-                    sustained=fault in SUSTAINED)
+                    sustained=fault in SUSTAINED, saturation=fault in SATURATION)
     try:
         return run(target, make, runtime="local", checks=checks, budget=LOADED_MACHINE)
     finally:
