@@ -379,6 +379,7 @@ class SharedControlPlane:
         self._kwargs = kwargs
         self._plane: ControlPlane | None = None
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
 
     @property
     def started(self) -> ControlPlane | None:
@@ -394,7 +395,20 @@ class SharedControlPlane:
                 self._plane = ControlPlane(self._run_dir(), **self._kwargs).start()
             return self._plane
 
+    def start_beside(self) -> None:
+        """Start it now on a thread of its own that lives until :meth:`stop` (its processes die with the thread that
+        started them): a verdict that will need it starts it while its first checks run; :meth:`get` waits for it."""
+        def hold() -> None:
+            try:
+                self.get()
+            except Exception:  # noqa: BLE001 (the testbed that needs it calls get() again and says why)
+                return
+            self._stopping.wait()
+
+        threading.Thread(target=hold, name="eppkit-control-plane", daemon=True).start()
+
     def stop(self) -> None:
+        self._stopping.set()
         with self._lock:
             if self._plane is not None:
                 self._plane.stop()

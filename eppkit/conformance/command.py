@@ -101,6 +101,8 @@ def main(args: argparse.Namespace) -> int:
     # One Jaeger, and one control plane (started by the first testbed whose EPP watches a pool), for every testbed.
     with create_jaeger(args.runtime, new_run_dir("jaeger-conformance")) as jaeger, \
             SharedControlPlane(lambda: new_run_dir("control-plane")) as plane:
+        if any(c.control_plane and not c.not_declared(target) for c in checks or selected(kind=target.kind)):
+            plane.start_beside()  # a declared check's testbed watches a pool: the control plane starts meanwhile
         for version in versions:
             if version is not None and len(versions) > 1:
                 print(f"-- Envoy {version} --", flush=True)

@@ -264,3 +264,37 @@ def test_a_pool_from_kubernetes_replaces_endpoints_and_needs_a_kubeconfig(monkey
     assert isinstance(objectives, KubeObjectives) and objectives.objectives is picker.objectives
     assert (objectives.namespace, objectives.pool_name) == ("ns", "p")
     assert background[2].keep_when_empty
+
+
+def test_a_shared_control_plane_started_beside_is_held_by_its_own_thread_until_stopped(monkeypatch, tmp_path):
+    import threading
+
+    started, stopped = [], []
+
+    class Plane:
+        def __init__(self, run_dir, **_):
+            pass
+
+        def start(self):
+            started.append(threading.current_thread().name)
+            return self
+
+        def is_running(self):
+            return True
+
+        def stop(self):
+            stopped.append(1)
+
+    monkeypatch.setattr(controlplane, "ControlPlane", Plane)
+    shared = controlplane.SharedControlPlane(lambda: tmp_path)
+    shared.start_beside()
+    from eppkit.core.polling import poll
+
+    plane = poll(lambda: shared.started, timeout_s=2, interval_s=0.01, describe="the control plane started beside")
+    assert shared.get() is plane  # the one started beside, never a second
+    assert started == ["eppkit-control-plane"]
+    holder = next(t for t in threading.enumerate() if t.name == "eppkit-control-plane")
+    assert holder.is_alive()  # its processes die with the thread that started them: it stays
+    shared.stop()
+    holder.join(timeout=2)
+    assert stopped == [1] and not holder.is_alive()

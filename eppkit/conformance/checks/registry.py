@@ -77,6 +77,9 @@ class Check:
     # Its figures are times held to a floor's (a plugin's pace, its cost): its protocols run one after the other, never
     # beside each other's requests, even where the subject serves streams at once.
     timed: bool = False
+    # Its testbed's EPP watches a pool in a control plane (which a target's mode may otherwise not start): declared,
+    # the verdict starts the control plane at its beginning, beside the first checks.
+    control_plane: bool = False
 
     def not_declared(self, target) -> str | None:
         """Why this check does not apply to ``target`` by what it declares, or None."""
@@ -97,12 +100,12 @@ _order = iter(range(10_000))
 def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
           needs: tuple[str, ...] = (), per_protocol: bool = True,
           declared: Callable[..., str | None] | None = None, beside: bool = False, timed: bool = False,
-          registry: Registry[Check] = CHECKS) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+          control_plane: bool = False, registry: Registry[Check] = CHECKS) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated function (``harness -> Result``) as check ``name`` (an EPP's, or in ``registry``)."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         registry.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared,
-                                 beside, timed))
+                                 beside, timed, control_plane))
         return fn
 
     return register

@@ -120,7 +120,7 @@ def judge(sents, names: dict[str, str]) -> tuple[list[str], list[str], int, int]
 
 @check("saturation", "an EPP that sheds by priority: a sheddable request gets 429 while the pool is saturated, "
        "others are served", category=DATA_PLANE, level=SHOULD, source=SOURCE, needs=SERVES, per_protocol=False,
-       declared=_declared, beside=True)
+       declared=_declared, beside=True, control_plane=True)
 def saturation(h):
     """For an EPP that says it sheds sheddable work when the pool is saturated (``--saturation``; GAIE's rule):
     two InferenceObjectives of the testbed's InferencePool in its control plane, ``eppkit-sheddable``
