@@ -43,6 +43,7 @@ def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, 
     assert statuses.pop("sustained-load") == "n/a"  # judged when asked (--sustained-load: below)
     assert statuses.pop("load-aware") == "n/a"  # judged for an EPP that says it is load-aware (test_conformance_routing.py)
     assert statuses.pop("lora-affinity") == "n/a"  # judged for an EPP that says so (test_conformance_routing.py)
+    assert statuses.pop("saturation") == "n/a"  # judged for an EPP that says so (test_conformance_saturation.py)
     assert set(statuses.values()) == {"pass"}, rp.text(report)
     # The EPP hop as Envoy recorded it: the decision and the release after the body, before the upstream.
     assert {"hold", "epp_decision", "epp_release", "upstream"} <= set(report["hop"]), report["hop"]
