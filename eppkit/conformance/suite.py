@@ -205,17 +205,26 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
             if on_result is not None:
                 on_result(check, results[name])
 
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eppkit-beside")
+    pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="eppkit-beside")
     try:
         if target.kind == "epp" and refused is None:  # a plugin's checks time requests against a floor: one at a
             harness.probe_concurrency()               # time on 2 cores
+        # A check beside the others starts as soon as what it needs is judged (its testbed and its load overlap the
+        # rest), not when the list reaches it: the routing checks are last in the list and the slowest.
+        waiting = [c for c in checks if refused is None and c.beside and harness.concurrent
+                   and not c.not_declared(target)]
+
+        def start_ready() -> None:
+            for c in [c for c in waiting if all(n in results for n in c.needs)]:
+                waiting.remove(c)
+                beside[c.name] = (c, pool.submit(run_check, c, harness, results))
+
         for check in checks if refused is None else ():
+            start_ready()
+            if check.name in beside or check.name in results:
+                continue
             if check.category == LATENCY:
                 settle()
-            if check.beside and harness.concurrent and not check.not_declared(target) and all(
-                    n in results for n in check.needs):
-                beside[check.name] = (check, pool.submit(run_check, check, harness, results))
-                continue
             results[check.name] = run_check(check, harness, results)
             if on_result is not None:
                 on_result(check, results[check.name])

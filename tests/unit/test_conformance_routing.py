@@ -39,7 +39,8 @@ class Idle:
 def harness(sent, **declared):
     pods = [SimpleNamespace(name=f"vllm-{i}", address=f"127.0.0.1:{9000 + i}", model="mock-llm") for i in range(3)]
     bed = SimpleNamespace(backends=pods)
-    return SimpleNamespace(target=Target("ext_proc", **(declared or {"load_aware": True})), bed=lambda *a, **k: bed,
+    return SimpleNamespace(target=Target("ext_proc", **(declared or {"load_aware": True})),
+                           own_bed=lambda *a, **k: bed, release=lambda b: None, client=lambda b: None,
                            send=lambda *a, **k: sent.append(1))
 
 
@@ -90,7 +91,7 @@ def test_the_busy_load_goes_to_loopback_only():
 
 def test_a_pod_off_loopback_is_not_applicable():
     h = harness([])
-    h.bed().backends[0].address = "10.0.0.1:8000"
+    h.own_bed().backends[0].address = "10.0.0.1:8000"
     result = routing.load_aware(h)
     assert result.status == NOT_APPLICABLE and "not on loopback" in result.message
 
@@ -126,6 +127,6 @@ def test_the_rule_is_judged_while_the_pod_runs_the_adapter_and_has_room():
 
 def test_an_anchor_off_loopback_is_not_applicable():
     h = harness([])
-    h.bed().backends[2].address = "10.0.0.1:8000"
+    h.own_bed().backends[2].address = "10.0.0.1:8000"
     result = routing.lora_affinity(h)
     assert result.status == NOT_APPLICABLE and "not on loopback" in result.message

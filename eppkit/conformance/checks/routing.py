@@ -74,7 +74,7 @@ def _until_busy(address: str) -> dict[str, float]:
 
 
 @check("load-aware", "a load-aware EPP keeps new requests away from a busy pod", category=DATA_PLANE, level=SHOULD,
-       source=LOAD_SOURCE, needs=NEEDS, per_protocol=False, declared=_load_aware)
+       source=LOAD_SOURCE, needs=NEEDS, per_protocol=False, declared=_load_aware, beside=True)
 def load_aware(h):
     """For an EPP that says it routes by load (``--load-aware``; it reads the pods' ``/metrics``): one of three
     pods (each running at most 4 requests at once, 256 KV-cache blocks) made busy for real, with 8 long streamed
@@ -87,13 +87,21 @@ def load_aware(h):
     base = h.target.topology()
     pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--max-num-seqs", str(MAX_SEQS),
                                                "--kv-cache-size", str(KV_BLOCKS)]) for v in base.vllm]
-    bed = h.bed("load-aware", topology=dataclasses.replace(base, vllm=pods))
+    bed = h.own_bed("load-aware", topology=dataclasses.replace(base, vllm=pods))
+    try:
+        return _judge_load_aware(h, bed)
+    finally:
+        h.release(bed)
+
+
+def _judge_load_aware(h, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     target, others = bed.backends[0], bed.backends[1:]
     if not target.address.startswith("127."):
         return not_applicable(f"{target.name}'s address {target.address} is not on loopback: the check sends its "
                               "busy load straight to a pod only there")
+    client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
     evidence = [f"{ep.name}'s /metrics at the start: {load_words(scrape(ep.address))}" for ep in bed.backends]
     with BusyLoad(target.address, target.model) as load:
         before = _until_busy(target.address)
@@ -106,7 +114,7 @@ def load_aware(h):
         with ThreadPoolExecutor(max_workers=PROBES) as pool:
             futures = []
             for i in range(PROBES):
-                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)]))
+                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], client=client))
                 time.sleep(PROBE_GAP_S)
             after = scrape(target.address)
             evidence.append(f"{target.name}'s /metrics after the last request was sent: {load_words(after)}")
@@ -175,7 +183,7 @@ def _running(info: LoraInfo | None, adapter: str) -> bool:
 
 @check("lora-affinity", "an EPP that routes LoRA adapters sends an adapter's requests where it is running",
        category=DATA_PLANE, level=SHOULD, source=LORA_SOURCE, needs=NEEDS, per_protocol=False,
-       declared=_lora_affinity)
+       declared=_lora_affinity, beside=True)
 def lora_affinity(h):
     """For an EPP that says it routes LoRA adapters (``--lora-affinity``; it reads the pods' ``/metrics``): three
     pods each serve three adapters (``--lora-modules``), at most two loaded at once (``--max-loras 2``). Two adapters
@@ -192,7 +200,14 @@ def lora_affinity(h):
     modules = [json.dumps({"name": name, "path": path}, separators=(",", ":")) for name, path in ADAPTERS.items()]
     pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--lora-modules", *modules,
                                                "--max-loras", str(MAX_LORAS)]) for v in base.vllm]
-    bed = h.bed("lora-affinity", topology=dataclasses.replace(base, vllm=pods))
+    bed = h.own_bed("lora-affinity", topology=dataclasses.replace(base, vllm=pods))
+    try:
+        return _judge_lora_affinity(h, bed)
+    finally:
+        h.release(bed)
+
+
+def _judge_lora_affinity(h, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     anchors = dict(zip(ADAPTERS, bed.backends[-2:]))  # adapter -> the pod it is made to run on
@@ -200,6 +215,7 @@ def lora_affinity(h):
     if off:
         return not_applicable(f"{off[0].name}'s address {off[0].address} is not on loopback: the check sends its "
                               "adapters' load straight to a pod only there")
+    client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
     evidence = [f"{ep.name}'s /metrics at the start: {lora_words(lora_of(ep.address))}" for ep in bed.backends]
     with ExitStack() as loads:
         for adapter, ep in anchors.items():
@@ -218,7 +234,7 @@ def lora_affinity(h):
         with ThreadPoolExecutor(max_workers=LORA_PROBES) as pool:
             futures = []
             for i, adapter in enumerate(asked):
-                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], adapter))
+                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], adapter, client=client))
                 time.sleep(PROBE_GAP_S)
             after = {adapter: lora_of(ep.address) for adapter, ep in anchors.items()}
             evidence += [f"{ep.name}'s /metrics after the last request was sent: {lora_words(after[a])}"
