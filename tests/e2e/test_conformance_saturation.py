@@ -1,6 +1,6 @@
 """Saturation judged black-box (declared: --saturation): every pod saturated for real, two InferenceObjectives in the
-testbed's control plane; the kit's EPP (the reference) sheds the sheddable and serves the rest, an EPP that sheds
-nothing and one that sheds every objective fail, each that check alone.
+testbed's control plane; the kit's EPP (the reference) sheds the sheddable and serves the rest; an EPP that sheds
+nothing and one that sheds everything fail, the kit's (options) and the echo EPP (faults), each that check alone.
 """
 
 from __future__ import annotations
@@ -37,12 +37,17 @@ def test_the_kit_epp_sheds_the_sheddable_and_serves_the_rest(eppkit_testbed_fact
     assert "vllm:num_requests_waiting 6" in said, passing["evidence"]
 
 
-def test_the_kit_epp_that_never_saturates_fails_saturation(eppkit_testbed_factory):
+@pytest.mark.parametrize("options, said", [
     # Both thresholds off: the pool is never saturated for it, so it sheds nothing.
-    options = {"queue_depth_threshold": 0.0, "kv_cache_util_threshold": 0.0}
+    ({"queue_depth_threshold": 0.0, "kv_cache_util_threshold": 0.0},
+     "x-gateway-inference-objective: eppkit-sheddable, priority -1) was served"),
+    # Its older hook on: every request shed while every pod has one waiting, whatever its priority.
+    ({"shed_queue_threshold": 1.0}, "priority 0) was shed"),
+], ids=["sheds-nothing", "sheds-everything"])
+def test_the_kit_epp_that_sheds_nothing_or_everything_fails_saturation(eppkit_testbed_factory, options, said):
     failing = judge(eppkit_testbed_factory, Target("ext_proc", options, saturation=True))
     assert failing["status"] == "fail", failing
-    assert "x-gateway-inference-objective: eppkit-sheddable, priority -1) was served" in failing["message"], failing
+    assert said in failing["message"], failing
 
 
 def test_saturation_is_not_applicable_unless_declared(eppkit_testbed_factory):
