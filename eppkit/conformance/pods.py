@@ -4,6 +4,7 @@ while they carry it (:mod:`eppkit.conformance.checks.routing`, :mod:`eppkit.conf
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import time
@@ -12,6 +13,7 @@ from typing import Self, TypeVar
 
 import requests
 
+from eppkit.cluster.podnet import SUBNET as KIT_POD_NETWORK
 from eppkit.services.picker.scraper import parse_metrics
 from eppkit.services.vllm.request_in import HEADER_ITL
 
@@ -24,6 +26,20 @@ BUSY_WORDS, BUSY_TOKENS, BUSY_ITL_MS = 200, 500, 20  # each at most 10 s of toke
 BUSY_WITHIN_S = 5.0  # the busy pod's /metrics must show it busy within this, else the check is not run
 SCRAPE_S = 1.0  # then, time for the EPP to scrape it (the kit's EPP scrapes every 0.2 s, GAIE's every 0.05 s)
 PROBE_GAP_S = 0.1  # new requests through Envoy, one every 0.1 s
+
+
+def reachable(address: str) -> bool:
+    """Whether the checks may send load straight to the pod at ``address``: on loopback, or on the pod network the kit
+    made on this machine (its one-node cluster's bridge), never another network's address."""
+    host = address.rpartition(":")[0].strip("[]")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip in KIT_POD_NETWORK
+
+
+WHERE = "neither on loopback nor on the kit's own pod network"
 
 
 def metrics_text(address: str) -> str:
@@ -56,12 +72,12 @@ def load_words(metrics: dict[str, float]) -> str:
 class BusyLoad:
     """``streams`` long streamed chat requests for ``model`` written straight to one pod (past Envoy and the EPP, as another
     client of the pod would), each on a socket of its own that is never read: the pod runs and queues them until
-    :meth:`close` drops the connections (the pod then stops them at its next token). Loopback only."""
+    :meth:`close` drops the connections (the pod then stops them at its next token). Only to a pod :func:`reachable`."""
 
     def __init__(self, address: str, model: str, streams: int = BUSY_STREAMS):
         host, _, port = address.rpartition(":")
-        if not host.startswith("127."):
-            raise ValueError(f"the busy pod {address} is not on loopback")
+        if not reachable(address):
+            raise ValueError(f"the busy pod {address} is {WHERE}")
         self.address = (host, int(port))
         prompt = " ".join(f"busy{i}" for i in range(BUSY_WORDS))
         body = json.dumps({"model": model, "messages": [{"role": "user", "content": prompt}],

@@ -85,15 +85,22 @@ def test_the_command_line_declares_it(name, field):
 
 
 def test_the_busy_load_goes_to_loopback_only():
-    with pytest.raises(ValueError, match="not on loopback"):
+    with pytest.raises(ValueError, match="neither on loopback nor on the kit.s own pod network"):
         routing.BusyLoad("10.0.0.1:8000", "mock-llm")
+
+
+def test_load_goes_straight_only_to_loopback_or_the_kits_own_pod_network():
+    from eppkit.conformance.pods import reachable
+
+    assert reachable("127.0.0.1:8000") and reachable("[::1]:8000") and reachable("10.233.1.2:9576")
+    assert not reachable("10.0.0.1:8000") and not reachable("192.168.1.5:80") and not reachable("vllm-0:8000")
 
 
 def test_a_pod_off_loopback_is_not_applicable():
     h = harness([])
     h.own_bed().backends[0].address = "10.0.0.1:8000"
     result = routing.load_aware(h)
-    assert result.status == NOT_APPLICABLE and "not on loopback" in result.message
+    assert result.status == NOT_APPLICABLE and "neither on loopback nor on the kit's own pod network" in result.message
 
 
 # -- lora-affinity --
@@ -129,4 +136,4 @@ def test_an_anchor_off_loopback_is_not_applicable():
     h = harness([])
     h.own_bed().backends[2].address = "10.0.0.1:8000"
     result = routing.lora_affinity(h)
-    assert result.status == NOT_APPLICABLE and "not on loopback" in result.message
+    assert result.status == NOT_APPLICABLE and "neither on loopback nor on the kit's own pod network" in result.message

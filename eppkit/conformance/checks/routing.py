@@ -36,10 +36,12 @@ from eppkit.conformance.pods import (
     RUNNING,
     SCRAPE_S,
     WAITING,
+    WHERE,
     BusyLoad,
     load_words,
     metrics_text,
     probe,
+    reachable,
     scrape,
     until,
 )
@@ -98,9 +100,9 @@ def _judge_load_aware(h, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     target, others = bed.backends[0], bed.backends[1:]
-    if not target.address.startswith("127."):
-        return not_applicable(f"{target.name}'s address {target.address} is not on loopback: the check sends its "
-                              "busy load straight to a pod only there")
+    if not reachable(target.address):
+        return not_applicable(f"{target.name}'s address {target.address} is {WHERE}: the check sends its busy load "
+                              "straight to a pod only there")
     client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
     evidence = [f"{ep.name}'s /metrics at the start: {load_words(scrape(ep.address))}" for ep in bed.backends]
     with BusyLoad(target.address, target.model) as load:
@@ -211,9 +213,9 @@ def _judge_lora_affinity(h, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     anchors = dict(zip(ADAPTERS, bed.backends[-2:]))  # adapter -> the pod it is made to run on
-    off = [ep for ep in anchors.values() if not ep.address.startswith("127.")]
+    off = [ep for ep in anchors.values() if not reachable(ep.address)]
     if off:
-        return not_applicable(f"{off[0].name}'s address {off[0].address} is not on loopback: the check sends its "
+        return not_applicable(f"{off[0].name}'s address {off[0].address} is {WHERE}: the check sends its "
                               "adapters' load straight to a pod only there")
     client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
     evidence = [f"{ep.name}'s /metrics at the start: {lora_words(lora_of(ep.address))}" for ep in bed.backends]

@@ -33,9 +33,11 @@ from eppkit.conformance.pods import (
     PROBE_GAP_S,
     SCRAPE_S,
     WAITING,
+    WHERE,
     BusyLoad,
     load_words,
     probe,
+    reachable,
     scrape,
     until,
 )
@@ -143,9 +145,9 @@ def saturation(h):
 
 
 def _judge_saturation(h, bed) -> Result:
-    off = [ep for ep in bed.backends if not ep.address.startswith("127.")]
+    off = [ep for ep in bed.backends if not reachable(ep.address)]
     if not bed.backends or off:
-        return not_applicable(f"{off[0].name}'s address {off[0].address} is not on loopback: the check saturates "
+        return not_applicable(f"{off[0].name}'s address {off[0].address} is {WHERE}: the check saturates "
                               "the pods by sending them load straight, only there" if off else "the pool is empty")
     pool = getattr(bed, "pool", None)
     if pool is not None:
