@@ -19,6 +19,9 @@ from pathlib import Path
 
 from eppkit.cluster.configs import Layout
 from eppkit.cluster.node import Node
+from eppkit.core.progress import printer
+
+say = printer(stdout=True)  # its stdout is HOME/supervisor.log
 
 
 def _write(layout: Layout, state: dict) -> None:
@@ -34,23 +37,23 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     started = time.monotonic()
-    node = Node(layout, progress=lambda msg: print(msg, flush=True))
+    node = Node(layout, progress=say)
     try:
         node.start()
     except BaseException as exc:  # noqa: BLE001 - said in the state file, which `eppkit cluster up` reads
         _write(layout, {"failed": f"{type(exc).__name__}: {exc}"[-3000:], "supervisor": os.getpid()})
         return 1
     _write(layout, {"ready": True, "start_s": round(time.monotonic() - started, 3), **node.state()})
-    print(f"cluster ready in {time.monotonic() - started:.2f} s: {node.phases}", flush=True)
+    say(f"cluster ready in {time.monotonic() - started:.2f} s: {node.phases}")
     while not stop.wait(1.0):
         dead = [p.name for p in node.processes().values() if not p.is_running()]
         if dead:
-            print(f"{', '.join(dead)} exited: stopping the cluster", flush=True)
+            say(f"{', '.join(dead)} exited: stopping the cluster")
             break
-    print("stopping", flush=True)
+    say("stopping")
     node.stop()
     layout.state.unlink(missing_ok=True)
-    print("stopped", flush=True)
+    say("stopped")
     return 0
 
 

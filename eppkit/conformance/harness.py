@@ -16,7 +16,9 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Callable
 
 import requests
@@ -89,6 +91,16 @@ class Harness:
             self.envoy_binary = self.envoy_binary or getattr(bed, "envoy_binary", None)
             self._beds[key] = bed
             return self._bed(variant, topology, options)
+
+    @contextmanager
+    def own(self, variant: str, topology: Topology | None = None, **options: Any) -> Iterator[Any]:
+        """``with h.own(variant) as bed:`` a testbed of :meth:`own_bed`, released at the block's end whatever
+        happens."""
+        bed = self.own_bed(variant, topology, **options)
+        try:
+            yield bed
+        finally:
+            self.release(bed)
 
     def release(self, bed) -> None:
         """Stop a testbed of :meth:`own_bed` now (its requests are left out of :meth:`hops`: the check that sent

@@ -4,6 +4,7 @@ while they carry it (:mod:`eppkit.conformance.checks.routing`, :mod:`eppkit.conf
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import socket
@@ -109,6 +110,12 @@ class BusyLoad:
 
     def __exit__(self, *_exc) -> None:
         self.close()
+
+
+def with_pod_args(topology, *args: str):
+    """``topology`` with ``args`` added to each pod's command line (a check's own testbed: ``--max-num-seqs 4``)."""
+    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, *args]) for v in topology.vllm]
+    return dataclasses.replace(topology, vllm=pods)
 
 
 def probe(h, bed, protocol: str, model: str | None = None, headers: dict[str, str] | None = None, client=None):

@@ -24,10 +24,10 @@ Envoy. A request's trace therefore holds Envoy's call to the EPP but not the EPP
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 from eppkit.builds import gaie as gaie_build
+from eppkit.core.progress import say
 from eppkit.modes.ext_proc import EnvoyExtProcOptions, envoy_vars
 from eppkit.modes.options import CommonOptions, FailOpenOptions
 from eppkit.modes.registry import Mode, register
@@ -76,10 +76,6 @@ class GaieEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
         return self
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def epp_argv(binary: str, options: GaieEppOptions, ports: dict[str, int], pool: PoolTarget) -> list[str]:
     # Its log is JSON whatever --zap-encoder says (v1.5.0 builds its logger before it parses flags).
     argv = [binary, "--pool-name", pool.name, "--pool-namespace", pool.namespace,
@@ -98,7 +94,7 @@ def epp_argv(binary: str, options: GaieEppOptions, ports: dict[str, int], pool: 
 def plan(topology, options: GaieEppOptions, ports, backends, pools=None, kube: PoolTarget | None = None) -> ModePlan:
     if kube is None:
         raise ValueError("mode gaie-epp: the GAIE EPP watches an InferencePool; the testbed gives it one (PoolTarget)")
-    binary = gaie_build.build(_progress)  # cached: a path at once; else builds, with progress
+    binary = gaie_build.build(say)  # cached: a path at once; else builds, with progress
     numbers = {"grpc": ports.port(), "health": ports.port(), "metrics": ports.port()}
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc"], health_path=None,
                       argv=epp_argv(str(binary), options, numbers, kube), grpc_health_port=numbers["health"],

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,7 @@ import yaml
 from eppkit.cluster import ClusterError, handle, namespaces, podnet, remote
 from eppkit.components.jaeger import Jaeger
 from eppkit.components.ports import PortAllocator
+from eppkit.core.progress import say
 from eppkit.gateway import eds
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as envoy_versions
@@ -223,13 +223,9 @@ def _to_host(value: str, pods_host: str) -> str:
     return value.replace("127.0.0.1:", f"{pods_host}:")
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def program_image(program: Path) -> str:
     """A program of this host in an image of its own (``eppkit/program-<its name>``), for a cluster of your own."""
-    return images.program_image(program, f"program-{namespaces.dns_label(program.name)}", progress=_progress)
+    return images.program_image(program, f"program-{namespaces.dns_label(program.name)}", progress=say)
 
 
 def pod_images() -> list[str]:
@@ -239,7 +235,7 @@ def pod_images() -> list[str]:
 
     source = common.ImageSource()
     made = source.images()
-    envoy = source.envoy_image(envoy_versions.resolve(None, _progress))
+    envoy = source.envoy_image(envoy_versions.resolve(None, say))
     built = gaie.find()
     return list(dict.fromkeys((envoy, made.jaeger, made.services, *([program_image(built)] if built else []))))
 

@@ -13,6 +13,7 @@ from eppkit.conformance.checks import CHECKS, routing
 from eppkit.conformance.checks.registry import NOT_APPLICABLE, NOT_RUN
 from eppkit.conformance.suite import run_check
 from eppkit.conformance.target import Target
+from tests.support.own_testbed import NoLoad, OwnTestbedHarness
 
 pytestmark = pytest.mark.unit
 
@@ -20,39 +21,20 @@ IDLE = {routing.RUNNING: 0.0, routing.WAITING: 0.0, routing.KV_USAGE: 0.0}
 BUSY = {routing.RUNNING: 4.0, routing.WAITING: 4.0, routing.KV_USAGE: 0.69}
 
 
-class Idle:
-    """A busy load that never reaches the pod (nothing is sent)."""
-
-    def __init__(self, *_, **__):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_):
-        pass
-
-    def close(self):
-        pass
-
-
-def harness(sent, **declared):
-    pods = [SimpleNamespace(name=f"vllm-{i}", address=f"127.0.0.1:{9000 + i}", model="mock-llm") for i in range(3)]
-    bed = SimpleNamespace(backends=pods)
-    return SimpleNamespace(target=Target("ext_proc", **(declared or {"load_aware": True})),
-                           own_bed=lambda *a, **k: bed, release=lambda b: None, client=lambda b: None,
-                           send=lambda *a, **k: sent.append(1))
+def harness(**declared):
+    return OwnTestbedHarness(Target("ext_proc", **(declared or {"load_aware": True})),
+                             [f"127.0.0.1:{9000 + i}" for i in range(3)])
 
 
 def test_a_pod_that_would_not_get_busy_leaves_the_check_not_run(monkeypatch):
-    monkeypatch.setattr(routing, "BusyLoad", Idle)
+    monkeypatch.setattr(routing, "BusyLoad", NoLoad)
     monkeypatch.setattr(routing, "scrape", lambda address: dict(IDLE))
     monkeypatch.setattr(routing, "BUSY_WITHIN_S", 0.1)
-    sent = []
-    result = routing.load_aware(harness(sent))
+    h = harness()
+    result = routing.load_aware(h)
     assert result.status == NOT_RUN, result
     assert "vllm-0 would not get busy: its /metrics showed vllm:num_requests_running 0" in result.message
-    assert not sent  # no request was judged on a pod that was never busy
+    assert h.log == ["released"]  # no request was judged on a pod that was never busy; its testbed stopped
 
 
 def test_busy_is_running_and_waiting_and_kv_blocks_in_use():
@@ -97,8 +79,8 @@ def test_load_goes_straight_only_to_loopback_or_the_kits_own_pod_network():
 
 
 def test_a_pod_off_loopback_is_not_applicable():
-    h = harness([])
-    h.own_bed().backends[0].address = "10.0.0.1:8000"
+    h = harness()
+    h.testbed.backends[0].address = "10.0.0.1:8000"
     result = routing.load_aware(h)
     assert result.status == NOT_APPLICABLE and "neither on loopback nor on the kit's own pod network" in result.message
 
@@ -106,22 +88,22 @@ def test_a_pod_off_loopback_is_not_applicable():
 # -- lora-affinity --
 
 def test_a_pod_that_would_not_run_its_adapter_leaves_the_check_not_run(monkeypatch):
-    monkeypatch.setattr(routing, "BusyLoad", Idle)
+    monkeypatch.setattr(routing, "BusyLoad", NoLoad)
     monkeypatch.setattr(routing, "lora_of", lambda address: LoraInfo(max_lora=2))
     monkeypatch.setattr(routing, "LOADED_WITHIN_S", 0.1)
-    sent = []
-    result = routing.lora_affinity(harness(sent, lora_affinity=True))
+    h = harness(lora_affinity=True)
+    result = routing.lora_affinity(h)
     assert result.status == NOT_RUN, result
     assert result.message.startswith("vllm-1 would not run sql-lora with room to spare: its /metrics showed "
                                      "running_lora_adapters=''"), result.message
-    assert not sent  # no request was judged on a pod that never ran the adapter
+    assert h.log == ["released"]  # no request was judged on a pod that never ran the adapter
 
 
 def test_a_pod_without_the_lora_family_is_not_run_either(monkeypatch):
-    monkeypatch.setattr(routing, "BusyLoad", Idle)
+    monkeypatch.setattr(routing, "BusyLoad", NoLoad)
     monkeypatch.setattr(routing, "lora_of", lambda address: None)
     monkeypatch.setattr(routing, "LOADED_WITHIN_S", 0.1)
-    result = routing.lora_affinity(harness([], lora_affinity=True))
+    result = routing.lora_affinity(harness(lora_affinity=True))
     assert result.status == NOT_RUN and "no vllm:lora_requests_info" in result.message
 
 
@@ -133,7 +115,7 @@ def test_the_rule_is_judged_while_the_pod_runs_the_adapter_and_has_room():
 
 
 def test_an_anchor_off_loopback_is_not_applicable():
-    h = harness([])
-    h.own_bed().backends[2].address = "10.0.0.1:8000"
+    h = harness()
+    h.testbed.backends[2].address = "10.0.0.1:8000"
     result = routing.lora_affinity(h)
     assert result.status == NOT_APPLICABLE and "neither on loopback nor on the kit's own pod network" in result.message

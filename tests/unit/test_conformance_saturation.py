@@ -12,28 +12,13 @@ from eppkit.conformance.checks import CHECKS, saturation
 from eppkit.conformance.checks.registry import NOT_APPLICABLE, NOT_RUN
 from eppkit.conformance.suite import run_check
 from eppkit.conformance.target import Target
+from tests.support.own_testbed import NoLoad, OwnTestbedHarness
 
 pytestmark = pytest.mark.unit
 
 SATURATED = {saturation.WAITING: 6.0, saturation.KV_USAGE: 0.01}
 CALM = {saturation.WAITING: 4.0, saturation.KV_USAGE: 0.5}
 SHED = {"error": {"message": "request shed", "type": "RateLimitError", "param": None, "code": "shed"}}
-
-
-class NoLoad:
-    """A load that never reaches the pods (nothing is sent)."""
-
-    def __init__(self, *_, **__):
-        pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_):
-        pass
-
-    def close(self):
-        pass
 
 
 class Hop(dict):
@@ -102,12 +87,8 @@ def test_an_openai_error_has_a_message():
     assert not saturation.openai_error({"error": "shed"}) and not saturation.openai_error("shed")
 
 
-def harness(sent_log, metrics):
-    pods = [SimpleNamespace(name=f"vllm-{i}", address=f"127.0.0.{i + 2}:8000", model="mock-llm") for i in range(3)]
-    bed = SimpleNamespace(backends=pods, pool=None)
-    return SimpleNamespace(target=Target("ext_proc", saturation=True), own_bed=lambda *a, **k: bed,
-                           release=lambda b: sent_log.append("released"), send=lambda *a, **k: sent_log.append(1),
-                           client=lambda b: None)
+def harness():
+    return OwnTestbedHarness(Target("ext_proc", saturation=True), [f"127.0.0.{i + 2}:8000" for i in range(3)])
 
 
 def test_a_pool_that_would_not_saturate_leaves_the_check_not_run(monkeypatch):
@@ -115,11 +96,11 @@ def test_a_pool_that_would_not_saturate_leaves_the_check_not_run(monkeypatch):
     monkeypatch.setattr(saturation, "scrape", lambda address: dict(CALM if address.startswith("127.0.0.3") else
                                                                    SATURATED))
     monkeypatch.setattr(saturation, "BUSY_WITHIN_S", 0.1)
-    log = []
-    result = saturation.saturation(harness(log, None))
+    h = harness()
+    result = saturation.saturation(h)
     assert result.status == NOT_RUN, result
     assert "vllm-1 would not saturate: its /metrics showed" in result.message and "5 waiting" in result.message
-    assert log == ["released"]  # no request judged on a pool that never saturated; its testbed stopped
+    assert h.log == ["released"]  # no request judged on a pool that never saturated; its testbed stopped
     assert "no control plane in this testbed" in result.evidence[0]
 
 

@@ -25,6 +25,7 @@ from eppkit.conformance.checks.registry import (
     not_applicable,
     passed,
 )
+from eppkit.conformance.pods import with_pod_args
 from eppkit.conformance.target import Target
 from eppkit.conformance.witness import NotWitnessed, Sent, call_failures, from_the_epp, served
 from eppkit.core.polling import PollTimeout, poll
@@ -296,10 +297,8 @@ def kv_cache_affinity(h):
     BlockRemoved, least recently used first), a third pod is given the prefix's first block: the next turn must go
     there. A pod answering with the prefix still cached where it should not be (the reset or the eviction did not
     take) makes the check not run, never pass."""
-    base = h.target.topology()
-    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--kv-cache-size", str(KV_CACHE_BLOCKS)])
-            for v in base.vllm]
-    bed = h.bed("kv-events", topology=dataclasses.replace(base, kv_events=True, vllm=pods))
+    pods = with_pod_args(h.target.topology(), "--kv-cache-size", str(KV_CACHE_BLOCKS))
+    bed = h.bed("kv-events", topology=dataclasses.replace(pods, kv_events=True))
     names = {ep.address: ep.name for ep in bed.backends}
     if len(bed.backends) < 3:
         return not_applicable("the check needs three pods: the target's topology has fewer")

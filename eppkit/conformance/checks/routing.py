@@ -9,7 +9,6 @@ not show it) is not run, never passed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from eppkit.conformance.pods import (
     reachable,
     scrape,
     until,
+    with_pod_args,
 )
 from eppkit.observability.client import PROTOCOLS
 from eppkit.services.openai_server.lora_info import MAX_LORA, LoraInfo
@@ -86,14 +86,9 @@ def load_aware(h):
     of them are served by the other pods (the pod each answer names). The busy pod's metrics before and after the
     requests are in the evidence; a pod that would not get busy, or stopped being busy before the last request was
     sent, leaves the check not run. Then the busy streams are dropped and every request is served."""
-    base = h.target.topology()
-    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--max-num-seqs", str(MAX_SEQS),
-                                               "--kv-cache-size", str(KV_BLOCKS)]) for v in base.vllm]
-    bed = h.own_bed("load-aware", topology=dataclasses.replace(base, vllm=pods))
-    try:
+    pods = with_pod_args(h.target.topology(), "--max-num-seqs", str(MAX_SEQS), "--kv-cache-size", str(KV_BLOCKS))
+    with h.own("load-aware", topology=pods) as bed:
         return _judge_load_aware(h, bed)
-    finally:
-        h.release(bed)
 
 
 def _judge_load_aware(h, bed) -> Result:
@@ -197,16 +192,11 @@ def lora_affinity(h):
     pod that would not run its adapter, or stopped running it before the last request was sent, leaves the check not
     run. An EPP that ignores the adapter (round robin, or the least loaded pod: the third) sends at most half of
     them there."""
-    base = h.target.topology()
     # vLLM's JSON form of --lora-modules, which the mock, vLLM and llm-d-inference-sim all take
     modules = [json.dumps({"name": name, "path": path}, separators=(",", ":")) for name, path in ADAPTERS.items()]
-    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--lora-modules", *modules,
-                                               "--max-loras", str(MAX_LORAS)]) for v in base.vllm]
-    bed = h.own_bed("lora-affinity", topology=dataclasses.replace(base, vllm=pods))
-    try:
+    pods = with_pod_args(h.target.topology(), "--lora-modules", *modules, "--max-loras", str(MAX_LORAS))
+    with h.own("lora-affinity", topology=pods) as bed:
         return _judge_lora_affinity(h, bed)
-    finally:
-        h.release(bed)
 
 
 def _judge_lora_affinity(h, bed) -> Result:

@@ -10,7 +10,6 @@ check not run, never passed.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +39,7 @@ from eppkit.conformance.pods import (
     reachable,
     scrape,
     until,
+    with_pod_args,
 )
 from eppkit.conformance.witness import from_the_epp
 from eppkit.modes import ext_proc
@@ -84,9 +84,7 @@ def topology(target):
     """The check's testbed: each pod running at most MAX_SEQS requests; the kit's EPP watching the pool (and its
     InferenceObjectives) in the control plane, as GAIE's does."""
     options = {"epp_watch_pool": True} if target.mode == ext_proc.MODE.name else {}
-    base = target.topology(**options)
-    pods = [dataclasses.replace(v, extra_args=[*v.extra_args, "--max-num-seqs", str(MAX_SEQS)]) for v in base.vllm]
-    return dataclasses.replace(base, vllm=pods)
+    return with_pod_args(target.topology(**options), "--max-num-seqs", str(MAX_SEQS))
 
 
 def judge(sents, names: dict[str, str]) -> tuple[list[str], list[str], int, int]:
@@ -137,11 +135,8 @@ def saturation(h):
     the objectives from the control plane (mode ext_proc, ``epp_watch_pool``); an EPP of your own reads them
     where its command's ``{kubeconfig}`` and ``{pool_namespace}`` say (without them, the testbed has no control
     plane and the objectives are only named)."""
-    bed = h.own_bed("saturation", topology=topology(h.target))
-    try:
+    with h.own("saturation", topology=topology(h.target)) as bed:
         return _judge_saturation(h, bed)
-    finally:
-        h.release(bed)
 
 
 def _judge_saturation(h, bed) -> Result:

@@ -210,8 +210,7 @@ def sustained_load(h):
     three quarters (/proc; before and after in the evidence). Fewer than 2,000 sent within 45 s, none lost: not
     run (a slow EPP: the latency budget judges it; once its pace says so, after 8 s, no more are sent); once 100
     are lost, no more are sent either."""
-    bed = h.own_bed("sustained")
-    try:
+    with h.own("sustained") as bed:
         mark = h.mark(bed)
         watch = ProcessWatch(h, bed)
         in_flight = IN_FLIGHT if h.concurrent else 1
@@ -262,5 +261,3 @@ def sustained_load(h):
                       passing=f"{REQUESTS:,} served whole, no slow-down, no growth",
                       fix="Serve every stream for as long as the EPP runs, and let go of what each one held when it "
                           "ends.")
-    finally:
-        h.release(bed)
