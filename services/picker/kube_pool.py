@@ -20,6 +20,8 @@ from typing import Any
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.pool import Pool
 
+from eppkit.core.tasks import stop_tasks
+
 log = logging.getLogger("picker.kube_pool")
 # lightkube's HTTP client logs every request at INFO, watches included: one line per event.
 logging.getLogger("httpx2").setLevel(logging.WARNING)
@@ -109,13 +111,7 @@ class KubePool:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await stop_tasks(*self._tasks)  # a watch that had ended is no news at the end
         self._tasks = []
         if self._client is not None:
             await self._client.close()

@@ -31,6 +31,8 @@ from eppkit.services.picker import headers as h
 from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.kube_pool import DEFAULT_GROUP, _get
 
+from eppkit.core.tasks import stop_tasks
+
 log = logging.getLogger("picker.saturation")
 
 # GAIE's InferenceObjective (v1.5.0: inference.networking.x-k8s.io/v1alpha2).
@@ -134,15 +136,9 @@ class KubeObjectives:
         self.objectives.priorities = priorities_for(self._known.values(), self.pool_name, self.pool_group)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:  # noqa: BLE001 (stopping: whatever ended the watch is said, not raised)
-                log.warning("the InferenceObjective watch had ended: %s", exc)
-            self._task = None
+        for exc in await stop_tasks(self._task):  # stopping: whatever ended the watch is said, not raised
+            log.warning("the InferenceObjective watch had ended: %s", exc)
+        self._task = None
         if self._client is not None:
             await self._client.close()
 

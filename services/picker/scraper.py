@@ -19,6 +19,8 @@ from eppkit.services.picker.endpoints import PoolEndpoint
 from eppkit.services.picker.pool import Pool
 from prometheus_client.parser import text_string_to_metric_families
 
+from eppkit.core.tasks import stop_tasks
+
 log = logging.getLogger("picker.scraper")
 
 
@@ -71,13 +73,9 @@ class MetricsScraper:
         self._task = asyncio.create_task(self._loop(), name="picker-metrics-scraper")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        for exc in await stop_tasks(self._task):
+            log.warning("the metrics scrape loop had ended: %s", exc)
+        self._task = None
         if self._session is not None:
             await self._session.close()
             self._session = None

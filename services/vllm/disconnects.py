@@ -11,10 +11,11 @@ a closed connection fails at once anyway.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 
 from aiohttp import web
+
+from eppkit.core.tasks import stop_tasks
 
 
 @dataclass(eq=False)
@@ -46,11 +47,8 @@ class DisconnectWatcher:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self, app: web.Application | None = None) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await stop_tasks(self._task)
+        self._task = None
 
     async def cancel_all(self, app: web.Application | None = None) -> None:
         """On server shutdown: end every request in flight now.
