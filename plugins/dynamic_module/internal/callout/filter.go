@@ -181,7 +181,7 @@ func (f *Filter) startCallout(body []byte) bool {
 	if result == shared.HttpCalloutInitSuccess {
 		return true
 	}
-	f.apply(Decision{Outcome: OutcomeFailure, Detail: "callout could not start: " + initResultName(result)}, "", true)
+	f.apply(Decision{Outcome: OutcomeFailure, Detail: "callout could not start: " + resultName(initResults, result, "init result ")}, "", true)
 	return false
 }
 
@@ -191,7 +191,7 @@ func (f *Filter) OnHttpCalloutDone(_ uint64, result shared.HttpCalloutResult,
 	if f.state != stateCalling {
 		return
 	}
-	resp := Response{Completed: result == shared.HttpCalloutSuccess, FailureReason: calloutResultName(result)}
+	resp := Response{Completed: result == shared.HttpCalloutSuccess, FailureReason: resultName(calloutResults, result, "failed with result ")}
 	if resp.Completed {
 		hs := make([][2]string, 0, len(headers))
 		for _, kv := range headers {
@@ -329,30 +329,23 @@ func headerSafe(s string) string {
 	return s
 }
 
-func initResultName(r shared.HttpCalloutInitResult) string {
-	switch r {
-	case shared.HttpCalloutInitMissingRequiredHeaders:
-		return "missing required headers"
-	case shared.HttpCalloutInitClusterNotFound:
-		return "cluster not found"
-	case shared.HttpCalloutInitDuplicateCalloutId:
-		return "duplicate callout id"
-	case shared.HttpCalloutInitCannotCreateRequest:
-		return "cannot create request (failed at once, e.g. no healthy host)"
-	default:
-		return "init result " + strconv.Itoa(int(r))
-	}
+// initResults and calloutResults say Envoy's callout results in words; resultName says one, or its number.
+var initResults = map[shared.HttpCalloutInitResult]string{
+	shared.HttpCalloutInitMissingRequiredHeaders: "missing required headers",
+	shared.HttpCalloutInitClusterNotFound:        "cluster not found",
+	shared.HttpCalloutInitDuplicateCalloutId:     "duplicate callout id",
+	shared.HttpCalloutInitCannotCreateRequest:    "cannot create request (failed at once, e.g. no healthy host)",
 }
 
-func calloutResultName(r shared.HttpCalloutResult) string {
-	switch r {
-	case shared.HttpCalloutSuccess:
-		return "succeeded"
-	case shared.HttpCalloutReset:
-		return "was reset"
-	case shared.HttpCalloutExceedResponseBufferLimit:
-		return "answer exceeded the response buffer limit"
-	default:
-		return "failed with result " + strconv.Itoa(int(r))
+var calloutResults = map[shared.HttpCalloutResult]string{
+	shared.HttpCalloutSuccess:                   "succeeded",
+	shared.HttpCalloutReset:                     "was reset",
+	shared.HttpCalloutExceedResponseBufferLimit: "answer exceeded the response buffer limit",
+}
+
+func resultName[R ~uint32](words map[R]string, r R, unknown string) string {
+	if w, ok := words[r]; ok {
+		return w
 	}
+	return unknown + strconv.FormatUint(uint64(r), 10)
 }

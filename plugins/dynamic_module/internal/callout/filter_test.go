@@ -314,3 +314,12 @@ func TestConfigFactory_reportsBadConfig(t *testing.T) {
 		t.Error("a config without cluster must be refused")
 	}
 }
+
+func TestResultNamesSayEnvoysResultInWordsOrItsNumber(t *testing.T) {
+	if got := resultName(initResults, shared.HttpCalloutInitClusterNotFound, "init result "); got != "cluster not found" {
+		t.Errorf("init result in words: %q", got)
+	}
+	if got := resultName(calloutResults, shared.HttpCalloutResult(99), "failed with result "); got != "failed with result 99" {
+		t.Errorf("an unknown callout result: %q", got)
+	}
+}
