@@ -15,8 +15,7 @@ name, with the dataclass of its parameters when it takes any::
 
     @register(TYPE, Parameters)
     class PrefixCacheScorer:
-        type = TYPE
-        def __init__(self, name: str, parameters: Parameters): ...
+        def __init__(self, parameters: Parameters = Parameters()): ...
         def pick(self, request, candidates) -> Pick: ...
 
 As with GAIE's ``plugins.Register(type, factory)``, the factory is built from an instance name and
@@ -76,19 +75,26 @@ S = TypeVar("S")
 
 
 def register(type_name: str, parameters: type | None = None) -> Callable[[type[S]], type[S]]:
-    """Class decorator: register the scorer class under ``type_name``.
+    """Class decorator: register the scorer class under ``type_name``, which it gives the class as its ``type``
+    and its instances' default ``name``.
 
     The factory reads the raw parameters into ``parameters`` (a dataclass) and calls
-    ``cls(name, parameters)``; a class without parameters is called ``cls(name)`` and refuses any.
+    ``cls(parameters)``; a class without parameters is called ``cls()`` and refuses any. The instance is then
+    given the configured ``name``.
     """
 
     def add(cls: type[S]) -> type[S]:
+        cls.type = cls.name = type_name
+
         def factory(name: str, raw: dict) -> Scorer:
             if parameters is None:
                 if raw:
                     raise ValueError(f"scorer {type_name} takes no parameters, got {', '.join(sorted(raw))}")
-                return cls(name)
-            return cls(name, typed.read(parameters, raw, f"scorer {type_name}", "parameter"))
+                scorer = cls()
+            else:
+                scorer = cls(typed.read(parameters, raw, f"scorer {type_name}", "parameter"))
+            scorer.name = name
+            return scorer
 
         if type_name in _REGISTRY:
             raise ValueError(f"scorer type {type_name!r} registered twice")

@@ -156,12 +156,9 @@ class Subscriber:
 
 @register(TYPE, Parameters)
 class KvEventsScorer:
-    type = TYPE
-
-    def __init__(self, name: str = TYPE, parameters: Parameters = Parameters()):
+    def __init__(self, parameters: Parameters = Parameters()):
         if parameters.blockSize <= 0:
             raise ValueError(f"{TYPE}: blockSize must be positive")
-        self.name = name
         self.p = parameters
         self.subscriber = Subscriber(parameters.topic)
         self._by_load = QueueScorer()

@@ -42,12 +42,9 @@ def block_hashes(tokens: list[str], block_size: int, salt: str = "") -> list[byt
 
 @register(TYPE, Parameters)
 class KvRouterScorer:
-    type = TYPE
-
-    def __init__(self, name: str = TYPE, parameters: Parameters = Parameters()):
+    def __init__(self, parameters: Parameters = Parameters()):
         if parameters.blockSize <= 0:
             raise ValueError(f"{TYPE}: blockSize must be positive")
-        self.name = name
         self.p = parameters
         self._blocks = BlockIndex(parameters.lruCapacity)
         self._rotation = itertools.count()

@@ -37,10 +37,7 @@ def tier(ep: PoolEndpoint, model: str | None) -> int:
 
 @register(TYPE)
 class LoraAffinityScorer:
-    type = TYPE
-
-    def __init__(self, name: str = TYPE) -> None:
-        self.name = name
+    def __init__(self) -> None:
         self._queue = QueueScorer()
 
     def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick:

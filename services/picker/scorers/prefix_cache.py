@@ -42,10 +42,7 @@ class PrefixIndex(BlockIndex):
 
 @register(TYPE, Parameters)
 class PrefixCacheScorer:
-    type = TYPE
-
-    def __init__(self, name: str = TYPE, parameters: Parameters = Parameters()):
-        self.name = name
+    def __init__(self, parameters: Parameters = Parameters()):
         self.index = PrefixIndex(parameters.hashBlockSize, parameters.lruCapacity)
         self._by_load = QueueScorer()
 

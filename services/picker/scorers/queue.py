@@ -22,10 +22,7 @@ def load_key(ep: PoolEndpoint) -> tuple[float, float]:
 
 @register(TYPE)
 class QueueScorer:
-    type = TYPE
-
-    def __init__(self, name: str = TYPE) -> None:
-        self.name = name
+    def __init__(self) -> None:
         self._tiebreak = PoolTurns()
 
     def order(self, candidates: list[PoolEndpoint]) -> list[PoolEndpoint]:

@@ -15,10 +15,7 @@ TYPE = "round-robin"
 
 @register(TYPE)
 class RoundRobin:
-    type = TYPE
-
-    def __init__(self, name: str = TYPE) -> None:
-        self.name = name
+    def __init__(self) -> None:
         self._turns = PoolTurns()
 
     def pick(self, request: LlmRequest, candidates: list[PoolEndpoint]) -> Pick:
