@@ -24,6 +24,14 @@ def make_stream(spans, picker=None, endpoints="vllm-0=127.0.0.1:8001,vllm-1=127.
     return StreamProcessor(picker, spans.tracer, otel.extract({"traceparent": TRACEPARENT}), **kwargs)
 
 
+def fed(*messages, **stream_options):
+    """A new stream (:func:`make_stream` with ``stream_options``) fed ``messages``: its spans, the stream and its
+    replies, one list a message."""
+    spans = Spans()
+    stream = make_stream(spans, **stream_options)
+    return spans, stream, feed(stream, *messages)
+
+
 def set_headers(resp: pb.ProcessingResponse) -> dict:
     common = resp.request_headers.response
     return {h.header.key: h.header.raw_value.decode() for h in common.header_mutation.set_headers}
@@ -51,9 +59,7 @@ def test_body_is_buffered_then_decision_and_body_go_out_together():
 
 
 def test_spans_process_pick_inject_under_envoys_context_and_closed_before_answer():
-    spans = Spans()
-    stream = make_stream(spans)
-    feed(stream, headers_msg(), body_msg(BODY, True))
+    spans, _, _ = fed(headers_msg(), body_msg(BODY, True))
     process, pick, inject = spans.by_name("epp.process"), spans.by_name("epp.pick"), spans.by_name("epp.inject")
     assert format(process.context.trace_id, "032x") == TRACE_ID
     assert format(process.parent.span_id, "016x") == "b7ad6b7169203331"
@@ -88,9 +94,8 @@ def test_a_buffered_body_is_answered_with_the_decision_and_goes_on_unchanged():
 
 
 def test_with_no_body_sent_the_headers_are_answered_with_the_decision():
-    spans = Spans()
-    stream = make_stream(spans, request_body="none")
-    (out, trailers_out) = feed(stream, headers_msg(), pb.ProcessingRequest(request_trailers=pb.HttpTrailers()))
+    _, stream, (out, trailers_out) = fed(headers_msg(), pb.ProcessingRequest(request_trailers=pb.HttpTrailers()),
+                                         request_body="none")
     assert set_headers(out[0]) == {"x-gateway-destination-endpoint": "127.0.0.1:8001,127.0.0.1:8002"}
     assert len(out) == 1 and stream.phase is Phase.FORWARDED
     assert [r.WhichOneof("response") for r in trailers_out] == ["request_trailers"]
@@ -104,9 +109,7 @@ def test_an_unknown_body_path_or_multipart_without_streaming_is_refused():
 
 
 def test_request_without_body_is_decided_on_headers():
-    spans = Spans()
-    stream = make_stream(spans)
-    (out,) = feed(stream, headers_msg(path="/v1/models", method="GET", end_of_stream=True))
+    _, stream, (out,) = fed(headers_msg(path="/v1/models", method="GET", end_of_stream=True))
     assert len(out) == 1
     assert set_headers(out[0]) == {"x-gateway-destination-endpoint": "127.0.0.1:8001,127.0.0.1:8002"}
     assert stream.phase is Phase.FORWARDED
@@ -115,10 +118,7 @@ def test_request_without_body_is_decided_on_headers():
 def test_trailers_end_the_body_and_one_reply_carries_the_decision_and_the_whole_body():
     # Streamed back, the body would reach the backend twice on a route with retries (Envoy 1.36-1.40,
     # envoyproxy/envoy#45470): CONTINUE_AND_REPLACE carries it once, and no trailers reply follows.
-    spans = Spans()
-    stream = make_stream(spans)
-    out = feed(
-        stream,
+    _, _, out = fed(
         headers_msg(),
         body_msg(BODY, False),
         pb.ProcessingRequest(request_trailers=pb.HttpTrailers()),
@@ -133,9 +133,8 @@ def test_trailers_end_the_body_and_one_reply_carries_the_decision_and_the_whole_
 
 
 def test_forced_endpoint_by_name_wins_with_the_rest_as_fallbacks():
-    spans = Spans()
-    stream = make_stream(spans, endpoints="a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3")
-    out = feed(stream, headers_msg(extra={"x-eppkit-force-endpoint": "c, nope, 127.0.0.1:1"}), body_msg(BODY, True))
+    spans, _, out = fed(headers_msg(extra={"x-eppkit-force-endpoint": "c, nope, 127.0.0.1:1"}), body_msg(BODY, True),
+                        endpoints="a=127.0.0.1:1,b=127.0.0.1:2,c=127.0.0.1:3")
     headers_resp = out[1][0]
     assert set_headers(headers_resp)["x-gateway-destination-endpoint"] == "127.0.0.1:3,127.0.0.1:1"
     md = headers_resp.dynamic_metadata.fields["envoy.lb"].struct_value.fields
@@ -166,9 +165,7 @@ def test_gaie_test_header_forces_the_pick_by_ip_or_ip_and_port():
     ],
 )
 def test_no_decision_becomes_an_openai_style_immediate_response(endpoints, extra_headers, body, status, code):
-    spans = Spans()
-    stream = make_stream(spans, endpoints=endpoints)
-    out = feed(stream, headers_msg(extra=extra_headers), body_msg(body, True))
+    spans, stream, out = fed(headers_msg(extra=extra_headers), body_msg(body, True), endpoints=endpoints)
     (resp,) = out[1]
     imm = resp.immediate_response
     assert imm.status.code == status
@@ -194,16 +191,12 @@ def test_a_crashing_picker_still_answers_envoy():
         async def close(self):
             pass
 
-    spans = Spans()
-    stream = make_stream(spans, picker=Broken())
-    out = feed(stream, headers_msg(), body_msg(BODY, True))
+    _, _, out = fed(headers_msg(), body_msg(BODY, True), picker=Broken())
     assert out[1][0].immediate_response.status.code == 500
 
 
 def test_stream_closed_before_end_of_body_ends_the_span_as_error():
-    spans = Spans()
-    stream = make_stream(spans)
-    feed(stream, headers_msg(), body_msg(BODY[:5], False))
+    spans, stream, _ = fed(headers_msg(), body_msg(BODY[:5], False))
     stream.close("client went away")
     process = spans.by_name("epp.process")
     assert not process.status.is_ok
@@ -212,10 +205,7 @@ def test_stream_closed_before_end_of_body_ends_the_span_as_error():
 
 
 def test_response_path_messages_are_passed_through_unchanged():
-    spans = Spans()
-    stream = make_stream(spans)
-    out = feed(
-        stream,
+    _, _, out = fed(
         headers_msg(),
         body_msg(BODY, True),
         pb.ProcessingRequest(response_headers=pb.HttpHeaders()),

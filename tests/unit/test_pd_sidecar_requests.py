@@ -61,27 +61,20 @@ def test_seed_is_the_clients_or_a_new_one():
     assert isinstance(derive.request_seed({"seed": True}), int) and derive.request_seed({"seed": True}) is not True
 
 
-@pytest.mark.parametrize("event,expected", [
-    (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', True),
-    (b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n', False),
-    (b'data: {"choices":[{"text":"y"}]}\n\n', True),
-    (b"data: [DONE]\n\n", False),
-    (b'data: {"choices":[],"usage":{}}\n\n', False),
+# (event, a token in it, the chat stream's opening chunk: a role and no content)
+@pytest.mark.parametrize("event,has_content,role_only", [
+    (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', True, False),
+    (b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n', False, True),
+    (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n', False, True),
+    (b'data: {"choices":[{"delta":{"role":"assistant","content":"A"}}]}\n\n', True, False),
+    (b'data: {"choices":[{"text":"y"}]}\n\n', True, False),
+    (b"data: [DONE]\n\n", False, False),
+    (b'data: {"choices":[],"usage":{}}\n\n', False, False),
+    (b'data: {"error":{"message":"boom"}}\n\n', False, False),
 ])
-def test_has_content_finds_token_events(event, expected):
-    assert _has_content(event) is expected
-
-
-@pytest.mark.parametrize("event,expected", [
-    (b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n', True),
-    (b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n', True),
-    (b'data: {"choices":[{"delta":{"role":"assistant","content":"A"}}]}\n\n', False),
-    (b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n', False),
-    (b'data: {"error":{"message":"boom"}}\n\n', False),
-    (b"data: [DONE]\n\n", False),
-])
-def test_is_role_only_finds_the_opening_chunk(event, expected):
-    assert _is_role_only(event) is expected
+def test_token_events_and_the_opening_chunk_are_told_apart(event, has_content, role_only):
+    assert _has_content(event) is has_content
+    assert _is_role_only(event) is role_only
 
 
 def test_prefills_token_opens_a_chat_stream_in_vllms_order():
