@@ -198,3 +198,9 @@ def test_kv_router_load_outweighs_a_small_overlap():
     busy = router.pick(chat("q"), pool.endpoints).endpoint
     pool.record_scrape(busy, {"vllm:num_requests_waiting": 20, "vllm:num_requests_running": 8})
     assert router.pick(chat("q2"), pool.endpoints).endpoint is not busy
+
+
+@pytest.mark.parametrize("kind", ["kv-router-scorer", "kv-events-scorer"])
+def test_a_block_size_of_zero_is_refused_as_the_parameters_are_read(kind):
+    with pytest.raises(ValueError, match=f"{kind}: blockSize must be positive"):
+        scorers.create(kind, {"blockSize": 0})

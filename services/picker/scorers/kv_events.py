@@ -38,6 +38,10 @@ class Parameters:
     port: int = 0  # a pod's publisher at tcp://<its host>:<port> when the pool names none (0: only those named)
     topic: str = ""  # the topic prefix subscribed to ("" every topic)
 
+    def __post_init__(self) -> None:
+        if self.blockSize <= 0:
+            raise ValueError(f"{TYPE}: blockSize must be positive")
+
 
 def content_key(parent: bytes | None, token_ids: list[int]) -> bytes:
     """A block's name by what it covers: its parent's name and its own token ids."""
@@ -157,8 +161,6 @@ class Subscriber:
 @register(TYPE, Parameters)
 class KvEventsScorer:
     def __init__(self, parameters: Parameters = Parameters()):
-        if parameters.blockSize <= 0:
-            raise ValueError(f"{TYPE}: blockSize must be positive")
         self.p = parameters
         self.subscriber = Subscriber(parameters.topic)
         self._by_load = QueueScorer()

@@ -32,6 +32,10 @@ class Parameters:
     loadWeight: float = 0.5  # noqa: N815 cost of one queued request, in blocks
     lruCapacity: int = 65536  # noqa: N815 block hashes remembered, over all workers
 
+    def __post_init__(self) -> None:
+        if self.blockSize <= 0:
+            raise ValueError(f"{TYPE}: blockSize must be positive")
+
 
 def block_hashes(tokens: list[str], block_size: int, salt: str = "") -> list[bytes]:
     """One hash per full block of tokens, each covering the whole prefix up to its block's end."""
@@ -43,8 +47,6 @@ def block_hashes(tokens: list[str], block_size: int, salt: str = "") -> list[byt
 @register(TYPE, Parameters)
 class KvRouterScorer:
     def __init__(self, parameters: Parameters = Parameters()):
-        if parameters.blockSize <= 0:
-            raise ValueError(f"{TYPE}: blockSize must be positive")
         self.p = parameters
         self._blocks = BlockIndex(parameters.lruCapacity)
         self._rotation = itertools.count()
