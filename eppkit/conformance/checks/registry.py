@@ -71,7 +71,7 @@ class Check:
     # A rule only some EPPs take on (they say so: the target's flags): (target) -> why it does not apply to this one,
     # or None. The suite reports n/a with that reason without running it; pytest makes no test of it.
     declared: Callable[..., str | None] | None = None
-    # Runs in a thread of its own beside the checks after it (on a testbed of its own: Harness.own_bed), up to the
+    # Runs in a thread of its own beside the checks after it (on a testbed of its own: Harness.own), up to the
     # first latency check, where the EPP serves streams at once (a long check: the verdict waits for it once).
     beside: bool = False
     # Its figures are times held to a floor's (a plugin's pace, its cost): its protocols run one after the other, never
