@@ -211,8 +211,7 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
             harness.probe_concurrency()               # time on 2 cores
         # A check beside the others starts as soon as what it needs is judged (its testbed and its load overlap the
         # rest), not when the list reaches it: the routing checks are last in the list and the slowest.
-        waiting = [c for c in checks if refused is None and c.beside and harness.concurrent
-                   and not c.not_declared(target)]
+        waiting = [c for c in checks if c.beside and harness.concurrent and not c.not_declared(target)]
 
         def start_ready() -> None:
             for c in [c for c in waiting if all(n in results for n in c.needs)]:
@@ -221,7 +220,7 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
 
         for check in checks if refused is None else ():
             start_ready()
-            if check.name in beside or check.name in results:
+            if check.name in beside:
                 continue
             if check.category == LATENCY:
                 settle()
