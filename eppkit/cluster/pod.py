@@ -142,9 +142,10 @@ class ManagedPod(FromImage):
 
     def on_pod_network(self, address: str | None, *, ready_path: str | None, port: int) -> "ManagedPod":
         """Not on the host's network: on the pod network (:mod:`eppkit.cluster.podnet`) at ``address``, Ready when
-        its kubelet's readiness probe (``GET ready_path`` on ``port``, or a TCP connect, every second) passes and
-        the kit has set its readiness gate (:data:`~eppkit.components.inference_pool.READY_GATE`); the pool's labels
-        are written when it joins the pool (InferencePoolObjects). ``address`` None: where the cluster's network
+        its kubelet's readiness probe (``GET ready_path`` on ``port``, or a TCP connect, every second; 3 misses
+        in a row make it not Ready) passes and the kit has set its readiness gate
+        (:data:`~eppkit.components.inference_pool.READY_GATE`); the pool's labels are written when it joins the
+        pool (InferencePoolObjects). ``address`` None: where the cluster's network
         puts it (a cluster of your own), its program told ``$(POD_IP)``, the address learned once it is ready
         (:attr:`learned_address`: its kubelet's probe said so, nothing of this host reached it)."""
         self.address, self._probe, self.on_network = address, (ready_path, port), True
@@ -197,9 +198,12 @@ class ManagedPod(FromImage):
         probe = gates = None
         if self._probe is not None:  # on the pod network: its kubelet's probe, and the gate set_ready writes
             path, port = self._probe
+            # Every second, as a kubelet's default does every 10 s: ready on the first pass, not ready after 3
+            # misses in a row of 2 s each (one slow answer on a loaded 2-core node is no crash: with 1 and 1 it
+            # emptied a pool mid-rollout in CI). A crash a test makes is written through the gate, not left to this.
             probe = Probe(httpGet=HTTPGetAction(path=path, port=port) if path else None,
                           tcpSocket=None if path else TCPSocketAction(port=port),
-                          periodSeconds=1, timeoutSeconds=1, successThreshold=1, failureThreshold=1)
+                          periodSeconds=1, timeoutSeconds=2, successThreshold=1, failureThreshold=3)
             gates = [PodReadinessGate(conditionType=READY_GATE)]
         pull = self.site.pull
         container = Container(name="main", image=self.image, imagePullPolicy=pull, command=self.entrypoint,

@@ -57,10 +57,17 @@ def test_the_kits_epp_conforms_in_every_mode_it_runs_in(eppkit_testbed_factory, 
 
 def test_the_kits_epp_holds_under_sustained_load(eppkit_testbed_factory):
     """--sustained-load: 2,000 requests through the kit's EPP process, none lost, its hop's tail and its memory
-    bounded (the echo EPP's faults that break it: tests/e2e/test_conformance_fixtures.py)."""
-    report = run(Target("ext_proc", sustained=True), eppkit_testbed_factory, runtime="local",
-                 checks=selected(["sustained-load"]), budget=LOADED_MACHINE)
-    check = next(c for c in report["checks"] if c["id"] == "sustained-load")
+    bounded (the echo EPP's faults that break it: tests/e2e/test_conformance_fixtures.py).
+
+    The suite's other tests share the 2 cores: when they slow the machine below the pace 2,000 requests in 45 s
+    need, the check says "not run" (never a pass); then it is tried once more, and "not run" twice fails."""
+    for attempt in (1, 2):
+        report = run(Target("ext_proc", sustained=True), eppkit_testbed_factory, runtime="local",
+                     checks=selected(["sustained-load"]), budget=LOADED_MACHINE)
+        check = next(c for c in report["checks"] if c["id"] == "sustained-load")
+        if check["status"] != "not run":
+            break
+        print(f"attempt {attempt}: not run: {check['message']}")
     assert check["status"] == "pass", rp.text(report)
     assert any("RSS" in line for line in check["evidence"]), check["evidence"]
 
