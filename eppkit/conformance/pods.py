@@ -1,6 +1,7 @@
 """The pods in their own words, for the routing checks: their ``/metrics`` as vLLM writes them (scraped here), load
 sent straight to them (past Envoy and the EPP, as another client of the pod would), and a request through Envoy
-while they carry it (:mod:`eppkit.conformance.checks.routing`, :mod:`eppkit.conformance.checks.saturation`)."""
+while they carry it (:mod:`eppkit.conformance.held` holds them so for :mod:`eppkit.conformance.checks.routing` and
+:mod:`eppkit.conformance.checks.saturation`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import ipaddress
 import json
 import socket
 import time
-from collections.abc import Callable
-from typing import Self, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Self, TypeVar
 
 import requests
 
@@ -41,6 +42,14 @@ def reachable(address: str) -> bool:
 
 
 WHERE = "neither on loopback nor on the kit's own pod network"
+
+
+def off_network(pods: Iterable[Any]) -> str | None:
+    """Why a check cannot send its load straight to one of ``pods`` (testbed backends), or None: it can to each."""
+    off = [ep for ep in pods if not reachable(ep.address)]
+    if not off:
+        return None
+    return f"{off[0].name}'s address {off[0].address} is {WHERE}: the check sends its load straight to a pod only there"
 
 
 def metrics_text(address: str) -> str:
@@ -127,3 +136,4 @@ def probe(h, bed, protocol: str, model: str | None = None, headers: dict[str, st
         return h.send(bed, headers=headers, client=client)
     body = {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
     return h.send(bed, raw_body=json.dumps(body).encode(), headers=headers, client=client)
+

@@ -19,6 +19,7 @@ from eppkit.conformance.checks.registry import (
     GAIE_CONFORMANCE,
     SHOULD,
     check,
+    declared_by,
     evidence_of,
     failed,
     judged,
@@ -258,11 +259,8 @@ def _conversation(c: int, turn: int) -> str:
     return f"{_prefix(c)} Turn {turn}: which pod answers?"
 
 
-def _cache_aware(target) -> str | None:
-    if target is not None and target.cache_aware:
-        return None
-    return ("the EPP does not say it is cache-aware (--cache-aware): where it sends a prompt is not judged by where "
-            "its blocks are")
+CACHE_AWARE = declared_by("cache_aware", "the EPP does not say it is cache-aware (--cache-aware): where it sends a "
+                          "prompt is not judged by where its blocks are")
 
 
 def _cached(sent: Sent) -> tuple[int, object]:
@@ -281,7 +279,7 @@ def _to_pod(h, bed, address: str, path: str, body: dict | None = None) -> None:
 
 @check("kv-cache-affinity", "a cache-aware EPP sends prompts that share a prefix to a pod that holds its blocks, "
        "after an eviction and a cache reset too",
-       category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=NEEDS, per_protocol=False, declared=_cache_aware)
+       category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=NEEDS, per_protocol=False, declared=CACHE_AWARE)
 def kv_cache_affinity(h):
     """For an EPP that says it is cache-aware (``--cache-aware``): four conversations, each a prompt prefix of its
     own and four turns, sent one at a time and interleaved to pods that publish their KV-cache events (vLLM's

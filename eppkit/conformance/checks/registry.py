@@ -111,6 +111,12 @@ def check(name: str, title: str, *, category: str, level: str = MUST, source: st
     return register
 
 
+def declared_by(flag: str, otherwise: str) -> Callable[..., str | None]:
+    """A :attr:`Check.declared` for a rule an EPP takes on only when it says so (the target's ``flag``, set by its
+    option): None for such a target, else ``otherwise``, why the rule does not apply."""
+    return lambda target: None if target is not None and getattr(target, flag, False) else otherwise
+
+
 def evidence_of(hop) -> str:
     """One request as Envoy logged it, the fields a reader needs (eppkit.gateway.hop)."""
     if hop is None:

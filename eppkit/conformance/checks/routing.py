@@ -10,42 +10,25 @@ not show it) is not run, never passed.
 from __future__ import annotations
 
 import json
-import time
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 
 from eppkit.conformance.checks.data_plane import NEEDS
-from eppkit.conformance.checks.registry import (
-    DATA_PLANE,
-    NOT_RUN,
-    SHOULD,
-    Result,
-    check,
-    evidence_of,
-    judged,
-    not_applicable,
-)
+from eppkit.conformance.checks.registry import DATA_PLANE, SHOULD, Result, check, declared_by, judged, not_applicable
+from eppkit.conformance.held import State, envoy_sent, hold
 from eppkit.conformance.pods import (
     BUSY_ITL_MS,
     BUSY_STREAMS,
     BUSY_TOKENS,
     BUSY_WITHIN_S,
     KV_USAGE,
-    PROBE_GAP_S,
     RUNNING,
-    SCRAPE_S,
     WAITING,
-    WHERE,
     BusyLoad,
     load_words,
     metrics_text,
-    probe,
-    reachable,
+    off_network,
     scrape,
-    until,
     with_pod_args,
 )
-from eppkit.observability.client import PROTOCOLS
 from eppkit.services.openai_server.lora_info import MAX_LORA, LoraInfo
 from eppkit.services.openai_server.lora_info import NAME as LORA_INFO
 from eppkit.services.openai_server.lora_info import RUNNING as RUNNING_LORAS
@@ -56,13 +39,11 @@ MAX_SEQS = 4  # each pod's --max-num-seqs in this check's testbed: requests beyo
 KV_BLOCKS = 256  # each pod's KV cache (blocks of 16 tokens): the busy pod's running streams fill much of it
 PROBES = 20  # new requests through Envoy, one every PROBE_GAP_S
 SHARE = 0.8  # at least this share of them go to the other pods
+BUSY_LOAD = f"{BUSY_STREAMS} streamed requests of {BUSY_TOKENS} tokens ({BUSY_ITL_MS} ms apart)"
 
 
-def _load_aware(target) -> str | None:
-    if target is not None and getattr(target, "load_aware", False):
-        return None
-    return ("the EPP does not say it is load-aware (--load-aware): where it sends a request is not judged by the "
-            "pods' load")
+LOAD_AWARE = declared_by("load_aware", "the EPP does not say it is load-aware (--load-aware): where it sends a "
+                         "request is not judged by the pods' load")
 
 
 def busy(metrics: dict[str, float]) -> bool:
@@ -70,13 +51,8 @@ def busy(metrics: dict[str, float]) -> bool:
     return metrics.get(RUNNING, 0) >= 1 and metrics.get(WAITING, 0) >= 1 and metrics.get(KV_USAGE, 0) > 0
 
 
-def _until_busy(address: str) -> dict[str, float]:
-    """The pod's load once its /metrics shows it busy, or the last it showed after ``BUSY_WITHIN_S``."""
-    return until(lambda: scrape(address), busy, BUSY_WITHIN_S)
-
-
 @check("load-aware", "a load-aware EPP keeps new requests away from a busy pod", category=DATA_PLANE, level=SHOULD,
-       source=LOAD_SOURCE, needs=NEEDS, per_protocol=False, declared=_load_aware, beside=True)
+       source=LOAD_SOURCE, needs=NEEDS, per_protocol=False, declared=LOAD_AWARE, beside=True)
 def load_aware(h):
     """For an EPP that says it routes by load (``--load-aware``; it reads the pods' ``/metrics``): one of three
     pods (each running at most 4 requests at once, 256 KV-cache blocks) made busy for real, with 8 long streamed
@@ -85,7 +61,8 @@ def load_aware(h):
     for the EPP to scrape it, 20 new requests through Envoy, one every 0.1 s, HTTP/1.1 and h2c in turn: at least 80 %
     of them are served by the other pods (the pod each answer names). The busy pod's metrics before and after the
     requests are in the evidence; a pod that would not get busy, or stopped being busy before the last request was
-    sent, leaves the check not run. Then the busy streams are dropped and every request is served."""
+    sent, or a request sent only after the load was dropped leaves the check not run. Then the busy streams are
+    dropped and every request is served."""
     pods = with_pod_args(h.target.topology(), "--max-num-seqs", str(MAX_SEQS), "--kv-cache-size", str(KV_BLOCKS))
     with h.own("load-aware", topology=pods) as bed:
         return _judge_load_aware(h, bed)
@@ -95,40 +72,24 @@ def _judge_load_aware(h, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     target, others = bed.backends[0], bed.backends[1:]
-    if not reachable(target.address):
-        return not_applicable(f"{target.name}'s address {target.address} is {WHERE}: the check sends its busy load "
-                              "straight to a pod only there")
-    client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
+    if why := off_network([target]):
+        return not_applicable(why)
     evidence = [f"{ep.name}'s /metrics at the start: {load_words(scrape(ep.address))}" for ep in bed.backends]
-    with BusyLoad(target.address, target.model) as load:
-        before = _until_busy(target.address)
-        evidence.append(f"{BUSY_STREAMS} streamed requests of {BUSY_TOKENS} tokens ({BUSY_ITL_MS} ms apart) sent "
-                        f"straight to {target.name} ({target.address}); its /metrics then: {load_words(before)}")
-        if not busy(before):
-            return Result(NOT_RUN, f"{target.name} would not get busy: its /metrics showed {load_words(before)} "
-                          f"{BUSY_WITHIN_S:g} s after {BUSY_STREAMS} long requests were sent to it", evidence)
-        time.sleep(SCRAPE_S)
-        with ThreadPoolExecutor(max_workers=PROBES) as pool:
-            futures = []
-            for i in range(PROBES):
-                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], client=client))
-                time.sleep(PROBE_GAP_S)
-            after = scrape(target.address)
-            evidence.append(f"{target.name}'s /metrics after the last request was sent: {load_words(after)}")
-            load.close()  # its streams dropped: a request queued behind them is served now
-            sents = [f.result() for f in futures]
-    if not busy(after):
-        return Result(NOT_RUN, f"{target.name} stopped being busy before the last request was sent (its /metrics: "
-                      f"{load_words(after)})", evidence)
+    busy_pod = State(scrape, lambda metrics, _: busy(metrics), load_words, BUSY_LOAD, "get busy", "being busy",
+                     BUSY_WITHIN_S)
+    held = hold(h, bed, busy_pod, {target.name: (target, BusyLoad(target.address, target.model))}, [{}] * PROBES,
+                evidence)
+    if held.not_run:
+        return held.not_run
+    before, sents, evidence = held.before[target.name], held.sents, held.evidence
     for i, sent in enumerate(sents):
         h.must_serve(sent, f"request {i + 1} of {PROBES} while {target.name} was busy")
-    names = {ep.address: ep.name for ep in bed.backends}
     went = [sent.served_by for sent in sents]
     counts = {ep.name: went.count(ep.name) for ep in bed.backends}
     evidence.append(f"where the {PROBES} requests went, in order (the pod each answer named): {', '.join(went)}; "
                     f"per pod {counts}")
-    evidence += [f"request {i + 1} ({s.protocol}): Envoy sent it to {names.get(s.hop['upstream'], s.hop['upstream'])}"
-                 f"; {evidence_of(s.hop)}" for i, s in enumerate(sents) if s.served_by == target.name]
+    evidence += [f"request {i + 1} ({s.protocol}): {envoy_sent(bed, s)}" for i, s in enumerate(sents)
+                 if s.served_by == target.name]
     elsewhere = sum(1 for pod in went if pod != target.name)
     share = elsewhere / PROBES
     problems = [] if share >= SHARE else [(
@@ -151,11 +112,8 @@ LOADED_WITHIN_S = 5.0  # the anchor's /metrics must show its adapter running wit
 LORA_PROBES = 20  # new requests through Envoy, one every PROBE_GAP_S, the two adapters in turn
 
 
-def _lora_affinity(target) -> str | None:
-    if target is not None and getattr(target, "lora_affinity", False):
-        return None
-    return ("the EPP does not say it routes LoRA adapters (--lora-affinity): where it sends an adapter's requests is "
-            "not judged")
+LORA_AFFINITY = declared_by("lora_affinity", "the EPP does not say it routes LoRA adapters (--lora-affinity): where "
+                            "it sends an adapter's requests is not judged")
 
 
 def lora_of(address: str) -> LoraInfo | None:
@@ -167,12 +125,6 @@ def lora_words(info: LoraInfo | None) -> str:
     return info.words() if info is not None else "no vllm:lora_requests_info"
 
 
-def _until_running(address: str, adapter: str) -> LoraInfo | None:
-    """The pod's adapters once its /metrics shows ``adapter`` running (:func:`_running`), or the last it showed after
-    LOADED_WITHIN_S."""
-    return until(lambda: lora_of(address), lambda info: _running(info, adapter), LOADED_WITHIN_S)
-
-
 def _running(info: LoraInfo | None, adapter: str) -> bool:
     """``adapter`` runs on the pod, and the pod has room for another adapter: the state the rule is judged in."""
     return info is not None and adapter in info.running and info.has_room
@@ -180,7 +132,7 @@ def _running(info: LoraInfo | None, adapter: str) -> bool:
 
 @check("lora-affinity", "an EPP that routes LoRA adapters sends an adapter's requests where it is running",
        category=DATA_PLANE, level=SHOULD, source=LORA_SOURCE, needs=NEEDS, per_protocol=False,
-       declared=_lora_affinity, beside=True)
+       declared=LORA_AFFINITY, beside=True)
 def lora_affinity(h):
     """For an EPP that says it routes LoRA adapters (``--lora-affinity``; it reads the pods' ``/metrics``): three
     pods each serve three adapters (``--lora-modules``), at most two loaded at once (``--max-loras 2``). Two adapters
@@ -189,8 +141,8 @@ def lora_affinity(h):
     the check), and a second for the EPP to scrape it, 20 new requests through Envoy, the two adapters in turn, one
     every 0.1 s, HTTP/1.1 and h2c in turn: at least 80 % of each adapter's requests are served by the pod running it
     (the pod each answer names; its ``model`` the adapter), while that pod has room (one adapter of two running). A
-    pod that would not run its adapter, or stopped running it before the last request was sent, leaves the check not
-    run. An EPP that ignores the adapter (round robin, or the least loaded pod: the third) sends at most half of
+    pod that would not run its adapter, or stopped running it before the last request was sent, or a request sent
+    only after the load was dropped leaves the check not run. An EPP that ignores the adapter (round robin, or the least loaded pod: the third) sends at most half of
     them there."""
     # vLLM's JSON form of --lora-modules, which the mock, vLLM and llm-d-inference-sim all take
     modules = [json.dumps({"name": name, "path": path}, separators=(",", ":")) for name, path in ADAPTERS.items()]
@@ -203,43 +155,19 @@ def _judge_lora_affinity(h, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     anchors = dict(zip(ADAPTERS, bed.backends[-2:]))  # adapter -> the pod it is made to run on
-    off = [ep for ep in anchors.values() if not reachable(ep.address)]
-    if off:
-        return not_applicable(f"{off[0].name}'s address {off[0].address} is {WHERE}: the check sends its "
-                              "adapters' load straight to a pod only there")
-    client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
+    if why := off_network(anchors.values()):
+        return not_applicable(why)
     evidence = [f"{ep.name}'s /metrics at the start: {lora_words(lora_of(ep.address))}" for ep in bed.backends]
-    with ExitStack() as loads:
-        for adapter, ep in anchors.items():
-            loads.enter_context(BusyLoad(ep.address, adapter, streams=ANCHOR_STREAMS))
-        before = {}
-        for adapter, ep in anchors.items():
-            before[adapter] = info = _until_running(ep.address, adapter)
-            evidence.append(f"{ANCHOR_STREAMS} streamed requests for {adapter} sent straight to {ep.name} "
-                            f"({ep.address}); its /metrics then: {lora_words(info)}")
-            if not _running(info, adapter):
-                return Result(NOT_RUN, f"{ep.name} would not run {adapter} with room to spare: its /metrics showed "
-                              f"{lora_words(info)} "
-                              f"{LOADED_WITHIN_S:g} s after {ANCHOR_STREAMS} requests for it were sent", evidence)
-        time.sleep(SCRAPE_S)
-        asked = [list(ADAPTERS)[i % len(anchors)] for i in range(LORA_PROBES)]
-        with ThreadPoolExecutor(max_workers=LORA_PROBES) as pool:
-            futures = []
-            for i, adapter in enumerate(asked):
-                futures.append(pool.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], adapter, client=client))
-                time.sleep(PROBE_GAP_S)
-            after = {adapter: lora_of(ep.address) for adapter, ep in anchors.items()}
-            evidence += [f"{ep.name}'s /metrics after the last request was sent: {lora_words(after[a])}"
-                         for a, ep in anchors.items()]
-            loads.close()  # the adapters' streams dropped
-            sents = [f.result() for f in futures]
-    stopped = [a for a in anchors if not _running(after[a], a)]
-    if stopped:
-        return Result(NOT_RUN, f"{anchors[stopped[0]].name} stopped running {stopped[0]} before the last request was "
-                      f"sent (its /metrics: {lora_words(after[stopped[0]])})", evidence)
+    running = State(lora_of, _running, lora_words, f"{ANCHOR_STREAMS} streamed requests for {{key}}",
+                    "run {key} with room to spare", "running {key}", LOADED_WITHIN_S)
+    asked = [list(ADAPTERS)[i % len(anchors)] for i in range(LORA_PROBES)]
+    held = hold(h, bed, running, {a: (ep, BusyLoad(ep.address, a, streams=ANCHOR_STREAMS)) for a, ep in anchors.items()},
+                [{"model": adapter} for adapter in asked], evidence)
+    if held.not_run:
+        return held.not_run
+    before, sents, evidence = held.before, held.sents, held.evidence
     for i, sent in enumerate(sents):
         h.must_serve(sent, f"request {i + 1} of {LORA_PROBES} (model {asked[i]})")
-    names = {ep.address: ep.name for ep in bed.backends}
     went = [f"{a}->{s.served_by}" for a, s in zip(asked, sents)]
     evidence.append(f"where the {LORA_PROBES} requests went, in order (adapter->the pod its answer named): "
                     f"{', '.join(went)}")
@@ -249,9 +177,8 @@ def _judge_lora_affinity(h, bed) -> Result:
         mine = [(i, s) for i, s in enumerate(sents) if asked[i] == adapter]
         there = sum(1 for _, s in mine if s.served_by == ep.name and (s.result.body or {}).get("model") == adapter)
         shares.append(f"{there} of {len(mine)} {adapter} requests to {ep.name}")
-        evidence += [f"request {i + 1} ({s.protocol}, {adapter}): Envoy sent it to "
-                     f"{names.get(s.hop['upstream'], s.hop['upstream'])}; {evidence_of(s.hop)}"
-                     for i, s in mine if s.served_by != ep.name]
+        evidence += [f"request {i + 1} ({s.protocol}, {adapter}): {envoy_sent(bed, s)}" for i, s in mine
+                     if s.served_by != ep.name]
         if there < SHARE * len(mine):
             problems.append(f"{len(mine) - there} of {len(mine)} requests for {adapter} went elsewhere while "
                             f"{ep.name}'s /metrics showed {lora_words(before[adapter])}: {there / len(mine):.0%} "

@@ -11,39 +11,31 @@ check not run, never passed.
 from __future__ import annotations
 
 import json
-import time
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 
 from eppkit.conformance.checks.protocol import SERVES
 from eppkit.conformance.checks.registry import (
     DATA_PLANE,
-    NOT_RUN,
     SHOULD,
     Result,
     check,
+    declared_by,
     evidence_of,
     judged,
     not_applicable,
 )
+from eppkit.conformance.held import State, hold
 from eppkit.conformance.pods import (
     BUSY_WITHIN_S,
     KV_USAGE,
-    PROBE_GAP_S,
-    SCRAPE_S,
     WAITING,
-    WHERE,
     BusyLoad,
     load_words,
-    probe,
-    reachable,
+    off_network,
     scrape,
-    until,
     with_pod_args,
 )
 from eppkit.conformance.witness import from_the_epp
 from eppkit.modes import ext_proc
-from eppkit.observability.client import PROTOCOLS
 from eppkit.services.picker.headers import OBJECTIVE
 from eppkit.services.picker.saturation import KV_CACHE_UTIL_THRESHOLD, QUEUE_DEPTH_THRESHOLD
 
@@ -56,11 +48,8 @@ SHEDDABLE, STANDARD = ("eppkit-sheddable", -1), ("eppkit-standard", 0)
 PROBES = 12  # new requests through Envoy, one every 0.1 s: two sheddable, two standard, ... HTTP/1.1 and h2c in turn
 
 
-def _declared(target) -> str | None:
-    if target is not None and getattr(target, "saturation", False):
-        return None
-    return ("the EPP does not say it sheds sheddable requests when the pool is saturated (--saturation): "
-            "its answers to them are not judged")
+DECLARED = declared_by("saturation", "the EPP does not say it sheds sheddable requests when the pool is saturated "
+                       "(--saturation): its answers to them are not judged")
 
 
 def over(metrics: dict[str, float]) -> bool:
@@ -120,7 +109,7 @@ def judge(sents, names: dict[str, str]) -> tuple[list[str], list[str], int, int]
 
 @check("saturation", "an EPP that sheds by priority: a sheddable request gets 429 while the pool is saturated, "
        "others are served", category=DATA_PLANE, level=SHOULD, source=SOURCE, needs=SERVES, per_protocol=False,
-       declared=_declared, beside=True, control_plane=True)
+       declared=DECLARED, beside=True, control_plane=True)
 def saturation(h):
     """For an EPP that says it sheds sheddable work when the pool is saturated (``--saturation``; GAIE's rule):
     two InferenceObjectives of the testbed's InferencePool in its control plane, ``eppkit-sheddable``
@@ -140,10 +129,10 @@ def saturation(h):
 
 
 def _judge_saturation(h, bed) -> Result:
-    off = [ep for ep in bed.backends if not reachable(ep.address)]
-    if not bed.backends or off:
-        return not_applicable(f"{off[0].name}'s address {off[0].address} is {WHERE}: the check saturates "
-                              "the pods by sending them load straight, only there" if off else "the pool is empty")
+    if not bed.backends:
+        return not_applicable("the pool is empty")
+    if why := off_network(bed.backends):
+        return not_applicable(why)
     pool = getattr(bed, "pool", None)
     if pool is not None:
         for name, priority in (SHEDDABLE, STANDARD):
@@ -154,45 +143,19 @@ def _judge_saturation(h, bed) -> Result:
         evidence = [(f"no control plane in this testbed (the EPP's command takes no {{kubeconfig}}): the objectives "
                      f"{SHEDDABLE[0]} (priority {SHEDDABLE[1]}) and {STANDARD[0]} (priority {STANDARD[1]}) are "
                      "only named in the requests")]
-    names = {ep.address: ep.name for ep in bed.backends}
-    client = h.client(bed)  # now: a probe never waits on the harness while another check starts a testbed
-    with ExitStack() as loads:
-        for ep in bed.backends:
-            loads.enter_context(BusyLoad(ep.address, ep.model, streams=STREAMS))
-        before = {ep.name: until(lambda ep=ep: scrape(ep.address), over, BUSY_WITHIN_S) for ep in bed.backends}
-        evidence.append(f"{STREAMS} long streamed requests sent straight to each pod; their /metrics then: "
-                        + "; ".join(f"{name}: {load_words(m)}" for name, m in before.items()))
-        calm = [name for name, m in before.items() if not over(m)]
-        if calm:
-            return Result(NOT_RUN, f"{calm[0]} would not saturate: its /metrics showed {load_words(before[calm[0]])} "
-                          f"{BUSY_WITHIN_S:g} s after {STREAMS} long requests were sent to it (GAIE's thresholds: "
-                          f"{QUEUE_DEPTH_THRESHOLD} waiting, KV cache {KV_CACHE_UTIL_THRESHOLD:g})", evidence)
-        time.sleep(SCRAPE_S)
-        with ThreadPoolExecutor(max_workers=PROBES) as workers:
-            futures = []
-            for i in range(PROBES):
-                futures.append(workers.submit(probe, h, bed, PROTOCOLS[i % len(PROTOCOLS)], None,
-                                              {OBJECTIVE: kind_of(i)[0]}, client))
-                time.sleep(PROBE_GAP_S)
-            after = {ep.name: scrape(ep.address) for ep in bed.backends}
-            evidence.append("their /metrics after the last request was sent: "
-                            + "; ".join(f"{name}: {load_words(m)}" for name, m in after.items()))
-            dropped = time.monotonic()
-            loads.close()  # the pods' streams dropped: a request queued behind them is served now
-            sents = [f.result() for f in futures]
-    calm = [name for name, m in after.items() if not over(m)]
-    if calm:
-        return Result(NOT_RUN, f"{calm[0]} stopped being saturated before the last request was sent (its /metrics: "
-                      f"{load_words(after[calm[0]])})", evidence)
-    late = [i for i, sent in enumerate(sents) if sent.result.started_s >= dropped]
-    if late:
-        return Result(NOT_RUN, f"request {late[0] + 1} of {PROBES} left the client only after the pods' load was "
-                      f"dropped ({sents[late[0]].result.started_s - dropped:.2f} s after): the machine was too busy "
-                      "to send it while the pool was saturated", evidence)
+    saturated = State(scrape, lambda metrics, _: over(metrics), load_words, f"{STREAMS} long streamed requests",
+                      "saturate", "being saturated", BUSY_WITHIN_S, f" (GAIE's thresholds: {QUEUE_DEPTH_THRESHOLD} "
+                      f"waiting, KV cache {KV_CACHE_UTIL_THRESHOLD:g})")
+    held = hold(h, bed, saturated, {ep.name: (ep, BusyLoad(ep.address, ep.model, streams=STREAMS))
+                                    for ep in bed.backends},
+                [{"headers": {OBJECTIVE: kind_of(i)[0]}} for i in range(PROBES)], evidence)
+    if held.not_run:
+        return held.not_run
+    sents, evidence = held.sents, held.evidence
     for i, sent in enumerate(sents):
         if kind_of(i)[1] >= 0 and sent.result.status != 429:
             h.must_serve(sent, f"request {i + 1} of {PROBES} (priority {kind_of(i)[1]})")
-    problems, said, shed, served = judge(sents, names)
+    problems, said, shed, served = judge(sents, {ep.address: ep.name for ep in bed.backends})
     evidence.append("the answers, in order: " + ", ".join(f"{kind_of(i)[0]}->{s.result.status}"
                                                           for i, s in enumerate(sents)))
     evidence += said

@@ -16,7 +16,7 @@ import threading
 import time
 
 from eppkit.conformance.checks.protocol import SERVES
-from eppkit.conformance.checks.registry import LOAD, NOT_RUN, Result, check, evidence_of, judged
+from eppkit.conformance.checks.registry import LOAD, NOT_RUN, Result, check, declared_by, evidence_of, judged
 from eppkit.core import procfs
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.observability import steps
@@ -189,16 +189,13 @@ def _slowdown(h, bed, driver: Driver, samples: list[Sample], hops: dict, evidenc
     return []
 
 
-def _asked(target) -> str | None:
-    """n/a unless the verdict was asked to hold the EPP under load (``--sustained-load``: 15-35 s more a verdict)."""
-    if target is not None and getattr(target, "sustained", False):
-        return None
-    return "not asked (--sustained-load): the EPP is not held under sustained load in this verdict"
+# n/a unless the verdict was asked to hold the EPP under load (--sustained-load: 15-35 s more a verdict)
+ASKED = declared_by("sustained", "not asked (--sustained-load): the EPP is not held under sustained load in this verdict")
 
 
 @check("sustained-load", f"{REQUESTS:,} requests through one EPP process, {IN_FLIGHT} in flight: none lost, no "
        "slow-down, no leak", category=LOAD, source="eppkit (a gateway's steady traffic through one EPP)",
-       needs=SERVES, per_protocol=False, beside=True, declared=_asked)
+       needs=SERVES, per_protocol=False, beside=True, declared=ASKED)
 def sustained_load(h):
     """Two thousand short chats through one EPP process (a testbed of its own), 32 in flight (one at a time for an
     EPP that serves one stream at a time), HTTP/1.1 and h2c in turn, every other pair streamed, within 45 s: every
