@@ -21,7 +21,6 @@ has priority 0 (never shed for saturation).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,9 +28,8 @@ from typing import Any
 
 from eppkit.services.picker import headers as h
 from eppkit.services.picker.endpoints import PoolEndpoint
-from eppkit.services.picker.kube_pool import DEFAULT_GROUP, _get
-
-from eppkit.core.tasks import stop_tasks
+from eppkit.services.picker.kube_pool import DEFAULT_GROUP
+from eppkit.services.picker.kube_watch import ListThenWatch, get, http_status, keep
 
 log = logging.getLogger("picker.saturation")
 
@@ -96,51 +94,31 @@ class KubeObjectives:
                  pool_group: str = DEFAULT_GROUP) -> None:
         self.objectives = objectives
         self.kubeconfig, self.namespace, self.pool_name, self.pool_group = kubeconfig, namespace, pool_name, pool_group
-        self._client = None
-        self._task: asyncio.Task | None = None
         self._known: dict[str, Any] = {}
+        self._kube = ListThenWatch(kubeconfig, namespace, self._apply)
 
     async def start(self) -> None:
-        from lightkube import AsyncClient, KubeConfig
         from lightkube.generic_resource import create_namespaced_resource
 
-        self._client = AsyncClient(KubeConfig.from_file(self.kubeconfig), namespace=self.namespace, trust_env=False)
         kind = create_namespaced_resource(OBJECTIVE_GROUP, OBJECTIVE_VERSION, OBJECTIVE_KIND, OBJECTIVE_PLURAL)
-        listed = self._client.list(kind)
         try:
-            async for obj in listed:
-                self._known[_get(obj, "metadata", "name")] = obj
-        except Exception as exc:  # lightkube's ApiError, or the HTTP client's own for a 404 without a Status
-            status = getattr(getattr(exc, "status", None), "code", None) or getattr(
-                getattr(exc, "response", None), "status_code", None)
+            await self._kube.list(kind, lambda event, obj: keep(self._known, event, obj), "kube-objectives-watch")
+        except Exception as exc:
+            status = http_status(exc)
             if status not in (403, 404):
                 raise
             log.warning("cannot list %s.%s in namespace %s (HTTP %s): every request has priority %d",
                         OBJECTIVE_PLURAL, OBJECTIVE_GROUP, self.namespace, status, DEFAULT_PRIORITY)
             return
         self._apply()
-        self._task = asyncio.create_task(self._watch(kind, listed.resourceVersion), name="kube-objectives-watch")
-
-    async def _watch(self, kind, resource_version: str) -> None:
-        from lightkube.types import on_error_retry
-
-        async for event, obj in self._client.watch(kind, resource_version=resource_version, on_error=on_error_retry):
-            name = _get(obj, "metadata", "name")
-            if event == "DELETED":
-                self._known.pop(name, None)
-            else:
-                self._known[name] = obj
-            self._apply()
+        self._kube.watch()
 
     def _apply(self) -> None:
         self.objectives.priorities = priorities_for(self._known.values(), self.pool_name, self.pool_group)
 
     async def stop(self) -> None:
-        for exc in await stop_tasks(self._task):  # stopping: whatever ended the watch is said, not raised
+        for exc in await self._kube.stop():  # stopping: whatever ended the watch is said, not raised
             log.warning("the InferenceObjective watch had ended: %s", exc)
-        self._task = None
-        if self._client is not None:
-            await self._client.close()
 
 
 def priorities_for(objects: Iterable[Any], pool_name: str, pool_group: str = DEFAULT_GROUP) -> dict[str, int]:
@@ -148,11 +126,11 @@ def priorities_for(objects: Iterable[Any], pool_name: str, pool_group: str = DEF
     default when the object gives none); an objective without a priority has GAIE's default."""
     found = {}
     for obj in objects:
-        ref = _get(obj, "spec", "poolRef") or {}
+        ref = get(obj, "spec", "poolRef") or {}
         if ref.get("name") != pool_name or (ref.get("group") or DEFAULT_GROUP) != pool_group:
             continue
-        priority = _get(obj, "spec", "priority")
-        found[_get(obj, "metadata", "name")] = int(priority) if priority is not None else DEFAULT_PRIORITY
+        priority = get(obj, "spec", "priority")
+        found[get(obj, "metadata", "name")] = int(priority) if priority is not None else DEFAULT_PRIORITY
     log.info("InferenceObjectives of pool %s: %s", pool_name,
              ", ".join(f"{k}={v}" for k, v in sorted(found.items())) or "none")
     return found
