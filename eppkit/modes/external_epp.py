@@ -35,6 +35,7 @@ already running is ready when its port accepts connections.
 
 from __future__ import annotations
 
+import os
 import shlex
 import string
 from pathlib import Path
@@ -130,14 +131,20 @@ def watches_pool(options: ExternalEppOptions) -> bool:
     return bool(options.epp_command) and bool(command_placeholders(options.epp_command) & set(POOL_PLACEHOLDERS))
 
 
-def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint], pool: PoolTarget | None = None) -> list[str]:
-    """The command line: ``template`` with its placeholders filled, split as a shell would."""
+def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint], pool: PoolTarget | None = None, *,
+                on_host: bool = True) -> list[str]:
+    """The command line: ``template`` with its placeholders filled, split as a shell would. On this host, a program
+    named by a relative path (``./my-epp``, ``.venv/bin/python``) is the one in the directory the kit was run from:
+    the EPP itself runs in the testbed's run folder (where its log is), as every component does."""
     values = {**ports, "endpoints": ",".join(ep.address for ep in backends),
               "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends),
               "kv_events": format_kv_events(backends)}
     if pool is not None:
         values.update(kubeconfig=pool.kubeconfig, pool_name=pool.name, pool_namespace=pool.namespace)
-    return shlex.split(template.format(**values))
+    argv = shlex.split(template.format(**values))
+    if on_host and argv and "/" in argv[0] and not os.path.isabs(argv[0]):
+        argv[0] = os.path.abspath(argv[0])
+    return argv
 
 
 def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kube: PoolTarget | None = None) -> ModePlan:
@@ -153,7 +160,8 @@ def plan(topology, options: ExternalEppOptions, ports, backends, pools=None, kub
     if kube is not None:
         env.setdefault("KUBECONFIG", kube.kubeconfig)
     epp = ServiceSpec(name=Service.EPP, module="", port=numbers["grpc_port"], health_path=None,
-                      argv=epp_command(options.epp_command, numbers, backends, kube), grpc_health_port=health,
+                      argv=epp_command(options.epp_command, numbers, backends, kube, on_host=not options.epp_image),
+                      grpc_health_port=health,
                       env=env, standard_otel=True, on_host=not options.epp_image, image=options.epp_image or None,
                       kube_rbac=IMAGE_RBAC if kube is not None and options.epp_image else ())
     return ModePlan(services=[epp], envoy_vars=envoy_vars(topology, options, backends, epp.port),

@@ -48,6 +48,16 @@ def test_without_a_health_port_readiness_is_grpc_health_on_the_grpc_port():
     assert epp.grpc_health_port == epp.port
 
 
+def test_a_relative_program_is_the_one_where_the_kit_was_run_and_an_image_keeps_its_own(tmp_path, monkeypatch):
+    # The EPP runs in the testbed's run folder: `./bin/epp` or `.venv/bin/python` typed by a user means theirs.
+    monkeypatch.chdir(tmp_path)
+    [epp] = plan(epp_command="bin/epp --port {grpc_port} --config epp.yaml").services
+    assert epp.argv[0] == str(tmp_path / "bin" / "epp") and epp.argv[-1] == "epp.yaml"
+    assert plan(epp_command="epp --port {grpc_port}").services[0].argv[0] == "epp"  # found on PATH, as a shell would
+    [in_image] = plan(epp_image="my-epp:dev", epp_command="./epp --port {grpc_port}").services
+    assert in_image.argv[0] == "./epp"
+
+
 def test_an_address_starts_nothing_and_envoy_resolves_a_name():
     p = plan(epp_address="127.0.0.9:9002")
     assert p.services == []
