@@ -8,6 +8,7 @@ timeout of the suite. The broken EPPs that prove each check: test_conformance_fi
 from __future__ import annotations
 
 import json
+import time
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -22,6 +23,8 @@ from tests.support.reliability import KIT_EPP_COMMAND, require_gaie_epp
 pytestmark = pytest.mark.e2e
 
 LOADED_MACHINE = Budget(decision_ms=500, release_ms=500)
+# sustained-load on the suite's shared machine: tries while it is too slow to judge, and the pause between them
+ATTEMPTS, PAUSE_S = 3, 20.0
 
 
 def failures(report: dict) -> dict[str, str]:
@@ -60,14 +63,16 @@ def test_the_kits_epp_holds_under_sustained_load(eppkit_testbed_factory):
     bounded (the echo EPP's faults that break it: tests/e2e/test_conformance_fixtures.py).
 
     The suite's other tests share the 2 cores: when they slow the machine below the pace 2,000 requests in 45 s
-    need, the check says "not run" (never a pass); then it is tried once more, and "not run" twice fails."""
-    for attempt in (1, 2):
+    need (32-42 a second in one CI run, its other workers busy), the check says "not run", never a pass. It is
+    tried again, up to ATTEMPTS times PAUSE_S apart, while it says so; "not run" every time fails. A fail is final."""
+    for attempt in range(1, ATTEMPTS + 1):
         report = run(Target("ext_proc", sustained=True), eppkit_testbed_factory, runtime="local",
                      checks=selected(["sustained-load"]), budget=LOADED_MACHINE)
         check = next(c for c in report["checks"] if c["id"] == "sustained-load")
-        if check["status"] != "not run":
+        if check["status"] != "not run" or attempt == ATTEMPTS:
             break
         print(f"attempt {attempt}: not run: {check['message']}")
+        time.sleep(PAUSE_S)
     assert check["status"] == "pass", rp.text(report)
     assert any("RSS" in line for line in check["evidence"]), check["evidence"]
 
