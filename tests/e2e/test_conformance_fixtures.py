@@ -19,9 +19,9 @@ from eppkit.services.echo_epp import MISBEHAVIOURS
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks import CHECKS
 from eppkit.conformance.checks.latency import Budget
-from eppkit.conformance.suite import run, selected
+from eppkit.conformance.suite import INCOMPLETE, WARNINGS, run, selected
 from eppkit.conformance.target import Target
-from tests.support.verdicts import local_beds
+from tests.support.verdicts import local_beds, sustained_judged
 
 pytestmark = pytest.mark.e2e
 
@@ -90,10 +90,16 @@ def judge(make_bed, fault: str, checks=None) -> dict:
 
 def test_the_echo_epp_without_a_fault_conforms(make_bed):
     report = judge(make_bed, "none")
-    assert next(c for c in report["checks"] if c["id"] == "sustained-load")["status"] == "pass", rp.text(report)
+    # sustained-load alone again while the shared machine was too slow to judge it; the rest as first judged
+    held_report, held = sustained_judged(lambda: judge(make_bed, "none", checks=selected(["sustained-load"])), report)
+    assert held["status"] == "pass", rp.text(held_report)
     # (trailers-body-once: the echo EPP streams the body back and answers the trailers, as the protocol says; Envoy
     # then sends the body twice on a route with retries, envoyproxy/envoy#45470: a warning naming Envoy's issue)
-    assert report["verdict"] == "conforms, with warnings", rp.text(report)
+    if held_report is report:
+        assert report["verdict"] == WARNINGS, rp.text(report)
+    else:  # first not run: no verdict for that alone, every other check as it is with sustained-load's pass
+        not_run = [c["id"] for c in report["checks"] if c["status"] == "not run"]
+        assert (report["verdict"], not_run) == (INCOMPLETE, ["sustained-load"]), rp.text(report)
     warned = {c["id"]: c for c in report["checks"] if c["status"] == "fail"}
     assert set(warned) == {"trailers-body-once"}, rp.text(report)
     assert "envoyproxy/envoy#45470" in warned["trailers-body-once"]["message"]
