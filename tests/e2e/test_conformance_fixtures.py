@@ -109,6 +109,11 @@ def test_the_echo_epp_without_a_fault_conforms(make_bed):
 def test_a_fault_fails_exactly_its_own_checks_under_both_client_protocols(make_bed, fault):
     checks, words = CAUGHT_BY[fault]
     report = judge(make_bed, fault)
+    if fault in SUSTAINED:  # sustained-load alone again while the shared machine was too slow to reach the fault
+        held_report, held = sustained_judged(lambda: judge(make_bed, fault, checks=selected(["sustained-load"])),
+                                             report)
+        report = {**report, "verdict": held_report["verdict"] if held_report is not report else report["verdict"],
+                  "checks": [held if c["id"] == "sustained-load" else c for c in report["checks"]]}
     # (trailers-body-once warns about every EPP that streams the body back, this one included: Envoy's issue)
     failed = {c["id"]: c for c in report["checks"] if c["status"] == "fail" and c["id"] != "trailers-body-once"}
     assert set(failed) == checks, rp.text(report)
