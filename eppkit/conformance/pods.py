@@ -136,4 +136,3 @@ def probe(h, bed, protocol: str, model: str | None = None, headers: dict[str, st
         return h.send(bed, headers=headers, client=client)
     body = {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}
     return h.send(bed, raw_body=json.dumps(body).encode(), headers=headers, client=client)
-

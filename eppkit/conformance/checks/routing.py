@@ -142,8 +142,8 @@ def lora_affinity(h):
     every 0.1 s, HTTP/1.1 and h2c in turn: at least 80 % of each adapter's requests are served by the pod running it
     (the pod each answer names; its ``model`` the adapter), while that pod has room (one adapter of two running). A
     pod that would not run its adapter, or stopped running it before the last request was sent, or a request sent
-    only after the load was dropped leaves the check not run. An EPP that ignores the adapter (round robin, or the least loaded pod: the third) sends at most half of
-    them there."""
+    only after the load was dropped leaves the check not run. An EPP that ignores the adapter (round robin, or the
+    least loaded pod: the third) sends at most half of them there."""
     # vLLM's JSON form of --lora-modules, which the mock, vLLM and llm-d-inference-sim all take
     modules = [json.dumps({"name": name, "path": path}, separators=(",", ":")) for name, path in ADAPTERS.items()]
     pods = with_pod_args(h.target.topology(), "--lora-modules", *modules, "--max-loras", str(MAX_LORAS))
@@ -161,8 +161,8 @@ def _judge_lora_affinity(h, bed) -> Result:
     running = State(lora_of, _running, lora_words, f"{ANCHOR_STREAMS} streamed requests for {{key}}",
                     "run {key} with room to spare", "running {key}", LOADED_WITHIN_S)
     asked = [list(ADAPTERS)[i % len(anchors)] for i in range(LORA_PROBES)]
-    held = hold(h, bed, running, {a: (ep, BusyLoad(ep.address, a, streams=ANCHOR_STREAMS)) for a, ep in anchors.items()},
-                [{"model": adapter} for adapter in asked], evidence)
+    loads = {a: (ep, BusyLoad(ep.address, a, streams=ANCHOR_STREAMS)) for a, ep in anchors.items()}
+    held = hold(h, bed, running, loads, [{"model": adapter} for adapter in asked], evidence)
     if held.not_run:
         return held.not_run
     before, sents, evidence = held.before, held.sents, held.evidence

@@ -190,7 +190,8 @@ def _slowdown(h, bed, driver: Driver, samples: list[Sample], hops: dict, evidenc
 
 
 # n/a unless the verdict was asked to hold the EPP under load (--sustained-load: 15-35 s more a verdict)
-ASKED = declared_by("sustained", "not asked (--sustained-load): the EPP is not held under sustained load in this verdict")
+ASKED = declared_by("sustained", "not asked (--sustained-load): the EPP is not held under sustained load in this "
+                    "verdict")
 
 
 @check("sustained-load", f"{REQUESTS:,} requests through one EPP process, {IN_FLIGHT} in flight: none lost, no "
