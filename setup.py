@@ -12,12 +12,13 @@ from setuptools import find_packages, setup
 MAPPED = ("services", "observability", "envoy", "plugins")
 # Package data by pattern, relative to each package's folder (the Dockerfiles, Envoy and Jaeger
 # templates, the HTML pages' assets, the Lua filter, the plugin gallery's Lua filters and Go module, the dynamic module's Go
-# sources, the load tool's and the vLLM preset's pins).
+# sources, the floors' and the load client's Go sources, the load tool's and the vLLM preset's pins).
 DATA = ["py.typed", "*.j2", "templates/*.j2", "templates/*.css", "templates/*.js", "dockerfiles/*.Dockerfile",
         "lua/*.lua", "gallery/*.lua", "gallery/go/go.mod", "gallery/go/go.sum", "gallery/go/*.go",
         "dynamic_module/go.mod", "dynamic_module/go.sum", "dynamic_module/*.go",
         "dynamic_module/internal/**/*.go", "dynamic_module/README.md",
-        "pause/*.go", "pause/go.mod", "jaeger_build/*.go", "floors/*.go", "floors/go.mod", "floors/go.sum", "*_constraints.txt"]
+        "pause/*.go", "pause/go.mod", "jaeger_build/*.go", "floors/*.go", "floors/go.mod", "floors/go.sum",
+        "loadgen/*.go", "loadgen/go.mod", "loadgen/go.sum", "*_constraints.txt"]
 
 
 def packages() -> list[str]:

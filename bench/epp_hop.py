@@ -39,9 +39,9 @@ OWN_FLOOR = {"echo (Python)": FLOOR, "kit ext_proc": BODY_FLOOR, "kit sidecar": 
 
 def build_noop() -> Path:
     """The Go no-op EPP: the kit's ext_proc floor (eppkit/floors, built once per source version)."""
-    from eppkit.builds import floors
+    from eppkit.builds.own_go import FLOORS
 
-    return floors.build(lambda m: print(m, file=sys.stderr, flush=True))
+    return FLOORS.build(lambda m: print(m, file=sys.stderr, flush=True))
 
 
 def epps(noop: Path) -> dict[str, tuple[str, dict]]:

@@ -44,6 +44,7 @@ class ClientResult:
     error: str | None = None
     trailers: dict[str, str] = field(default_factory=dict)  # the answer's trailers (h2c)
     body_sha256: str | None = None  # of a non-streamed answer's body as it arrived (None: streamed, or no answer)
+    request_bytes: int | None = None  # the request body's length as the client wrote it (None: no body)
 
     @property
     def text(self) -> str:
@@ -133,6 +134,7 @@ class TracedClient:
             propagate.inject(out_headers)
             result = ClientResult(trace_id=trace_id, status=0, headers={}, started_s=started_s)
             data = None if method == "GET" else raw_body if raw_body is not None else json.dumps(body).encode()
+            result.request_bytes = None if data is None else len(data)
             sse = _Sse(result, span, started_ns)
             try:
                 if protocol == H2C:

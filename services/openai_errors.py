@@ -1,7 +1,8 @@
 """OpenAI-style error responses, shared by every HTTP service of the kit.
 
 The body shape follows the OpenAI API (and vLLM's ``ErrorResponse``):
-``{"error": {"message", "type", "param", "code"}}``.
+``{"error": {"message", "type", "param", "code"}}``; a mock may add fields of its own beside ``error``
+(``extra``: what it received, when a test asks).
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ VALIDATION = "Bad Request"
 
 
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None,
-               type: str | None = None) -> dict:
+               type: str | None = None, extra: dict | None = None) -> dict:
     return {
         "error": {
             "message": message,
             "type": type or _TYPES.get(status, "InternalServerError" if status >= 500 else "BadRequestError"),
             "param": param,
             "code": code if code is not None else status,
-        }
+        },
+        **(extra or {}),
     }
 
 
@@ -59,10 +61,10 @@ def upstream_message(text: str, limit: int = 300) -> str:
 
 def error_response(
     status: int, message: str, *, param: str | None = None, code: str | None = None, headers=None,
-    type: str | None = None,
+    type: str | None = None, extra: dict | None = None,
 ) -> web.Response:
     # "application/json" as vLLM (FastAPI) sends it, without aiohttp's "; charset=utf-8"
-    body = json.dumps(error_body(status, message, param=param, code=code, type=type)).encode()
+    body = json.dumps(error_body(status, message, param=param, code=code, type=type, extra=extra)).encode()
     return web.Response(body=body, status=status, content_type="application/json", headers=headers)
 
 
@@ -78,9 +80,10 @@ class OpenAIError(Exception):
         self.code = code
         self.type = type  # None: the status's (BadRequestError, NotFoundError, ...)
 
-    def response(self, headers=None) -> web.Response:
+    def response(self, headers=None, extra: dict | None = None) -> web.Response:
+        """The error as an answer; ``extra``: top-level fields beside its ``error``."""
         return error_response(self.status, self.message, param=self.param, code=self.code, headers=headers,
-                              type=self.type)
+                              type=self.type, extra=extra)
 
 
 @web.middleware

@@ -35,9 +35,12 @@ LIB_NAME = "libeppkit_callout.so"
 
 # The Go SDK hands Go pointers to Envoy by design, which the cgo pointer checks reject
 # ("cgo result is unpinned Go pointer" at the first filter config). Upstream runs Envoy with
-# GODEBUG=cgocheck=0; baking the default into the module instead means Envoy needs no special
-# environment. (cgocheck cannot be set by a //go:debug line or go.mod's godebug block.)
-LDFLAGS = "-X=runtime.godebugDefault=cgocheck=0"
+# GODEBUG=cgocheck=0, and so does the kit's Envoy whenever it loads a module (eppkit.gateway.go_modules:
+# a module built elsewhere has no such default). Baked in as the module's default too, it loads in an
+# Envoy someone else runs without that environment. (cgocheck cannot be set by a //go:debug line or
+# go.mod's godebug block.) The one definition of the setting, for both.
+CGOCHECK_OFF = "cgocheck=0"
+LDFLAGS = f"-X=runtime.godebugDefault={CGOCHECK_OFF}"
 BUILD_ARGS = ("build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", f"-ldflags={LDFLAGS}")
 
 

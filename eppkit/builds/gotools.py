@@ -68,14 +68,21 @@ def build(tool: GoTool, progress: Callable[[str], None] = print, timeout_s: floa
     module_dir = json.loads(dl.stdout)["Dir"]
     target = tool.path
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
     progress(f"{tool.name}: building {tool.package} (once; cached in {target.parent}; minutes on a busy machine) ...")
-    proc = subprocess.run([go, "build", "-trimpath", "-o", str(partial), tool.package], cwd=module_dir,
-                          capture_output=True, text=True, env=env,
-                          timeout=max(60.0, timeout_s - (time.monotonic() - started)))
-    if proc.returncode != 0:
-        lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if not ln.startswith("go: downloading")]
-        raise BuildFailed(f"{tool.name}: go build failed:\n" + "\n".join(lines[-30:]))
-    partial.rename(target)
+    go_build(go, module_dir, target, tool.package, env=env, name=tool.name,
+             timeout_s=max(60.0, timeout_s - (time.monotonic() - started)))
     progress(f"{tool.name}: built in {time.monotonic() - started:.0f} s -> {target}")
     return target
+
+
+def go_build(go: str, cwd: str | Path, target: Path, package: str = ".", *, env: dict[str, str], name: str,
+             timeout_s: float, error: type[Exception] = BuildFailed) -> None:
+    """``go build -trimpath`` of ``package`` in ``cwd`` into ``target`` (written whole or not at all); ``error``
+    with the Go error's tail when it fails."""
+    partial = target.with_name(target.name + ".partial")
+    proc = subprocess.run([go, "build", "-trimpath", "-o", str(partial), package], cwd=cwd, capture_output=True,
+                          text=True, env=env, timeout=timeout_s)
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if not ln.startswith("go: downloading")]
+        raise error(f"{name}: go build failed:\n" + "\n".join(lines[-30:]))
+    partial.rename(target)

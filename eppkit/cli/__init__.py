@@ -11,7 +11,7 @@ from eppkit import modes, options
 from eppkit.backends import BackendMissing
 from eppkit.builds.controlplane import ControlPlaneBuildError
 from eppkit.builds.dynmod import DynmodBuildError
-from eppkit.builds.floors import FloorBuildError
+from eppkit.builds.own_go import OwnGoBuildError
 from eppkit.cluster import ClusterError
 from eppkit.cluster.apipod import ApiPodError
 from eppkit.components.controlplane import ControlPlaneError
@@ -25,7 +25,7 @@ from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
 # control plane that cannot be built or started, or refuses what the testbed asks of it.
 # The kubernetes runtime's cluster that is missing, refuses the kit's user or cannot run what is asked: said too.
 USER_ERRORS = (UserFilterError, EnvoyVersionError, EnvoyFeatureMissing, EnvoyConfigInvalid, DynmodBuildError,
-               FloorBuildError, ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing,
+               OwnGoBuildError, ReadinessTimeout, ControlPlaneBuildError, ControlPlaneError, BackendMissing,
                ClusterError, ApiPodError)
 COMMANDS = {
     "doctor": "check every prerequisite",

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from eppkit.builds import dynmod as dynmod_build
-from eppkit.builds import floors as floors_build
 from eppkit.builds import jaeger, python_deps
+from eppkit.builds.own_go import FLOORS, LOAD_CLIENT
 from eppkit.core.progress import printer
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway import versions as _versions
@@ -79,7 +79,8 @@ def _parts(ui: bool, envoy_versions: list[str], backends: list[str], load_tool: 
         # After Jaeger, not beside it: on 2 cores two Go compiles at once took longer than one after the other
         # (README command 1 cold: Jaeger 179 s beside the floors' 86 s; 97 + 19 + 29 s in a row).
         Part("dynamic module", lambda: str(dynmod_build.build(progress=progress))),
-        Part("floors", lambda: str(floors_build.build(progress))),
+        Part("floors", lambda: str(FLOORS.build(progress))),
+        Part("load client", lambda: str(LOAD_CLIENT.build(progress))),  # the EPP verdict's sustained load
     ]
     if first_use:
         from eppkit.runtimes import first_use as builds

@@ -50,7 +50,7 @@ def missing() -> list[str]:
     for tool in ("containerd", "runc", "ctr", "unshare", "mount", "ip"):
         if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
             lacks.append(tool)
-    if not all((CNI_BIN / plugin).exists() for plugin in podnet.PLUGINS):
+    if podnet.plugins_missing(CNI_BIN):
         lacks.append(f"the CNI plugins in {CNI_BIN}")
     if not Path("/sys/fs/cgroup/cgroup.controllers").exists() and not all(
             Path("/sys/fs/cgroup", c).is_dir() for c in ("cpu", "cpuset", "memory", "pids")):

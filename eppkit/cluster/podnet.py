@@ -63,6 +63,15 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
 
 
+def plugins_missing(debian_bin: Path) -> str | None:
+    """What of Debian's CNI plugins is missing from ``debian_bin``, and how to get it; None when all are there."""
+    missing = [name for name in PLUGINS if not (debian_bin / name).is_file()]
+    if not missing:
+        return None
+    return (f"the CNI plugins {', '.join(missing)} are not in {debian_bin}: apt-get install "
+            "containernetworking-plugins (Debian's; the one-node cluster's pod network uses them)")
+
+
 def install_plugins(bin_dir: Path, pins: Path, debian_bin: Path) -> None:
     """The CNI bin folder containerd reads: Debian's bridge and loopback, and the kit's IPAM."""
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Each picker mode's floor: the same wiring with a picker that costs nothing, so a mode's cost splits into what its
 integration style costs on this machine (the floor) and what its picker adds (the mode minus its floor).
 
-A floor is a Go server of the mode's transport (``eppkit/floors``, built once: :mod:`eppkit.builds.floors`) that
+A floor is a Go server of the mode's transport (``eppkit/floors``, built once: :mod:`eppkit.builds.own_go`) that
 answers at once with a fixed pick: for the ext_proc modes (ext_proc, external-epp, gaie-epp) one ext_proc floor
 behind the same Envoy configuration (as an EPP of your own: ``external-epp``), deciding where an EPP that reads the
 model does (the headers reply waits for the body's end); for the sidecar its own: that ext_proc floor asking a Go
@@ -13,7 +13,7 @@ its own filter calling the callout floor (``callout_command``). A mode run with 
 from __future__ import annotations
 
 from eppkit import modes
-from eppkit.builds import floors as floor_build
+from eppkit.builds.own_go import FLOORS
 from eppkit.compare import bodypaths, sweep
 from eppkit.modes import external_epp
 from eppkit.observability.contract import Envoy, Service
@@ -34,7 +34,7 @@ def floor_of(mode: str) -> str | None:
 
 def floor_topology(key: str, progress=print) -> tuple[str, dict]:
     """(the mode it runs as, its options) for floor ``key``: the floor binary in the picker's place."""
-    binary = floor_build.build(progress)
+    binary = FLOORS.build(progress)
     name, path = bodypaths.split(sweep.split(key)[0])
     transport_of = name.removeprefix(PREFIX)
     if transport_of in ("ext_proc", SIDECAR):

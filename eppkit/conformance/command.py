@@ -10,7 +10,7 @@ import time
 from eppkit import options as opt
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks.latency import Budget, CostBudget
-from eppkit.conformance.suite import CONFORMS, FAILS, NOT_LOADED, WARNINGS, run, selected
+from eppkit.conformance.suite import CONFORMS, FAILS, NOT_LOADED, WARNINGS, base_verdict, run, selected
 from eppkit.conformance.target import PluginTarget, Target
 from eppkit.core.paths import reports_dir
 from eppkit.modes import external_epp
@@ -36,8 +36,7 @@ def target_from(args: argparse.Namespace) -> Target | PluginTarget:
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
     return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None,
                   cache_aware=args.cache_aware, load_aware=args.load_aware, lora_affinity=args.lora_affinity,
-                  saturation=args.saturation,
-                  sustained=args.sustained_load, filters=filters).validate()
+                  saturation=args.saturation, filters=filters).validate()
 
 
 def envoy_versions(value: str | None) -> list[str | None]:
@@ -63,8 +62,9 @@ def envoy_versions(value: str | None) -> list[str | None]:
 
 
 def exit_code(report: dict) -> int:
-    verdict = report["verdict"]
-    return EXIT_FAILS if verdict in (FAILS, NOT_LOADED) else EXIT_CONFORMS if verdict in (CONFORMS, WARNINGS) else EXIT_NO_VERDICT
+    verdict = base_verdict(report["verdict"])  # the soak left out as asked (--quick): the verdict all the same
+    return EXIT_FAILS if verdict in (FAILS, NOT_LOADED) else EXIT_CONFORMS if verdict in (CONFORMS, WARNINGS) \
+        else EXIT_NO_VERDICT
 
 
 def main(args: argparse.Namespace) -> int:
@@ -93,6 +93,9 @@ def main(args: argparse.Namespace) -> int:
         beds.append(bed)
         return bed.start()
 
+    def progress(message: str) -> None:  # a long check's (the soak's), among the results as they come
+        print(f"  … {message}", flush=True)
+
     def show(check, result):
         print(f"  {rp.SYMBOL[result.status]} {check.name:<24} {result.status}"
               + (f": {result.message}" if result.status != "pass" else ""), flush=True)
@@ -103,13 +106,14 @@ def main(args: argparse.Namespace) -> int:
             SharedControlPlane(lambda: new_run_dir("control-plane")) as plane:
         if any(c.control_plane and not c.not_declared(target) for c in checks or selected(kind=target.kind)):
             plane.start_beside()  # a declared check's testbed watches a pool: the control plane starts meanwhile
-        for version in versions:
+        for i, version in enumerate(versions):
             if version is not None and len(versions) > 1:
                 print(f"-- Envoy {version} --", flush=True)
-            try:
+            try:  # the soak once in a version matrix, on its first Envoy
                 reports.append(run(target.replace(envoy_version=version), make_bed, checks=checks,
                                    runtime=args.runtime, on_result=show, request_timeout_s=args.request_timeout_s,
-                                   budget=budget, strict=args.strict))
+                                   budget=budget, strict=args.strict, quick=args.quick,
+                                   soak_judged_on=versions[0] if i else None, progress=progress))
             finally:
                 while beds:
                     beds.pop().stop()

@@ -27,19 +27,29 @@ from eppkit.conformance.checks.latency import Budget, CostBudget
 from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
 from eppkit.conformance.witness import NotWitnessed, Sent, cause, served
 from eppkit.core.polling import PollTimeout, poll
+from eppkit.core.progress import Progress
 from eppkit.gateway.hop import Hop
 from eppkit.observability.client import HTTP1, PROTOCOLS, ClientResult
-from eppkit.services.pod_headers import HEADER_BODY_SHA256, HEADER_POD
+from eppkit.services.pod_headers import HEADER_BODY_BYTES, HEADER_BODY_SHA256, HEADER_POD
 from eppkit.topology import Topology
 
 BASE = "base"  # the variant most checks use: never retired
+
+
+def _quiet(message: str) -> None:
+    """Progress nobody reads (a check's tests in pytest)."""
 MakeBed = Callable[[Topology], Any]  # a started testbed of a topology (the plugin's factory, or create().start())
 
 
 class Harness:
-    def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = REQUEST_TIMEOUT_S, keep: int | None = None,
-                 protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | CostBudget | None = None):
+    def __init__(self, target: Target, make_bed: MakeBed, *, request_timeout_s: float = REQUEST_TIMEOUT_S,
+                 keep: int | None = None, protocols: tuple[str, ...] = PROTOCOLS,
+                 budget: Budget | CostBudget | None = None, quick: bool = False, soak_judged_on: str | None = None,
+                 progress: Progress = _quiet):
         self.target = target
+        # The run's settings: the soak left out (--quick), or judged already on the first Envoy of a version matrix;
+        # what a long check says of its progress (the command prints it).
+        self.quick, self.soak_judged_on, self.progress = quick, soak_judged_on, progress
         self.make_bed = make_bed
         self.request_timeout_s = request_timeout_s
         self.keep = keep
@@ -333,6 +343,12 @@ class Harness:
     def body_digest(result: ClientResult) -> str | None:
         """The sha256 of the body the backend received (the mock says it)."""
         return result.headers.get(HEADER_BODY_SHA256)
+
+    @staticmethod
+    def body_length(result: ClientResult) -> int | None:
+        """How many bytes of the body the backend received (the mock says it), or None."""
+        said = result.headers.get(HEADER_BODY_BYTES)
+        return int(said) if said is not None and said.isdigit() else None
 
     @staticmethod
     def digest(data: bytes) -> str:

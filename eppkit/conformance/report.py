@@ -8,7 +8,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from eppkit.conformance.checks.registry import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, SHOULD
-from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, NOT_LOADED, PARTIAL, WARNINGS
+from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, NOT_LOADED, PARTIAL, WARNINGS, base_verdict
 from eppkit.observability.html import assets, environment
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -89,7 +89,7 @@ def matrix(reports: list[dict]) -> dict:
     by_version = {r["versions"].get("envoy", "?"): r for r in reports}
     # The verdict of the versions the filters load in (each one that refused them says so); none: does not load.
     loaded = [r["verdict"] for r in reports if r["verdict"] != NOT_LOADED]
-    worst = min(loaded, key=WORST_FIRST.index) if loaded else NOT_LOADED
+    worst = min(loaded, key=_rank) if loaded else NOT_LOADED
     first = reports[0]
     return {
         "schema": first["schema"], "created": first["created"], "subject": subject(first),
@@ -105,6 +105,11 @@ def matrix(reports: list[dict]) -> dict:
                     "status": {v: next(x["status"] for x in r["checks"] if x["id"] == c["id"]) for v, r in by_version.items()}}
                    for c in first["checks"]],
     }
+
+
+def _rank(verdict: str) -> tuple[int, int]:
+    """Worst first: by the verdict, and a verdict naming *musts* left out as asked before the same one without."""
+    return WORST_FIRST.index(base_verdict(verdict)), int(verdict == base_verdict(verdict))
 
 
 def _matrix_text(report: dict) -> str:

@@ -27,6 +27,7 @@ from eppkit.conformance.harness import Harness, MakeBed
 from eppkit.conformance.plugin_checks import FLOOR
 from eppkit.conformance.target import REQUEST_TIMEOUT_S, Target
 from eppkit.conformance.witness import NotWitnessed
+from eppkit.core.progress import Progress, say
 from eppkit.gateway import hop as hop_mod
 from eppkit.observability import steps
 from eppkit.observability.client import HTTP1, PROTOCOLS
@@ -59,6 +60,11 @@ def run_check(check: Check, harness: Harness, results: dict[str, Result]) -> Res
     why = check.not_declared(getattr(harness, "target", None))
     if why is not None:
         return Result(NOT_APPLICABLE, why)
+    if check.soak and harness.quick:
+        return Result(NOT_RUN, f"skipped, as asked (--quick): {check.title} was not judged", skipped=True)
+    if check.soak and harness.soak_judged_on:
+        return Result(NOT_APPLICABLE, f"judged once in a version matrix, on Envoy {harness.soak_judged_on} (the "
+                      "EPP's own rule under load, not Envoy's)")
     blocked = [n for n in check.needs if n in results and (results[n].status == FAIL or results[n].blocked)]
     if blocked:
         return Result(NOT_RUN, f"it needs {', '.join(blocked)}, which "
@@ -143,18 +149,31 @@ CONFORMS, WARNINGS, FAILS, INCOMPLETE, PARTIAL = ("conforms", "conforms, with wa
 NOT_LOADED = "does not load in this Envoy"
 
 
+# After a verdict, the *musts* the run was asked to leave out (--quick): it never says a plain "conforms" then.
+SKIPPED = "; skipped as asked (--quick): "
+
+
 def verdict(checks: list[Check], results: dict[str, Result], *, partial: bool, strict: bool) -> str:
     """A failed *must* (with ``strict``, any failed check) does not conform; a failed *should* is a warning; a
-    *must* not run for want of a witness (not because a check it needs failed), or a partial run, gives no
-    verdict either way."""
+    *must* not run for want of a witness (not because a check it needs failed, nor left out as asked), or a partial
+    run, gives no verdict either way. A *must* left out as asked (the soak, with --quick) is named after the
+    verdict (:data:`SKIPPED`)."""
     failing = [c for c in checks if results[c.name].status == FAIL and (strict or c.level == MUST)]
     if failing:
         return FAILS
     if partial:
         return PARTIAL
-    if any(c.level == MUST and results[c.name].status == NOT_RUN and not results[c.name].blocked for c in checks):
+    if any(c.level == MUST and results[c.name].status == NOT_RUN and not results[c.name].blocked
+           and not results[c.name].skipped for c in checks):
         return INCOMPLETE
-    return WARNINGS if any(results[c.name].status == FAIL for c in checks) else CONFORMS
+    judged = WARNINGS if any(results[c.name].status == FAIL for c in checks) else CONFORMS
+    skipped = [c.name for c in checks if c.level == MUST and results[c.name].skipped]
+    return judged + SKIPPED + ", ".join(skipped) if skipped else judged
+
+
+def base_verdict(verdict_: str) -> str:
+    """A verdict without the *musts* it names as left out (:data:`SKIPPED`): one of the verdicts above."""
+    return verdict_.split(SKIPPED)[0]
 
 
 def _refused(harness: Harness) -> str | None:
@@ -181,13 +200,15 @@ def _installed_envoy() -> str:
 
 def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None, runtime: str = "local",
         on_result: Callable[[Check, Result], None] | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S,
-        protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None, strict: bool = False) -> dict:
+        protocols: tuple[str, ...] = PROTOCOLS, budget: Budget | None = None, strict: bool = False,
+        quick: bool = False, soak_judged_on: str | None = None, progress: Progress = say) -> dict:
     """Every check of ``target``'s kind against it (or ``checks``: :func:`selected`'s); the report (a dict:
-    :func:`eppkit.conformance.report.write` writes it)."""
+    :func:`eppkit.conformance.report.write` writes it). ``quick``: the soak left out (the verdict says so);
+    ``soak_judged_on``: the soak already judged on that Envoy (a version matrix's first), n/a here."""
     # Two testbeds up at a time: the base one most checks use, and the variant of the check at hand (a plugin's:
     # its floor, started once for every check).
     harness = Harness(target, make_bed, request_timeout_s=request_timeout_s, keep=1, protocols=protocols,
-                      budget=budget)
+                      budget=budget, quick=quick, soak_judged_on=soak_judged_on, progress=progress)
     registry = REGISTRIES[target.kind]
     partial = checks is not None and len(checks) < len(registry.all())
     checks = checks if checks is not None else list(registry.all())
@@ -247,6 +268,7 @@ def run(target: Target, make_bed: MakeBed, *, checks: list[Check] | None = None,
         "protocols": list(protocols),
         "budget": harness.budget.describe(),
         "strict": strict,
+        **({"quick": True} if quick else {}),
         "summary": counts,
         "verdict": NOT_LOADED if refused is not None else verdict(checks, results, partial=partial, strict=strict),
         "wall_s": round(time.monotonic() - started, 1),

@@ -58,8 +58,6 @@ class Target:
     # The EPP says it sheds sheddable requests (InferenceObjective priority < 0) when the pool is saturated: the
     # saturation check judges it; otherwise n/a.
     saturation: bool = False
-    # Judge it under sustained load too (--sustained-load): the sustained-load check's 2,000 requests; otherwise n/a.
-    sustained: bool = False
     # Your filters in the chain of every testbed (--lua-filter, --dynamic-module, --http-filter): the EPP is judged
     # with them in front of or behind it, as it will run.
     filters: tuple = ()
@@ -117,7 +115,6 @@ class Target:
                 **({"load_aware": True} if self.load_aware else {}),
                 **({"lora_affinity": True} if self.lora_affinity else {}),
                 **({"saturation": True} if self.saturation else {}),
-                **({"sustained": True} if self.sustained else {}),
                 **({"filters": [f"{f.label} @{f.position}" for f in self.filters]} if self.filters else {})}
 
     def replace(self, **changes: Any) -> "Target":

@@ -12,7 +12,7 @@
     test_my_filter = plugin_conformance_tests(LuaFilter(path="my_guard.lua"), let_through=("x-tenant: acme",))
 
 ``conformance_tests(mode=..., options=..., shed_header=..., checks=..., cache_aware=..., load_aware=...,
-lora_affinity=..., saturation=...)`` takes what ``eppkit conformance`` takes. Each check is one test (id = the check's): a pass
+lora_affinity=..., saturation=..., quick=...)`` takes what ``eppkit conformance`` takes. Each check is one test (id = the check's): a pass
 passes, a failed *must* fails with the evidence, a failed *should* passes with a warning (``strict=True``: fails), a
 check that does not apply or could not be judged is skipped with why. The testbeds are the plugin's shared ones
 (``eppkit_shared_testbed_factory``): one per variant and module, on every ``--eppkit-runtime``.
@@ -50,13 +50,13 @@ def outcome(result: Result, level: str = MUST, strict: bool = False) -> None:
 
 def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any] | None = None, *,
                       shed_header: str | None = None, checks: Iterable[str] = (), cache_aware: bool = False,
-                      sustained: bool = False, load_aware: bool = False, lora_affinity: bool = False,
+                      quick: bool = False, load_aware: bool = False, lora_affinity: bool = False,
                       saturation: bool = False,
                       request_timeout_s: float = REQUEST_TIMEOUT_S, strict: bool = False, budget: str = "") -> Callable:
-    """A test function, parametrized over the checks, judging the EPP of ``mode`` (and ``options``)."""
+    """A test function, parametrized over the checks, judging the EPP of ``mode`` (and ``options``); ``quick``:
+    the soak (sustained-load) skipped, as ``--quick``."""
     target = Target(mode=mode, options=dict(options or {}), shed_header=shed_header, cache_aware=cache_aware,
-                    sustained=sustained, load_aware=load_aware, lora_affinity=lora_affinity,
-                    saturation=saturation)
+                    load_aware=load_aware, lora_affinity=lora_affinity, saturation=saturation)
     # A check the EPP does not take on (kv-cache-affinity without cache_aware) is no test here, not a skipped one.
     names = [c.name for c in selected(checks) if c.not_declared(target) is None]
     results: dict[str, dict[str, Result]] = {}  # runtime -> check -> result: a check's needs, per runtime
@@ -66,7 +66,7 @@ def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any
     @pytest.mark.parametrize("conformance_check", names)
     def test_conformance(conformance_check: str, eppkit_shared_testbed_factory, eppkit_runtime: str) -> None:
         harness = Harness(target, eppkit_shared_testbed_factory, request_timeout_s=request_timeout_s,
-                          budget=Budget.parse(budget) if budget else None)
+                          budget=Budget.parse(budget) if budget else None, quick=quick)
         done = results.setdefault(eppkit_runtime, {})
         if concurrent.get(eppkit_runtime) is None:  # once per runtime: does this EPP serve streams at once?
             concurrent[eppkit_runtime] = harness.probe_concurrency()

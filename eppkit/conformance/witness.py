@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from eppkit.conformance.bodydiff import byte_counts
 from eppkit.gateway.hop import Hop
 from eppkit.observability.client import ClientResult
-from eppkit.services.pod_headers import HEADER_POD
+from eppkit.services.pod_headers import HEADER_BODY_BYTES, HEADER_POD
 
 # gRPC status codes, as Envoy's ext_proc filter records a phase's call status (0: the EPP answered).
 GRPC_CODES = {0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED", 5: "NOT_FOUND",
@@ -64,16 +65,43 @@ def describe_calls(failures: dict[str, int]) -> str:
     return "; ".join(parts)
 
 
+def backend_said(sent: Sent) -> str | None:
+    """What the backend said of a request it answered with an error: its words, and (the mock says what it
+    received) how many bytes of the body arrived of the client's when not all of them did."""
+    result = sent.result
+    if sent.served_by is None or result.status < 400:
+        return None
+    error = result.body.get("error") if isinstance(result.body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    said = f"the backend ({sent.served_by}) answered HTTP {result.status}"
+    said += f": {str(message)[:160]}" if message else ""
+    got = result.headers.get(HEADER_BODY_BYTES, "")
+    if got.isdigit() and result.request_bytes is not None and int(got) != result.request_bytes:
+        said += f"; of the request's body {byte_counts(result.request_bytes, int(got))}: data lost on the way"
+    return said
+
+
+def stream_cut(result: ClientResult, tokens: int) -> str | None:
+    """How a streamed answer of ``tokens`` tokens fell short (its tokens that arrived, no ``[DONE]``), or None when it
+    came whole."""
+    done = bool(result.events) and bool(result.events[-1].get("done"))
+    if done and len(result.tokens) == tokens:
+        return None
+    return f"{len(result.tokens)} of {tokens} tokens arrived" + ("" if done else ", and no [DONE]")
+
+
 def cause(sent: Sent, timeout_s: float | None = None) -> str:
     """What happened to a request, in Envoy's words where it has any: the client's status or error, Envoy's
-    response details and flags, the ext_proc call statuses that were not OK."""
+    response details and flags, the ext_proc call statuses that were not OK; the backend's words when it answered
+    with an error (backend_said)."""
     result, hop = sent.result, sent.hop
+    backend = backend_said(sent)
     if hop is None:
         if result.error or not result.status:
             waited = f" after {timeout_s:g} s" if timeout_s else ""
             return (f"no answer{waited} ({result.error or 'nothing came back'}); Envoy logged no line for it: the "
                     "request was still open, an ext_proc phase left unanswered")
-        return f"HTTP {result.status}; Envoy logged no line for it"
+        return f"HTTP {result.status}; Envoy logged no line for it" + (f"; {backend}" if backend else "")
     words = [f"HTTP {result.status or hop.code}"]
     details = str(hop["details"] or "")
     if details not in ("", "-", "via_upstream"):
@@ -88,6 +116,8 @@ def cause(sent: Sent, timeout_s: float | None = None) -> str:
     failures = call_failures(hop)
     if failures:
         words.append(describe_calls(failures))
+    if backend:
+        words.append(backend)
     if result.error:
         words.append(f"the client: {result.error}")
     return ", ".join(words)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -13,6 +14,7 @@ import jinja2
 import yaml
 
 from eppkit.core.paths import ENVOY_TEMPLATES
+from eppkit.gateway import go_modules
 from eppkit.gateway import process as envoy_process
 from eppkit.gateway.versions import EnvoyBinary, check_features
 from eppkit.services.picker import headers
@@ -69,23 +71,32 @@ _LOG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:.]+\]\[\d+\]")
 def envoy_messages(output: str) -> str:
     """Envoy's lines that say why it refused a config: critical and error lines, and the warnings of
     dynamic modules (a module's own refusal comes as one), without the timestamp and thread id.
-    Runs of spaces are collapsed: Envoy's protobuf errors put random extra spaces into their text."""
+    Runs of spaces are collapsed: Envoy's protobuf errors put random extra spaces into their text.
+    A Go module's panic is said in Go's words (its ``panic:`` line and first frames), in place of Envoy's
+    backtrace of the abort that followed it."""
+    go_said = go_modules.go_panic(output)
     lines = []
     for line in output.splitlines():
+        if go_said and "][backtrace]" in line:
+            continue
         if "][critical][" in line or "][error][" in line or "][warning][dynamic_modules]" in line:
             lines.append(re.sub(r" {2,}", " ", _LOG_PREFIX.sub("", line)).strip())
-    return "\n".join(lines)
+    return "\n".join(lines + go_said)
 
 
-def validate(envoy: EnvoyBinary | str | Path, config_path: Path, what: str | None = None) -> None:
+def validate(envoy: EnvoyBinary | str | Path, config_path: Path, what: str | None = None,
+             env: dict[str, str] | None = None) -> None:
     """Run ``envoy --mode validate``; raise with Envoy's own message when it refuses the config.
 
     Given an :class:`EnvoyBinary` (whose version is known), a feature that version lacks is
     refused first with the feature's name and the first version that has it
-    (:class:`eppkit.gateway.versions.EnvoyFeatureMissing`).
+    (:class:`eppkit.gateway.versions.EnvoyFeatureMissing`). ``env``: what Envoy's environment adds
+    to this process's, as the Envoy that will run the config gets it; a config that loads a dynamic
+    module gets the GODEBUG a Go module needs, as that Envoy does (eppkit.gateway.go_modules).
     """
     if isinstance(envoy, EnvoyBinary):
-        check_features(yaml.safe_load(Path(config_path).read_text()), envoy, what=what or f"the rendered config {config_path}")
+        check_features(yaml.safe_load(Path(config_path).read_text()), envoy,
+                       what=what or f"the rendered config {config_path}")
         binary = str(envoy.path)
     else:
         binary = str(envoy)
@@ -94,6 +105,7 @@ def validate(envoy: EnvoyBinary | str | Path, config_path: Path, what: str | Non
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, **go_modules.envoy_env(go_modules.read(config_path), env)},
     )
     if proc.returncode != 0:
         output = proc.stdout + proc.stderr
@@ -102,12 +114,14 @@ def validate(envoy: EnvoyBinary | str | Path, config_path: Path, what: str | Non
             raise envoy_process.EnvoyCannotWatch(why)
         # Envoy puts the reason on the "error initializing configuration" line, then dumps the config;
         # an assertion says its own on a "critical" line before the backtrace.
-        reason = next((line for line in output.splitlines() if "error initializing configuration" in line
-                       or "Unable to parse" in line or "assert failure" in line), output[-1500:])
+        reason = next(iter(go_modules.go_panic(output)), None) or next(
+            (line for line in output.splitlines() if "error initializing configuration" in line
+             or "Unable to parse" in line or "assert failure" in line), output[-1500:])
         raise EnvoyConfigInvalid(f"envoy rejected {config_path}: {reason[:3000]}", envoy_messages(output) or reason)
 
 
-def check_filters(entries: list[dict], envoy: EnvoyBinary, config_path: Path, what: str = "these filters") -> None:
+def check_filters(entries: list[dict], envoy: EnvoyBinary, config_path: Path, what: str = "these filters",
+                  env: dict[str, str] | None = None) -> None:
     """Validate HTTP filter entries alone, in a bootstrap of one listener with them and the router.
 
     ``envoy --mode validate`` builds every filter's config: it compiles Lua and loads a dynamic
@@ -132,4 +146,4 @@ def check_filters(entries: list[dict], envoy: EnvoyBinary, config_path: Path, wh
         }]}],
     }]}}
     Path(config_path).write_text(json.dumps(bootstrap, indent=1, ensure_ascii=False) + "\n")
-    validate(envoy.path, config_path)
+    validate(envoy.path, config_path, env=env)

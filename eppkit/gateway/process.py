@@ -11,6 +11,7 @@ from typing import Sequence
 from eppkit.components.launchers import Launcher
 from eppkit.components.readiness import AllReady, HttpReady, ReadinessTimeout, WaitStrategy
 from eppkit.core import procfs
+from eppkit.gateway import go_modules
 
 ENVOY_VERSION = "1.40.0"
 
@@ -70,7 +71,9 @@ def version(binary: Path) -> str:
 
 class Envoy:
     """Envoy on a rendered bootstrap, in a ``with``: a process of this host or a container, as the
-    launcher makes it. Ready when the admin ``/ready`` answers LIVE (and ``ready`` holds, if given)."""
+    launcher makes it. Ready when the admin ``/ready`` answers LIVE (and ``ready`` holds, if given).
+    A bootstrap that loads a dynamic module gets the GODEBUG a Go module needs in ``env``, on every
+    runtime (eppkit.gateway.go_modules)."""
 
     def __init__(self, config_path: Path, log_path: Path, admin_port: int, launcher: Launcher, *,
                  concurrency: int = 2, env: dict[str, str] | None = None, log_level: str = "warning",
@@ -81,7 +84,9 @@ class Envoy:
                 # Access log lines (eppkit.gateway.hop reads them) are written within 20 ms, not Envoy's 10 s: a check
                 # that reads each request's line waits that long for it.
                 "--file-flush-interval-msec", "20"]
-        self.process = launcher.make("envoy", args, log_path, env=env, mounts=[config_path, *mounts])
+        self.config = go_modules.read(config_path)
+        self.process = launcher.make("envoy", args, log_path, env=go_modules.envoy_env(self.config, env),
+                                     mounts=[config_path, *mounts])
         self.admin_url = f"http://127.0.0.1:{admin_port}"
         live = HttpReady(f"{self.admin_url}/ready", body_contains="LIVE")
         self.ready = live if ready is None else AllReady((ready, live))
@@ -94,7 +99,8 @@ class Envoy:
             self.process.wait_ready(self.ready,
                                     hint="Envoy refused its config or could not bind; the rendered config is next to this log.")
         except ReadinessTimeout:
-            why = cannot_watch(self.process.read_log())
+            log = self.process.read_log()
+            why = cannot_watch(log) or go_modules.aborted(log, self.config)
             if why is not None:
                 raise ReadinessTimeout(f"{why}\n(Envoy's log: {self.process.log_path})") from None
             raise

@@ -31,6 +31,7 @@ import yaml
 
 from eppkit.builds import dynmod as dynmod_build
 from eppkit.gateway import config as envoy_config
+from eppkit.gateway import go_modules
 from eppkit.gateway.lua import lua_literal
 from eppkit.gateway.versions import EnvoyBinary, EnvoyFeatureMissing
 
@@ -127,6 +128,16 @@ class HttpFilter:
 UserFilter = Union[LuaFilter, DynamicModule, HttpFilter]
 
 
+def is_dynamic_module(flt: UserFilter) -> bool:
+    """A dynamic module: a :class:`DynamicModule`, or a snippet of a filter that loads one."""
+    if isinstance(flt, HttpFilter):
+        try:
+            return bool(go_modules.modules(_snippet_entry(flt)))
+        except UserFilterError:  # not one entry: said when the testbed starts
+            return False
+    return isinstance(flt, DynamicModule)
+
+
 # -- specs on the command line: PATH[:FILTER_NAME][@before|@after] ------------------------------------
 
 def split_position(spec: str) -> tuple[str, str]:
@@ -165,8 +176,9 @@ class PreparedFilter:
 
 
 def prepare(filters: list[UserFilter], envoy: EnvoyBinary, work_dir: Path,
-            progress: Callable[[str], object] = print) -> list[PreparedFilter]:
-    """Every filter rendered, built if needed and validated alone by ``envoy``; raises UserFilterError."""
+            progress: Callable[[str], object] = print, env: dict[str, str] | None = None) -> list[PreparedFilter]:
+    """Every filter rendered, built if needed and validated alone by ``envoy`` (with ``env``, what the testbed's
+    Envoy gets in its environment); raises UserFilterError."""
     prepared: list[PreparedFilter] = []
     names: set[str] = set()
     for index, flt in enumerate(filters):
@@ -180,7 +192,7 @@ def prepare(filters: list[UserFilter], envoy: EnvoyBinary, work_dir: Path,
             # is http.<connection manager>.lua.<prefix>.errors, apart from any other Lua filter's (lua-callout's).
             entry["typed_config"]["stat_prefix"] = lua_stat_prefix(entry["name"])
         prepared.append(PreparedFilter(label, flt.position, entry))
-        check(prepared[-1], envoy, work_dir / f"user-filter-{index}.yaml")
+        check(prepared[-1], envoy, work_dir / f"user-filter-{index}.yaml", env)
     return prepared
 
 
@@ -192,10 +204,11 @@ def template_vars(prepared: list[PreparedFilter]) -> dict[str, list[str]]:
     return {"user_filters_before": lines("before"), "user_filters_after": lines("after")}
 
 
-def check(prepared: PreparedFilter, envoy: EnvoyBinary, config_path: Path) -> None:
-    """Validate one filter alone with the real binary; a refusal names the filter, the version and Envoy's words."""
+def check(prepared: PreparedFilter, envoy: EnvoyBinary, config_path: Path, env: dict[str, str] | None = None) -> None:
+    """Validate one filter alone with the real binary; a refusal names the filter, the version and Envoy's words
+    (a Go module's panic in Go's: eppkit.gateway.config.envoy_messages)."""
     try:
-        envoy_config.check_filters([prepared.entry], envoy, config_path, what=prepared.label)
+        envoy_config.check_filters([prepared.entry], envoy, config_path, what=prepared.label, env=env)
     except EnvoyFeatureMissing as exc:
         raise UserFilterError(str(exc)) from None
     except envoy_config.EnvoyConfigInvalid as exc:
@@ -219,6 +232,7 @@ HINTS = (
     ("invalid ELF header", "the file is not a shared library built for this machine"),
     ("script load error", "a Lua syntax error: the line number is in the Lua source"),
     ("Failed to resolve symbol", "the file is a shared library, but not an Envoy dynamic module"),
+    *((words, go_modules.CGO_HINT) for words in go_modules.CGO_CHECK_WORDS),
 )
 
 

@@ -231,7 +231,8 @@ class Testbed:
         watches_pool = self.setup.watches_pool
         if watches_pool:  # etcd and kube-apiserver (built now if need be): a missing one fails before anything runs
             self._plane_binaries = controlplane_build.build(say)
-        self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, say)
+        self.user_filters = user_filters.prepare(self.topology.filters, self.envoy_binary, self.run_dir, say,
+                                                 self._envoy_env)
         if self._jaeger is None:
             self._jaeger = self.launcher.jaeger(self.run_dir, self.ports).start()
         env = self.topology.service_env(self.otlp_endpoint)
@@ -276,9 +277,11 @@ class Testbed:
             "served_metadata": self.envoy_binary.at_least(envoy_versions.SELECTED_HOST_KEY_SINCE),
         }
         self.envoy_config_path = envoy_config.write(self.mode.template, variables, self.run_dir / "envoy.yaml")
-        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode")
+        envoy_env = {**plan.envoy_env, **self._envoy_env}  # (GODEBUG for a Go module: eppkit.gateway.go_modules)
+        envoy_config.validate(self.envoy_binary, self.envoy_config_path, what=f"the {self.topology.mode} mode",
+                              env=envoy_env)
         self.envoy = self.launcher.envoy(self.envoy_binary, self.envoy_config_path, self.run_dir, self.admin_port,
-                                         {**plan.envoy_env, **self._envoy_env})
+                                         envoy_env)
         self.envoy.start()
 
     # -- the control plane of an EPP that watches an InferencePool ----------------------------

@@ -15,6 +15,8 @@ MISBEHAVIOURS = {
     "buffered-body-mutation": "answers body chunks with a whole-body mutation, not streamed ones",
     "drop-end-of-stream": "echoes the last body chunk without end_of_stream",
     "change-body": "drops the request body's first space (the same JSON values, no longer the client's bytes)",
+    "truncate-body": "cuts every request body after 64 KiB (the chunks after it go back empty, end_of_stream kept: "
+                     "the request completes with the body cut short)",
     "wait-for-body": "on a request without a body, waits for a body that never comes",
     "stall-response": "never answers the response body",
     "destination-mismatch": "names one endpoint in the header and another in the metadata",
@@ -23,6 +25,9 @@ MISBEHAVIOURS = {
     "own-trace": "starts a trace of its own instead of joining Envoy's (reads no trace context)",
     "stops-after-n": "refuses every ext_proc stream after its first 600 (UNAVAILABLE), still SERVING on health",
     "leaks-per-stream": "keeps 128 KiB per stream for as long as it runs",
+    "slows-per-stream": "waits longer the more streams it has opened before its request headers reply: (n / 1,000)^2 "
+                        "x 100 ms at its n-th (25 ms at its 500th, 400 ms at its 2,000th): a decision that slows as "
+                        "its state grows",
     # The field's known EPP bugs (docs/epp-bugs.md names each one's public issue).
     "unanswered-trailers": "never answers request or response trailers",
     "eos-only-on-empty-chunk": "ends the body only on an empty end_of_stream chunk: a last chunk with data and "
@@ -44,3 +49,5 @@ SLOW_DECISION_S = 0.9  # slow-decision's wait
 # 160, the whole suite over several testbeds), far below its 2,000.
 STOP_AFTER = 600
 LEAK_BYTES = 128 * 1024  # leaks-per-stream's keep, per stream
+SLOWS_BY_S = 0.1  # slows-per-stream's wait at its 1,000th stream; at its n-th, (n / 1,000)^2 times this
+TRUNCATE_AT = 64 * 1024  # truncate-body's: the request body's bytes it lets through

@@ -13,7 +13,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from eppkit.observability import otel
 from eppkit.observability.contract import EchoEpp, Epp, Http, Rpc
-from eppkit.services.echo_epp import LEAK_BYTES, SLOW_DECISION_S, STOP_AFTER
+from eppkit.services.echo_epp import LEAK_BYTES, SLOW_DECISION_S, SLOWS_BY_S, STOP_AFTER, TRUNCATE_AT
 from eppkit.services.epp import protocol
 from eppkit.services.picker import headers
 from eppkit.services.runner import until_stopped
@@ -153,6 +153,7 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
             served = ""
             first_body = True
             buffered = b""  # reencode-json's body so far
+            passed = 0  # truncate-body's: the request body's bytes so far
             async for request in requests:
                 kind = request.WhichOneof("request")
                 if kind in ("request_headers", "request_body"):
@@ -178,6 +179,8 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                         request_done()
                     if self.misbehave == "slow-decision":
                         await asyncio.sleep(SLOW_DECISION_S)
+                    elif self.misbehave == "slows-per-stream":
+                        await asyncio.sleep(SLOWS_BY_S * (self._opened / 1000) ** 2)
                     yield reply
                 elif kind == "request_body":
                     if request.request_body.end_of_stream:
@@ -188,7 +191,12 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                                             body=reencoded(buffered) if request.request_body.end_of_stream else b"")
                         yield self.echo(chunk)
                         continue
-                    yield self.echo(request.request_body, first=first_body)
+                    body = request.request_body
+                    if self.misbehave == "truncate-body":  # what is past TRUNCATE_AT never goes back
+                        body = pb.HttpBody(body=body.body[:max(0, TRUNCATE_AT - passed)],
+                                           end_of_stream=body.end_of_stream)
+                        passed += len(request.request_body.body)
+                    yield self.echo(body, first=first_body)
                     first_body = False
                     if held is not None:
                         yield held

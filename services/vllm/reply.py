@@ -4,7 +4,6 @@ writes and end, an error said in a body already started, and the token writer th
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import random
@@ -20,8 +19,7 @@ from eppkit.services.pod_headers import (
     HEADER_POD,
     HEADER_REQUEST_ID,
     HEADER_RESPONSE_SHA256,
-    RECEIVED_BODY_FIELD,
-    RECEIVED_BODY_KEY,
+    received_fields,
     response_headers,
 )
 from eppkit.services.vllm.disconnects import Watch
@@ -59,9 +57,7 @@ def extra_fields(request: web.Request, kv_transfer_params: dict | None, metadata
     extra: dict[str, Any] = {"kv_transfer_params": kv_transfer_params}
     if metadata_report is not None:
         extra["multipart_metadata"] = metadata_report
-    if RECEIVED_BODY_KEY in request:
-        extra[RECEIVED_BODY_FIELD] = base64.b64encode(request[RECEIVED_BODY_KEY]).decode()
-    return extra
+    return {**extra, **received_fields(request)}
 
 
 async def finish(flow: Flow, renderer: Renderer, req: api.GenRequest, out: list[str], use: dict[str, Any],
@@ -126,9 +122,10 @@ async def write_eof(flow: Flow, data: bytes = b"") -> None:
     except ConnectionResetError as exc:
         raise ClientGone() from exc
 
-async def inband_error(flow: Flow, exc: OpenAIError) -> None:
-    """Headers already went out (multipart/streaming): say it in the body, then end."""
-    body = error_body(exc.status, exc.message, param=exc.param, code=exc.code)
+async def inband_error(flow: Flow, exc: OpenAIError, extra: dict[str, Any]) -> None:
+    """Headers already went out (multipart/streaming): say it in the body (``extra`` beside its ``error``), then
+    end."""
+    body = error_body(exc.status, exc.message, param=exc.param, code=exc.code, extra=extra)
     try:
         if flow.response.content_type == "text/event-stream":
             await flow.response.write(Renderer._sse(body) + DONE)

@@ -4,7 +4,6 @@ part), its Content-Type, and the ``x-mock-*`` headers that steer its latency."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 from typing import Any
@@ -13,7 +12,7 @@ from aiohttp import web
 from eppkit.observability.contract import Vllm
 from eppkit.services.openai_errors import OpenAIError
 from eppkit.services.openai_server.api import ms_header
-from eppkit.services.pod_headers import BODY_SHA256_KEY, HEADER_ECHO_BODY, RECEIVED_BODY_KEY
+from eppkit.services.pod_headers import note_received
 from eppkit.services.vllm import multipart
 from eppkit.services.vllm.latency import Overrides
 from eppkit.services.vllm.reply import ClientGone
@@ -108,9 +107,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
             raise OpenAIError(413, f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
     body = b"".join(chunks)
-    request[BODY_SHA256_KEY] = hashlib.sha256(body).hexdigest()
-    if request.headers.get(HEADER_ECHO_BODY) == "1":
-        request[RECEIVED_BODY_KEY] = body
+    note_received(request, body)
     return body
 
 

@@ -31,7 +31,7 @@ from eppkit.services.openai_server.ec_cache import EncoderCache
 from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from eppkit.services.openai_server.metrics import VllmMetrics
 from eppkit.services.openai_server.responses import Renderer, usage
-from eppkit.services.pod_headers import HEADER_POD, REQUEST_ID_KEY, pod_headers_middleware
+from eppkit.services.pod_headers import HEADER_POD, REQUEST_ID_KEY, pod_headers_middleware, received_fields
 from eppkit.services.vllm import multipart, recording, reply, request_in
 from eppkit.services.vllm.clock import TokenClock
 from eppkit.services.vllm.config import VllmConfig
@@ -162,12 +162,12 @@ class MockVllm:
         flow.watch = self.watcher.watch(request)
         try:
             return await self._run(request, kind, flow)
-        except OpenAIError as exc:
+        except OpenAIError as exc:  # said with what the mock received of the body (pod_headers.received_fields)
             recording.record_error(self.metrics, flow, exc.status, exc.message)
             if flow.response is not None and flow.response.prepared:
-                await reply.inband_error(flow, exc)
+                await reply.inband_error(flow, exc, received_fields(request))
                 return flow.response
-            raise
+            return exc.response(extra=received_fields(request))
         except asyncio.CancelledError:
             if flow.watch.shutdown:
                 span.add_event(Vllm.SERVER_SHUTDOWN)
@@ -186,7 +186,7 @@ class MockVllm:
             recording.record_error(self.metrics, flow, 500, f"mock vLLM internal error: {exc!r}")
             if flow.response is not None and flow.response.prepared:
                 return flow.response
-            raise OpenAIError(500, f"mock vLLM internal error: {exc!r}") from exc
+            return OpenAIError(500, f"mock vLLM internal error: {exc!r}").response(extra=received_fields(request))
         finally:
             self.watcher.unwatch(flow.watch)
             if flow.slot:

@@ -31,6 +31,7 @@ CAUGHT_BY = {
     "holds_trailers": ({"bodies-byte-for-byte"}, "with request trailers request did not reach the backend"),
     "leaks_go_heap": ({"memory-bounded"}, "KiB a request"),
     "panics_on_cancel": ({"streams-served"}, "panic: runtime error: invalid memory address or nil pointer"),
+    "logs_error_without_header": ({"no-module-errors"}, "logs_error_without_header: no x-tenant on "),
 }
 # The protocols a filter's failure shows in, where not both: request trailers are sent on h2c only (Envoy's HTTP/1.1
 # codec drops them).
@@ -38,13 +39,16 @@ ONLY_IN = {"holds_trailers": {"h2c"}}
 # What a user tells the verdict about a gallery filter, as they would on the command line (--plugin-let-through).
 # What a user would tell the verdict of a gate (the header it lets through). errors_without_header's requests with
 # it are served as they should be (no script error, no error's cost in a stream's pace); the verdict's requests
-# without it (refusals-are-clean's) raise its errors, which no-script-errors counts over the whole verdict.
-TOLD = {name: {"let_through": ("x-tenant: acme",)} for name in ("refuses_in_plain_text", "errors_without_header")}
+# without it (refusals-are-clean's) raise its errors, which no-script-errors counts over the whole verdict (and
+# logs_error_without_header's error lines, which no-module-errors counts).
+TOLD = {name: {"let_through": ("x-tenant: acme",)}
+        for name in ("refuses_in_plain_text", "errors_without_header", "logs_error_without_header")}
 # What each failure's evidence must hold in Envoy's own words.
 ENVOY_SAYS = {
     "streaming-preserved": "Envoy's access log",
     "bodies-byte-for-byte": "backend received",
     "no-script-errors": "[error][lua]",
+    "no-module-errors": "[error][dynamic_modules]",
     "refusals-are-clean": '"details": "lua_response"',
     "hostile-input-survives": "[error][lua]",
     "cost-within-budget": "Envoy's access log",
@@ -94,7 +98,7 @@ def test_a_gallery_filter_fails_exactly_its_own_checks_under_both_client_protoco
     report = judge(make_bed, name, **TOLD.get(name, {}))
     assert report["subject"]["kind"] == "plugin" and "epp" not in report, report["subject"]
     statuses = {c["id"]: c["status"] for c in report["checks"]}
-    target = PluginTarget(filters=(plugin(name),), **TOLD.get(name, {}))  # a Go module's Lua errors: n/a
+    target = PluginTarget(filters=(plugin(name),), **TOLD.get(name, {}))  # a Go filter's Lua errors (and back): n/a
     assert statuses == {c: "fail" if c in checks else "n/a" if PLUGIN_CHECKS.get(c).not_declared(target) else "pass"
                         for c in PLUGIN_CHECKS.names()}, rp.text(report)
     must = any(PLUGIN_CHECKS.get(c).level == "must" for c in checks)  # a failed should is a warning

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 from eppkit.cluster import configs, podnet
+from eppkit.pytest_plugin.state import require
 
 
 def _ipam(bin_dir, command, pod="pool-ns_vllm-0", container="abc"):
@@ -18,6 +19,8 @@ def _ipam(bin_dir, command, pod="pool-ns_vllm-0", container="abc"):
 
 
 def test_a_pod_gets_the_address_the_kit_pinned_for_it_and_an_unpinned_one_a_free_one(tmp_path):
+    missing = podnet.plugins_missing(configs.CNI_BIN)
+    require(missing is None, missing or "")
     bin_dir, pins = tmp_path / "bin", tmp_path / "pins"
     podnet.install_plugins(bin_dir, pins, configs.CNI_BIN)
     assert (bin_dir / "bridge").resolve() == configs.CNI_BIN / "bridge"

@@ -1,14 +1,24 @@
 """A changed body is shown, not hashed (eppkit.conformance.bodydiff): where it first differs, and whether the JSON
-still says the same — every key, duplicate and exact number — or which values a re-encoder lost."""
+still says the same — every key, duplicate and exact number — or which values a re-encoder lost; a body cut short
+is data lost, said with the bytes that arrived of it, never a re-encoding nor a check not run."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+from types import SimpleNamespace
 
 import pytest
 
-from eppkit.conformance.bodydiff import first_difference, json_kept
-from eppkit.conformance.checks.protocol import _body
+from eppkit.conformance.bodydiff import LOST, REENCODED, SAME, UNREAD, arrival, first_difference, json_kept
+from eppkit.conformance.checks.protocol import _body, bodies_byte_for_byte, body_values_kept
+from eppkit.conformance.checks.registry import FAIL, PASS
+from eppkit.conformance.harness import Harness
+from eppkit.conformance.witness import Sent
+from eppkit.observability.client import ClientResult
+from eppkit.services.openai_errors import error_body
+from eppkit.services.pod_headers import HEADER_BODY_BYTES, HEADER_BODY_SHA256, HEADER_POD, RECEIVED_BODY_FIELD
 
 pytestmark = pytest.mark.unit
 
@@ -66,3 +76,92 @@ def test_the_body_checks_split_by_level_the_should_after_the_must():
     values, bytes_ = CHECKS.get("body-values-kept"), CHECKS.get("bodies-byte-for-byte")
     assert (values.level, bytes_.level) == ("must", "should")
     assert "body-values-kept" in bytes_.needs and values.order < bytes_.order
+
+
+# -- what became of a body that arrived as other bytes (bodydiff.arrival), and the checks' words for it ---------------
+
+CUT = 65_536
+LARGE = _body(1_200_000, "mock-llm")
+
+
+def test_arrival_of_a_body_cut_short_is_lost_with_its_counts_never_a_reencoding():
+    found = arrival(LARGE, LARGE[:CUT], got_bytes=CUT, status=400)
+    assert found.kind == LOST, found
+    assert found.counts == "65,536 of 1,200,000 bytes arrived"
+    assert found.how.startswith("values lost: what arrived is not JSON any more"), found.how
+    assert found.how.endswith("the backend answered HTTP 400"), found.how
+    assert found.where.startswith("first difference at byte 65,536, where what arrived ends"), found.where
+    assert "re-encod" not in found.how
+
+
+def test_arrival_without_the_backends_copy_is_lost_when_its_length_changed_or_it_was_refused():
+    by_length = arrival(LARGE, None, got_bytes=CUT, status=200)
+    assert (by_length.kind, by_length.counts) == (LOST, "65,536 of 1,200,000 bytes arrived"), by_length
+    assert "no value can be shown kept" in by_length.how
+    refused = arrival(SENT, None, got_bytes=len(SENT), status=400, said="Invalid JSON in request body")
+    assert refused.kind == LOST and "the backend answered HTTP 400 (Invalid JSON in request body)" in refused.how
+    # the same length, served: nothing says a value was lost, nothing shows it kept
+    assert arrival(SENT, None, got_bytes=len(SENT), status=200).kind == UNREAD
+    assert arrival(SENT, None, got_bytes=None, status=200).kind == UNREAD
+
+
+def test_arrival_of_the_same_values_in_other_bytes_is_a_reencoding():
+    found = arrival(SENT, SENT.replace(b" ", b"", 1), got_bytes=len(SENT) - 1)
+    assert (found.kind, found.counts) == (REENCODED, f"{len(SENT) - 1} of {len(SENT)} bytes arrived"), found
+    assert arrival(SENT, SENT).kind == SAME
+    grown = arrival(b"", b"{}", got_bytes=2)
+    assert (grown.kind, grown.counts) == (LOST, "2 bytes arrived for the 0 sent"), grown
+
+
+class _Bed:
+    backends = [SimpleNamespace(model="mock-llm")]
+
+
+class _BodiesThrough:
+    """The harness as the body checks use it, in front of a backend that receives ``deliver(body)`` of each body and
+    answers as the kit's mock does: 200 to JSON it reads, else 400 with its OpenAI-style error; its length, digest
+    and (asked) its copy of what it received on either."""
+
+    protocol = "http/1.1"
+    body_digest, body_length = staticmethod(Harness.body_digest), staticmethod(Harness.body_length)
+    digest, served_by = staticmethod(Harness.digest), staticmethod(Harness.served_by)
+
+    def __init__(self, deliver):
+        self.deliver = deliver
+
+    def bed(self):
+        return _Bed()
+
+    def send_all(self, bed, requests):
+        return [self._send(r["raw_body"]) for r in requests]
+
+    def _send(self, data):
+        got = self.deliver(data)
+        try:
+            json.loads(got)
+            status, body = 200, {"choices": []}
+        except ValueError:
+            status, body = 400, error_body(400, "Invalid JSON in request body", param="body")
+        body[RECEIVED_BODY_FIELD] = base64.b64encode(got).decode()
+        headers = {HEADER_POD: "vllm-0", HEADER_BODY_SHA256: hashlib.sha256(got).hexdigest(),
+                   HEADER_BODY_BYTES: str(len(got))}
+        return Sent(ClientResult(trace_id="t", status=status, headers=headers, body=body), None, self.protocol)
+
+
+def test_body_values_kept_fails_a_body_cut_short_with_its_counts_and_first_difference():
+    result = body_values_kept(_BodiesThrough(lambda data: data[:CUT]))
+    assert result.status == FAIL, result
+    message = result.message
+    assert "1,200,000 B, 1,200,000 B in 20 pieces: 65,536 of 1,200,000 bytes arrived; values lost" in message, message
+    assert "first difference at byte 65,536" in message and "the backend answered HTTP 400" in message, message
+    assert "re-encod" not in message and "not run" not in message, message
+
+
+def test_bodies_byte_for_byte_never_calls_a_loss_a_reencoding():
+    result = bodies_byte_for_byte(_BodiesThrough(lambda data: data[:CUT]))
+    assert result.status == FAIL and "re-encoded" not in result.message, result.message
+    assert ("data lost on the way: 1,200,000 B, 1,200,000 B in 20 pieces: 65,536 of 1,200,000 bytes arrived"
+            in result.message), result.message
+    spaced = bodies_byte_for_byte(_BodiesThrough(lambda data: data.replace(b" ", b"", 1)))
+    assert "200 B, 1,200,000 B, 1,200,000 B in 20 pieces reached the backend re-encoded" in spaced.message, spaced
+    assert body_values_kept(_BodiesThrough(lambda data: data.replace(b" ", b"", 1))).status == PASS

@@ -3,6 +3,7 @@ and the exit code says what happened (0 ok, 1 regression, 2 a mode failed). No p
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from eppkit.observability import expected_spans
@@ -266,7 +267,8 @@ def recording_floors(tmp_path, monkeypatch):
     """A floor binary that need not be built, and a testbed factory that records (mode, options) of each testbed."""
     from eppkit.compare import floors
 
-    monkeypatch.setattr(floors.floor_build, "build", lambda progress=print: Path("/cache/bin/eppkit-floor-x"))
+    built = SimpleNamespace(build=lambda progress=print: Path("/cache/bin/eppkit-floor-x"))
+    monkeypatch.setattr(floors, "FLOORS", built)
     seen = []
 
     def create(topology, runtime="local", jaeger=None):

@@ -137,6 +137,27 @@ def test_levels_make_the_verdict():
     assert judge(ok, ok, partial=True) == PARTIAL  # --check never says conforms
 
 
+def test_a_must_left_out_as_asked_is_named_after_the_verdict_and_ranks_below_it():
+    from eppkit.conformance import command
+    from eppkit.conformance.report import matrix
+    from eppkit.conformance.suite import CONFORMS, FAILS, WARNINGS, base_verdict, verdict
+
+    soak = Check("soak", "soak", "load", "must", "here", 1, lambda h: None, soak=True)
+    should = Check("s", "s", "protocol", "should", "here", 2, lambda h: None)
+    skipped = Result(NOT_RUN, "skipped, as asked (--quick)", skipped=True)
+    quick = verdict([soak, should], {"soak": skipped, "s": Result(PASS, "ok")}, partial=False, strict=False)
+    assert quick == "conforms; skipped as asked (--quick): soak" and base_verdict(quick) == CONFORMS
+    warned = verdict([soak, should], {"soak": skipped, "s": Result(FAIL, "no")}, partial=False, strict=False)
+    assert base_verdict(warned) == WARNINGS and warned != WARNINGS
+    assert command.exit_code({"verdict": quick}) == 0  # asked for: the verdict all the same, its first line says so
+    # in a version matrix a verdict that left a must out is worse than the same one without
+    reports = [{"verdict": v, "versions": {"envoy": e}, "schema": "s", "created": "c", "subject": {"kind": "epp"},
+                "runtime": "local", "wall_s": 1, "checks": [], "summary": {}}
+               for v, e in ((CONFORMS, "1.40.0"), (quick, "1.39.3"))]
+    assert matrix(reports)["verdict"] == quick
+    assert matrix([{**reports[0], "verdict": FAILS}, reports[1]])["verdict"] == FAILS
+
+
 def test_the_exit_code_says_conforms_fails_or_no_verdict_and_all_picks_one_release_per_line(monkeypatch):
     from eppkit.conformance import command
     from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, PARTIAL, WARNINGS
@@ -150,3 +171,19 @@ def test_the_exit_code_says_conforms_fails_or_no_verdict_and_all_picks_one_relea
     assert command.envoy_versions("all") == ["1.36.4", "1.37.0", "1.39.3", "1.40.0"]
     assert command.envoy_versions("1.38.3,1.36.2") == ["1.38.3", "1.36.2"]
     assert command.envoy_versions(None) == [None]
+
+
+def test_the_soak_is_left_out_with_quick_and_judged_once_in_a_version_matrix():
+    from types import SimpleNamespace
+
+    from eppkit.conformance.suite import run_check
+
+    ran = []
+    soak = Check("soak", "the soak", "load", "must", "here", 1, lambda h: ran.append(h) or Result(PASS, "ok"),
+                 per_protocol=False, soak=True)
+    quick = run_check(soak, SimpleNamespace(target=None, quick=True, soak_judged_on=None), {})
+    assert (quick.status, quick.skipped, ran) == (NOT_RUN, True, [])
+    assert "--quick" in quick.message
+    later = run_check(soak, SimpleNamespace(target=None, quick=False, soak_judged_on="1.36.4"), {})
+    assert later.status == "n/a" and "judged once in a version matrix, on Envoy 1.36.4" in later.message
+    assert ran == []

@@ -52,10 +52,12 @@ def test_a_plugin_target_needs_a_filter_and_knows_the_directions_it_may_rewrite(
 
 def test_a_plugin_is_judged_by_its_own_checks_and_an_epp_never_by_them():
     plugin = [c.name for c in selected(kind="plugin")]
-    # no-script-errors after the checks of ordinary traffic, hostile-input-survives after it (neither counts the
-    # other's), streams-served last (a plugin that a cancelled stream takes down takes no other check with it)
+    # no-script-errors and no-module-errors after the checks of ordinary traffic, hostile-input-survives after them
+    # (no check counts another's), streams-served last (a plugin that a cancelled stream takes down takes no other
+    # check with it)
     assert plugin == ["streaming-preserved", "bodies-byte-for-byte", "refusals-are-clean", "cost-within-budget",
-                      "memory-bounded", "no-script-errors", "hostile-input-survives", "streams-served"]
+                      "memory-bounded", "no-script-errors", "no-module-errors", "hostile-input-survives",
+                      "streams-served"]
     # (bodies-byte-for-byte is a rule of both, judged two ways: its EPP check and its plugin check are two entries)
     assert not set(selected(kind="plugin")) & set(selected())
     assert set(plugin) & set(CHECKS.names()) == {"bodies-byte-for-byte"}
@@ -229,8 +231,9 @@ def test_envoys_own_time_on_a_request_is_its_whole_time_less_the_backends():
 def test_the_memory_load_is_chats_streams_and_prompts_of_1_to_16_kib():
     from eppkit.conformance.plugin_checks import memory
 
-    shapes = [memory._shape(i) for i in range(memory.REQUESTS)]
-    sizes = [len(s["prompt"]) for s in shapes]
-    assert min(sizes) >= 1024 and max(sizes) < 15 * 1024 and len(set(sizes)) > 100  # the body, JSON and all, < 16 KiB
-    assert sum(s["stream"] for s in shapes) == memory.REQUESTS // 3 + (memory.REQUESTS % 3 > 1)
+    plan = memory._plan("m")
+    assert [p.index for p in plan] == list(range(memory.REQUESTS))
+    sizes = [len(json.dumps(p.body)) for p in plan]
+    assert min(sizes) >= 1024 and max(sizes) < 16 * 1024 and len(set(sizes)) > 100  # the body, JSON and all, < 16 KiB
+    assert sum(p.stream for p in plan) == memory.REQUESTS // 3 + (memory.REQUESTS % 3 > 1)
     assert memory.REQUESTS - memory.WARM_UP >= 1500 and memory.BOUND_MIB == 8.0

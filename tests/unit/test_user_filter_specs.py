@@ -32,7 +32,8 @@ LUA = "function envoy_on_request(handle)\n  handle:headers():add('x-a', '1')\nen
 def no_envoy(monkeypatch):
     """Validation passes without running Envoy; the checked entries are recorded."""
     checked = []
-    monkeypatch.setattr(envoy_config, "validate", lambda binary, path: checked.append(json.loads(Path(path).read_text())))
+    monkeypatch.setattr(envoy_config, "validate",
+                        lambda binary, path, env=None: checked.append(json.loads(Path(path).read_text())))
     return checked
 
 
@@ -221,7 +222,7 @@ ENVOY_SAYS = {
     ("lua", "Lua syntax error"),
 ])
 def test_a_refused_filter_names_itself_the_envoy_version_and_envoy_words(case, hint, monkeypatch, tmp_path):
-    def refuse(binary, path):
+    def refuse(binary, path, env=None):
         raise envoy_config.EnvoyConfigInvalid("envoy rejected", envoy_config.envoy_messages(ENVOY_SAYS[case]))
 
     monkeypatch.setattr(envoy_config, "validate", refuse)

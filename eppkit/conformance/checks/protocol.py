@@ -171,7 +171,7 @@ def _body(size: int, model: str) -> bytes:
     head = ('{\n  "model": %s,\n  "seed": 9007199254740993,\n  "temperature": 0.12345678901234567,\n'
             '  "max_tokens": 2,\n  "max_tokens": 1,\n  "messages": [\n    {"role": "user", "content": '
             '"h\\u00e9llo, caf\u00e9 \u4e16\u754c \\ud83d\\ude00 %s"}\n  ]\n}' % (json.dumps(model), "{filler}"))
-    filler = "x" * max(1, size - len(head.encode()))  # one long word: one token to the mock
+    filler = "x" * max(1, size - len(head.replace("{filler}", "").encode()))  # one long word: one token to the mock
     return head.replace("{filler}", filler).encode()
 
 
@@ -190,7 +190,7 @@ def _bodies_sent(h) -> tuple[list[tuple[str, bytes, Sent]], list[str]]:
     for (size, pieces), data, sent in zip(forms, bodies, sents):
         result, hop = sent.result, sent.hop
         got = h.body_digest(result)
-        label = f"{size} B" + (f" in {pieces} pieces" if pieces > 1 else "")
+        label = f"{size:,} B" + (f" in {pieces} pieces" if pieces > 1 else "")
         if got is None and hop is not None and str(hop["details"] or "").startswith("epp_") or (
                 got is None and 400 <= result.status < 500 and h.served_by(result) is None):
             refused.append(f"{label}: the EPP refused it itself (HTTP {result.status}): not judged")
@@ -201,9 +201,34 @@ def _bodies_sent(h) -> tuple[list[tuple[str, bytes, Sent]], list[str]]:
     return out, refused
 
 
-def _digests(h, label: str, data: bytes, sent: Sent) -> str:
-    got = h.body_digest(sent.result)
-    return f"{label}: client sha256 {h.digest(data)[:16]}…, backend received {(got or 'nothing')[:16]}…"
+def _arrived(h, label: str, data: bytes, sent: Sent, evidence: list[str]) -> bodydiff.Arrival:
+    """How ``data`` reached the backend (eppkit.conformance.bodydiff.arrival), from the mock's answer: its digest,
+    length and copy of what it received, its status; said in ``evidence``."""
+    result = sent.result
+    got, length = h.body_digest(result), h.body_length(result)
+    evidence.append(f"{label}: client sent {len(data):,} B, sha256 {h.digest(data)[:16]}…; backend received "
+                    + (f"{length:,} B, " if length is not None else "") + f"sha256 {(got or 'nothing')[:16]}…")
+    if got is None:
+        return bodydiff.Arrival(bodydiff.LOST, "", f"nothing arrived (HTTP {result.status})")
+    if got == h.digest(data):
+        return bodydiff.Arrival(bodydiff.SAME, bodydiff.byte_counts(len(data), len(data)), "the same bytes")
+    error = result.body.get("error") if isinstance(result.body, dict) else None
+    found = bodydiff.arrival(data, _received(result), got_bytes=length, status=result.status,
+                             said=str(error.get("message", ""))[:200] if isinstance(error, dict) else "")
+    evidence += [f"{label}: {line}" for line in (found.counts, found.where, found.how) if line]
+    return found
+
+
+def _said(how: str, bodies: list[tuple[str, bodydiff.Arrival]]) -> str:
+    """Bodies that arrived alike: each named with the bytes that arrived of it, what became of their values, and
+    where the first one first differs."""
+    counts = {found.counts for _, found in bodies}
+    if len(counts) == 1:
+        said = ", ".join(label for label, _ in bodies) + ": " + "; ".join(filter(None, (counts.pop(), how)))
+    else:
+        said = ", ".join(f"{label} ({found.counts})" if found.counts else label for label, found in bodies) + f": {how}"
+    where = bodies[0][1].where
+    return said + (f"; {where}" if where else "")
 
 
 @check("body-values-kept", "every JSON value of a body reaches the backend as the client wrote it",
@@ -213,35 +238,27 @@ def body_values_kept(h):
     JSON re-encoder loses or changes (an integer above 2^53, a float of 17 significant digits, a duplicate key,
     non-ASCII text, ``\\u`` escapes): the backend receives the same bytes (the mock's ``x-mock-request-sha256``),
     or other bytes that still say every value, duplicate key and text the client's did (read exactly: numbers as
-    decimals; the mock echoes what it received). A value lost or changed fails. An EPP that refuses a body (its
-    own 4xx) is not judged on it."""
+    decimals; the mock echoes what it received, on an error answer too). Data lost on the way fails, with the bytes
+    that arrived of the client's (``x-mock-request-bytes``) and the first difference: a body cut short, no longer
+    JSON, answered with an error, a value lost or changed. An EPP that refuses a body (its own 4xx) is not judged
+    on it."""
     bodies, evidence = _bodies_sent(h)
-    problems, unread = [], []
+    lost: dict[str, list[tuple[str, bodydiff.Arrival]]] = {}  # what became of the values -> the bodies it befell
+    unread = []
     for label, data, sent in bodies:
-        evidence.append(_digests(h, label, data, sent))
-        if h.body_digest(sent.result) == h.digest(data):
-            continue
-        received = _received(sent.result)
-        if received is None:
-            if h.body_digest(sent.result) is None:
-                problems.append((label, f"nothing arrived (HTTP {sent.result.status})"))
-            else:
-                unread.append(label)
-            continue
-        kept, how = bodydiff.json_kept(data, received)
-        evidence += [f"{label}: {bodydiff.first_difference(data, received)}", f"{label}: {how}"]
-        if not kept:
-            problems.append((label, how if kept is False else "other bytes (not JSON)"))
-    if problems:
-        said = {}  # what arrived -> the bodies it arrived as (one line for the bodies that lost the same values)
-        for label, how in problems:
-            said.setdefault(how, []).append(label)
+        found = _arrived(h, label, data, sent, evidence)
+        if found.kind == bodydiff.LOST:
+            lost.setdefault(found.how, []).append((label, found))
+        elif found.kind == bodydiff.UNREAD:
+            unread.append(label)
+    if lost:
         return failed("the backend did not receive what the client sent: " + "; ".join(
-            f"{', '.join(labels)}: {how}" for how, labels in said.items()) + ". Echo every chunk's bytes unchanged; "
-            "never read the JSON into floats or a map and write it again.", evidence)
-    if unread:
-        return Result(NOT_RUN, f"{', '.join(unread)} arrived as other bytes and the backend's copy is not in its "
-                      "answer (x-mock-echo-body): its values could not be read", evidence)
+            _said(how, group) for how, group in lost.items()) + ". Echo every chunk's bytes unchanged, each to the "
+            "body's end (cut, hold back or drop none); never read the JSON into floats or a map and write it again.",
+            evidence)
+    if unread:  # as many bytes as the client sent (where the backend says), served: nothing says a value was lost
+        return Result(NOT_RUN, f"{', '.join(unread)} arrived as other bytes, which the backend served, and its copy "
+                      "of them is not in its answer (x-mock-echo-body): their values could not be read", evidence)
     if not bodies:
         return failed("the EPP refused every body size, the backend received none", evidence)
     return passed(f"{len(bodies)} bodies arrived with every value kept", evidence)
@@ -258,30 +275,28 @@ REENCODING_RISK = ("The risk: anything keyed on the body's bytes no longer match
 def bodies_byte_for_byte(h):
     """The same bodies as ``body-values-kept``, sent again: the sha256 of what the backend received equals the
     client's, byte for byte (key order, spacing and escapes as the client wrote them). An EPP that re-encodes the
-    JSON and keeps every value fails this *should*, its risk named; one that loses a value fails the *must*."""
+    JSON and keeps every value fails this *should*, its risk named; one that loses a value fails the *must* (and
+    here, sent again, is said to have lost it: never called a re-encoding)."""
     bodies, evidence = _bodies_sent(h)
-    changed = []
+    found: dict[str, list[tuple[str, bodydiff.Arrival]]] = {}
     for label, data, sent in bodies:
-        evidence.append(_digests(h, label, data, sent))
-        if h.body_digest(sent.result) != h.digest(data):
-            changed.append(label)
-            evidence += _changed(data, sent.result, label)
-    if changed:
-        return failed(f"{', '.join(changed)} reached the backend re-encoded, as other bytes than the client sent. "
-                      f"{REENCODING_RISK}. Echo every chunk's bytes unchanged.", evidence)
+        arrived = _arrived(h, label, data, sent, evidence)
+        if arrived.kind != bodydiff.SAME:
+            found.setdefault(arrived.kind, []).append((label, arrived))
+    said = []
+    if found.get(bodydiff.REENCODED):
+        said.append(f"{', '.join(label for label, _ in found[bodydiff.REENCODED])} reached the backend re-encoded, as "
+                    f"other bytes than the client sent that say every value the same. {REENCODING_RISK}")
+    lost: dict[str, list[tuple[str, bodydiff.Arrival]]] = {}
+    for label, arrived in found.get(bodydiff.LOST, []):
+        lost.setdefault(arrived.how, []).append((label, arrived))
+    said += [f"data lost on the way: {_said(how, group)}" for how, group in lost.items()]
+    said += [f"{label}: {a.how}" for label, a in found.get(bodydiff.UNREAD, [])]
+    if said:
+        return failed(". ".join(said) + ". Echo every chunk's bytes unchanged.", evidence)
     if not bodies:
         return failed("the EPP refused every body size, the backend received none", evidence)
     return passed(f"{len(bodies)} bodies arrived byte for byte", evidence)
-
-
-def _changed(data: bytes, result, label: str) -> list[str]:
-    """The changed body shown (the mock's copy of what it received): where it first differs, and whether the JSON
-    still says the same."""
-    received = _received(result)
-    if received is None:
-        return [f"{label}: the backend's copy of what it received is not in its answer (HTTP {result.status})"]
-    _, how = bodydiff.json_kept(data, received)
-    return [f"{label}: {bodydiff.first_difference(data, received)}", f"{label}: {how}"]
 
 
 def _received(result) -> bytes | None:
@@ -336,11 +351,14 @@ def trailers_body_once(h):
         h.must_serve(sent, "a request with trailers")
     if got != h.digest(data):
         version = getattr(h.envoy_binary, "version", "this Envoy")
+        length = h.body_length(result)
+        counts = f"{bodydiff.byte_counts(len(data), length)}, " if length is not None else ""
         return failed(f"the backend received the body {'twice' if 'Extra data' in str(result.body) else 'changed'} "
-                      f"({result.status}): Envoy {version} resends the body it keeps for retries when the EPP's "
-                      "trailers reply resumes the request (envoyproxy/envoy#45470, 1.36-1.40; docs/epp-protocol.md, "
-                      "Trailers). Reply to the request's last body message with CONTINUE_AND_REPLACE carrying the whole "
-                      "body instead of streaming it back and answering the trailers.", evidence)
+                      f"({counts}HTTP {result.status}): Envoy {version} resends the body it keeps for retries when "
+                      "the EPP's trailers reply resumes the request (envoyproxy/envoy#45470, 1.36-1.40; "
+                      "docs/epp-protocol.md, Trailers). Reply to the request's last body message with "
+                      "CONTINUE_AND_REPLACE carrying the whole body instead of streaming it back and answering the "
+                      "trailers.", evidence)
     return passed("the body arrived once, byte for byte", evidence)
 
 

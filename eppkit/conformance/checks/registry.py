@@ -35,6 +35,7 @@ class Result:
     evidence: list[str] = field(default_factory=list)  # Envoy's own words: log lines, stats, what arrived
     seconds: float = 0.0
     blocked: bool = False  # not run because a check it needs failed (or was itself blocked)
+    skipped: bool = False  # not run because the run was asked to leave it out (--quick): the verdict's headline says so
 
 
 def passed(message: str, evidence: list[str] | None = None) -> Result:
@@ -80,6 +81,9 @@ class Check:
     # Its testbed's EPP watches a pool in a control plane (which a target's mode may otherwise not start): declared,
     # the verdict starts the control plane at its beginning, beside the first checks.
     control_plane: bool = False
+    # The soak: long, left out with --quick (the verdict's headline then says so), and judged once per Envoy version
+    # matrix, on its first version (the rule is the EPP's own, under load, not Envoy's).
+    soak: bool = False
 
     def not_declared(self, target) -> str | None:
         """Why this check does not apply to ``target`` by what it declares, or None."""
@@ -100,12 +104,13 @@ _order = iter(range(10_000))
 def check(name: str, title: str, *, category: str, level: str = MUST, source: str = PROTOCOL_DOC,
           needs: tuple[str, ...] = (), per_protocol: bool = True,
           declared: Callable[..., str | None] | None = None, beside: bool = False, timed: bool = False,
-          control_plane: bool = False, registry: Registry[Check] = CHECKS) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
+          control_plane: bool = False, soak: bool = False,
+          registry: Registry[Check] = CHECKS) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register the decorated function (``harness -> Result``) as check ``name`` (an EPP's, or in ``registry``)."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:
         registry.register(Check(name, title, category, level, source, next(_order), fn, needs, per_protocol, declared,
-                                 beside, timed, control_plane))
+                                 beside, timed, control_plane, soak))
         return fn
 
     return register

@@ -8,9 +8,10 @@ from __future__ import annotations
 from eppkit.conformance.checks.protocol import SERVES
 from eppkit.conformance.checks.registry import (ENVOY_EXT_PROC, PROTOCOL, SHOULD, check, evidence_of, failed, judged,
                                                  passed)
-from eppkit.conformance.witness import Sent
+from eppkit.conformance.witness import Sent, stream_cut
 
 RESPONSES = {"epp_process_response": True}  # the testbed variant with response processing on
+TOKENS = 8  # response-phases' streamed answer
 
 
 def responses_bed(h):
@@ -25,19 +26,20 @@ def response_phases(h):
     the EPP (``envoy.lb`` metadata; an EPP that echoes it as ``x-conformance-test-served-endpoint``, as GAIE's
     conformance EPP does, is checked against what Envoy served)."""
     bed = responses_bed(h)
-    result = h.chat(bed, stream=True, max_tokens=8)
+    result = h.chat(bed, stream=True, max_tokens=TOKENS)
     hop = h.hop(bed, result)
-    evidence = [evidence_of(hop), f"client: HTTP {result.status}, {len(result.tokens)} tokens, "
-                f"[DONE] {'seen' if result.events and result.events[-1].get('done') else 'missing'}"
+    cut = stream_cut(result, TOKENS)
+    evidence = [evidence_of(hop), f"client: HTTP {result.status}, {cut or f'{TOKENS} tokens and [DONE]'}"
                 + (f", error {result.error}" if result.error else "")]
-    complete = result.status == 200 and result.events and result.events[-1].get("done") and len(result.tokens) == 8
     bad = {k: v for k, v in (hop.call_statuses() if hop else {}).items() if k.startswith("response") and v != 0}
     if hop is not None and not bad and hop["upstream"] in (None, "", "-"):
         h.must_serve(Sent(result, hop, h.protocol), "a streamed request")  # it never reached a backend
-    if not complete or bad or hop is None:
-        return failed("the streamed response did not come through whole" + (f" (response call status {bad})" if bad
-                      else "") + ": answer response headers, and echo each response body chunk at once with its "
-                      "end_of_stream.", evidence)
+    if result.status != 200 or cut or bad or hop is None:
+        lost = f"HTTP {result.status}" + (f", {cut}" if cut else "")
+        lost += ": data lost on the way" if cut and result.status == 200 else ""
+        return failed(f"the streamed response did not come through whole ({lost}"
+                      + (f"; response call status {bad}" if bad else "") + "): answer response headers, and echo "
+                      "each response body chunk at once with its end_of_stream.", evidence)
     echoed = result.headers.get("x-conformance-test-served-endpoint")
     if echoed is not None:
         evidence.append(f"the EPP echoed the served endpoint {echoed!r}; Envoy served {hop['upstream']!r}")
@@ -102,6 +104,7 @@ def metadata_stable(h):
 
 
 REJECTED = "http.ingress.ext_proc.rejected_header_mutations"
+FRAMED_TOKENS = 2  # framing-headers' streamed answer
 
 
 @check("framing-headers", "the EPP leaves a response's framing to Envoy", category=PROTOCOL, level=SHOULD,
@@ -112,12 +115,19 @@ def framing_headers(h):
     that echoes the backend's headers back sets them (GAIE #2993: the response cut after its first events behind
     a gateway that applied them). The kit's Envoy ignores a ``transfer-encoding`` mutation and counts it
     (``rejected_header_mutations``), and in FULL_DUPLEX_STREAMED skips a ``content-length`` one: the bug is
-    neutralised here, and reported."""
+    neutralised here, and reported. A streamed answer cut short on the way (data lost: its tokens that arrived, no
+    ``[DONE]``) fails it too, never passes."""
     bed = responses_bed(h)
     before = h.stats(bed)
-    sents = [h.must_serve(s, "a request") for s in h.send_all(bed, [{"stream": False}, {"stream": True}])]
+    sents = [h.must_serve(s, "a request") for s in h.send_all(bed, [{"stream": False},
+                                                                     {"stream": True, "max_tokens": FRAMED_TOKENS}])]
     rejected = h.delta(before, h.stats(bed)).get(REJECTED, 0)
     evidence = [evidence_of(s.hop) for s in sents] + [f"Envoy stat {REJECTED}: +{rejected}"]
+    cut = stream_cut(sents[1].result, FRAMED_TOKENS)
+    if cut:  # served (200), yet cut short: what a gateway that applies such headers does to the stream
+        return failed(f"the streamed answer was cut short on the way ({cut}: data lost): leave a response's framing "
+                      "to Envoy (no transfer-encoding or content-length on a response headers reply), and echo "
+                      "each response body chunk whole, with its end_of_stream.", evidence)
     if rejected:
         version = getattr(h.envoy_binary, "version", "")
         return failed(f"the EPP set transfer-encoding on its response headers replies: Envoy {version} refused "

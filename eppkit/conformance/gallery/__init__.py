@@ -31,6 +31,8 @@ GO = {
                      "bound, outside the heap Envoy's own stats see",
     "panics_on_cancel": "a Go module that reads, when a stream completes, a pointer set when its answer ends: a "
                         "stream the client cancels has none, and a panic in a dynamic module ends Envoy",
+    "logs_error_without_header": "a Go module that logs an error through Envoy for a request without x-tenant and "
+                                 "lets it through (judge it with --plugin-let-through 'x-tenant: acme')",
 }
 GALLERY = {**LUA, **GO}
 

@@ -17,10 +17,10 @@ from eppkit.core.registry import load_members
 FLOOR = {"testbed": "the same topology without the plugin's filters, started beside it in the same run",
          "rule": RULE}
 
-# The order they run in: no-script-errors after every check of ordinary traffic, as it reads the errors counter over
-# every request the verdict sent before it; hostile-input-survives after it, its hostile requests' errors its own
-# (each counted around the request that raised it), so that neither check counts the other's; streams-served last,
-# as a plugin that cannot survive a cancelled stream takes Envoy down with it.
-ORDER = ("streaming", "bodies", "refusals", "cost", "memory", "script_errors", "hostile", "streams")
+# The order they run in: no-script-errors and no-module-errors after every check of ordinary traffic, as they read
+# the errors counter and Envoy's log over every request the verdict sent before them; hostile-input-survives after
+# them, its hostile requests' errors its own (each counted around the request that raised it), so that no check
+# counts another's; streams-served last, as a plugin that cannot survive a cancelled stream takes Envoy down with it.
+ORDER = ("streaming", "bodies", "refusals", "cost", "memory", "script_errors", "module_errors", "hostile", "streams")
 
 load_members(__name__, __path__, group="plugin_checks", skip=("floor", "alive"), order=ORDER)

@@ -12,7 +12,6 @@ and the plugin's is held to the floor's.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
@@ -20,23 +19,28 @@ from eppkit.conformance.checks.registry import MUST, NOT_RUN, PLUGIN_CHECKS, Res
 from eppkit.conformance.plugin_checks import floor
 from eppkit.conformance.witness import Sent
 from eppkit.core import procfs
-from eppkit.observability.client import PROTOCOLS, TracedClient
+from eppkit.native_load import NativeDriver
+from eppkit.observability.client import PROTOCOLS, ClientResult
+from eppkit.workload import Load, PlannedRequest, Sample
 
 RESOURCES = "resources"
 REQUESTS, WARM_UP = 2000, 500  # per testbed: growth is judged over the 1,500 after the warm-up
-IN_FLIGHT, DEADLINE_S = 32, 40.0  # per testbed; requests not sent by the deadline are not (idle: 11-15 s; a loaded
-# machine, such as CI's suite at load 8-12, takes longer: fewer than half served by then is "not run")
+# Per testbed, sent by the kit's load client (eppkit.native_load): idle, 2-4 s a testbed; a loaded machine (CI's
+# suite) takes longer, up to DEADLINE_S, after which no request is sent (fewer than half served: "not run").
+IN_FLIGHT, DEADLINE_S = 32, 120.0
 KIB, MIB = 1024, 1024 * 1024
 # The bound: the gallery's no-op Lua filter grew Envoy's RSS by 0.2-0.6 MiB over the 1,500 requests after the warm-up,
 # the floor by 0.1-0.4 MiB (2-core VM); a leak of 32 KiB a request by 50 MiB. 8 MiB is 5.5 KiB a request kept.
 BOUND_MIB, OVER_FLOOR_MIB = 8.0, 4.0
 
 
-def _shape(i: int) -> dict:
-    """Request ``i`` of the load: a chat, a streamed chat or a chat of a longer answer, its body 1-16 KiB (no more:
-    what a plugin does to larger bodies is bodies-byte-for-byte's to judge, and a body it breaks is not served)."""
-    size = KIB + (i * 997) % (14 * KIB)
-    return {"prompt": "x" * size, "stream": i % 3 == 1, "max_tokens": 2 if i % 3 == 0 else 4}
+def _plan(model: str) -> list[PlannedRequest]:
+    """The load: chats, streamed chats and chats of a longer answer in turn, bodies of 1-16 KiB (no more: what a
+    plugin does to larger bodies is bodies-byte-for-byte's to judge, and a body it breaks is not served)."""
+    return [PlannedRequest(i, {"model": model, "messages": [{"role": "user",
+                                                             "content": "x" * (KIB + (i * 997) % (14 * KIB))}],
+                               "max_tokens": 2 if i % 3 == 0 else 4, "stream": i % 3 == 1}, 1, 0)
+            for i in range(REQUESTS)]
 
 
 def _memory(h, bed) -> dict[str, float]:
@@ -50,39 +54,38 @@ def _memory(h, bed) -> dict[str, float]:
     return figures
 
 
-def _load(h, bed, side: str, indices: range, deadline: float, client) -> int:
-    """Requests ``indices`` of the load through ``bed``, IN_FLIGHT at once, alternately HTTP/1.1 and h2c, none sent
-    after ``deadline``; how many were sent. NotWitnessed with Envoy's record of the first not served."""
+def _load(h, bed, side: str, plan: list[PlannedRequest], deadline: float) -> int:
+    """``plan`` through ``bed``, IN_FLIGHT at once, alternately HTTP/1.1 and h2c, with the headers a gate lets
+    through, none sent after ``deadline``; how many were sent. NotWitnessed with Envoy's record of the first not
+    served."""
+    load = Load(requests=len(plan), concurrency=IN_FLIGHT, max_duration_s=max(0.1, deadline - time.monotonic()),
+                warmup=0, request_timeout_s=h.request_timeout_s)
+    run = NativeDriver(bed.envoy_url, load, protocols=PROTOCOLS, headers=h.target.let_through_headers()).run(plan)
+    for sample in run.samples:
+        if not sample.ok:
+            result = _result(sample)
+            h.must_serve(Sent(result, h.hop(bed, result), PROTOCOLS[sample.index % len(PROTOCOLS)]),
+                         f"a request through the {side}")
+    return len(run.samples)
 
-    def one(i: int):
-        if time.monotonic() > deadline:
-            return None
-        h.protocol = PROTOCOLS[i % len(PROTOCOLS)]
-        return h.protocol, h.chat(bed, client=client, **_shape(i))
 
-    with ThreadPoolExecutor(max_workers=IN_FLIGHT) as pool:
-        results = [r for r in pool.map(one, indices) if r is not None]
-    for protocol, result in results:
-        if result.status != 200 or result.error:
-            h.must_serve(Sent(result, h.hop(bed, result), protocol), f"a request through the {side}")
-    return len(results)
+def _result(sample: Sample) -> ClientResult:
+    """What the client saw of a request the load client sent, as the traced client says it."""
+    return ClientResult(sample.trace_id, sample.status, {}, body=sample.detail,
+                        error=None if sample.status else sample.detail)
 
 
 def _run(h, side: str, bed) -> dict:
     """The load through one testbed: Envoy's figures at the start, after the warm-up and at the end."""
-    deadline = time.monotonic() + DEADLINE_S
-    # Its spans are not exported: nobody reads the load's traces, and exporting 4,000 requests' spans was the
-    # client's (the load's bound) work too. Each request still carries its trace id: Envoy's record of it is found.
-    client = TracedClient(bed.envoy_url, None, pool_size=IN_FLIGHT)
-    try:
-        start = _memory(h, bed)
-        warm = _load(h, bed, side, range(WARM_UP), deadline, client)
-        after = _memory(h, bed)
-        sent = _load(h, bed, side, range(WARM_UP, REQUESTS), deadline, client)
-    finally:
-        client.close()
+    started = time.monotonic()
+    deadline = started + DEADLINE_S
+    plan = _plan(bed.backends[0].model)
+    start = _memory(h, bed)
+    warm = _load(h, bed, side, plan[:WARM_UP], deadline)
+    after = _memory(h, bed)
+    sent = _load(h, bed, side, plan[WARM_UP:], deadline)
     return {"start": start, "warm": after, "end": _memory(h, bed), "warm_n": warm, "n": sent,
-            "seconds": DEADLINE_S - (deadline - time.monotonic())}
+            "seconds": time.monotonic() - started}
 
 
 def _line(side: str, run: dict) -> str:
@@ -100,7 +103,7 @@ def _line(side: str, run: dict) -> str:
        per_protocol=False)
 def memory_bounded(h):
     """2,000 requests through the plugin and the same 2,000 through the floor (half HTTP/1.1, half h2c: chats, streamed
-    chats, bodies of 1-16 KiB; 32 in flight; at most 40 s a testbed): Envoy's RSS grows, over the 1,500 after a
+    chats, bodies of 1-16 KiB; 32 in flight, sent by the kit's load client; at most 120 s a testbed): Envoy's RSS grows, over the 1,500 after a
     warm-up of 500, by no more than max(8 MiB, the floor's growth + 4 MiB). Envoy's admin /memory (its heap) is in
     the evidence. Judged once over both protocols' requests; each must be served."""
     # One testbed after the other: both at once took longer on 2 cores (the client's and Envoys' CPU is the bound)

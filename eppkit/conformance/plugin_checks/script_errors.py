@@ -19,9 +19,21 @@ REQUESTS = ({}, {"stream": True, "max_tokens": 4}, {"method": "GET"},
 
 def _declared(target) -> str | None:
     if not target.has_lua():
-        return ("no Lua filter among the plugin's filters: a dynamic module's or another HTTP filter's errors are not "
-                "judged yet")
+        return ("no Lua filter among the plugin's filters (a dynamic module's errors are no-module-errors'; another "
+                "HTTP filter's are not judged)")
     return None
+
+
+def ordinary_requests(h, bed) -> list:
+    """:data:`REQUESTS` through ``bed``, each served (else the check is not run, with the cause): their Sents."""
+    model = bed.backends[0].model
+    sents = []
+    for kwargs in REQUESTS:
+        if "raw_body" in kwargs:
+            kwargs = {**kwargs, "raw_body": f'{{"model": "{model}", "max_tokens": 1, "messages": [{{"role": "user", '
+                                            f'"content": "{"hello " * 400}"}}]}}'.encode()}
+        sents.append(h.must_serve(h.send(bed, **kwargs), "a request through the plugin"))
+    return sents
 
 
 def lua_errors(h, bed, floor_bed) -> dict[str, int]:
@@ -58,13 +70,7 @@ def no_script_errors(h):
     if not before:
         return Result(NOT_RUN, f"Envoy shows no errors counter of the plugin's Lua filter under {LUA_STATS} (its "
                                "stat_prefix): nothing to judge by")
-    model = bed.backends[0].model
-    sents = []
-    for kwargs in REQUESTS:
-        if "raw_body" in kwargs:
-            kwargs = {**kwargs, "raw_body": f'{{"model": "{model}", "max_tokens": 1, "messages": [{{"role": "user", '
-                                            f'"content": "{"hello " * 400}"}}]}}'.encode()}
-        sents.append(h.must_serve(h.send(bed, **kwargs), "a request through the plugin"))
+    sents = ordinary_requests(h, bed)
     after = lua_errors(h, bed, floor_bed)
     moved = {k: after.get(k, 0) - v for k, v in before.items() if after.get(k, 0) != v}
     total = sum(after.values())

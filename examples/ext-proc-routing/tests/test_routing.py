@@ -16,6 +16,7 @@ CHAT = {"model": "mock-llm", "max_tokens": 4,
         "messages": [{"role": "user", "content": "Which pod am I talking to?"}]}
 
 
+@pytest.mark.eppkit_runtime_contract("a request through the testbed, where it runs")
 @pytest.mark.eppkit_topology(mode="ext_proc", vllm=TWO_PODS)
 def test_the_pod_that_answers_is_the_one_the_picker_chose(eppkit_testbed, eppkit_client):
     result = eppkit_client.chat(CHAT)

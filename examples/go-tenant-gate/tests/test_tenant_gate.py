@@ -32,6 +32,7 @@ def test_an_unknown_key_gets_a_401_and_never_reaches_the_picker(eppkit_testbed, 
     check.absent("llm_request")
 
 
+@pytest.mark.eppkit_runtime_contract("a request through the testbed, where it runs")
 @pytest.mark.eppkit_topology(mode="ext_proc", vllm=TWO_PODS, filters=[GATE])
 def test_a_known_key_is_tagged_with_its_tenant_and_served_by_the_picked_pod(eppkit_testbed, eppkit_client):
     result = eppkit_client.chat(CHAT, headers={**TEAM_A, "x-tenant": "team-b"})  # a client cannot choose its tenant

@@ -12,7 +12,8 @@ import pytest
 from eppkit import Topology, TraceCheck, VllmSpec
 
 # Images run on the docker and kubernetes runtimes: on the local one these tests are deselected (not skipped).
-pytestmark = pytest.mark.eppkit_runtimes("docker", "kubernetes")
+pytestmark = [pytest.mark.eppkit_runtimes("docker", "kubernetes"),
+              pytest.mark.eppkit_runtime_contract("the EPP in its own image: a container, a Pod")]
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "least-loaded-epp:test"

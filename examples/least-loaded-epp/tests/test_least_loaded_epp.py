@@ -18,6 +18,7 @@ DECISION = "least-loaded-epp:least_loaded.pick"
 EPP = {"epp_command": COMMAND, "decision_span": DECISION, "epp_process_response": True}
 
 
+@pytest.mark.eppkit_runtime_contract("a request through the testbed, where it runs")
 @pytest.mark.eppkit_topology(mode="external-epp", vllm=[VllmSpec("pod-a"), VllmSpec("pod-b")], options=EPP)
 def test_the_decision_is_in_the_trace_and_the_picked_pod_answers(eppkit_testbed, eppkit_client):
     result = eppkit_client.chat({"model": "mock-llm", "messages": [{"role": "user", "content": "hi"}]})

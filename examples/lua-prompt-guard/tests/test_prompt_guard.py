@@ -39,6 +39,7 @@ def test_a_long_prompt_gets_an_openai_400_and_never_reaches_the_picker(eppkit_te
     check.absent("llm_request")  # and nothing went upstream
 
 
+@pytest.mark.eppkit_runtime_contract("a request through the testbed, where it runs")
 @pytest.mark.eppkit_topology(mode="ext_proc", vllm=TWO_PODS, filters=[guard()])
 def test_an_accepted_request_is_tagged_and_served_by_the_picked_pod(eppkit_testbed, eppkit_client):
     result = eppkit_client.chat(chat(LIMIT))

@@ -13,6 +13,7 @@ TWO_PODS = [VllmSpec(name="pod-a"), VllmSpec(name="pod-b")]
 CHAT = {"model": "mock-llm", "messages": [{"role": "user", "content": "one two three"}]}
 
 
+@pytest.mark.eppkit_runtime_contract("a request through the testbed, where it runs")
 @pytest.mark.eppkit_topology(mode="ext_proc", backend="echo-server", vllm=TWO_PODS)
 def test_the_picker_routes_to_our_servers_and_the_answer_is_theirs(eppkit_testbed, eppkit_client):
     result = eppkit_client.chat(CHAT)

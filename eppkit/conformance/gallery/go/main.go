@@ -7,6 +7,8 @@
 //     its tcmalloc stats do not see the Go heap).
 //   - panics_on_cancel: reads, when the stream completes, a pointer set when the answer ends; a stream
 //     the client cancels has none, and a panic in a dynamic module ends Envoy (streams-served).
+//   - logs_error_without_header: logs an error, through Envoy, for a request without x-tenant, and lets
+//     it through all the same (no-module-errors; judge it with --plugin-let-through 'x-tenant: acme').
 package main
 
 import (
@@ -19,16 +21,19 @@ import (
 
 func init() {
 	sdk.RegisterHttpFilterConfigFactories(map[string]shared.HttpFilterConfigFactory{
-		"holds_trailers":   configFactory{func() shared.HttpFilter { return &holdsTrailers{} }},
-		"leaks_go_heap":    configFactory{func() shared.HttpFilter { return &leaksGoHeap{} }},
-		"panics_on_cancel": configFactory{func() shared.HttpFilter { return &panicsOnCancel{} }},
+		"holds_trailers":            configFactory{newHoldsTrailers},
+		"leaks_go_heap":             configFactory{newLeaksGoHeap},
+		"panics_on_cancel":          configFactory{newPanicsOnCancel},
+		"logs_error_without_header": configFactory{newLogsErrorWithoutHeader},
 	})
 }
 
 func main() {}
 
 // configFactory makes every stream's filter with newFilter; the gallery's filters take no config.
-type configFactory struct{ newFilter func() shared.HttpFilter }
+type configFactory struct {
+	newFilter func(shared.HttpFilterHandle) shared.HttpFilter
+}
 
 func (c configFactory) Create(shared.HttpFilterConfigHandle, []byte) (shared.HttpFilterFactory, error) {
 	return &factory{newFilter: c.newFilter}, nil
@@ -38,14 +43,18 @@ func (configFactory) CreatePerRoute([]byte) (any, error) { return nil, nil }
 
 type factory struct {
 	shared.EmptyHttpFilterFactory
-	newFilter func() shared.HttpFilter
+	newFilter func(shared.HttpFilterHandle) shared.HttpFilter
 }
 
-func (f *factory) Create(shared.HttpFilterHandle) shared.HttpFilter { return f.newFilter() }
+func (f *factory) Create(handle shared.HttpFilterHandle) shared.HttpFilter {
+	return f.newFilter(handle)
+}
 
 // holdsTrailers stops the request at its trailers and never continues it: the request waits until
 // the client gives up.
 type holdsTrailers struct{ shared.EmptyHttpFilter }
+
+func newHoldsTrailers(shared.HttpFilterHandle) shared.HttpFilter { return &holdsTrailers{} }
 
 func (*holdsTrailers) OnRequestTrailers(shared.HeaderMap) shared.TrailersStatus {
 	return shared.TrailersStatusStop
@@ -58,6 +67,8 @@ var (
 )
 
 type leaksGoHeap struct{ shared.EmptyHttpFilter }
+
+func newLeaksGoHeap(shared.HttpFilterHandle) shared.HttpFilter { return &leaksGoHeap{} }
 
 func (*leaksGoHeap) OnRequestHeaders(shared.HeaderMap, bool) shared.HeadersStatus {
 	block := make([]byte, 32*1024)
@@ -77,6 +88,8 @@ type panicsOnCancel struct {
 	size     uint64
 	answered *uint64
 }
+
+func newPanicsOnCancel(shared.HttpFilterHandle) shared.HttpFilter { return &panicsOnCancel{} }
 
 func (p *panicsOnCancel) OnResponseHeaders(_ shared.HeaderMap, endOfStream bool) shared.HeadersStatus {
 	if endOfStream {
@@ -102,4 +115,23 @@ func (p *panicsOnCancel) OnStreamComplete() {
 	if *p.answered > 1<<40 { // the bug: a cancelled stream's answer never ended, answered is nil
 		p.size = 0
 	}
+}
+
+// logsErrorWithoutHeader is a gate's bug: it says in Envoy's log that a request has no x-tenant, at
+// error level, and lets the request through as if it had one.
+type logsErrorWithoutHeader struct {
+	shared.EmptyHttpFilter
+	handle shared.HttpFilterHandle
+}
+
+func newLogsErrorWithoutHeader(handle shared.HttpFilterHandle) shared.HttpFilter {
+	return &logsErrorWithoutHeader{handle: handle}
+}
+
+func (f *logsErrorWithoutHeader) OnRequestHeaders(headers shared.HeaderMap, _ bool) shared.HeadersStatus {
+	if headers.GetOne("x-tenant").ToString() == "" {
+		f.handle.Log(shared.LogLevelError, "logs_error_without_header: no x-tenant on %s %s",
+			headers.GetOne(":method").ToString(), headers.GetOne(":path").ToString())
+	}
+	return shared.HeadersStatusContinue
 }
