@@ -251,8 +251,8 @@ def sustained_load(h):
     slower the pods answered the same requests, Envoy's ``upstream`` phase, when they did), or else 500 more
     requests' p99 within 2x that of 500 sent at the same time through a fresh process of the same EPP (a floor in
     the same run: the machine slows both alike, an EPP that slows as its state grows is slower than its fresh self;
-    an EPP given by address: within the bound above); and, where the kit started the EPP, its resident memory within +32 MiB and its threads within +16
-    over the last three quarters (/proc; before and after in the evidence). Judged by default (``--quick`` leaves it
+    an EPP given by address: within the bound above); and, where the kit started the EPP, its resident memory
+    within +32 MiB and its threads within +16 over the last three quarters (/proc; before and after in the evidence). Judged by default (``--quick`` leaves it
     out, said in the verdict's first line), once in an Envoy version matrix. On a slow machine it runs until all
     2,000 are sent, up to 180 s; not run only when fewer were sent by then, none lost, or when after 15 s its pace
     could not send them within 360 s (a slow EPP: the latency budget judges it); once 100 are lost, no more are
