@@ -15,7 +15,7 @@ import re
 
 from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, Result, check, evidence_of, judged
 from eppkit.conformance.plugin_checks import floor
-from eppkit.conformance.plugin_checks.script_errors import ROBUSTNESS, ordinary_requests
+from eppkit.conformance.plugin_checks.script_errors import ROBUSTNESS, envoy_log_lines, ordinary_requests
 from eppkit.gateway import go_modules
 
 # Envoy's levels for a module's log lines that say something failed.
@@ -54,9 +54,7 @@ def _message(line: str) -> str:
 
 def error_lines(bed) -> list[str]:
     """Envoy's lines at error or critical level from its dynamic_modules logger, over the testbed's whole life."""
-    proc = bed.processes().get("envoy")
-    text = proc.read_log() if proc is not None else ""
-    return [line[:400] for line in text.splitlines() if any(tag in line for tag in ERROR_TAGS)]
+    return envoy_log_lines(bed, lambda line: any(tag in line for tag in ERROR_TAGS))
 
 
 def plugin_error_lines(bed, floor_bed) -> list[str]:

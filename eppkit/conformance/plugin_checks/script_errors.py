@@ -42,15 +42,18 @@ def lua_errors(h, bed, floor_bed) -> dict[str, int]:
     return {k: v for k, v in h.stats(bed, LUA_STATS).items() if k.endswith(".errors") and k not in theirs}
 
 
+def envoy_log_lines(bed, keep) -> list[str]:
+    """The lines of the testbed's Envoy log, over its whole life, that ``keep`` (a predicate) keeps, each cut at 400
+    characters."""
+    proc = bed.processes().get("envoy")
+    text = proc.read_log() if proc is not None else ""
+    return [line[:400] for line in text.splitlines() if keep(line)]
+
+
 def script_error_lines(bed, lines: int = 8) -> list[str]:
     """Envoy's ``[error][lua] ... script log:`` lines over the testbed's whole life (logErr writes the same words:
     the counter, not these lines, says whether the script failed)."""
-    proc = bed.processes().get("envoy")
-    try:
-        text = proc.log_path.read_text(errors="replace") if proc is not None else ""
-    except OSError:
-        return []
-    return [line[:400] for line in text.splitlines() if "][lua]" in line and SCRIPT_LOG in line][-lines:]
+    return envoy_log_lines(bed, lambda line: "][lua]" in line and SCRIPT_LOG in line)[-lines:]
 
 
 def quoted(lines: list[str]) -> str | None:
