@@ -133,37 +133,33 @@ def by_kubeconfig(run_dir: Path, n: int) -> dict:
     from eppkit.cluster import apipod, handle
     from eppkit.gateway import eds
 
-    own = handle.named(cluster.running()["kubeconfig"])
-    before = handle.use(own)  # its namespace's leftovers are looked for on it too
-    try:
-        with create(Topology(mode="gaie-epp", vllm=[VllmSpec(name="vllm-0"), VllmSpec(name="vllm-1")]), "kubernetes",
-                    run_dir=run_dir, launcher_options={"cluster": own}) as bed:
-            touched = []
-            for _ in range(n):
+    own = handle.named(cluster.running()["kubeconfig"])  # passed down to the testbed's Pods (and their leftovers)
+    with create(Topology(mode="gaie-epp", vllm=[VllmSpec(name="vllm-0"), VllmSpec(name="vllm-1")]), "kubernetes",
+                run_dir=run_dir, cluster=own) as bed:
+        touched = []
+        for _ in range(n):
+            t0 = time.monotonic()
+            bed.pool.add_pod()
+            touched.append(time.monotonic() - t0)
+        real, untouched, with_touch = apipod.refresh, [], []
+
+        def change(pod: str, into: list) -> None:  # Envoy without ``pod``, then all again: two changes
+            for leaving in (pod, None):
                 t0 = time.monotonic()
-                bed.pool.add_pod()
-                touched.append(time.monotonic() - t0)
-            real, untouched, with_touch = apipod.refresh, [], []
+                bed.pool.sync_envoy(wait=False, leaving=leaving)
+                eds.wait_applied(bed.envoy_admin_url, "picked", bed.pool.endpoints(leaving=leaving), timeout_s=180)
+                into.append(time.monotonic() - t0)
 
-            def change(pod: str, into: list) -> None:  # Envoy without ``pod``, then all again: two changes
-                for leaving in (pod, None):
-                    t0 = time.monotonic()
-                    bed.pool.sync_envoy(wait=False, leaving=leaving)
-                    eds.wait_applied(bed.envoy_admin_url, "picked", bed.pool.endpoints(leaving=leaving), timeout_s=180)
-                    into.append(time.monotonic() - t0)
+        for pod in [p.name for p in bed.pool.pods()][:n]:
+            change(pod, with_touch)
 
+        apipod.refresh = lambda client, pod, namespace, config_map, folder: apipod.update_live(
+            client, namespace, config_map, folder)
+        try:
             for pod in [p.name for p in bed.pool.pods()][:n]:
-                change(pod, with_touch)
-
-            apipod.refresh = lambda client, pod, namespace, config_map, folder: apipod.update_live(
-                client, namespace, config_map, folder)
-            try:
-                for pod in [p.name for p in bed.pool.pods()][:n]:
-                    change(pod, untouched)
-            finally:
-                apipod.refresh = real
-    finally:
-        handle.use(before)
+                change(pod, untouched)
+        finally:
+            apipod.refresh = real
     return {"adds_by_kubeconfig": summary(touched), "endpoints_changed": summary(with_touch),
             "endpoints_changed_without_the_touch": summary(untouched)}
 

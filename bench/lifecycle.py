@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -33,9 +32,9 @@ from pathlib import Path
 import requests
 
 from bench.system import loadavg, machine
-from eppkit.components import zygote
 from eppkit.components.process import ServiceProcess
 from eppkit.core import procfs
+from eppkit.core.settings import given, settings
 from eppkit.runtimes import create, create_jaeger
 from eppkit.topology import Topology
 
@@ -81,10 +80,10 @@ def cpu_s(pid: int) -> float:
 def time_service_start(rounds: int, work: Path) -> dict:
     """One kit service (the mock vLLM) started ``rounds`` times each way: its CPU at ready, and the wall time."""
     out = {}
-    before = os.environ.get(zygote.ENV)
+    before = settings().service_start
     try:
         for way in ("exec", "fork"):
-            os.environ[zygote.ENV] = way
+            given(service_start=way)  # the kit's settings are read once: this process's, told
             cpus, walls = [], []
             for i in range(rounds):
                 proc = ServiceProcess("eppkit.services.vllm", log_dir=work / f"service-{way}-{i}")
@@ -94,10 +93,7 @@ def time_service_start(rounds: int, work: Path) -> dict:
                     cpus.append(cpu_s(proc.pid))
             out[way] = {"cpu_s": summary(cpus), "ready_s": summary(walls)}
     finally:
-        if before is None:
-            os.environ.pop(zygote.ENV, None)
-        else:
-            os.environ[zygote.ENV] = before
+        given(service_start=before)
     return out
 
 
@@ -134,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         for way, figures in out["service_alone"].items():
             print(f"{'vllm, ' + way:<15} CPU at ready p50 {figures['cpu_s']['p50']:.3f} s   ready p50 "
                   f"{figures['ready_s']['p50']:.2f} s p90 {figures['ready_s']['p90']:.2f} s", flush=True)
-        out["service_start"] = os.environ[zygote.ENV] = args.service_start
+        out["service_start"] = given(service_start=args.service_start).service_start
         shared = create_jaeger(args.runtime, work / "jaeger-shared").start() if args.jaeger == "shared" else None
         try:
             for mode in modes:

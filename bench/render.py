@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.figures import attacks, delta, latency, step
+
 MODE_ORDER = ("direct", "ext_proc", "sidecar", "lua-callout", "dynmod-callout")
 
 
@@ -15,32 +17,6 @@ def f(v: Any, digits: int = 2) -> str:
     return str(v)
 
 
-def _attacks(report: dict, *, tracing: bool, target: str = "envoy") -> dict[tuple, dict]:
-    """(mode, kind, rate) -> attack entry, for fixed-rate attacks that ran."""
-    out = {}
-    for run in report.get("overhead", {}).get("runs", []):
-        if run["tracing"] != tracing:
-            continue
-        for a in run["attacks"]:
-            if a.get("target") == target and not a.get("saturation") and "skipped" not in a:
-                out[(run["mode"], a["kind"], a["rate"])] = a
-    return out
-
-
-def _lat(a: dict | None, p: str) -> float | None:
-    return None if not a or not a.get("latency_ms") else a["latency_ms"].get(p)
-
-
-def _delta(a: dict | None, base: dict | None, p: str) -> float | None:
-    x, y = _lat(a, p), _lat(base, p)
-    return None if x is None or y is None else round(x - y, 3)
-
-
-def _step(a: dict | None, step: str, p: str) -> float | None:
-    s = (a or {}).get("steps") or {}
-    return (s.get(step) or {}).get(p)
-
-
 def _cpu(a: dict, names) -> str:
     """Summed CPU % of the processes whose names start with one of ``names``; "–" when none ran."""
     hits = [v["cpu_pct"] for k, v in (a.get("cpu") or {}).items() if any(k.startswith(n) for n in names)]
@@ -49,8 +25,8 @@ def _cpu(a: dict, names) -> str:
 
 def overhead_tables(report: dict) -> list[str]:
     lines: list[str] = []
-    on = _attacks(report, tracing=True)
-    floor = _attacks(report, tracing=True, target="floor")
+    on = attacks(report, tracing=True)
+    floor = attacks(report, tracing=True, target="floor")
     config = report.get("overhead", {}).get("config", {})
     kinds, rates = config.get("kinds", []), config.get("rates", [])
     idle = report.get("overhead", {}).get("idle_testbeds_cpu_pct", {})
@@ -68,7 +44,7 @@ def overhead_tables(report: dict) -> list[str]:
         for rate in rates:
             fl = floor.get(("direct", kind, rate))
             if fl:
-                lines.append(f"| *floor (no Envoy)* | {rate:g} | {fl['ok']} / {fl['sent']} | {f(_lat(fl, 'p50'))} | {f(_lat(fl, 'p99'))} "
+                lines.append(f"| *floor (no Envoy)* | {rate:g} | {fl['ok']} / {fl['sent']} | {f(latency(fl, 'p50'))} | {f(latency(fl, 'p99'))} "
                              f"| | | | | | | | {_cpu(fl, ('vllm',))} | {fl['generator_cpu_pct']:.0f}% | {f(fl['loadavg'][0] if fl.get('loadavg') else None)} |")
             base = on.get(("direct", kind, rate))
             for mode in MODE_ORDER:
@@ -77,10 +53,10 @@ def overhead_tables(report: dict) -> list[str]:
                     continue
                 ref = fl if mode == "direct" else base
                 lines.append(
-                    f"| {mode} | {rate:g} | {a['ok']} / {a['sent']} | {f(_lat(a, 'p50'))} | {f(_lat(a, 'p99'))} "
-                    f"| {f(_delta(a, ref, 'p50'))} | {f(_delta(a, ref, 'p99'))} "
-                    f"| {f(_step(a, 'decision', 'p50'))} / {f(_step(a, 'decision', 'p99'))} "
-                    f"| {f(_step(a, 'roundtrip', 'p50'))} / {f(_step(a, 'roundtrip', 'p99'))} | {f(_step(a, 'gateway', 'p50'))} "
+                    f"| {mode} | {rate:g} | {a['ok']} / {a['sent']} | {f(latency(a, 'p50'))} | {f(latency(a, 'p99'))} "
+                    f"| {f(delta(a, ref, 'p50'))} | {f(delta(a, ref, 'p99'))} "
+                    f"| {f(step(a, 'decision', 'p50'))} / {f(step(a, 'decision', 'p99'))} "
+                    f"| {f(step(a, 'roundtrip', 'p50'))} / {f(step(a, 'roundtrip', 'p99'))} | {f(step(a, 'gateway', 'p50'))} "
                     f"| {_cpu(a, ('epp', 'frontend', 'callout'))} | {_cpu(a, ('envoy',))} | {_cpu(a, ('vllm',))} "
                     f"| {a['generator_cpu_pct']:.0f}% | {f(a['loadavg'][0] if a.get('loadavg') else None)} |")
         lines.append("")
@@ -88,15 +64,15 @@ def overhead_tables(report: dict) -> list[str]:
 
 
 def tracing_table(report: dict) -> list[str]:
-    on, off = _attacks(report, tracing=True), _attacks(report, tracing=False)
-    fl_on, fl_off = _attacks(report, tracing=True, target="floor"), _attacks(report, tracing=False, target="floor")
+    on, off = attacks(report, tracing=True), attacks(report, tracing=False)
+    fl_on, fl_off = attacks(report, tracing=True, target="floor"), attacks(report, tracing=False, target="floor")
     rows = []
     for (mode, kind, rate), b in sorted(off.items(), key=lambda kv: (kv[0][1], kv[0][2], MODE_ORDER.index(kv[0][0]))):
         a = on.get((mode, kind, rate))
-        d_on = _delta(a, on.get(("direct", kind, rate)) if mode != "direct" else fl_on.get(("direct", kind, rate)), "p50")
-        d_off = _delta(b, off.get(("direct", kind, rate)) if mode != "direct" else fl_off.get(("direct", kind, rate)), "p50")
-        rows.append(f"| {mode} | {kind} | {rate:g} | {f(_lat(a, 'p50'))} | {f(_lat(b, 'p50'))} | {f(_delta(a, b, 'p50'))} "
-                    f"| {f(_lat(a, 'p99'))} | {f(_lat(b, 'p99'))} | {f(_delta(a, b, 'p99'))} | {f(d_on)} | {f(d_off)} |")
+        d_on = delta(a, on.get(("direct", kind, rate)) if mode != "direct" else fl_on.get(("direct", kind, rate)), "p50")
+        d_off = delta(b, off.get(("direct", kind, rate)) if mode != "direct" else fl_off.get(("direct", kind, rate)), "p50")
+        rows.append(f"| {mode} | {kind} | {rate:g} | {f(latency(a, 'p50'))} | {f(latency(b, 'p50'))} | {f(delta(a, b, 'p50'))} "
+                    f"| {f(latency(a, 'p99'))} | {f(latency(b, 'p99'))} | {f(delta(a, b, 'p99'))} | {f(d_on)} | {f(d_off)} |")
     if not rows:
         return []
     return ["#### Tracing on vs off", "",
@@ -115,7 +91,7 @@ def picker_table(report: dict) -> list[str]:
                 continue
             if a.get("saturation"):
                 sat.append(f"| {run['mode']} | {'on' if run['tracing'] else 'off'} | {a['workers']} | {a['achieved_rps']:.0f} "
-                           f"| {f(_lat(a, 'p50'))} / {f(_lat(a, 'p99'))} | {p['cpu_pct']:.0f}% | {_cpu(a, ('envoy',))} "
+                           f"| {f(latency(a, 'p50'))} / {f(latency(a, 'p99'))} | {p['cpu_pct']:.0f}% | {_cpu(a, ('envoy',))} "
                            f"| {_cpu(a, ('vllm',))} | {a['generator_cpu_pct']:.0f}% | {p['cpu_ms_per_decision']:.2f} |")
                 continue
             if a["kind"] != "chat":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.render import _attacks, _delta, _lat, _step
+from bench.figures import attacks, delta, latency, step
 
 JUDGE_RATE = 200  # rps at which the per-mode targets are judged
 
@@ -13,16 +13,16 @@ def _verdict(ok: bool | None) -> str:
 
 def evaluate(report: dict) -> list[dict]:
     out: list[dict] = []
-    on, off = _attacks(report, tracing=True), _attacks(report, tracing=False)
-    floor_on, floor_off = _attacks(report, tracing=True, target="floor"), _attacks(report, tracing=False, target="floor")
+    on, off = attacks(report, tracing=True), attacks(report, tracing=False)
+    floor_on, floor_off = attacks(report, tracing=True, target="floor"), attacks(report, tracing=False, target="floor")
     r = JUDGE_RATE
     ext = on.get(("ext_proc", "chat", r))
     direct = on.get(("direct", "chat", r))
 
     # 1. EPP decision at 200 rps
-    p50, p99 = _step(ext, "decision", "p50"), _step(ext, "decision", "p99")
-    rt50, rt99 = _step(ext, "roundtrip", "p50"), _step(ext, "roundtrip", "p99")
-    added50, added99 = _delta(ext, direct, "p50"), _delta(ext, direct, "p99")
+    p50, p99 = step(ext, "decision", "p50"), step(ext, "decision", "p99")
+    rt50, rt99 = step(ext, "roundtrip", "p50"), step(ext, "roundtrip", "p99")
+    added50, added99 = delta(ext, direct, "p50"), delta(ext, direct, "p99")
     out.append({"target": f"ext_proc EPP decision p50 < 1 ms at {r} rps", "measured": f"epp.pick p50 {p50} ms",
                 "figure": f"{p50 / 1.0:.2f}× of the limit" if p50 is not None else "",
                 "verdict": _verdict(None if p50 is None else p50 < 1.0),
@@ -35,34 +35,34 @@ def evaluate(report: dict) -> list[dict]:
     # 2. callouts within 1.5x of ext_proc (added latency over direct, p50 and p99)
     for mode in ("lua-callout", "dynmod-callout"):
         a = on.get((mode, "chat", r))
-        d50, d99 = _delta(a, direct, "p50"), _delta(a, direct, "p99")
+        d50, d99 = delta(a, direct, "p50"), delta(a, direct, "p99")
         ratio50 = d50 / added50 if d50 is not None and added50 and added50 > 0 else None
         ratio99 = d99 / added99 if d99 is not None and added99 and added99 > 0 else None
         ok = None if ratio50 is None else ratio50 <= 1.5 and (ratio99 is None or ratio99 <= 1.5)
 
-        def show(ratio, delta, p):
+        def show(ratio, added, p):
             if ratio is None:
                 return ""
             # A negative difference is noise around direct's own figure: say so rather than print "-0.4×".
-            return f"{ratio:.2f}× ({p})" if delta > 0 else f"≤ 0 added ({p}, within direct's noise)"
+            return f"{ratio:.2f}× ({p})" if added > 0 else f"≤ 0 added ({p}, within direct's noise)"
 
         out.append({"target": f"{mode} within 1.5× of ext_proc (added latency over direct, {r} rps chat)",
                     "measured": f"added p50 {d50} ms vs ext_proc {added50}; p99 {d99} vs {added99}",
                     "figure": ", ".join(x for x in (show(ratio50, d50 or 0, "p50"), show(ratio99, d99 or 0, "p99")) if x),
                     "verdict": _verdict(ok),
-                    "why": f"decision p50 {_step(a, 'decision', 'p50')} ms vs epp.pick {p50} ms; call p50 "
-                           f"{_step(a, 'roundtrip', 'p50')} ms vs {rt50} ms"})
+                    "why": f"decision p50 {step(a, 'decision', 'p50')} ms vs epp.pick {p50} ms; call p50 "
+                           f"{step(a, 'roundtrip', 'p50')} ms vs {rt50} ms"})
 
     # 3. direct Envoy over the floor
     for label, table, floors in (("tracing off", off, floor_off), ("tracing on", on, floor_on)):
         a, fl = table.get(("direct", "chat", r)), floors.get(("direct", "chat", r))
-        d = _delta(a, fl, "p50")
+        d = delta(a, fl, "p50")
         out.append({"target": f"direct Envoy overhead p50 < 0.3 ms ({label}, {r} rps chat)",
-                    "measured": f"p50 {_lat(a, 'p50')} ms via Envoy vs {_lat(fl, 'p50')} ms straight to the mocks",
+                    "measured": f"p50 {latency(a, 'p50')} ms via Envoy vs {latency(fl, 'p50')} ms straight to the mocks",
                     "figure": (f"{d / 0.3:.2f}× of the limit" if d > 0 else "≤ 0 (within the floor's noise)")
                     if d is not None else "",
                     "verdict": _verdict(None if d is None else d < 0.3),
-                    "why": f"Envoy's own span gateway p50 {_step(on.get(('direct', 'chat', r)), 'gateway', 'p50')} ms"})
+                    "why": f"Envoy's own span gateway p50 {step(on.get(('direct', 'chat', r)), 'gateway', 'p50')} ms"})
 
     # 4. mock fidelity vs the peer: the two run level by level in turns; a difference smaller than the
     # machine's own timer noise in this run (bare-timer gap error p99, the worse of before/after) is a tie.

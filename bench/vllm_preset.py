@@ -32,6 +32,8 @@ from eppkit.components.ports import PortAllocator
 from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
 from eppkit.core import procfs
+from eppkit.core.settings import given as settings_given
+from eppkit.core.settings import settings
 from eppkit.flows._servers import pod_hosts
 from eppkit.runtimes import create
 from eppkit.runtimes.testbed import new_run_dir
@@ -47,8 +49,9 @@ def cold_install() -> dict:
     marks: list[tuple[float, str]] = []
     downloaded_mb = 0.0
     cache = Path(tempfile.mkdtemp(prefix="eppkit-vllm-cold-"))
-    old = os.environ.get("EPPKIT_CACHE")
-    os.environ["EPPKIT_CACHE"] = str(cache)
+    old, before = os.environ.get("EPPKIT_CACHE"), settings().cache
+    settings_given(cache=cache)  # the kit's, in this process (its settings are read once)
+    os.environ["EPPKIT_CACHE"] = str(cache)  # and what it starts (a benchmark's own process, not the kit's)
     os.environ["PIP_NO_CACHE_DIR"] = "1"  # cold: every wheel from PyPI
 
     def progress(line: str) -> None:
@@ -72,6 +75,7 @@ def cold_install() -> dict:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
         os.environ.pop("PIP_NO_CACHE_DIR", None)
+        settings_given(cache=before)
         if old is None:
             os.environ.pop("EPPKIT_CACHE", None)
         else:

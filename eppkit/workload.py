@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from eppkit.core.flags import flag_field
+from eppkit.services.picker.headers import OBJECTIVE
 
 if TYPE_CHECKING:  # types only: the client loads OTel's exporter, which the CLI must not before bootstrap
     from eppkit.observability.client import ClientResult, TracedClient
@@ -51,6 +52,15 @@ class Scenario:
     # Each server's KV-cache capacity in blocks (--kv-cache-size: the mock's and the simulator's knob; a real vLLM
     # sizes its own), small enough to evict; None: their default.
     kv_cache_blocks: int | None = None
+    # Priority bands, request i in bands[i % len]: each (InferenceObjective, its priority), the objective named in
+    # GAIE's header (x-gateway-inference-objective) and made in the testbed's control plane. (): no header.
+    bands: tuple[tuple[str, int], ...] = ()
+    # Requests each server runs at once (--max-num-seqs: the mock's, the simulator's, vLLM's); the rest wait in its
+    # queue. None: their default.
+    max_num_seqs: int | None = None
+    # Requests in flight per pod at least, whatever --concurrency says (a sweep's steps as given): what saturates the
+    # pool. 0: --concurrency.
+    in_flight_per_pod: int = 0
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
@@ -74,6 +84,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("prompt-sizes", "prompts of 1, 4, 16, 64 and 256 KiB in turn, 8-16 tokens out as SSE: TTFT and the "
              "EPP hop per prompt size (the curve of report.html)",
              "aggregated", True, (100, 50_000), (8, 16), prompt_kb=(1, 4, 16, 64, 256), max_model_len=65536),
+    Scenario("saturated", "past saturation: pods that run 2 requests at a time (--max-num-seqs 2), 12 in flight per "
+             "pod, a critical band (priority 1) and a sheddable one (priority -1) in turn, 8-16 tokens out as SSE: the "
+             "kit's EPP shedding beside it queueing (flow control), TTFT and drops per band (the per-band table)",
+             "aggregated", True, (8, 40), (8, 16), bands=(("critical", 1), ("sheddable", -1)), max_num_seqs=2,
+             in_flight_per_pod=12),
 )}
 
 PROMPT_WORDS = (
@@ -94,6 +109,8 @@ class PlannedRequest:
     prompt_words: int
     media_items: int
     prompt_kb: int | None = None  # the size it was made to (a scenario with prompt_kb)
+    band: str | None = None  # its priority band's InferenceObjective (a scenario with bands), named in ``headers``
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def stream(self) -> bool:
@@ -143,7 +160,8 @@ def plan_requests(scenario: Scenario, count: int, seed: int = 0, *, stream: bool
             "stream": scenario.stream if stream is None else stream,
             "seed": rng.randrange(2**31),
         }
-        out.append(PlannedRequest(i, body, words, items, kb))
+        band = scenario.bands[i % len(scenario.bands)][0] if scenario.bands else None
+        out.append(PlannedRequest(i, body, words, items, kb, band, {OBJECTIVE: band} if band else {}))
     return out
 
 
@@ -332,7 +350,9 @@ class Driver:
 
     def send_one(self, request: PlannedRequest, t0: float) -> Sample:
         sent = time.monotonic() - t0
-        how = {"protocol": self.protocols[request.index % len(self.protocols)]} if self.protocols else {}
+        how: dict = {"protocol": self.protocols[request.index % len(self.protocols)]} if self.protocols else {}
+        if request.headers:
+            how["headers"] = request.headers
         result = self.client.chat(request.body, timeout_s=self.load.request_timeout_s, **how)
         return Sample(
             index=request.index, trace_id=result.trace_id, status=result.status,

@@ -132,7 +132,7 @@ class Mock:
 
 class Eppkit:
     MODE = _attr("eppkit.mode", "the integration mode (client span; Envoy's custom tag on its spans)")
-    FLOW = _attr("eppkit.flow", "the request flow: aggregated, pd, epd, ttft or multipart")
+    FLOW = _attr("eppkit.flow", "the request flow: aggregated, pd, epd, ttft, multipart or pd-pool")
     TOKENS_RECEIVED = _attr("eppkit.tokens_received", "content pieces the client read")
     PREDICTED_CACHED_TOKENS = _attr("eppkit.kv.predicted_cached_tokens",
                                     "prompt tokens the picker expects the picked pod to hold in its prefix cache "

@@ -8,9 +8,9 @@ on exit so no span is lost. Context crosses process boundaries as W3C
 
 from __future__ import annotations
 
-import os
 from typing import Mapping, MutableMapping
 
+from eppkit.core.settings import Settings, settings
 from eppkit.observability.contract import ResourceAttributes
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -19,7 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-OTLP_ENDPOINT_ENV = "EPPKIT_OTLP_ENDPOINT"
+OTLP_ENDPOINT_ENV = Settings.variable("otlp_endpoint")
 
 _provider: TracerProvider | None = None
 
@@ -45,7 +45,7 @@ def setup_tracing(
     if instance:
         attributes[ResourceAttributes.SERVICE_INSTANCE_ID] = instance
     provider = TracerProvider(resource=Resource.create(attributes))
-    endpoint = otlp_endpoint or os.environ.get(OTLP_ENDPOINT_ENV)
+    endpoint = otlp_endpoint or settings().otlp_endpoint
     if endpoint:
         if "://" not in endpoint:
             endpoint = f"http://{endpoint}"

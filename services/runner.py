@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 from typing import Awaitable, Callable, Protocol, Sequence
 
 from aiohttp import web
+from eppkit.core.settings import settings
 from eppkit.observability import otel
 
 
@@ -108,7 +108,7 @@ def run_loop(coro):
     uvloop's libuv timers and transports cut the per-token cost of a streaming mock,
     which is what holds hundreds of streams on time; ``EPPKIT_EVENT_LOOP=asyncio`` opts out.
     """
-    if os.environ.get("EPPKIT_EVENT_LOOP", "uvloop") != "asyncio":
+    if settings().event_loop != "asyncio":
         try:
             import uvloop
         except ImportError:

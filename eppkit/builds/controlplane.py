@@ -25,7 +25,6 @@ then nothing is built but the CRDs.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -39,12 +38,13 @@ from pathlib import Path
 from eppkit.builds import gaie
 from eppkit.builds.steps import build_folder, build_main, go_for_build, go_version, run_step
 from eppkit.core.paths import cache_dir, cache_lock
+from eppkit.core.settings import Settings, settings
 
 ETCD_MODULE, ETCD_VERSION = "go.etcd.io/etcd/server/v3", "v3.6.16"
 KUBE_MODULE, KUBE_VERSION = "k8s.io/kubernetes", "v1.35.4"
 KUBE_PACKAGE = f"{KUBE_MODULE}/cmd/kube-apiserver"
 GO_NEEDED = (1, 26)  # etcd v3.6.16's go.mod says go 1.26.0 (v3.6.12 was the last on 1.25)
-ASSETS_ENV = "EPPKIT_KUBE_ASSETS"
+ASSETS_ENV = Settings.variable("kube_assets")
 CRD_DIR = "config/crd/bases"
 ETCD, KUBE_APISERVER = "etcd", "kube-apiserver"
 STEP_TIMEOUT_S = 1800.0  # a cold kube-apiserver link on a busy 2-core machine took 12 min
@@ -82,8 +82,8 @@ def missing_message() -> str:
 
 def _assets() -> tuple[Path, Path, str] | None:
     """etcd and kube-apiserver of EPPKIT_KUBE_ASSETS, or the cache's; None when either is missing."""
-    folder = os.environ.get(ASSETS_ENV)
-    base, source = (Path(folder), folder) if folder else (build_dir(), "built")
+    folder = settings().kube_assets
+    base, source = (folder, str(folder)) if folder else (build_dir(), "built")
     etcd, apiserver = base / ETCD, base / KUBE_APISERVER
     return (etcd, apiserver, source) if etcd.is_file() and apiserver.is_file() else None
 
@@ -102,7 +102,7 @@ def build(progress: Callable[[str], object] = print, *, force: bool = False) -> 
         found = find()
         if found is not None:
             return found
-    folder = os.environ.get(ASSETS_ENV)
+    folder = settings().kube_assets
     if folder and _assets() is None:
         raise ControlPlaneBuildError(f"{ASSETS_ENV}={folder} holds no etcd and kube-apiserver.\n"
                                      f"Hint: point it at a folder with both (`setup-envtest use -p path`), or unset it "

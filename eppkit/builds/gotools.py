@@ -3,7 +3,8 @@
 Built as Jaeger is (:mod:`eppkit.components.jaeger`): ``go mod download`` the pinned version, then ``go build``
 inside the module folder. ``go install module@version`` does not work through a proxy that refuses
 the module's version list (it looks the list up for deprecation notices). ``EPPKIT_<NAME>`` (the
-name upper-cased, dashes as underscores) points at a binary of your own instead.
+name upper-cased, dashes as underscores; each a field of :class:`eppkit.core.settings.Settings`, a tool without one
+is an error naming its variable) points at a binary of your own instead.
 
 Used by the llm-d-inference-sim backend preset (:mod:`eppkit.backends.inference_sim`) and by ``bench/``.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from eppkit.core.paths import cache_dir
+from eppkit.core.settings import settings
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,9 @@ class BuildFailed(RuntimeError):
 
 def find(tool: GoTool) -> Path | None:
     """$EPPKIT_<NAME> when set (None if it names no file), else the cached build, else None."""
-    env = os.environ.get(tool.env_var)
-    if env:
-        return Path(env) if Path(env).is_file() else None
+    given = settings().of(tool.env_var)
+    if given:
+        return given if given.is_file() else None
     return tool.path if tool.path.is_file() else None
 
 

@@ -38,12 +38,13 @@ from pathlib import Path
 
 from eppkit.builds.steps import build_main, run_step
 from eppkit.core.paths import cache_dir, cache_lock
+from eppkit.core.settings import Settings, settings
 from eppkit.services.openai_server import tokens
 
 NAME = "inference-perf"
 VERSION = "0.7.0"
 MIN_PYTHON = (3, 12)
-PYTHON_ENV = "EPPKIT_LOAD_TOOL_PYTHON"
+PYTHON_ENV = Settings.variable("load_tool_python")
 CONSTRAINTS = Path(__file__).with_name("inference_perf_constraints.txt")
 TOKENIZER_SCRIPT = Path(__file__).with_name("word_tokenizer.py")
 # Where the tool may look for models and data sets: nowhere but local folders.
@@ -128,7 +129,7 @@ def _version_of(python: str) -> tuple[tuple[int, int], str] | None:
 
 
 def _candidates() -> list[str]:
-    given = os.environ.get(PYTHON_ENV)
+    given = settings().load_tool_python
     if given:
         return [given]  # the user's choice, and only it: a wrong one is an error, not a fallback
     names = [f"python3.{minor}" for minor in range(MIN_PYTHON[1], 20)]
@@ -147,8 +148,8 @@ def find_python() -> tuple[str | None, str]:
             return found[1], f"{found[0][0]}.{found[0][1]}"
         tried.append(f"{candidate} ({'does not run' if found is None else '%d.%d' % found[0]})")
     want = ".".join(map(str, MIN_PYTHON))
-    if os.environ.get(PYTHON_ENV):
-        return None, f"${PYTHON_ENV}={os.environ[PYTHON_ENV]} is not a Python >= {want}: {', '.join(tried)}"
+    if settings().load_tool_python:
+        return None, f"${PYTHON_ENV}={settings().load_tool_python} is not a Python >= {want}: {', '.join(tried)}"
     return None, (f"{NAME} {VERSION} needs Python >= {want}; none found (tried {', '.join(tried) or 'nothing'}). "
                   f"Install one (`pyenv install 3.12`, or apt's python3.12 and python3.12-venv where the distribution "
                   f"has them) or point ${PYTHON_ENV} at one, then run `eppkit bootstrap --load-tool {NAME}`")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from eppkit.core.paths import cache_dir, cache_lock
+from eppkit.core.settings import settings
 
 JAEGER_MODULE = "github.com/jaegertracing/jaeger"
 # The commit of the v1.76.0 / v2.13.0 release (CHANGELOG: "v1.76.0 / v2.13.0"). Newer v2 releases are not
@@ -58,9 +59,9 @@ def binary_path() -> Path:
 
 def find() -> Path | None:
     """The Jaeger binary: $EPPKIT_JAEGER, else the cached build."""
-    explicit = os.environ.get("EPPKIT_JAEGER")
+    explicit = settings().jaeger
     if explicit:
-        return Path(explicit) if Path(explicit).is_file() else None
+        return explicit if explicit.is_file() else None
     path = binary_path()
     return path if path.is_file() else None
 

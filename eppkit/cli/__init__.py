@@ -16,6 +16,7 @@ from eppkit.cluster import ClusterError
 from eppkit.cluster.apipod import ApiPodError
 from eppkit.components.controlplane import ControlPlaneError
 from eppkit.components.readiness import ReadinessTimeout
+from eppkit.core.settings import SettingsError, settings
 from eppkit.gateway.config import EnvoyConfigInvalid
 from eppkit.gateway.user_filters import UserFilterError
 from eppkit.gateway.versions import EnvoyFeatureMissing, EnvoyVersionError
@@ -77,6 +78,10 @@ def _doc(command: str) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
+    try:
+        settings()  # every EPPKIT_* variable, read once now: one the kit cannot use is told here, by its name
+    except SettingsError as exc:
+        p.error(str(exc))
     setup = None  # up's and run's topology, read and checked once here and handed to the command
     if args.command in ("up", "run"):
         try:  # a flow the mode cannot run, or an option it does not know, is a usage error
@@ -84,25 +89,30 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             p.error(str(exc))
 
-    if getattr(args, "kubeconfig", None) or getattr(args, "image_registry", None):  # the kubernetes runtime's
-        from eppkit import runtimes  # cluster: one handle, this process's (and, by the environment, its children's)
+    if getattr(args, "kubeconfig", None) or getattr(args, "image_registry", None):  # the cluster runtime's cluster:
+        # one handle, made here and passed down (args.cluster) to the runtime, its launcher and its Pods
+        from eppkit import runtimes
         from eppkit.cluster import handle
 
         clusters = [r.name for r in runtimes.all_runtimes() if r.capabilities.cluster]
-        if getattr(args, "runtime", None) is not None and args.runtime not in clusters:
+        if not set(args.runtime) <= set(clusters):
             p.error(f"--kubeconfig and --image-registry are the {' or '.join(clusters)} runtime's cluster: add "
-                    f"--runtime {clusters[0]} (not {args.runtime})")
+                    f"--runtime {clusters[0]} (not {','.join(args.runtime)})")
         try:
-            handle.use(handle.named(args.kubeconfig, args.image_registry))
+            args.cluster = handle.named(args.kubeconfig, args.image_registry)
         except ValueError as exc:
             p.error(str(exc))
 
     if getattr(args, "runtime", None) is not None:  # a runtime that cannot run here says how to get it
         from eppkit import runtimes
 
-        usable, how = runtimes.get(args.runtime).available()
+        try:
+            runtime = options.runtime(args)  # a command's testbeds run on one
+        except ValueError as exc:
+            p.error(str(exc))
+        usable, how = runtimes.get(runtime, args.cluster).available()
         if not usable:
-            print(f"eppkit {args.command}: the {args.runtime} runtime cannot run here: {how}", file=sys.stderr)
+            print(f"eppkit {args.command}: the {runtime} runtime cannot run here: {how}", file=sys.stderr)
             return 2
 
     signal.signal(signal.SIGTERM, _raise_interrupt)

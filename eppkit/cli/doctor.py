@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from eppkit.builds import jaeger, python_deps
+from eppkit.core.settings import settings
 from eppkit.gateway import process as envoy_process
 
 
@@ -173,8 +173,8 @@ def _image_source() -> Check:
         return Check("images", False, required=False, how_to_get="the container runtimes' images need a Docker engine")
     source = images.choose_source()
     why = "a registry answered" if images.registry_reachable() else "no registry answered: images built from local artifacts"
-    if os.environ.get(images.SOURCE_ENV):
-        why = f"{images.SOURCE_ENV}={os.environ[images.SOURCE_ENV]}"
+    if settings().image_source != "auto":
+        why = f"{images.SOURCE_ENV}={source}"
     return Check("images", True, source, why, required=False)
 
 

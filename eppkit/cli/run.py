@@ -22,10 +22,11 @@ def main(args, setup: Setup) -> int:
         content = [{"type": "text", "text": args.prompt}] + [
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{'QUJD' * (16 + i)}"}}
             for i in range(args.images)]
+    runtime = options.runtime(args)
     t0 = time.monotonic()
-    with create(setup, runtime=args.runtime) as bed:
+    with create(setup, runtime=runtime, cluster=args.cluster) as bed:
         backend = bed.topology.backend
-        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={bed.topology.mode}, runtime={args.runtime}, "
+        print(f"testbed up in {time.monotonic() - t0:.1f}s (mode={bed.topology.mode}, runtime={runtime}, "
               f"envoy {bed.envoy_binary.version}, backend: {backend.label}, logs {bed.run_dir})")
         body = {"model": bed.backends[0].model, "messages": [{"role": "user", "content": content}],
                 "max_tokens": args.max_tokens, "stream": not args.no_stream}
@@ -63,7 +64,7 @@ def main(args, setup: Setup) -> int:
         saved.write_text(json.dumps(bed.jaeger.get_trace_json(result.trace_id), indent=1))
         print(f"\ntrace {result.trace_id} saved as OTLP JSON (Jaeger /api/v3): {saved}")
         page = html.write_trace_page(saved.with_suffix(".html"), html.trace_views([trace], mode=bed.mode),
-                                     title=f"eppkit run: {bed.topology.mode}, {args.flow}, {args.runtime}")
+                                     title=f"eppkit run: {bed.topology.mode}, {args.flow}, {runtime}")
         print(f"its waterfall, to open in a browser: {page}")
         _print_own_trace(bed, trace)
         client.close()

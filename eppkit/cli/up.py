@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
+from eppkit import options
 from eppkit.modes import Setup
 from eppkit.runtimes import create
 
@@ -13,9 +14,10 @@ def main(args, setup: Setup) -> int:
     """``setup``: the testbed's topology as the command line describes it, checked (eppkit.cli.main)."""
     from eppkit.ui import live as live_ui
 
+    runtime = options.runtime(args)
     # The UI's JVM starts first and gets ready while the testbed starts.
-    with live_ui.optional(args.ui) as ui, create(setup, runtime=args.runtime) as bed:
-        print(f"eppkit up: mode={bed.topology.mode} flow={args.flow} runtime={args.runtime} "
+    with live_ui.optional(args.ui) as ui, create(setup, runtime=runtime, cluster=args.cluster) as bed:
+        print(f"eppkit up: mode={bed.topology.mode} flow={args.flow} runtime={runtime} "
               f"envoy={bed.envoy_binary.version} backend={bed.topology.backend.label}")
         print(bed.describe())
         if ui is not None:

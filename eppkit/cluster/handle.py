@@ -5,11 +5,12 @@ launcher's ``kubeconfig=`` / ``cluster=`` option in Python). It owns its lightku
 kubeconfig (parsed once), the node its Pods run on and how each is reached (:class:`~eppkit.cluster.pod.PodSite`),
 the images its Pods run, its rights, and the home of a testbed's InferencePool.
 
-:func:`use` makes one the process's (the CLI and the pytest plugin, where ``--kubeconfig`` is given; each
-pytest-xdist worker makes its own from the same option), and writes it into the environment for the processes this
-one starts (a watchdog, a command run by a test): there :func:`current` makes it again from the environment
-(``EPPKIT_KUBECONFIG``, ``EPPKIT_IMAGE_REGISTRY``: a user may set them too), once. Nothing reads the environment for
-it in a process that was handed one.
+:func:`named` makes one where the user names it (the CLI and the pytest plugin, from ``--kubeconfig`` and
+``--image-registry``; each pytest-xdist worker makes its own from the same options), and the front end hands it down:
+to the runtime (:func:`eppkit.runtimes.get`), its launcher, the launcher's Pods and the pool's home. A process this one
+starts (a Pod's watchdog) is given it in its spawn environment (:meth:`Cluster.env`) and makes it again from its
+settings (``EPPKIT_KUBECONFIG``, ``EPPKIT_IMAGE_REGISTRY``: :mod:`eppkit.core.settings`; a user may set them too).
+Nothing writes it into this process's environment, and there is no process-wide current cluster.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eppkit.cluster import namespaces, podnet
 from eppkit.cluster.remote import KUBECONFIG_ENV, NODE_ENV, REGISTRY_ENV, OwnCluster
+from eppkit.core.settings import settings
 
 if TYPE_CHECKING:
     from eppkit.cluster.pod import PodSite
     from eppkit.components.kubeapi import ApiServer
 
-__all__ = ["KUBECONFIG_ENV", "NODE_ENV", "REGISTRY_ENV", "Cluster", "KitCluster", "OwnCluster", "current", "named",
-           "use"]
+__all__ = ["KUBECONFIG_ENV", "NODE_ENV", "REGISTRY_ENV", "Cluster", "KitCluster", "OwnCluster", "named"]
 
 
 class Cluster(Protocol):
@@ -210,41 +211,15 @@ class KitCluster:
         return []
 
 
-_current: Cluster | None = None
-_current_lock = threading.Lock()
-
-
 def named(kubeconfig: str | os.PathLike | None = None, registry: str | None = None) -> Cluster:
     """The cluster the user names: a cluster of your own by ``kubeconfig`` (its Pods pulling the kit's images from
-    ``registry``), each by default what the environment says (``EPPKIT_KUBECONFIG``, ``EPPKIT_IMAGE_REGISTRY``); else
+    ``registry``), each by default what the settings say (``EPPKIT_KUBECONFIG``, ``EPPKIT_IMAGE_REGISTRY``); else
     the kit's one-node cluster. ValueError when the file is not there."""
-    kubeconfig = kubeconfig or os.environ.get(KUBECONFIG_ENV, "").strip() or None
-    registry = registry or os.environ.get(REGISTRY_ENV, "").strip() or None
+    kubeconfig = kubeconfig or settings().kubeconfig
+    registry = registry or settings().image_registry
     if kubeconfig:
         return OwnCluster(kubeconfig, registry)
     if registry:
         raise ValueError("--image-registry is where a cluster of your own pulls the kit's images from: give "
                          "--kubeconfig too (the kit's one-node cluster imports them)")
     return KitCluster()
-
-
-def use(cluster: Cluster | None) -> Cluster | None:
-    """From now on ``cluster`` is this process's (and, through the environment, that of every process it starts;
-    None: the kit's one-node cluster, made when first asked); the one it replaces."""
-    global _current
-    with _current_lock:
-        before, _current = _current, cluster
-    for key in (KUBECONFIG_ENV, REGISTRY_ENV):
-        os.environ.pop(key, None)
-    os.environ.update({k: v for k, v in (cluster.env() if cluster is not None else {}).items() if v})
-    return before
-
-
-def current() -> Cluster:
-    """This process's cluster: the one it was handed (:func:`use`), else the one its parent handed down through the
-    environment (a child process: made from it once), else the kit's one-node cluster."""
-    global _current
-    with _current_lock:
-        if _current is None:
-            _current = named() if os.environ.get(KUBECONFIG_ENV, "").strip() else KitCluster()
-        return _current

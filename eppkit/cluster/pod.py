@@ -101,15 +101,16 @@ class PodSite(Protocol):
 
 class ManagedPod(FromImage):
     """One component in one Pod, started in a ``with``, logged to a file, always deleted (module docstring).
-    ``site``: how its node is reached, as its cluster gives it (by default this process's cluster's)."""
+    ``site``: how its node is reached, as its cluster gives it (the launcher that makes it passes its cluster's; by
+    default that of the cluster the settings name, else the kit's one-node cluster: :func:`handle.named`)."""
 
     def __init__(self, name: str, image: str, argv: Sequence[str], log_path: Path, *, namespace: str,
                  site: PodSite | None = None, entrypoint: Sequence[str] | None = None,
                  extra_labels: dict[str, str] | None = None):
         super().__init__(name, image, argv, log_path, entrypoint=entrypoint, extra_labels=extra_labels)
         self.namespace = namespace
-        # made by hand (a test, a benchmark): on this process's cluster, reached as its Pods are
-        self.site: PodSite = site or handle.current().site((), lambda: image)
+        # made by hand (a test, a benchmark): on the cluster the settings name, reached as its Pods are
+        self.site: PodSite = site or handle.named().site((), lambda: image)
         self.gone = threading.Event()  # set when the Pod is deleted: its log follower ends
         self.pod_name: str | None = None
         self._starts = 0
@@ -410,9 +411,9 @@ _clusters: list = []  # the clusters this process made Pods on
 
 def remove_session(session: str = SESSION) -> list[str]:
     """The namespaces of ``session`` still there on the clusters this process made Pods on (a watchdog: on the
-    cluster its environment names), deleted: the leak check's and the watchdog's look
+    cluster its spawn environment names, read as its settings), deleted: the leak check's and the watchdog's look
     (:func:`eppkit.cluster.namespaces.remove_session`)."""
-    return [name for cluster in (_clusters or [handle.current()])
+    return [name for cluster in (_clusters or [handle.named()])
             for name in namespaces.remove_session(session, cluster.client())]
 
 

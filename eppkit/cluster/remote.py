@@ -31,14 +31,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from eppkit.cluster import namespaces
 from eppkit.components import kubeapi
+from eppkit.core.settings import Settings, settings
 
 if TYPE_CHECKING:
     from eppkit.cluster.pod import PodSite
 
 
-KUBECONFIG_ENV = "EPPKIT_KUBECONFIG"  # carries a cluster of your own to the processes a process starts
-REGISTRY_ENV = "EPPKIT_IMAGE_REGISTRY"  # and where its Pods pull the kit's images from
-NODE_ENV = "EPPKIT_KUBE_NODE"  # the node of a cluster of your own its Pods run on (else the first Ready one)
+KUBECONFIG_ENV = Settings.variable("kubeconfig")  # carries a cluster of your own to the processes a process starts
+REGISTRY_ENV = Settings.variable("image_registry")  # and where its Pods pull the kit's images from
+NODE_ENV = Settings.variable("kube_node")  # the node of a cluster of your own its Pods run on (else the first Ready)
 
 
 class ChosenNode(NamedTuple):
@@ -227,7 +228,7 @@ class OwnCluster:
             raise ValueError(f"--kubeconfig {path}: no such file")
         self.kubeconfig = str(resolved)
         self.registry = (registry or "").strip().rstrip("/") or None
-        self.wanted_node = (node if node is not None else os.environ.get(NODE_ENV, "")).strip()
+        self.wanted_node = (node if node is not None else settings().kube_node or "").strip()
         self.plane = OwnPlane.from_file(self.kubeconfig)  # the file, parsed once
         self._lock = threading.Lock()
         self._client = self._node = self._usable = self._access = None
@@ -244,7 +245,8 @@ class OwnCluster:
             return self._client
 
     def env(self) -> dict[str, str]:
-        return {KUBECONFIG_ENV: self.kubeconfig, **({REGISTRY_ENV: self.registry} if self.registry else {})}
+        return {KUBECONFIG_ENV: self.kubeconfig, **({REGISTRY_ENV: self.registry} if self.registry else {}),
+                **({NODE_ENV: self.wanted_node} if self.wanted_node else {})}
 
     # -- its node --
     def node(self) -> ChosenNode:

@@ -58,7 +58,7 @@ def main(args: argparse.Namespace) -> int:
                      f"{options.load.requests} requests each, concurrency {options.load.concurrency}, backend: "
                      f"{options.backend.label}; report in {out_dir}")
     try:
-        report = run(options, out_dir, progress=progress)
+        report = run(options, out_dir, progress=progress, cluster=args.cluster)
     except (OSError, RuntimeError) as exc:  # modes report their own failures; this is Jaeger or the disk
         progress.message(f"eppkit compare: cannot run: {type(exc).__name__}: {exc}")
         return EXIT_MODE_FAILED

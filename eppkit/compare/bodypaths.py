@@ -2,8 +2,9 @@
 sends it the request body (eppkit.services.epp.REQUEST_BODY: streamed, buffered, none; ``--body-paths``), where the
 mode takes it, each beside its own floor, so a report shows what streaming the body through the EPP costs.
 
-A run's key among a scenario's results: the mode's name for the default path (streamed), ``<mode>+<path>`` for
-another (``ext_proc+buffered``); its floor's likewise (``floor-ext_proc+buffered``)."""
+A run's key among a scenario's results: the mode's name, then a ``+<tag>`` for each variable of the run not at its
+default: the body path (``ext_proc+buffered``; the default, streamed, has none), then shedding or queueing
+(``ext_proc+buffered+queueing``: eppkit.compare.admission); its floor's likewise (``floor-ext_proc+buffered``)."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ def key(name: str, path: str) -> str:
 
 
 def split(run_key: str) -> tuple[str, str]:
-    """(the mode or floor, the body path) of a run's key."""
-    name, _, path = run_key.partition(SEP)
-    return name, path or DEFAULT
+    """(the mode or floor, the body path) of a run's key (without a sweep's step), whatever other tags it has."""
+    name, _, tags = run_key.partition(SEP)
+    return name, next((tag for tag in tags.split(SEP) if tag in BODY_PATHS), DEFAULT)
 
 
 def applies(mode: str) -> bool:

@@ -67,7 +67,7 @@ class Slo:
         return dict(self.limits)
 
 
-def _value(sample: dict, key: str) -> float | None:
+def value(sample: dict, key: str) -> float | None:
     """A sample's figure an SLO limits: TTFT and e2e from its trace (the client's own measurement when the
     trace was not read), TPOT from the client's token arrivals."""
     if key == "tpot":
@@ -77,8 +77,8 @@ def _value(sample: dict, key: str) -> float | None:
 
 
 def _meets(sample: dict, key: str, limit: float) -> bool:
-    value = _value(sample, key)
-    return value is not None and value <= limit
+    found = value(sample, key)
+    return found is not None and found <= limit
 
 
 def goodput(samples: list[dict], slo: Slo, *, wall_s: float) -> dict | None:
@@ -87,7 +87,7 @@ def goodput(samples: list[dict], slo: Slo, *, wall_s: float) -> dict | None:
         return None
     out: dict = {"slo": slo.as_dict(), "sent": len(samples)}
     ok = [s for s in samples if s.get("ok")]
-    unmeasured = [k for k, _ in slo.limits if k in STREAMED_ONLY and ok and all(_value(s, k) is None for s in ok)]
+    unmeasured = [k for k, _ in slo.limits if k in STREAMED_ONLY and ok and all(value(s, k) is None for s in ok)]
     if unmeasured or not samples:
         out.update(good=None, ratio=None, requests_per_s=None,
                    why=f"{', '.join(unmeasured)} not measured: the answers were not streamed" if unmeasured

@@ -124,6 +124,8 @@ def unsupported(planned: list) -> str | None:
         return "the requests carry images, which inference-perf's completions requests cannot"
     if any(not isinstance(r.body.get("messages", [{}])[0].get("content"), str) for r in planned):
         return "the requests are not plain-text chat"
+    if any(r.headers for r in planned):
+        return "the requests name their priority band in a header, which inference-perf does not send"
     return None
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field, fields, replace
+from typing import NamedTuple
 
 from eppkit import flows, modes
 from eppkit import options as opt
 from eppkit.backends import Backend
 from eppkit.builds import inference_perf
-from eppkit.compare import bodypaths, sweep
+from eppkit.compare import admission, bodypaths, sweep
 from eppkit.compare import loadmetrics as lm
 from eppkit.modes import external_epp
 from eppkit.modes.options import read_options
@@ -112,26 +113,54 @@ def mode_options(options: CompareOptions, mode: str) -> dict:
 
 
 def server_args(scenario: Scenario) -> list[str]:
-    """What the scenario asks of every server it runs on (a long prompt's context window, a small KV cache)."""
+    """What the scenario asks of every server it runs on (a long prompt's context window, a small KV cache, few
+    requests at once)."""
     out = ["--max-model-len", str(scenario.max_model_len)] if scenario.max_model_len else []
+    out += ["--max-num-seqs", str(scenario.max_num_seqs)] if scenario.max_num_seqs else []
     return out + (["--kv-cache-size", str(scenario.kv_cache_blocks)] if scenario.kv_cache_blocks else [])
 
 
-def runs(options: CompareOptions) -> list[tuple[str, str, str, int | None]]:
-    """(key, mode, body path, concurrency or None) of every run a scenario gets, in order: each mode, once per body
-    path it takes (eppkit.compare.bodypaths), once per concurrency of a sweep (eppkit.compare.sweep)."""
-    return [(sweep.key(bodypaths.key(mode, path), c), mode, path, c) for mode in options.modes
-            for path in options.body_paths if bodypaths.takes(mode, path, mode_options(options, mode))
-            for c in (options.concurrency_sweep or (None,))]
+class Run(NamedTuple):
+    """One run of a scenario: its key among the scenario's results, and what it varies."""
+
+    key: str
+    mode: str
+    path: str  # the body path (eppkit.compare.bodypaths)
+    setting: str  # shedding or queueing (eppkit.compare.admission)
+    concurrency: int | None  # a sweep's step (eppkit.compare.sweep), None outside one
 
 
-def at(options: CompareOptions, concurrency: int | None) -> CompareOptions:
-    """The options of one step of a sweep: its concurrency in the load's place (the options themselves outside one)."""
+def runs(options: CompareOptions, scenario: Scenario) -> list[Run]:
+    """Every run ``scenario`` gets, in order: each mode, once per body path it takes (eppkit.compare.bodypaths), per
+    setting it takes in a scenario of bands (eppkit.compare.admission), per concurrency of a sweep
+    (eppkit.compare.sweep)."""
+    out = []
+    for mode in options.modes:
+        mode_set = mode_options(options, mode)
+        for path in options.body_paths:
+            if not bodypaths.takes(mode, path, mode_set):
+                continue
+            for setting in admission.settings(scenario):
+                if setting != admission.DEFAULT and not admission.takes(mode, setting, mode_set):
+                    continue
+                name = admission.key(bodypaths.key(mode, path), setting)
+                out += [Run(sweep.key(name, c), mode, path, setting, c) for c in (options.concurrency_sweep or (None,))]
+    return out
+
+
+def at(options: CompareOptions, concurrency: int | None, scenario: Scenario | None = None) -> CompareOptions:
+    """The options of one run: a sweep step's concurrency in the load's place; outside a sweep, the load's raised to
+    what ``scenario`` keeps in flight per pod at least (Scenario.in_flight_per_pod, to saturate its pool)."""
+    if concurrency is None:
+        wanted = scenario.in_flight_per_pod * options.backends if scenario is not None else 0
+        concurrency = min(MAX_CONCURRENCY, wanted) if wanted > options.load.concurrency else None
     return options if concurrency is None else replace(options, load=replace(options.load, concurrency=concurrency))
 
 
-def topology_for(options: CompareOptions, mode: str, scenario: Scenario, body_path: str = bodypaths.DEFAULT) -> Topology:
-    mode_set = mode_options(options, mode)
+def topology_for(options: CompareOptions, mode: str, scenario: Scenario, body_path: str = bodypaths.DEFAULT,
+                 setting: str = admission.DEFAULT) -> Topology:
+    mode_set = admission.options_for(mode, scenario, setting, mode_options(options, mode),
+                                     options.load.request_timeout_s)
     if body_path != bodypaths.DEFAULT:
         mode_set = {**mode_set, bodypaths.OPTION: body_path}
     return Topology(
@@ -153,5 +182,5 @@ def options_from(args: argparse.Namespace) -> CompareOptions:
         "load": Load(**{f.name: getattr(args, f.name) for f in fields(Load)}),
         "backend": opt.backend(args), "mode_sets": {external_epp.MODE.name: opt.epp_options(args)},
         "filters": tuple(args.filters or ()), "body_paths": tuple(args.body_paths),
-        "concurrency_sweep": tuple(args.concurrency_sweep),
+        "concurrency_sweep": tuple(args.concurrency_sweep), "runtime": opt.runtime(args),
     })

@@ -25,7 +25,7 @@ from typing import Any
 
 from eppkit import modes
 from eppkit.compare import loadmetrics as lm
-from eppkit.compare import cachehits, loadtool, promptsizes, sweep
+from eppkit.compare import bands, cachehits, loadtool, promptsizes, sweep
 from eppkit.compare import tables
 from eppkit.compare.tables import aligned as _aligned
 from eppkit.compare.tables import fmt as _f
@@ -272,10 +272,10 @@ def step_table(block: dict) -> tuple[list[str], list[list[str]]]:
 
 def extra_tables(report: dict, block: dict) -> list[tables.Table]:
     """A scenario's tables beyond the summary and the steps: the concurrency sweep, the prompt-size curve, the
-    prefix-cache hits, the load figures, the load tool's cross-check."""
+    priority bands, the prefix-cache hits, the load figures, the load tool's cross-check."""
     slo = lm.Slo.parse((report.get("config") or {}).get("slo") or "")
-    return [t for t in (sweep.table(block), promptsizes.table(block), cachehits.table(block), lm.table(block, slo.text),
-                        loadtool.table(block)) if t is not None]
+    return [t for t in (sweep.table(block), promptsizes.table(block), bands.table(block), cachehits.table(block),
+                        lm.table(block, slo.text), loadtool.table(block)) if t is not None]
 
 
 def hop_table(block: dict) -> tuple[list[str], list[list[str]]]:

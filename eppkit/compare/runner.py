@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -14,7 +15,7 @@ from typing import Callable
 
 from eppkit import modes, runtimes
 from eppkit.builds import inference_perf
-from eppkit.compare import bodypaths, cachehits, floors, loadtool, promptsizes, sweep
+from eppkit.compare import admission, bands, bodypaths, cachehits, floors, loadtool, promptsizes, sweep
 from eppkit.compare import loadmetrics as lm
 from eppkit.compare import report as rp
 from eppkit.compare.options import CompareOptions, at, mode_options, runs, topology_for
@@ -50,6 +51,9 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         bed = create(topology or topology_for(options, mode, scenario), runtime=options.runtime, jaeger=jaeger)
         result["run_dir"] = str(bed.run_dir)
         bed.start()
+        if scenario.bands:  # the EPP reads them as it watches: before the warm-up and the load's first scrape
+            told = bands.tell(bed, scenario)
+            result["admission"] = admission.split(sweep.split(mode)[0])[1] if told else None
     except KeyboardInterrupt:
         raise
     except Exception as exc:
@@ -74,8 +78,9 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         client.flush()
         media = {r.index: r.media_items for r in measured}
         sizes = {r.index: r.prompt_kb for r in measured if r.prompt_kb}
-        samples = [{**s.to_json(), "ok": s.ok, **({"prompt_kb": sizes[s.index]} if s.index in sizes else {})}
-                   for s in work.samples]
+        band_of = {r.index: r.band for r in measured if r.band}
+        samples = [{**s.to_json(), "ok": s.ok, **({"prompt_kb": sizes[s.index]} if s.index in sizes else {}),
+                    **({"band": band_of[s.index]} if s.index in band_of else {})} for s in work.samples]
 
         def rules(sample):
             return bed.expected_spans(media_items=media.get(sample["index"], 0))
@@ -88,6 +93,8 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         for s in samples:
             if s["trace_id"] in hops:
                 s["hop"] = hops[s["trace_id"]].phases()
+                if not s["ok"]:  # who answered it, in Envoy's words (the EPP's own reply: epp_<its code>)
+                    s["envoy_details"] = bands.who_answered(hops[s["trace_id"]])
             trace = raws[s["trace_id"]][1] if s["trace_id"] in raws else None
             s["steps"] = {k: round(v, 3) for k, v in st.step_durations(trace, bed.mode).items()} if trace else {}
             prefix = cachehits.of_trace(trace) if trace else None
@@ -97,6 +104,8 @@ def run_mode(options: CompareOptions, scenario: Scenario, mode: str, jaeger: Jae
         result["load_metrics"] = lm.summarize(samples, wall_s=work.wall_s, slo=lm.Slo.parse(options.slo))
         if sizes:
             result["by_prompt_kb"] = promptsizes.curve(samples)
+        if scenario.bands:
+            result["by_band"] = bands.summarize(samples, scenario.bands)
         result["prefix_cache"] = cachehits.summarize(samples)
         result["samples"] = samples
         result["startup_s"] = round(t_start - t_mode, 3)
@@ -176,11 +185,14 @@ def default_out_dir() -> Path:
 
 
 def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
-        progress: ProgressLine | None = None, create: Callable = create_testbed) -> dict:
-    """Run every scenario through every mode; returns the report (not yet written)."""
+        progress: ProgressLine | None = None, create: Callable = create_testbed, cluster=None) -> dict:
+    """Run every scenario through every mode; returns the report (not yet written). ``cluster``: the cluster
+    runtime's, where the user named one (:mod:`eppkit.cluster.handle`): every testbed and the Jaeger on it."""
     options.validate()
+    if cluster is not None:
+        create = functools.partial(create, cluster=cluster)
     options.backend.require_installed()  # BackendMissing, saying how to get it, before anything starts
-    if options.floors and not runtimes.get(options.runtime).reaches_this_host():
+    if options.floors and not runtimes.get(options.runtime, cluster).reaches_this_host():
         # A floor is a program of this host (eppkit/floors), which the Pods of a cluster of your own whose node is
         # another machine cannot reach.
         print("compare: the floors are not run on this cluster of your own (each is a program of this host, which "
@@ -204,7 +216,7 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
     own = servers = None
     if jaeger is None:
         progress.update(f"starting Jaeger ({options.runtime}) ...")
-        own = jaeger = create_jaeger(options.runtime, new_run_dir("jaeger-compare")).start()
+        own = jaeger = create_jaeger(options.runtime, new_run_dir("jaeger-compare"), cluster=cluster).start()
     report["jaeger_api_url"] = jaeger.api_url
     tool = None
     if options.load_tool != "none":
@@ -220,27 +232,27 @@ def run(options: CompareOptions, out_dir: Path, *, jaeger: Jaeger | None = None,
             pods = Topology(vllm=[VllmSpec(name=f"vllm-{i}") for i in range(options.backends)], seed=options.seed,
                             backend=options.backend)
             options = replace(options, backend=servers.backend_for(pods))
-        planned = runs(options)
-        total = len(options.scenarios) * len(planned)
+        total = sum(len(runs(options, SCENARIOS[name])) for name in options.scenarios)
         n = 0
         load = options.load
         for name in options.scenarios:
             scenario = SCENARIOS[name]
             block = {
                 "description": scenario.description, "flow": scenario.flow,
-                "workload": {"requests": load.requests, "concurrency": load.concurrency, "rate": load.rate,
-                             "warmup": load.warmup, "seed": options.seed,
+                "workload": {"requests": load.requests, "concurrency": at(options, None, scenario).load.concurrency,
+                             "rate": load.rate, "warmup": load.warmup, "seed": options.seed,
                              "concurrency_sweep": list(options.concurrency_sweep),
                              "stream": scenario.stream if options.stream is None else options.stream},
                 "modes": {},
             }
             report["scenarios"][name] = block
-            for key, mode, path, concurrency in planned:
+            for key, mode, path, setting, concurrency in runs(options, scenario):
                 n += 1
                 label = f"[{n}/{total} {name}]"
-                step = at(options, concurrency)  # a step of a concurrency sweep: its own concurrency
+                step = at(options, concurrency, scenario)  # a sweep's step, or what the scenario keeps in flight
                 block["modes"][key] = run_mode(step, scenario, key, jaeger, out_dir, progress, label, create,
-                                               load_tool=tool, topology=topology_for(options, mode, scenario, path))
+                                               load_tool=tool,
+                                               topology=topology_for(options, mode, scenario, path, setting))
                 block["modes"][key]["body_path"] = path if bodypaths.applies(mode) else None
                 if concurrency is not None:
                     block["modes"][key]["concurrency"] = concurrency

@@ -20,18 +20,20 @@ def pct(x: float | None) -> str:
 
 @dataclass
 class Table:
-    """One table of a scenario: a title, a header, rows of cells (the first column left-aligned), notes below."""
+    """One table of a scenario: a title, a header, rows of cells (the first ``left`` columns, text, left-aligned; the
+    rest right-aligned), notes below."""
 
     title: str
     columns: tuple[str, ...]
     rows: list[list[str]]
     notes: list[str] = field(default_factory=list)
     bad_rows: set[int] = field(default_factory=set)  # indexes of rows to mark (a disagreement)
+    left: int = 1
 
 
 def markdown(table: Table) -> list[str]:
     lines = [f"{table.title}:", "", "| " + " | ".join(table.columns) + " |",
-             "|" + "|".join("---" if i == 0 else "--:" for i in range(len(table.columns))) + "|"]
+             "|" + "|".join("---" if i < table.left else "--:" for i in range(len(table.columns))) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table.rows]
     return lines + ([""] + [f"- {note}" for note in table.notes] if table.notes else [])
 
@@ -48,5 +50,5 @@ def aligned(rows: list[list[str]], left: int) -> list[str]:
 
 
 def console(table: Table) -> list[str]:
-    lines = aligned([list(table.columns)] + table.rows, left=1)
+    lines = aligned([list(table.columns)] + table.rows, left=table.left)
     return [f"  {table.title}:"] + ["  " + line for line in lines] + ["  " + note for note in table.notes]

@@ -9,7 +9,7 @@ import socket
 import uuid
 
 from eppkit.core import procfs
-from eppkit.core.procfs import SESSION_TAG
+from eppkit.core.settings import settings
 
 LABEL = "eppkit"
 TEST_SESSION_LABEL = f"{LABEL}.test-session"
@@ -44,7 +44,7 @@ def owner_alive(owner: str) -> bool:
 def labels(component: str, **extra: str) -> dict[str, str]:
     """``eppkit.test-session``: the test session's tag (:data:`eppkit.core.procfs.SESSION_TAG`; under
     pytest-xdist it names the worker), so the run's end finds what any worker left."""
-    tag = os.environ.get(SESSION_TAG)
+    tag = settings().test_session
     return {LABEL: "1", f"{LABEL}.session": SESSION, f"{LABEL}.owner": owner_id(),
             f"{LABEL}.owner-pid": str(os.getpid()), f"{LABEL}.component": component,
             **({TEST_SESSION_LABEL: tag} if tag else {}), **extra}

@@ -22,6 +22,7 @@ from typing import Sequence
 from eppkit.components import zygote
 from eppkit.components.base import Component, LiveSet
 from eppkit.core.procfs import dying_with_parent
+from eppkit.core.settings import settings
 
 
 class ManagedProcess(Component):
@@ -46,7 +47,8 @@ class ManagedProcess(Component):
     # -- lifecycle ---------------------------------------------------------------
     def start(self) -> "ManagedProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        # its spawn environment: this one's, what the kit's settings hold beyond it (pytest --eppkit-runs), its own
+        env = {**os.environ, **settings().env(), **self.env, "PYTHONUNBUFFERED": "1"}
         module = kit_service(self.argv)
         if module is not None:
             if zygote.enabled(env):  # forked from a warm interpreter (eppkit.components.zygote)
@@ -172,10 +174,6 @@ class ServiceProcess(ManagedProcess):
         name = module.rsplit(".", 1)[-1]
         log_dir = log_dir or Path(tempfile.mkdtemp(prefix=f"eppkit-{name}-"))
         super().__init__(name, [], log_dir / f"{name}.log")
-
-    def with_args(self, *args: str) -> "ServiceProcess":
-        self.args.extend(args)
-        return self
 
     @property
     def url(self) -> str:

@@ -26,16 +26,17 @@ import threading
 import time
 from pathlib import Path
 
+from eppkit.core import settings as kit_settings
 from eppkit.core.procfs import die_with_parent
 
-ENV = "EPPKIT_SERVICE_START"
+ENV = kit_settings.Settings.variable("service_start")
 PACKAGE = "eppkit.services"
 
 
 def enabled(env: dict[str, str]) -> bool:
     """Whether a kit service started with ``env`` may come from the zygote: on Linux, unless turned off, and only
     when the interpreter it would get is this one (no PYTHON* setting of its own: those act at start-up)."""
-    if os.environ.get(ENV, "fork") != "fork" or not sys.platform.startswith("linux"):
+    if kit_settings.settings().service_start != "fork" or not sys.platform.startswith("linux"):
         return False
     return all(env.get(k) == os.environ.get(k) for k in set(env) | set(os.environ)
                if k.startswith("PYTHON") and k != "PYTHONUNBUFFERED")
@@ -227,8 +228,9 @@ def _child(request: dict, private_fds: list[int]) -> None:
         sys.stdout = sys.__stdout__
         if request["cwd"]:
             os.chdir(request["cwd"])
-        os.environ.clear()
+        os.environ.clear()  # the child's own spawn environment, as exec would have given it
         os.environ.update(request["env"])
+        kit_settings.reread()  # its settings are its environment's, not the zygote's
         sys.argv = [request["module"], *request["args"]]
         if request["cwd"]:  # as `python -m` puts the working folder first
             sys.path.insert(0, os.getcwd())

@@ -9,7 +9,7 @@ import time
 
 from eppkit import options as opt
 from eppkit.conformance import report as rp
-from eppkit.conformance.checks.latency import Budget, CostBudget
+from eppkit.conformance.budget import Budget, CostBudget
 from eppkit.conformance.suite import CONFORMS, FAILS, NOT_LOADED, WARNINGS, base_verdict, run, selected
 from eppkit.conformance.target import PluginTarget, Target
 from eppkit.core.paths import reports_dir
@@ -24,19 +24,21 @@ EXIT_CONFORMS, EXIT_FAILS, EXIT_CANNOT_RUN, EXIT_NO_VERDICT = 0, 1, 2, 3
 def target_from(args: argparse.Namespace) -> Target | PluginTarget:
     """The subject the command line names (its flags: eppkit.options, command conformance): with ``--plugin`` your
     filters, else the EPP (your filters, if any, in its testbeds)."""
-    filters = tuple(getattr(args, "filters", None) or ())
-    if getattr(args, "plugin", False):
+    filters = tuple(args.filters or ())
+    if args.plugin:
         return PluginTarget(filters=filters, mode=args.mode or "direct", options=parse_set(args.options),
-                            rewrites=frozenset(getattr(args, "plugin_rewrites", None) or ()),
-                            let_through=tuple(getattr(args, "plugin_let_through", None) or ())).validate()
-    for flag in ("plugin_rewrites", "plugin_let_through"):
-        if getattr(args, flag, None):
-            raise ValueError(f"--{flag.replace('_', '-')} is for --plugin (a verdict on your filters)")
+                            rewrites=frozenset(args.plugin_rewrites or ()),
+                            let_through=tuple(args.plugin_let_through or ())).validate()
+    for flag, given in (("--plugin-rewrites", args.plugin_rewrites), ("--plugin-let-through", args.plugin_let_through)):
+        if given:
+            raise ValueError(f"{flag} is for --plugin (a verdict on your filters)")
     epp = opt.epp_options(args)
     mode = args.mode or (external_epp.MODE.name if epp else "ext_proc")
     return Target(mode=mode, options={**parse_set(args.options), **epp}, shed_header=args.shed_header or None,
                   cache_aware=args.cache_aware, load_aware=args.load_aware, lora_affinity=args.lora_affinity,
-                  saturation=args.saturation, filters=filters).validate()
+                  saturation=args.saturation, pd=args.pd, filters=filters, flow_control=args.flow_control,
+                  flow_control_ttl=args.flow_control_ttl,
+                  flow_control_drop_status=args.flow_control_drop_status).validate()
 
 
 def envoy_versions(value: str | None) -> list[str | None]:
@@ -77,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
         checks = selected(args.checks, kind=target.kind) if args.checks else None
         budget = (CostBudget if target.kind == "plugin" else Budget).parse(args.budget) if args.budget else None
         versions = envoy_versions(args.envoy_version)
+        runtime = opt.runtime(args)
     except ValueError as exc:
         print(f"eppkit conformance: {exc}", file=sys.stderr)
         return EXIT_CANNOT_RUN
@@ -84,12 +87,12 @@ def main(args: argparse.Namespace) -> int:
     count = len(checks) if checks is not None else len(selected(kind=target.kind))
     on = f" on Envoy {', '.join(v for v in versions if v)}" if versions != [None] else ""
     what = f"the plugin {target.label}, floor: {target.floor_label}" if target.kind == "plugin" else target.label
-    print(f"eppkit conformance: {count} checks against {what} ({args.runtime}{on}); report in {out}",
+    print(f"eppkit conformance: {count} checks against {what} ({runtime}{on}); report in {out}",
           flush=True)
     beds = []
 
     def make_bed(topology):
-        bed = create(topology, runtime=args.runtime, jaeger=jaeger, control_plane=plane)
+        bed = create(topology, runtime=runtime, cluster=args.cluster, jaeger=jaeger, control_plane=plane)
         beds.append(bed)
         return bed.start()
 
@@ -102,7 +105,7 @@ def main(args: argparse.Namespace) -> int:
 
     reports = []
     # One Jaeger, and one control plane (started by the first testbed whose EPP watches a pool), for every testbed.
-    with create_jaeger(args.runtime, new_run_dir("jaeger-conformance")) as jaeger, \
+    with create_jaeger(runtime, new_run_dir("jaeger-conformance"), cluster=args.cluster) as jaeger, \
             SharedControlPlane(lambda: new_run_dir("control-plane")) as plane:
         if any(c.control_plane and not c.not_declared(target) for c in checks or selected(kind=target.kind)):
             plane.start_beside()  # a declared check's testbed watches a pool: the control plane starts meanwhile
@@ -111,7 +114,7 @@ def main(args: argparse.Namespace) -> int:
                 print(f"-- Envoy {version} --", flush=True)
             try:  # the soak once in a version matrix, on its first Envoy
                 reports.append(run(target.replace(envoy_version=version), make_bed, checks=checks,
-                                   runtime=args.runtime, on_result=show, request_timeout_s=args.request_timeout_s,
+                                   runtime=runtime, on_result=show, request_timeout_s=args.request_timeout_s,
                                    budget=budget, strict=args.strict, quick=args.quick,
                                    soak_judged_on=versions[0] if i else None, progress=progress))
             finally:

@@ -11,11 +11,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from eppkit.conformance.checks.registry import NOT_RUN, Result, evidence_of
 from eppkit.conformance.pods import PROBE_GAP_S, SCRAPE_S, BusyLoad, probe, until
+from eppkit.conformance.results import NOT_RUN, Result, evidence_of
 from eppkit.observability.client import PROTOCOLS
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
 
 K, T = TypeVar("K"), TypeVar("T")
 
@@ -48,7 +51,7 @@ class Held(Generic[K, T]):
     sents: list = dataclasses.field(default_factory=list)
 
 
-def hold(h, bed, state: State[K, T], pods: dict[K, tuple[Any, BusyLoad]], asks: list[dict[str, Any]],
+def hold(h: EppHarness, bed, state: State[K, T], pods: dict[K, tuple[Any, BusyLoad]], asks: list[dict[str, Any]],
          evidence: list[str]) -> Held[K, T]:
     """Requests through Envoy while ``pods`` (key -> a testbed backend and the load sent straight to it) are held in
     ``state``: the loads sent, each pod read until it shows the state; once every one does and SCRAPE_S later (time

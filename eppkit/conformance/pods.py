@@ -11,13 +11,16 @@ import json
 import socket
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import requests
 
 from eppkit.cluster.podnet import SUBNET as KIT_POD_NETWORK
 from eppkit.services.picker.scraper import parse_metrics
 from eppkit.services.vllm.request_in import HEADER_ITL
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
 
 T = TypeVar("T")
 
@@ -80,8 +83,8 @@ def load_words(metrics: dict[str, float]) -> str:
 
 
 class BusyLoad:
-    """``streams`` long streamed chat requests for ``model`` written straight to one pod (past Envoy and the EPP, as another
-    client of the pod would), each on a socket of its own that is never read: the pod runs and queues them until
+    """``streams`` long streamed chat requests for ``model`` written straight to one pod (past Envoy and the EPP, as
+    another client of the pod would), each on a socket of its own that is never read: the pod runs and queues them until
     :meth:`close` drops the connections (the pod then stops them at its next token). Only to a pod :func:`reachable`."""
 
     def __init__(self, address: str, model: str, streams: int = BUSY_STREAMS):
@@ -109,6 +112,18 @@ class BusyLoad:
             raise
         return self
 
+    def free_one(self) -> bool:
+        """Drop the oldest stream still open (the one the pod runs, its requests being first come first served): one
+        slot freed; False when none is left."""
+        if not self.sockets:
+            return False
+        sock = self.sockets.pop(0)
+        try:
+            sock.close()
+        except OSError:
+            pass
+        return True
+
     def close(self) -> None:
         for sock in self.sockets:
             try:
@@ -127,11 +142,12 @@ def with_pod_args(topology, *args: str):
     return dataclasses.replace(topology, vllm=pods)
 
 
-def probe(h, bed, protocol: str, model: str | None = None, headers: dict[str, str] | None = None, client=None):
+def probe(h: EppHarness, bed, protocol: str, model: str | None = None, headers: dict[str, str] | None = None,
+          client=None):
     """One request through Envoy in ``protocol`` (for ``model``, with ``headers``; ``client``: the testbed's, fetched
     before, so that a check beside the others never waits for the harness while another starts a testbed) and
     Envoy's record of it."""
-    h.protocol = protocol  # this thread's client protocol (the harness keeps it per thread)
+    h = h.on(protocol)
     if model is None:
         return h.send(bed, headers=headers, client=client)
     body = {"model": model, "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 2}

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from eppkit.conformance.checks.registry import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, SHOULD
+from eppkit.conformance.results import FAIL, NOT_APPLICABLE, NOT_RUN, PASS, SHOULD
 from eppkit.conformance.suite import CONFORMS, FAILS, INCOMPLETE, NOT_LOADED, PARTIAL, WARNINGS, base_verdict
 from eppkit.observability.html import assets, environment
 
@@ -17,7 +17,8 @@ WORST_FIRST = (NOT_LOADED, FAILS, INCOMPLETE, PARTIAL, WARNINGS, CONFORMS)  # th
 
 
 def subject(report: dict) -> dict:
-    """What was judged: an EPP or a plugin (``kind``), its label and mode (a report from before ``subject``: its EPP)."""
+    """What was judged: an EPP or a plugin (``kind``), its label and mode (a report from before ``subject``: its
+    EPP)."""
     return report.get("subject") or {"kind": "epp", **report["epp"]}
 
 
@@ -73,7 +74,8 @@ def text(report: dict) -> str:
         lines.append(f"  warnings (should checks that failed; --strict fails on them): {', '.join(warnings)}")
     if report.get("hop"):
         lines.append("  the EPP hop as Envoy recorded it (ms, p50 / p90 over the suite's served requests):")
-        lines += [f"    {phase:<22} {v['p50']:8.2f} {v['p90']:8.2f}  (n={v['n']})" for phase, v in report["hop"].items()]
+        lines += [f"    {phase:<22} {v['p50']:8.2f} {v['p90']:8.2f}  (n={v['n']})"
+                  for phase, v in report["hop"].items()]
     return "\n".join(lines)
 
 
@@ -102,7 +104,8 @@ def matrix(reports: list[dict]) -> dict:
         "wall_s": round(sum(r["wall_s"] for r in reports), 1),
         "matrix": by_version,
         "checks": [{"id": c["id"], "title": c["title"], "level": c["level"], "category": c["category"],
-                    "status": {v: next(x["status"] for x in r["checks"] if x["id"] == c["id"]) for v, r in by_version.items()}}
+                    "status": {v: next(x["status"] for x in r["checks"] if x["id"] == c["id"])
+                               for v, r in by_version.items()}}
                    for c in first["checks"]],
     }
 

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from eppkit import modes
 from eppkit import options as options_table
 from eppkit.builds import gaie
+from eppkit.conformance.subject import EPP, PLUGIN
 from eppkit.modes import external_epp, gaie_epp
 from eppkit.services.picker import headers
 from eppkit.services.vllm.config import MockLatency
@@ -31,12 +32,15 @@ REQUEST_TIMEOUT_S: float = options_table.default("request_timeout_s", options_ta
 QUICK = MockLatency(time_to_first_token=2.0, inter_token_latency=1.0)
 # What the kit's own EPP answers to shed a request (test steering): the shed check's default for it.
 KIT_SHED = f"{headers.SHED}: 1"
+# Flow control's declared request TTL by default (the kit's EPP is started with it; llm-d's own default, 60 s, is too
+# long to wait out) and the least the checks can judge: they hold requests queued some 3 s while freeing slots.
+FLOW_CONTROL_TTL_S, MIN_FLOW_CONTROL_TTL_S = 5.0, 4.0
 
 
 @dataclass
 class Target:
     """The EPP to judge: ``mode`` (one of :data:`EPP_MODES`) and its options (``epp_command`` /
-    ``epp_address`` for an EPP of your own)."""
+    ``epp_address`` for an EPP of your own). A :class:`~eppkit.conformance.subject.Subject`."""
 
     mode: str = "ext_proc"
     options: dict[str, Any] = field(default_factory=dict)
@@ -58,10 +62,19 @@ class Target:
     # The EPP says it sheds sheddable requests (InferenceObjective priority < 0) when the pool is saturated: the
     # saturation check judges it; otherwise n/a.
     saturation: bool = False
+    # The EPP says it disaggregates prefill and decode as llm-d does (a decode pod as destination, a prefill pod named
+    # in x-prefiller-host-port, by the pods' llm-d.ai/role): the pd-disaggregation check judges it; otherwise n/a.
+    pd: bool = False
+    # The EPP says it queues requests while the pool is saturated (flow control: priority bands, fairness, a TTL): the
+    # checks queued-then-served, priority-bands, fairness and ttl-drop judge it; otherwise n/a. Its request TTL (the
+    # kit's EPP is started with it) and the status of a TTL drop.
+    flow_control: bool = False
+    flow_control_ttl: float = FLOW_CONTROL_TTL_S
+    flow_control_drop_status: int = 429
     # Your filters in the chain of every testbed (--lua-filter, --dynamic-module, --http-filter): the EPP is judged
     # with them in front of or behind it, as it will run.
     filters: tuple = ()
-    kind: ClassVar[str] = "epp"  # what the report says was judged
+    kind: ClassVar[str] = EPP  # what the report says was judged (eppkit.conformance.subject.Subject)
 
     def __post_init__(self) -> None:
         if self.mode not in EPP_MODES:
@@ -71,6 +84,11 @@ class Target:
             self.shed_header = KIT_SHED
         if self.mode == gaie_epp.MODE.name and not self.test_header_options:
             self.test_header_options = {"conformance": True}
+        if self.flow_control_ttl < MIN_FLOW_CONTROL_TTL_S:
+            raise ValueError(f"--flow-control-ttl {self.flow_control_ttl:g}: at least {MIN_FLOW_CONTROL_TTL_S:g} s "
+                             "(the checks keep requests queued that long while they free the pod's slots)")
+        if not 400 <= self.flow_control_drop_status < 600:
+            raise ValueError(f"--flow-control-drop-status {self.flow_control_drop_status}: an HTTP error status")
         if self.shed_header is not None and ":" not in self.shed_header:
             raise ValueError(f"--shed-header {self.shed_header!r}: give 'name: value'")
 
@@ -96,6 +114,10 @@ class Target:
         """The kit starts (and can stop) this EPP: not one given by address."""
         return not self.options.get("epp_address")
 
+    def let_through_headers(self) -> dict[str, str]:
+        """None to add: an EPP's requests carry no gate's headers (your filters in front of it are judged with it)."""
+        return {}
+
     def shed(self) -> dict[str, str]:
         name, _, value = (self.shed_header or "").partition(":")
         return {name.strip(): value.strip()}
@@ -115,6 +137,9 @@ class Target:
                 **({"load_aware": True} if self.load_aware else {}),
                 **({"lora_affinity": True} if self.lora_affinity else {}),
                 **({"saturation": True} if self.saturation else {}),
+                **({"pd": True} if self.pd else {}),
+                **({"flow_control": {"ttl_s": self.flow_control_ttl, "drop_status": self.flow_control_drop_status}}
+                   if self.flow_control else {}),
                 **({"filters": [f"{f.label} @{f.position}" for f in self.filters]} if self.filters else {})}
 
     def replace(self, **changes: Any) -> "Target":
@@ -128,7 +153,7 @@ REWRITES = ("request", "response")  # the directions a plugin may declare it rew
 class PluginTarget:
     """Your filters judged as the subject (``eppkit conformance --plugin``): each check sends the same requests
     through the testbed with them and through its floor, the same topology without them, in the same run; the
-    filters' effect is the difference. Same protocol as :class:`Target` (what the harness and suite use)."""
+    filters' effect is the difference. A :class:`~eppkit.conformance.subject.Subject`, as :class:`Target` is."""
 
     filters: tuple = ()
     mode: str = "direct"  # any mode: direct judges the filter alone (no picker in the floor's numbers)
@@ -141,7 +166,7 @@ class PluginTarget:
     # but refusals-are-clean's, sent without them so that the plugin refuses them.
     let_through: tuple[str, ...] = ()
     test_header_options: dict[str, Any] = field(default_factory=dict)
-    kind: ClassVar[str] = "plugin"
+    kind: ClassVar[str] = PLUGIN
 
     def __post_init__(self) -> None:
         if not self.filters:

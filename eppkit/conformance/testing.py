@@ -12,10 +12,11 @@
     test_my_filter = plugin_conformance_tests(LuaFilter(path="my_guard.lua"), let_through=("x-tenant: acme",))
 
 ``conformance_tests(mode=..., options=..., shed_header=..., checks=..., cache_aware=..., load_aware=...,
-lora_affinity=..., saturation=..., quick=...)`` takes what ``eppkit conformance`` takes. Each check is one test (id = the check's): a pass
-passes, a failed *must* fails with the evidence, a failed *should* passes with a warning (``strict=True``: fails), a
-check that does not apply or could not be judged is skipped with why. The testbeds are the plugin's shared ones
-(``eppkit_shared_testbed_factory``): one per variant and module, on every ``--eppkit-runtime``.
+lora_affinity=..., saturation=..., pd=..., flow_control=..., quick=...)`` takes what ``eppkit conformance`` takes. Each
+check is one test (id = the check's): a pass passes, a failed *must* fails with the evidence, a failed *should*
+passes with a warning (``strict=True``: fails), a check that does not apply or could not be judged is skipped with
+why. The testbeds are the plugin's shared ones (``eppkit_shared_testbed_factory``): one per variant and module, on
+every ``--eppkit-runtime``.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
-from eppkit.conformance.checks import CHECKS, Result
-from eppkit.conformance.checks.latency import Budget, CostBudget
-from eppkit.conformance.checks.registry import FAIL, MUST, PASS, PLUGIN_CHECKS
+from eppkit.conformance.budget import Budget, CostBudget
 from eppkit.conformance.harness import Harness
-from eppkit.conformance.suite import run_check, selected
-from eppkit.conformance.target import REQUEST_TIMEOUT_S, PluginTarget, Target
+from eppkit.conformance.registry import CHECKS, PLUGIN_CHECKS
+from eppkit.conformance.results import FAIL, MUST, PASS, Result
+from eppkit.conformance.schedule import Scheduler
+from eppkit.conformance.subject import PLUGIN
+from eppkit.conformance.suite import selected
+from eppkit.conformance.target import FLOW_CONTROL_TTL_S, REQUEST_TIMEOUT_S, PluginTarget, Target
 from eppkit.modes import external_epp
 
 
@@ -51,12 +54,15 @@ def outcome(result: Result, level: str = MUST, strict: bool = False) -> None:
 def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any] | None = None, *,
                       shed_header: str | None = None, checks: Iterable[str] = (), cache_aware: bool = False,
                       quick: bool = False, load_aware: bool = False, lora_affinity: bool = False,
-                      saturation: bool = False,
+                      saturation: bool = False, pd: bool = False, flow_control: bool = False,
+                      flow_control_ttl: float = FLOW_CONTROL_TTL_S, flow_control_drop_status: int = 429,
                       request_timeout_s: float = REQUEST_TIMEOUT_S, strict: bool = False, budget: str = "") -> Callable:
     """A test function, parametrized over the checks, judging the EPP of ``mode`` (and ``options``); ``quick``:
     the soak (sustained-load) skipped, as ``--quick``."""
     target = Target(mode=mode, options=dict(options or {}), shed_header=shed_header, cache_aware=cache_aware,
-                    load_aware=load_aware, lora_affinity=lora_affinity, saturation=saturation)
+                    load_aware=load_aware, lora_affinity=lora_affinity, saturation=saturation, pd=pd,
+                    flow_control=flow_control, flow_control_ttl=flow_control_ttl,
+                    flow_control_drop_status=flow_control_drop_status)
     # A check the EPP does not take on (kv-cache-affinity without cache_aware) is no test here, not a skipped one.
     names = [c.name for c in selected(checks) if c.not_declared(target) is None]
     results: dict[str, dict[str, Result]] = {}  # runtime -> check -> result: a check's needs, per runtime
@@ -72,8 +78,7 @@ def conformance_tests(mode: str = external_epp.MODE.name, options: dict[str, Any
             concurrent[eppkit_runtime] = harness.probe_concurrency()
         harness.concurrent = concurrent[eppkit_runtime]
         check = CHECKS.get(conformance_check)
-        done[conformance_check] = run_check(check, harness, done)
-        outcome(done[conformance_check], check.level, strict)
+        outcome(Scheduler(harness, done).judge(check), check.level, strict)
 
     return test_conformance
 
@@ -89,7 +94,7 @@ def plugin_conformance_tests(*filters: Any, mode: str = "direct", options: dict[
     ``--budget`` for the plugin's cost, e.g. ``"p50=2ms"``)."""
     target = PluginTarget(filters=filters, mode=mode, options=dict(options or {}), let_through=tuple(let_through),
                           rewrites=frozenset(rewrites)).validate()
-    names = [c.name for c in selected(checks, kind="plugin") if c.not_declared(target) is None]
+    names = [c.name for c in selected(checks, kind=PLUGIN) if c.not_declared(target) is None]
     results: dict[str, dict[str, Result]] = {}  # runtime -> check -> result
 
     @pytest.mark.e2e
@@ -98,8 +103,6 @@ def plugin_conformance_tests(*filters: Any, mode: str = "direct", options: dict[
         harness = Harness(target, eppkit_shared_testbed_factory, request_timeout_s=request_timeout_s,
                           budget=CostBudget.parse(budget) if budget else None)
         check = PLUGIN_CHECKS.get(plugin_check)
-        done = results.setdefault(eppkit_runtime, {})
-        done[plugin_check] = run_check(check, harness, done)
-        outcome(done[plugin_check], check.level, strict)
+        outcome(Scheduler(harness, results.setdefault(eppkit_runtime, {})).judge(check), check.level, strict)
 
     return test_plugin_conformance

@@ -1,1 +1,2 @@
-"""What every layer of the kit may use: where files live (package data, the cache, run folders), polling, /proc."""
+"""What every layer of the kit may use: its settings (every ``EPPKIT_*`` variable, read once), where files live
+(package data, the cache, run folders), polling, /proc."""

@@ -3,8 +3,8 @@
 Package data (Envoy templates, Lua filters, the dynamic module's Go sources, Jaeger's config
 template, dockerfiles) is read through :mod:`importlib.resources`, so it is found the same way
 in a wheel install and in an editable one. Nothing is ever written next to the package: runs and
-reports go under the current directory (or ``$EPPKIT_RUNS`` / ``$EPPKIT_REPORTS``), built
-artifacts into the cache.
+reports go under the current directory (or ``$EPPKIT_RUNS`` / ``$EPPKIT_REPORTS``, read as every setting is:
+:mod:`eppkit.core.settings`), built artifacts into the cache.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
+
+from eppkit.core.settings import settings
 
 
 def package_data(name: str) -> Path:
@@ -40,10 +41,7 @@ DOCKERFILES = package_data("runtimes/dockerfiles")
 
 def cache_dir() -> Path:
     """Built artifacts (Jaeger binary, dynamic modules, Envoy versions) live here and are reused."""
-    base = os.environ.get("EPPKIT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "eppkit"
-    )
-    path = Path(base)
+    path = settings().cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -66,7 +64,7 @@ def port_leases_dir() -> Path:
     ``$EPPKIT_PORT_LEASES``, else ``<tmp>/eppkit-ports``, world-writable with the sticky bit like /tmp
     itself, since ports are one namespace for every user of the machine.
     """
-    path = Path(os.environ.get("EPPKIT_PORT_LEASES") or Path(tempfile.gettempdir()) / "eppkit-ports")
+    path = settings().port_leases_dir()
     if not path.is_dir():
         path.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(OSError):  # someone else's folder: theirs to set
@@ -76,7 +74,7 @@ def port_leases_dir() -> Path:
 
 def runs_dir() -> Path:
     """Each testbed start gets a folder here holding its rendered configs and logs: ``./runs``."""
-    path = Path(os.environ.get("EPPKIT_RUNS") or (Path.cwd() / "runs")).resolve()
+    path = settings().runs_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -100,6 +98,6 @@ def new_run_dir(label: str) -> Path:
 
 def reports_dir() -> Path:
     """``eppkit compare`` writes its reports here: ``./reports``."""
-    path = Path(os.environ.get("EPPKIT_REPORTS") or (Path.cwd() / "reports")).resolve()
+    path = settings().reports_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path

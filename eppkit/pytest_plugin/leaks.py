@@ -23,6 +23,7 @@ import pytest
 
 from eppkit.components import reaper
 from eppkit.core import procfs
+from eppkit.core.settings import settings
 from eppkit.pytest_plugin.parallel import LOOKS, REPORTED, WORKER_LEAKS, WORKER_LOOK, is_controller, worker_id
 from eppkit.pytest_plugin.state import SESSION_TAG
 
@@ -33,7 +34,7 @@ CONTROLLER_GRACE_S = 10.0  # for a finished worker's watchdogs (eppkit.component
 def tagged_processes(tag: str | None = None, *, workers: bool = False, grace_s: float = 0.0) -> list[tuple[int, str]]:
     """(pid, command line) of every live process carrying this session's tag (``workers``: a worker's tag
     of this run), this process and its docker watchdog excepted; waits up to ``grace_s`` for them to go."""
-    tag = tag or os.environ.get(SESSION_TAG, "")
+    tag = tag or settings().test_session or ""
     spared = {os.getpid()}
     spared.update(p.pid for p in reaper.watchdogs())  # they outlive this process by design
     deadline = time.monotonic() + grace_s
@@ -86,7 +87,7 @@ def own_leaks() -> tuple[list[str], str]:
         zygote.stop()  # it kills any child of its own still running: the registry above has named them
 
     def tagged() -> None:  # whatever no registry knows: grandchildren that left their group, a CLI's processes
-        tag = os.environ.get(SESSION_TAG, "")
+        tag = settings().test_session or ""
         orphans = tagged_processes(tag, grace_s=GRACE_S)
         looked[0] = f"looked for {SESSION_TAG}={tag} at {time.strftime('%H:%M:%S')}: {len(orphans)} found"
         if orphans:
@@ -113,7 +114,7 @@ def own_leaks() -> tuple[list[str], str]:
 
 def workers_leaks(config: pytest.Config) -> list[str]:
     """The controller's look, once every worker is gone: what workers reported, and what they left unseen."""
-    tag = os.environ.get(SESSION_TAG, "")
+    tag = settings().test_session or ""
     lines = list(config.stash.get(REPORTED, []))
     orphans = tagged_processes(tag, workers=True, grace_s=CONTROLLER_GRACE_S)
     if orphans:

@@ -22,7 +22,8 @@ def add_pytest_options(parser) -> None:
 
 
 class PluginValues:
-    """The plugin's option values under their table names (``values.backend``), as argparse would give them."""
+    """The plugin's option values under their table names (``values.backend``), as argparse would give them: an ini
+    key's text (or the table's default, when it is text) read by the option's ``type`` as a flag's would be."""
 
     def __init__(self, config) -> None:
         self._config = config
@@ -34,4 +35,5 @@ class PluginValues:
         value = self._config.getoption(option.plugin_flag)
         if value is None and option.ini:
             value = self._config.getini(f"{PLUGIN_PREFIX}_{option.name}") or None
-        return option.default if value is None else value
+        value = option.default if value is None else value
+        return option.type(value) if isinstance(value, str) and option.type is not None else value

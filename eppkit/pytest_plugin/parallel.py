@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from eppkit.core.procfs import SESSION_TAG
+from eppkit.core.settings import settings
 
 INPUT_TAG = "eppkit_session"  # workerinput: the controller's session tag
 INPUT_UI = "eppkit_ui_zipkin"  # workerinput: the URL of the run's Zipkin (--eppkit-ui)
@@ -75,7 +75,7 @@ def refuse_under_xdist(config: pytest.Config, option: str, why: str) -> None:
 def run_folder() -> Path:
     """A folder of this run on this machine, named by the controller's tag (so the controller and its workers
     agree and two runs do not meet): the alone tests' locks, the test groups. The controller removes it."""
-    run = os.environ.get(SESSION_TAG, "").split("/")[0] or str(os.getpid())
+    run = (settings().test_session or "").split("/")[0] or str(os.getpid())
     return Path(tempfile.gettempdir()) / f"eppkit-run-{run}"
 
 
@@ -125,7 +125,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:
     """Controller, before a worker starts: hand it the run's tag (and the run's UI)."""
-    node.workerinput[INPUT_TAG] = os.environ[SESSION_TAG]
+    node.workerinput[INPUT_TAG] = settings().test_session
     server = node.config.stash.get(RUN_ZIPKIN, None)
     if server is not None:
         node.workerinput[INPUT_UI] = server.url

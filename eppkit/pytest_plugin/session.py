@@ -4,6 +4,7 @@ version, an external EPP."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from eppkit.core import settings
 from eppkit.pytest_plugin.parallel import refuse_under_xdist, session_tag
-from eppkit.pytest_plugin.state import IN_CI, SESSION_TAG, require
+from eppkit.pytest_plugin.state import CLUSTER, IN_CI, RUNTIMES, SESSION_TAG, require
 
 if TYPE_CHECKING:
     from eppkit.backends import Backend
@@ -60,22 +62,34 @@ def pytest_configure(config: pytest.Config) -> None:
             "Hint: run 'eppkit bootstrap' (it repairs that and builds Jaeger and the dynamic module).")
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    os.environ[SESSION_TAG] = session_tag(config)  # every process this session starts carries it
+    tag = session_tag(config)
+    try:  # every EPPKIT_* variable, read once now: one the kit cannot use is a usage error naming it
+        settings.given(test_session=tag)
+    except settings.SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    # The one write into this process's environment the kit makes, and why: every process this session starts
+    # carries the tag, the session's leak check finds them by it in /proc. That includes what the kit does not
+    # spawn itself (a CLI a test runs with subprocess, and what that CLI starts), so no spawn environment of the
+    # kit's can carry it: only the session's own environment, which they all inherit.
+    os.environ[SESSION_TAG] = tag
     given = values(config)
     if given.runs:
-        os.environ["EPPKIT_RUNS"] = str(Path(given.runs).resolve())
+        settings.given(runs=Path(given.runs).resolve())  # what the kit starts gets it in its spawn environment
     if given.kubeconfig or given.image_registry:  # the kubernetes runtime's cluster: one handle, made here in each
-        from eppkit.cluster import handle  # process of the session (a pytest-xdist worker runs this too)
+        from eppkit.cluster import handle  # process of the session (a pytest-xdist worker runs this too), passed down
 
         try:
-            handle.use(handle.named(given.kubeconfig, given.image_registry))
+            config.stash[CLUSTER] = handle.named(given.kubeconfig, given.image_registry)
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
     if given.keep_on_failure and IN_CI:
         raise pytest.UsageError("--eppkit-keep-on-failure waits for Ctrl-C; it makes no sense with CI=true")
     if given.keep_on_failure:
         refuse_under_xdist(config, "--eppkit-keep-on-failure", "waits on the terminal for Ctrl-C at the first failure")
-    selected_runtimes(config)  # a bad --eppkit-runtime is a usage error before anything starts
+    try:  # the runtimes, read once here; a bad ini key is a usage error before anything starts (a bad flag: pytest's)
+        config.stash[RUNTIMES] = given.runtime
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"--eppkit-runtime (or the ini key eppkit_runtime): {exc}") from None
     from eppkit.options import OTHER_RUNTIMES
 
     if given.other_runtimes not in OTHER_RUNTIMES:  # the ini key is read as it is written
@@ -213,18 +227,9 @@ def session_topology(config: pytest.Config, topology: "Topology", servers: Sessi
 
 
 def selected_runtimes(config: pytest.Config) -> list[str]:
-    """--eppkit-runtime (or the ini key): local, docker (or an outside package's runtime), all, or a comma list."""
-    from eppkit.runtimes import ALL_RUNTIMES, RUNTIMES
-
-    chosen: list[str] = []
-    for part in str(values(config).runtime or RUNTIMES[0]).split(","):
-        part = part.strip()
-        for name in (ALL_RUNTIMES if part == "all" else (part,)):
-            if name not in RUNTIMES:
-                raise pytest.UsageError(f"--eppkit-runtime {name!r}: choose from {', '.join(RUNTIMES)}, all")
-            if name not in chosen:
-                chosen.append(name)
-    return chosen
+    """--eppkit-runtime (or the ini key): local, docker (or an outside package's runtime), all, or a comma list; as
+    the session read it (eppkit.options.runtimes_named, once, in pytest_configure)."""
+    return list(config.stash[RUNTIMES])
 
 
 CONTRACT = "eppkit_runtime_contract"

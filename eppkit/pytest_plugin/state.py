@@ -13,6 +13,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BEDS = pytest.StashKey[list]()  # item -> the testbeds its test used
 TRACE_MARKS = pytest.StashKey[dict]()  # id(testbed) -> how many requests it had served before the test
 UI = pytest.StashKey[Any]()  # config -> the live trace UI (--eppkit-ui)
+CLUSTER = pytest.StashKey[Any]()  # config -> the cluster --eppkit-kubeconfig names (eppkit.cluster.handle), if one
+RUNTIMES = pytest.StashKey[tuple]()  # config -> the runtimes --eppkit-runtime (or the ini key) names, read once
 
 
 def require(condition: bool, reason: str) -> None:

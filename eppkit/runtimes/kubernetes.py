@@ -47,13 +47,14 @@ PODS = "eppkit.cluster.pod"  # what its components are: imported when it makes t
 
 class KubernetesLauncher:
     """Each component a Pod of one cluster (see the module docstring): ``cluster``, the handle made where it was
-    named (:mod:`eppkit.cluster.handle`); else one by ``kubeconfig``; else this process's."""
+    named (:mod:`eppkit.cluster.handle`); else one by ``kubeconfig``; else the one the settings name (the kit's
+    one-node cluster unless ``EPPKIT_KUBECONFIG`` says otherwise)."""
 
     runtime = "kubernetes"
 
     def __init__(self, image_set: images.ImageSet | None = None, kubeconfig: str | None = None,
                  cluster: handle.Cluster | None = None) -> None:
-        self.cluster = cluster or (handle.named(kubeconfig) if kubeconfig else handle.current())
+        self.cluster = cluster or handle.named(kubeconfig)
         ok, why = self.cluster.available()
         if not ok:
             raise ClusterError(why)
@@ -247,19 +248,32 @@ class KubernetesRuntime:
     name, order = "kubernetes", 20
     capabilities = Capabilities(in_all=False, builds=("images",), cluster=True)
 
+    def __init__(self, cluster: handle.Cluster | None = None) -> None:
+        self._cluster = cluster  # None (the registered provider): the one the settings name, made when first asked
+
+    def on(self, cluster: handle.Cluster) -> KubernetesRuntime:
+        """This runtime on ``cluster`` (the handle made where the user named it)."""
+        return KubernetesRuntime(cluster)
+
+    @property
+    def cluster(self) -> handle.Cluster:
+        if self._cluster is None:
+            self._cluster = handle.named()
+        return self._cluster
+
     def available(self) -> tuple[bool, str]:
         ok, detail = common.engine_available()  # the pods' images are built by the Docker engine
-        return handle.current().available() if ok else (ok, detail)
+        return self.cluster.available() if ok else (ok, detail)
 
     def sweep(self) -> str:
-        gone = handle.current().sweep()
+        gone = self.cluster.sweep()
         return f"removed {len(gone)} namespace(s) of eppkit sessions that died: {', '.join(gone)}" if gone else ""
 
     prepare = staticmethod(common.prepare_images)
 
-    def launcher(self, image_set: images.ImageSet | None = None, kubeconfig: str | None = None,
-                 cluster: handle.Cluster | None = None) -> KubernetesLauncher:
-        return KubernetesLauncher(image_set, kubeconfig, cluster)
+    def launcher(self, image_set: images.ImageSet | None = None, kubeconfig: str | None = None) -> KubernetesLauncher:
+        """``kubeconfig``: a cluster of your own for this launcher alone (else this runtime's cluster)."""
+        return KubernetesLauncher(image_set, cluster=handle.named(kubeconfig) if kubeconfig else self.cluster)
 
     def leftovers(self) -> str:
         return common.session_leftovers(PODS, "pods", lambda p: f"{p.namespace}/{p.name}")
@@ -269,7 +283,7 @@ class KubernetesRuntime:
 
     def reaches_this_host(self) -> bool:
         """A cluster of your own whose node is another machine does not."""
-        return handle.current().reaches_this_host()
+        return self.cluster.reaches_this_host()
 
 
 register(KubernetesRuntime())

@@ -28,7 +28,7 @@ class Capabilities:
 
     in_all: bool = True  # one of `--eppkit-runtime all` (False: a runtime named, never implied: a cluster's)
     builds: tuple[str, ...] = ()  # first-use builds every testbed of it runs (eppkit.runtimes.first_use: "images")
-    cluster: bool = False  # it runs on a cluster: --kubeconfig and --image-registry are its options
+    cluster: bool = False  # it runs on a cluster (a ClusterRuntime): --kubeconfig and --image-registry are its options
 
 
 class Runtime(Protocol):
@@ -73,5 +73,24 @@ class Runtime(Protocol):
         ...
 
 
+class ClusterRuntime(Runtime, Protocol):
+    """A runtime whose capabilities say ``cluster``: the one registered runs on the cluster the settings name (the
+    kit's one-node cluster unless ``EPPKIT_KUBECONFIG`` says otherwise); :meth:`on` gives it on another."""
+
+    def on(self, cluster: Any) -> Runtime:
+        """This runtime on ``cluster`` (an :class:`eppkit.cluster.handle.Cluster`, made where the user named it)."""
+        ...
+
+
 RUNTIMES: Registry[Runtime] = Registry("runtime")
-register, names, get, all_runtimes = RUNTIMES.register, RUNTIMES.names, RUNTIMES.get, RUNTIMES.all
+register, names, all_runtimes = RUNTIMES.register, RUNTIMES.names, RUNTIMES.all
+
+
+def get(name: str, cluster: Any = None) -> Runtime:
+    """The runtime ``name``; with ``cluster`` (the handle made where the user named one), on it when it runs on a
+    cluster (its capabilities say so), as it is when it does not."""
+    runtime = RUNTIMES.get(name)
+    if cluster is None or not runtime.capabilities.cluster:
+        return runtime
+    clustered: ClusterRuntime = runtime  # type: ignore[assignment]  # its capabilities say it is one
+    return clustered.on(cluster)

@@ -31,11 +31,12 @@ from eppkit.components.process import ManagedProcess
 from eppkit.components.readiness import HttpReady
 from eppkit.core.paths import cache_dir
 from eppkit.core.progress import Progress
+from eppkit.core.settings import Settings, settings
 
 ZIPKIN_VERSION = "3.6.1"
 ARTIFACT = f"io.zipkin:zipkin-server:{ZIPKIN_VERSION}:jar:exec"
 JAR_NAME = f"zipkin-server-{ZIPKIN_VERSION}-exec.jar"
-JAR_ENV = "EPPKIT_ZIPKIN_JAR"  # use this jar instead of the cached one
+JAR_ENV = Settings.variable("zipkin_jar")  # use this jar instead of the cached one
 MIN_JAVA = 17
 # Everything optional is off: no gRPC collector, no self-tracing, no scribe, no actuator.
 SERVER_ENV = {"STORAGE_TYPE": "mem", "MEM_MAX_SPANS": "500000", "COLLECTOR_GRPC_ENABLED": "false",
@@ -53,8 +54,7 @@ def jar_path() -> Path:
 
 def find_jar() -> Path | None:
     """The server jar: $EPPKIT_ZIPKIN_JAR, else the cached one; None when neither exists."""
-    explicit = os.environ.get(JAR_ENV)
-    path = Path(explicit) if explicit else jar_path()
+    path = settings().zipkin_jar or jar_path()
     return path if path.is_file() else None
 
 

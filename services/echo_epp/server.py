@@ -11,11 +11,14 @@ from typing import AsyncIterator
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from envoy.type.v3 import http_status_pb2
 from eppkit.observability import otel
 from eppkit.observability.contract import EchoEpp, Epp, Http, Rpc
-from eppkit.services.echo_epp import LEAK_BYTES, SLOW_DECISION_S, SLOWS_BY_S, STOP_AFTER, TRUNCATE_AT
+from eppkit.services.echo_epp import LEAK_BYTES, PROBE_TIMEOUT_S, SLOW_DECISION_S, SLOWS_BY_S, STOP_AFTER, TRUNCATE_AT
+from eppkit.services.echo_epp.queue import EchoQueue, dropped_headers
 from eppkit.services.epp import protocol
-from eppkit.services.picker import headers
+from eppkit.services.picker import headers, roles
+from eppkit.services.picker.flow_control import Dropped
 from eppkit.services.runner import until_stopped
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from opentelemetry import trace
@@ -27,11 +30,14 @@ SERVED_ECHO = "x-conformance-test-served-endpoint"
 
 
 class Pool:
-    """``ip:port`` endpoints in order; round robin over those a request may have."""
+    """``ip:port`` endpoints in order, each with its ``llm-d.ai/role`` when given (``--pod-roles``); round robin
+    over those a request may have."""
 
-    def __init__(self, endpoints: list[str]):
+    def __init__(self, endpoints: list[str], pod_roles: dict[str, str] | None = None):
         self.endpoints = endpoints
+        self.roles = dict(pod_roles or {})
         self._turn = itertools.count()
+        self._prefill_turn = itertools.count()
 
     def pick(self, allowed: list[str], max_fallbacks: int) -> list[str]:
         if not allowed:
@@ -39,6 +45,36 @@ class Pool:
         start = next(self._turn) % len(allowed)
         ordered = allowed[start:] + allowed[:start]
         return ordered[: 1 + max_fallbacks]
+
+    @property
+    def disaggregated(self) -> bool:
+        return roles.disaggregated(self.roles.get(ep) for ep in self.endpoints)
+
+    def with_role(self, wanted) -> list[str]:
+        """The endpoints whose role ``wanted`` (a predicate of :mod:`eppkit.services.picker.roles`) accepts."""
+        return [ep for ep in self.endpoints if wanted(self.roles.get(ep))]
+
+    def prefiller(self, misbehave: str) -> str | None:
+        """The prefill pod to name (round robin over the prefill-capable ones) in a disaggregated pool; with
+        decode-as-prefiller, a decode-only pod."""
+        if not self.disaggregated:
+            return None
+        decode_only = self.with_role(lambda role: role == roles.DECODE)
+        if misbehave == "decode-as-prefiller" and decode_only:
+            return decode_only[0]
+        able = self.with_role(roles.prefill_capable)
+        return able[next(self._prefill_turn) % len(able)]
+
+
+async def answers(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """The pod at ``address`` accepts a connection (a pod that is down is not eligible)."""
+    host, _, port = address.rpartition(":")
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), timeout_s)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
 
 
 def forced(pool: Pool, value: str) -> list[str]:
@@ -64,32 +100,71 @@ def reencoded(body: bytes) -> bytes:
 
 class EchoProcessor(pb_grpc.ExternalProcessorServicer):
     def __init__(self, pool: Pool, tracer: trace.Tracer, *, misbehave: str = "none", max_fallbacks: int = 2,
-                 shed_header: str = ""):
+                 shed_header: str = "", queue: EchoQueue | None = None):
         self.pool, self.tracer, self.misbehave = pool, tracer, misbehave
+        self.queue = queue  # flow control (--flow-control): None, off
         self.max_fallbacks, self.shed_header = max_fallbacks, shed_header
         self._streams = 0
         self._opened = 0  # every stream so far (stops-after-n)
         self._kept: list[bytearray] = []  # leaks-per-stream's
 
-    def decide(self, request_headers: dict[str, str], subset: tuple[str, ...] | None) -> pb.ProcessingResponse:
-        """The decision on the request headers: 429 to shed, 503 when no endpoint fits, else the pick."""
+    async def eligible(self, subset: tuple[str, ...] | None) -> list[str]:
+        """The endpoints a request may go to: decode-capable ones (every one in a pool without roles), within the
+        subset hint only those that answer; with empty-subset-ignored, the whole pool when none is."""
+        serving = self.pool.with_role(roles.decode_capable)
+        if subset is None:
+            return serving
+        allowed = [ep for ep in serving if ep in subset]
+        allowed = [ep for ep, up in zip(allowed, await asyncio.gather(*map(answers, allowed))) if up]
+        return allowed or (serving if self.misbehave == "empty-subset-ignored" else [])
+
+    def no_endpoint(self) -> pb.ProcessingResponse:
+        """503: no endpoint fits (non-openai-503: a plain-text body, as GAIE's EPP v1.5.0 answers)."""
+        message = "no endpoint available for this request"
+        if self.misbehave == "non-openai-503":
+            return pb.ProcessingResponse(immediate_response=pb.ImmediateResponse(
+                status=http_status_pb2.HttpStatus(code=503), body=message.encode(), details="epp_no_endpoint"))
+        return protocol.immediate_response(503, message, code="no_endpoint")
+
+    async def decide(self, request_headers: dict[str, str], subset: tuple[str, ...] | None) -> pb.ProcessingResponse:
+        """The decision on the request headers: 429 to shed, 503 when no endpoint fits, else the pick (and in a
+        disaggregated pool the prefill pod, in x-prefiller-host-port)."""
         if self.shed_header and self.shed_header in request_headers:
             return protocol.immediate_response(429, f"request shed ({self.shed_header})", code="shed")
         if self.misbehave == "shed-every-objective" and headers.OBJECTIVE in request_headers:
             return protocol.immediate_response(429, f"request shed ({headers.OBJECTIVE}: "
                                                f"{request_headers[headers.OBJECTIVE]})", code="shed")
-        allowed = [ep for ep in self.pool.endpoints if subset is None or ep in subset]
+        allowed = await self.eligible(subset)
         test = request_headers.get(headers.TEST_ENDPOINT_SELECTION)
         picked = [ep for ep in forced(self.pool, test) if ep in allowed] if test else \
             self.pool.pick(allowed, self.max_fallbacks)
         if not picked:
-            return protocol.immediate_response(503, "no endpoint available for this request", code="no_endpoint")
+            return self.no_endpoint()
+        if self.misbehave == "prefill-as-destination" and self.pool.disaggregated:
+            picked = self.pool.with_role(lambda role: role == roles.PREFILL)[:1]
         value = ",".join(picked)
         header_value = self.pool.endpoints[-1] if self.misbehave == "destination-mismatch" else value
         if self.misbehave == "destination-mismatch" and header_value == value:
             header_value = self.pool.endpoints[0]
-        return protocol.headers_response({headers.DESTINATION: header_value}, clear_route_cache=True,
+        set_headers = {headers.DESTINATION: header_value}
+        prefiller = self.pool.prefiller(self.misbehave)
+        if prefiller:
+            set_headers[headers.PREFILLER] = prefiller
+        return protocol.headers_response(set_headers, clear_route_cache=True,
                                          metadata={protocol.METADATA_NAMESPACE: {protocol.METADATA_KEY: value}})
+
+    async def admitted(self, request_headers: dict[str, str]) -> pb.ProcessingResponse | None:
+        """With flow control: wait for the request's turn (None), or the drop's answer. A forced or steered-to-shed
+        request does not wait."""
+        if self.queue is None or any(name in request_headers for name in (headers.TEST_ENDPOINT_SELECTION,
+                                                                           self.shed_header or headers.SHED)):
+            return None
+        try:
+            await self.queue.admit(request_headers)
+        except Dropped as exc:
+            return protocol.immediate_response(exc.status, exc.message, code=exc.reason,
+                                               extra_headers=dropped_headers(exc))
+        return None
 
     def echo(self, body: pb.HttpBody, *, response_path: bool = False, first: bool = False) -> pb.ProcessingResponse:
         msg = pb.ProcessingResponse()
@@ -162,10 +237,13 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
                     found = protocol.header_map(request.request_headers.headers)
                     span.set_attribute(Http.REQUEST_METHOD, found.get(":method", ""))
                     span.set_attribute(Http.URL_PATH, found.get(":path", ""))
-                    reply = self.decide(found, subset)
+                    reply = await self.admitted(found)
+                    reply = reply or await self.decide(found, subset)
                     if reply.HasField("request_headers"):
                         decision = reply.dynamic_metadata.fields[protocol.METADATA_NAMESPACE].struct_value
                         span.set_attribute(Epp.ENDPOINT, decision.fields[protocol.METADATA_KEY].string_value)
+                        if self.queue is not None:
+                            self.queue.picked(decision.fields[protocol.METADATA_KEY].string_value.split(",")[0])
                     if reply.HasField("immediate_response"):
                         span.set_attribute(Epp.REASON, reply.immediate_response.details)
                         yield reply
@@ -222,10 +300,11 @@ class EchoProcessor(pb_grpc.ExternalProcessorServicer):
 
 
 async def serve(host: str, port: int, pool: Pool, tracer: trace.Tracer, *, misbehave: str, max_fallbacks: int,
-                shed_header: str) -> None:
+                shed_header: str, queue: EchoQueue | None = None) -> None:
     server = grpc.aio.server(options=list(protocol.SERVER_OPTIONS))
     pb_grpc.add_ExternalProcessorServicer_to_server(
-        EchoProcessor(pool, tracer, misbehave=misbehave, max_fallbacks=max_fallbacks, shed_header=shed_header), server)
+        EchoProcessor(pool, tracer, misbehave=misbehave, max_fallbacks=max_fallbacks, shed_header=shed_header,
+                      queue=queue), server)
     health_servicer = health.aio.HealthServicer()
     for service in ("",) if misbehave == "no-health-services" else protocol.HEALTH_SERVICES:
         await health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -235,5 +314,9 @@ async def serve(host: str, port: int, pool: Pool, tracer: trace.Tracer, *, misbe
     await server.start()
     log.info("echo-epp listening on grpc://%s:%d (%d endpoints, misbehaviour: %s)", host, port, len(pool.endpoints),
              misbehave)
+    if queue is not None:
+        await queue.start()
     await until_stopped()
     await server.stop(1.0)
+    if queue is not None:
+        await queue.stop()

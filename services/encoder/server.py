@@ -25,6 +25,7 @@ from eppkit.services.openai_server.ec_cache import EncoderCache
 from eppkit.services.openai_server.jitter import jittered
 from eppkit.services.openai_server.media import media_kind
 from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from eppkit.services.openai_server.metrics import NAME_PARAM as METRICS_NAME
 from eppkit.services.openai_server.metrics import E2E_BUCKETS, MetricSet
 from eppkit.services.openai_server.responses import DONE, Renderer, usage
 from eppkit.services.pod_headers import HEADER_POD, HEADER_REQUEST_ID, REQUEST_ID_KEY, pod_headers_middleware
@@ -68,7 +69,8 @@ class MockEncoder:
         return web.json_response({"object": "list", "data": data})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metric_set.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+        body = self.metric_set.render(request.query.getall(METRICS_NAME, []))  # ?name[]=: those samples only
+        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         rid = request[REQUEST_ID_KEY]

@@ -360,7 +360,8 @@ class StreamProcessor:
             span.end()
         log.info("answering %d (%s): %s", exc.status, exc.code, exc.message)
         self.phase = Phase.CLOSED
-        return [protocol.immediate_response(exc.status, exc.message, code=exc.code)]
+        return [protocol.immediate_response(exc.status, exc.message, code=exc.code,
+                                            extra_headers=exc.headers.items())]
 
     def _out_of_order(self, kind: str) -> Responses:
         log.warning("ext_proc message %s arrived in phase %s; ignored", kind, self.phase.value)

@@ -79,9 +79,6 @@ class Renderer:
         return self._sse({**self._envelope(chunk=True), "choices": [], "usage": streamed,
                           "system_fingerprint": SYSTEM_FINGERPRINT})
 
-    def error_chunk(self, error: dict[str, Any]) -> bytes:
-        return self._sse(error)
-
     def full(self, text: str, finish_reason: str, usage: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
         choice: dict[str, Any] = {"index": 0}
         if self.kind == CHAT:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import random
 import re
 from typing import Any
@@ -85,7 +84,3 @@ def output_tokens(seed: int, prompt: str, n: int) -> list[str]:
     rng = random.Random(sequence_seed(seed, prompt))
     words = [rng.choice(OUTPUT_WORDS) for _ in range(n)]
     return [w if i == 0 else " " + w for i, w in enumerate(words)]
-
-
-def stable_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))

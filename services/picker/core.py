@@ -3,6 +3,8 @@
 :class:`Picker` turns an :class:`LlmRequest` into a :class:`Decision` (or raises
 :class:`PickError`), in this order:
 
+0. flow control, when on (:mod:`eppkit.services.picker.flow_control`): while the pool is saturated the request
+   waits in the picker, by priority band and fairness, up to its TTL (not for a forced or steered-to-shed request);
 1. shed hook: ``x-eppkit-shed: 1`` is a 429 (test steering, as a saturated pool would answer);
 2. force hook: ``x-eppkit-force-endpoint`` (or GAIE's ``test-epp-endpoint-selection``) names the
    endpoint (and fallbacks): the first named one in the pool that serves the requested model, health
@@ -22,8 +24,10 @@ services/frontend) only read the request off the wire and write the decision bac
 from __future__ import annotations
 
 from eppkit.services.picker import headers as h
+from eppkit.services.picker import roles
 from eppkit.services.picker.decision import Decision, PickError
 from eppkit.services.picker.endpoints import PoolEndpoint
+from eppkit.services.picker.flow_control import DROPPED_REASON, Dropped, FlowController, fairness_id
 from eppkit.services.picker.pool import Pool
 from eppkit.services.picker.request import LlmRequest
 from eppkit.services.picker.saturation import Objectives, Saturation, sheddable
@@ -85,7 +89,12 @@ def candidates(pool: Pool, request: LlmRequest, scorer: str) -> list[PoolEndpoin
             served = sorted({m for ep in pool.endpoints for m in ep.models})
             raise PickError(404, f"the model {model!r} is not served by this pool; served models: {', '.join(served)}",
                             code="model_not_found", scorer=scorer, param="model")
-    healthy = [ep for ep in endpoints if ep.healthy]
+    serving = [ep for ep in endpoints if roles.decode_capable(ep.role)]  # never a prefill-only pod (llm-d.ai/role)
+    if not serving:
+        raise PickError(503, "no endpoint available: every endpoint allowed is prefill-only ("
+                             + ", ".join(f"{ep.name}: {roles.LABEL}={ep.role}" for ep in endpoints) + ")",
+                        code="no_endpoint", scorer=scorer)
+    healthy = [ep for ep in serving if ep.healthy]
     if not healthy:
         raise PickError(503, f"no endpoint available: {pool.describe_down()}", code="no_endpoint", scorer=scorer)
     return healthy
@@ -96,7 +105,8 @@ class Picker:
 
     def __init__(self, pool: Pool, scorer: Scorer, *, shed_queue_threshold: float = 0, max_fallbacks: int = 2,
                  stages: StagePicker | None = None, saturation: Saturation | None = None,
-                 objectives: Objectives | None = None):
+                 objectives: Objectives | None = None, flow: dict | None = None):
+        """``flow``: flow control's settings (:class:`FlowController`'s keywords), None: off."""
         self.pool = pool
         self.saturation = saturation if saturation is not None else Saturation()
         self.objectives = objectives if objectives is not None else Objectives()
@@ -104,13 +114,28 @@ class Picker:
         self.shed_queue_threshold = shed_queue_threshold
         self.max_fallbacks = max_fallbacks
         self.stages = stages
+        self.flow = None if flow is None else FlowController(self._no_room, lambda: bool(self.pool.healthy()), **flow)
+
+    def _no_room(self) -> bool:
+        """Flow control's view: the pool saturated, the picks since each endpoint's last scrape counted as waiting."""
+        return self.saturation.of(self.pool.healthy(), picked=True) >= 1.0
 
     @property
     def scorer_name(self) -> str:
         return self.scorer.type
 
     async def pick(self, request: LlmRequest) -> Decision:
+        if self.flow is not None and not any(name in request.headers for name in (*FORCE_HEADERS, h.SHED)):
+            await self._wait_turn(request)
         return self.with_stages(self.pick_decoder(request), request)
+
+    async def _wait_turn(self, request: LlmRequest) -> None:
+        assert self.flow is not None
+        try:
+            await self.flow.admit(self.objectives.priority(request.headers), fairness_id(request.headers))
+        except Dropped as exc:
+            raise PickError(exc.status, exc.message, code=exc.reason, scorer=self.scorer_name,
+                            headers={DROPPED_REASON: exc.reason}) from None
 
     def pick_decoder(self, request: LlmRequest) -> Decision:
         shed_by_header(request, self.scorer_name)
@@ -128,7 +153,7 @@ class Picker:
 
     def _shed_when_saturated(self, request: LlmRequest, pool_candidates: list[PoolEndpoint]) -> None:
         priority = self.objectives.priority(request.headers)
-        if not sheddable(priority):
+        if not sheddable(priority) or self.flow is not None:  # flow control queues it instead
             return
         level = self.saturation.of(pool_candidates)
         if level >= 1.0:
@@ -167,6 +192,8 @@ class Picker:
             watch(list(self.pool.endpoints))
 
     async def close(self) -> None:
+        if self.flow is not None:
+            await self.flow.close()
         close = getattr(self.scorer, "close", None)
         if close is not None:
             close()

@@ -101,8 +101,10 @@ class Decision:
 
 
 class PickError(Exception):
-    def __init__(self, status: int, message: str, *, code: str, scorer: str = "", param: str | None = None):
+    def __init__(self, status: int, message: str, *, code: str, scorer: str = "", param: str | None = None,
+                 headers: dict[str, str] | None = None):
         super().__init__(message)
+        self.headers = headers or {}  # on the answer beside the error body (flow control's dropped reason)
         self.status = status
         self.message = message
         self.code = code

@@ -1,8 +1,9 @@
 """One endpoint of a pool, and the one syntax every picker and the testbed use for a pool.
 
-A pool is written ``[name=]host:port[@model[|model...]],...``: the name is what the endpoint's
+A pool is written ``[name=]host:port[@model[|model...]][#role],...``: the name is what the endpoint's
 mock reports in ``x-inference-pod`` (default: the address), the models what it serves (default:
-every model). :func:`format_endpoints` writes what :func:`parse_endpoints` reads.
+every model), the role its ``llm-d.ai/role`` in a disaggregated pool (:mod:`eppkit.services.picker.roles`;
+default: none, a pod that serves whole requests). :func:`format_endpoints` writes what :func:`parse_endpoints` reads.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
 from eppkit.services.openai_server.lora_info import LoraInfo
+from eppkit.services.picker import roles
 
 
 @dataclass
@@ -30,6 +32,7 @@ class PoolEndpoint:
     last_error: str | None = None
     kv_events: str | None = None  # where it publishes its KV-cache events (tcp://host:port), when it does
     lora: LoraInfo | None = None  # its LoRA adapters at the last scrape (vllm:lora_requests_info), when it shows them
+    role: str = ""  # its llm-d.ai/role in a disaggregated pool (prefill, decode, both); "": none given
 
     @property
     def address(self) -> str:
@@ -69,12 +72,14 @@ def parse_endpoints(spec: str | Iterable[str]) -> list[PoolEndpoint]:
         name, sep, address = item.partition("=")
         if not sep:
             name, address = "", item
+        address, _, role = address.partition("#")
         address, _, models = address.partition("@")
         host, colon, port_text = address.strip().rpartition(":")
         if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"endpoint {item!r} is not [name=]host:port[@model]")
+            raise ValueError(f"endpoint {item!r} is not [name=]host:port[@model][#role]")
         ep = PoolEndpoint(name=name.strip() or address.strip(), host=host.strip("[]"), port=int(port_text),
-                          models=tuple(m.strip() for m in models.split("|") if m.strip()))
+                          models=tuple(m.strip() for m in models.split("|") if m.strip()),
+                          role=roles.check(role.strip()) if role.strip() else "")
         if ep.address in seen:
             raise ValueError(f"endpoint {ep.address} listed twice")
         seen.add(ep.address)
@@ -100,7 +105,8 @@ def format_endpoints(endpoints: Iterable[Named], *, models: bool = False) -> str
         if models:
             names = getattr(ep, "models", None) or (getattr(ep, "model", None),)
             served = "@" + "|".join(n for n in names if n)
-        return f"{ep.name}={ep.address}{served}"
+        role = getattr(ep, "role", "")
+        return f"{ep.name}={ep.address}{served}" + (f"#{role}" if role in (roles.PREFILL, roles.DECODE) else "")
 
     return ",".join(item(ep) for ep in endpoints)
 

@@ -68,17 +68,20 @@ class Saturation:
     def active(self) -> bool:
         return self.queue_depth_threshold > 0 or self.kv_cache_util_threshold > 0
 
-    def score(self, ep: PoolEndpoint) -> float:
+    def score(self, ep: PoolEndpoint, *, picked: bool = False) -> float:
+        """``picked``: the picks since its last scrape counted as waiting (flow control's room: one freed slot, one
+        request on)."""
         ratios = [0.0]
         if self.queue_depth_threshold > 0:
-            ratios.append((ep.waiting or 0.0) / self.queue_depth_threshold)
+            waiting = (ep.waiting or 0.0) + (ep.picked_since_scrape if picked else 0)
+            ratios.append(waiting / self.queue_depth_threshold)
         if self.kv_cache_util_threshold > 0:
             ratios.append((ep.kv_usage or 0.0) / self.kv_cache_util_threshold)
         return max(ratios)
 
-    def of(self, endpoints: Iterable[PoolEndpoint]) -> float:
+    def of(self, endpoints: Iterable[PoolEndpoint], *, picked: bool = False) -> float:
         """The pool's saturation: the mean of its endpoints' scores (0 for none, or with the detector off)."""
-        scores = [self.score(ep) for ep in endpoints]
+        scores = [self.score(ep, picked=picked) for ep in endpoints]
         return sum(scores) / len(scores) if scores and self.active else 0.0
 
     def describe(self, endpoints: Iterable[PoolEndpoint]) -> str:

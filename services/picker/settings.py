@@ -17,8 +17,9 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable
 
-from eppkit.services.picker import scorers
+from eppkit.services.picker import roles, scorers
 from eppkit.services.picker.core import Picker
+from eppkit.services.picker import flow_control as fc
 from eppkit.services.picker.endpoints import Named, format_endpoints, format_kv_events, parse_endpoints, parse_kv_events
 from eppkit.services.picker.kube_pool import DEFAULT_GROUP, VERSIONS, KubePool
 from eppkit.services.picker.pool import RUNNING_METRIC, WAITING_METRIC, Pool
@@ -47,6 +48,21 @@ class PickerSettings:
     # otherwise): requests waiting in its queue, and requests running.
     waiting_metric: str = WAITING_METRIC
     running_metric: str = RUNNING_METRIC
+    # Flow control (llm-d-router's flowControl feature gate, services/picker/flow_control.py): while the pool is
+    # saturated requests wait in the picker by priority band and fairness id instead of being sent on or shed; a
+    # request waits at most default_request_ttl seconds (then 429, or 503 with no endpoint up), a band holds at most
+    # priority_band_max_requests; within a band the fairness policy (round-robin or global-strict) takes turns.
+    flow_control: bool = False
+    default_request_ttl: float = fc.DEFAULT_REQUEST_TTL_S
+    priority_band_max_requests: int = fc.PRIORITY_BAND_MAX_REQUESTS
+    fairness_policy: str = fc.ROUND_ROBIN
+
+    def flow(self) -> dict | None:
+        """Flow control's settings as the picker takes them (None: off)."""
+        if not self.flow_control:
+            return None
+        return {"ttl_s": self.default_request_ttl, "max_per_band": self.priority_band_max_requests,
+                "policy": self.fairness_policy}
 
     def validate(self) -> "PickerSettings":
         if min(self.metrics_interval, self.shed_queue_threshold, self.max_fallbacks, self.queue_depth_threshold,
@@ -59,6 +75,10 @@ class PickerSettings:
         if not self.waiting_metric.strip() or not self.running_metric.strip():
             raise ValueError("waiting_metric and running_metric name Prometheus metrics; they cannot be empty")
         scorers.create(self.scorer, self.scorer_parameters)  # an unknown type or parameter fails here
+        if self.default_request_ttl <= 0 or self.priority_band_max_requests < 1:
+            raise ValueError("default_request_ttl must be more than 0 seconds and priority_band_max_requests 1 or more")
+        if self.fairness_policy not in fc.FAIRNESS_POLICIES:
+            raise ValueError(f"fairness_policy {self.fairness_policy!r}: one of {', '.join(fc.FAIRNESS_POLICIES)}")
         return self
 
 
@@ -88,6 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> No
         g.add_argument("--encoder-endpoints", default="",
                        help="disaggregated flows: encoders ([name=]host:port,...); a request with media also gets "
                             "x-encoder-hosts-ports (one encoder per item at most, rotating)")
+    g.add_argument("--pod-roles", default="",
+                   help="each pod's llm-d.ai/role (prefill, decode, both), ip:port=role,... (an EPP command's "
+                        "{pod_roles}); a prefill-only pod is never a destination. Also written in --endpoints as #role")
     g.add_argument("--kv-events", default="",
                    help="where the pool's endpoints publish their KV-cache events: name=tcp://host:port,... (the "
                         "kv-events-scorer subscribes; vLLM's --kv-events-config endpoint) (default: none)")
@@ -119,6 +142,19 @@ def add_arguments(parser: argparse.ArgumentParser, *, stages: bool = True) -> No
                         "0: not read (default: %(default)s, GAIE's)")
     g.add_argument("--max-fallbacks", type=int, default=DEFAULTS.max_fallbacks,
                    help="fallback endpoints a decision lists after the primary (default: %(default)s)")
+    f = parser.add_argument_group("flow control (llm-d-router's flowControl feature gate; off by default)")
+    f.add_argument("--flow-control", action="store_true",
+                   help="while the pool is saturated, requests wait in the picker (by priority band, then fairness "
+                        "id) instead of being sent on or shed")
+    f.add_argument("--default-request-ttl", type=float, default=DEFAULTS.default_request_ttl, metavar="S",
+                   help="seconds a request may wait; then 429 (503 with no endpoint up), x-llm-d-request-dropped-"
+                        "reason: rejected-ttl-expired (default: %(default)s, llm-d's)")
+    f.add_argument("--priority-band-max-requests", type=int, default=DEFAULTS.priority_band_max_requests,
+                   help="requests one priority band may hold; one more gets 429 at once (default: %(default)s, "
+                        "llm-d's)")
+    f.add_argument("--fairness-policy", choices=fc.FAIRNESS_POLICIES, default=DEFAULTS.fairness_policy,
+                   help="turns within a band: one request per fairness id in turn, or the first come whatever its "
+                        "flow (default: %(default)s)")
     g.add_argument("--waiting-metric", default=DEFAULTS.waiting_metric,
                    help="the /metrics gauge of requests waiting in an endpoint's queue (default: %(default)s)")
     g.add_argument("--running-metric", default=DEFAULTS.running_metric,
@@ -130,16 +166,18 @@ def settings_from_args(args: argparse.Namespace) -> PickerSettings:
 
 
 def create_picker(settings: PickerSettings = DEFAULTS, endpoints: str = "", *, prefill: str = "",
-                  encoders: str = "", kv_events: str = "") -> Picker:
+                  encoders: str = "", kv_events: str = "", pod_roles: str = "") -> Picker:
     """The picker for ``settings`` over pools written as :func:`parse_endpoints` reads them (``kv_events``: where
-    endpoints publish their KV-cache events, :func:`parse_kv_events`)."""
+    endpoints publish their KV-cache events, :func:`parse_kv_events`; ``pod_roles``: each pod's role,
+    :func:`roles.parse_roles`, for a pool whose items do not say it)."""
     settings.validate()
-    publishers = parse_kv_events(kv_events)
+    publishers, labels = parse_kv_events(kv_events), roles.parse_roles(pod_roles)
 
     def pool(text: str) -> Pool:
         listed = parse_endpoints(text)
         for ep in listed:
             ep.kv_events = publishers.get(ep.name)
+            ep.role = ep.role or labels.get(ep.address, "")
         return Pool(listed, waiting_metric=settings.waiting_metric, running_metric=settings.running_metric)
 
     stage_picker = None
@@ -148,7 +186,8 @@ def create_picker(settings: PickerSettings = DEFAULTS, endpoints: str = "", *, p
     return Picker(pool(endpoints), scorers.create(settings.scorer, settings.scorer_parameters),
                   shed_queue_threshold=settings.shed_queue_threshold, max_fallbacks=settings.max_fallbacks,
                   stages=stage_picker, saturation=Saturation(settings.queue_depth_threshold,
-                                                             settings.kv_cache_util_threshold))
+                                                             settings.kv_cache_util_threshold),
+                  flow=settings.flow())
 
 
 def build(args: argparse.Namespace) -> tuple[Picker, list]:
@@ -159,7 +198,8 @@ def build(args: argparse.Namespace) -> tuple[Picker, list]:
     if watched and args.endpoints:
         raise ValueError("--endpoints and --pool-name are two sources of the pool: give one")
     picker = create_picker(settings, args.endpoints, prefill=getattr(args, "prefill_endpoints", ""),
-                           encoders=getattr(args, "encoder_endpoints", ""), kv_events=getattr(args, "kv_events", ""))
+                           encoders=getattr(args, "encoder_endpoints", ""), kv_events=getattr(args, "kv_events", ""),
+                           pod_roles=args.pod_roles)
     scrapers = [MetricsScraper(p, interval_s=settings.metrics_interval, keep_when_empty=watched and p is picker.pool)
                 for p in picker.pools()]
     if not watched:
@@ -209,6 +249,15 @@ def service_args(settings: PickerSettings, endpoints: Iterable[Named], *, models
                                 ("--running-metric", settings.running_metric, DEFAULTS.running_metric)):
         if name != default:  # vLLM's names are the services' defaults
             args += [flag, name]
+    if settings.flow_control:
+        args.append("--flow-control")
+        for flag, value, default in (("--default-request-ttl", settings.default_request_ttl,
+                                      DEFAULTS.default_request_ttl),
+                                     ("--priority-band-max-requests", settings.priority_band_max_requests,
+                                      DEFAULTS.priority_band_max_requests),
+                                     ("--fairness-policy", settings.fairness_policy, DEFAULTS.fairness_policy)):
+            if value != default:
+                args += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if settings.scorer_parameters:
         args += ["--scorer-parameters", json.dumps(settings.scorer_parameters, separators=(",", ":"))]
     return args

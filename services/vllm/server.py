@@ -29,6 +29,7 @@ from eppkit.services.openai_errors import OpenAIError, openai_error_middleware
 from eppkit.services.openai_server import api, handshake, tokens
 from eppkit.services.openai_server.ec_cache import EncoderCache
 from eppkit.services.openai_server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from eppkit.services.openai_server.metrics import NAME_PARAM as METRICS_NAME
 from eppkit.services.openai_server.metrics import VllmMetrics
 from eppkit.services.openai_server.responses import Renderer, usage
 from eppkit.services.pod_headers import HEADER_POD, REQUEST_ID_KEY, pod_headers_middleware, received_fields
@@ -139,7 +140,8 @@ class MockVllm:
         return web.Response(body=json.dumps(listing).encode(), content_type="application/json")
 
     async def metrics_handler(self, request: web.Request) -> web.Response:
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": METRICS_CONTENT_TYPE})
+        body = self.metrics.render(request.query.getall(METRICS_NAME, []))  # ?name[]=: those samples only
+        return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, api.CHAT)

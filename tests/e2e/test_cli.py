@@ -37,7 +37,7 @@ def _kit_children(pid: int, runtime: str) -> set:
     if runtime == "kubernetes":
         from eppkit.cluster import handle, namespaces
 
-        return namespaces.owned_by(pid, handle.current().client())
+        return namespaces.owned_by(pid, handle.named().client())  # the cluster this environment names
     from eppkit.components import container as containers
 
     return {c.name for c in containers.find({"label": f"eppkit.owner-pid={pid}"})}

@@ -5,6 +5,7 @@ import json
 import re
 import statistics
 import sys
+from pathlib import Path
 
 import pytest
 from eppkit.observability.contract import Callout, Client, EchoEpp, Epp, Eppkit, Frontend, Service, Stream, Vllm
@@ -333,3 +334,64 @@ def test_compare_of_three_epps_shows_each_decision_and_the_hop_phase_by_phase(tm
     modes_shown, rows = rp.hop_table(report["scenarios"]["chat"])
     assert modes_shown == list(modes) and {row[0] for row in rows} >= {"hold", "epp_decision"}
     assert "epp_decision" in (out / "summary.md").read_text()
+
+
+def _envoy_lines(run_dir) -> dict[str, dict]:
+    """Envoy's own record of each request of a testbed (its access log's JSON lines), by trace id."""
+    lines = [json.loads(line) for line in (run_dir / "envoy.log").read_text().splitlines()
+             if line.startswith("{") and '"eppkit_hop"' in line]
+    return {line["traceparent"].split("-")[1]: line for line in lines if line.get("traceparent")}
+
+
+@pytest.mark.eppkit_needs_mock("drives the mock past its --max-num-seqs; measured against it only")
+def test_saturated_pods_shed_the_sheddable_band_where_queueing_serves_it_and_the_critical_band_first(
+        tmp_path, eppkit_jaeger, eppkit_runtime):
+    """The saturated scenario through the kit's EPP shedding and queueing: 60 requests each, 24 in flight on two pods
+    that run 2 at a time, a critical (1) and a sheddable (-1) band in turn. Judged from the client's statuses and
+    Envoy's own access log (read here, not through the report): shedding answers sheddable requests 429 from the EPP
+    and never a critical one; queueing drops fewer of them and holds the sheddable band in the EPP longer than the
+    critical one, whose TTFT is then lower than shedding's (the pods' queues stay at GAIE's threshold, not full of
+    critical requests)."""
+    options = compare.CompareOptions(modes=("ext_proc",), scenarios=("saturated",), runtime=eppkit_runtime,
+                                     load=Load(requests=60, warmup=1), trace_timeout_s=20, floors=False, charts=False)
+    out = tmp_path / "report"
+    report = compare.run(options, out, jaeger=eppkit_jaeger)
+    output.write(report, out, charts=False)
+    block = report["scenarios"]["saturated"]
+    results = block["modes"]
+    assert list(results) == ["ext_proc", "ext_proc+queueing"] and block["workload"]["concurrency"] == 24
+    failed = {m: r["error"] for m, r in results.items() if r["status"] != "ok"}
+    assert not failed, f"runs failed (logs under {out}/logs): {failed}"
+    seen = {}
+    for key, result in results.items():
+        envoy = _envoy_lines(Path(result["run_dir"]))
+        by_band = {"critical": [], "sheddable": []}
+        for s in result["samples"]:
+            line = envoy[s["trace_id"]]
+            assert line["code"] == s["status"], (key, s["index"], line, s["status"])
+            by_band[s["band"]].append((s, line))
+        seen[key] = by_band
+        assert all(len(pairs) == 30 for pairs in by_band.values()), (key, result["requests"])
+    shedding, queueing = seen["ext_proc"], seen["ext_proc+queueing"]
+
+    def dropped(pairs):
+        return [line for s, line in pairs if s["status"] != 200]
+
+    shed = dropped(shedding["sheddable"])
+    assert shed, "the pods were saturated, yet the EPP shed no sheddable request"
+    assert all(line["code"] == 429 and line["upstream"] is None and line["details"] == "epp_shed"
+               and line["ext_proc"]["received_immediate_response"] for line in shed), shed[:2]
+    assert not dropped(shedding["critical"]) and not dropped(queueing["critical"]), "a priority of 0 or more"
+    assert len(dropped(queueing["sheddable"])) < len(shed), (len(dropped(queueing["sheddable"])), len(shed))
+
+    def hold_ms(pairs):  # what Envoy waited for the EPP before the upstream (the queue in the EPP)
+        return statistics.median((line["upstream_start_us"] - line["request_end_us"]) / 1000
+                                 for s, line in pairs if line["upstream_start_us"] is not None)
+
+    def ttft_ms(pairs):
+        return statistics.median(s["ttft_ms"] for s, _ in pairs if s["status"] == 200)
+
+    assert hold_ms(queueing["sheddable"]) > hold_ms(queueing["critical"]), "the critical band goes first"
+    assert ttft_ms(queueing["critical"]) < ttft_ms(shedding["critical"]), (
+        ttft_ms(queueing["critical"]), ttft_ms(shedding["critical"]))
+    assert "Per priority band" in (out / "summary.md").read_text()

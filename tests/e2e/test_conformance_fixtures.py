@@ -25,7 +25,8 @@ from tests.support.verdicts import local_beds
 
 pytestmark = pytest.mark.e2e
 
-ECHO = f"{sys.executable} -m eppkit.services.echo_epp --port {{grpc_port}} --endpoints {{endpoints}} --shed-header x-shed"
+ECHO = (f"{sys.executable} -m eppkit.services.echo_epp --port {{grpc_port}} --endpoints {{endpoints}} "
+        "--shed-header x-shed --pod-roles {pod_roles}")
 # fault -> the checks that catch it (every other check passes, is n/a, or is not run: never failed), and words the
 # first one's failure message must use
 CAUGHT_BY = {
@@ -54,6 +55,18 @@ CAUGHT_BY = {
     "slows-per-stream": ({"sustained-load"}, "the EPP slowed down"),
     # judged said --saturation (the echo EPP without a fault sheds nothing: tests/e2e/test_conformance_saturation.py)
     "shed-every-objective": ({"saturation"}, "was shed: a priority of 0 or more is never sheddable"),
+    # the subset contract: 503 with an OpenAI-style error for an empty and an ineligible subset
+    "empty-subset-ignored": ({"no-endpoint-503"}, "a subset hint naming no pod of the pool: HTTP 200"),
+    "non-openai-503": ({"no-endpoint-503"}, "its body is not JSON"),
+    # judged said --pd (the echo EPP without a fault disaggregates as llm-d does: it passes)
+    "prefill-as-destination": ({"pd-disaggregation"}, "not a decode-capable pod"),
+    "decode-as-prefiller": ({"pd-disaggregation"}, "not a prefill-capable pod"),
+    # judged said --flow-control (the echo EPP's queue with one fault; without one it passes all four:
+    # tests/e2e/test_conformance_flow_control.py); the other three need queued-then-served (not run after no-queue)
+    "no-queue": ({"queued-then-served"}, "the EPP shed a request it should queue"),
+    "fifo-bands": ({"priority-bands"}, "an eppkit-low request went before an eppkit-high one"),
+    "one-flow": ({"fairness"}, "times in a row while the other waited"),
+    "ttl-never": ({"ttl-drop"}, "past its TTL of 5 s"),
 }
 # The suite's other tests load the machine (load 10+ on 2 cores): a latency budget for that (slow-decision's 900 ms
 # is over it all the same).
@@ -79,12 +92,19 @@ def make_bed():
 SUSTAINED = {"none"} | {fault for fault, (checks, _) in CAUGHT_BY.items() if "sustained-load" in checks}
 # Said to shed by priority (--saturation): the faults saturation catches.
 SATURATION = {fault for fault, (checks, _) in CAUGHT_BY.items() if "saturation" in checks}
+# Said to disaggregate prefill and decode (--pd): the EPP without a fault (it passes) and the faults pd catches.
+PD = {"none"} | {fault for fault, (checks, _) in CAUGHT_BY.items() if "pd-disaggregation" in checks}
+# Said to queue (--flow-control): the faults of the echo EPP's queue; it reads no control plane, so it is told the
+# priorities of the objectives priority-bands names.
+FLOW_CONTROL = {"no-queue", "fifo-bands", "one-flow", "ttl-never"}
+FLOW_FLAGS = "--default-request-ttl 5 --priorities eppkit-high=10,eppkit-low=0"
 
 
 def judge(make_bed, fault: str, checks=None) -> dict:
     make, beds = make_bed
-    target = Target("external-epp", {"epp_command": f"{ECHO} --misbehave {fault}"}, shed_header="x-shed: 1",
-                    saturation=fault in SATURATION)
+    flags = f" {FLOW_FLAGS}" if fault in FLOW_CONTROL else ""
+    target = Target("external-epp", {"epp_command": f"{ECHO} --misbehave {fault}{flags}"}, shed_header="x-shed: 1",
+                    saturation=fault in SATURATION, pd=fault in PD, flow_control=fault in FLOW_CONTROL)
     try:
         return run(target, make, runtime="local", checks=checks, budget=LOADED_MACHINE,
                    quick=fault not in SUSTAINED)
@@ -101,6 +121,9 @@ def test_the_echo_epp_without_a_fault_conforms(make_bed):
     assert next(c for c in report["checks"] if c["id"] == "sustained-load")["status"] == "pass", rp.text(report)
     warned = {c["id"]: c for c in report["checks"] if c["status"] == "fail"}
     assert set(warned) == {"trailers-body-once"}, rp.text(report)
+    statuses = {c["id"]: c["status"] for c in report["checks"]}
+    assert statuses["pd-disaggregation"] == statuses["fail-closed"] == statuses["no-endpoint-503"] == "pass", \
+        rp.text(report)
     assert "envoyproxy/envoy#45470" in warned["trailers-body-once"]["message"]
 
 
@@ -126,8 +149,8 @@ def test_a_fault_fails_exactly_its_own_checks_under_both_client_protocols(make_b
 def test_no_check_passes_against_an_epp_that_refuses_every_stream(make_bed):
     report = judge(make_bed, "healthy-but-refusing")
     passed = [c["id"] for c in report["checks"] if c["status"] == "pass"]
-    # fail-open judges the gateway with no EPP at all, not this one
-    assert passed in ([], ["fail-open"]), rp.text(report)
+    # fail-open and fail-closed judge the gateway with no EPP at all, not this one
+    assert set(passed) <= {"fail-open", "fail-closed"}, rp.text(report)
     serves = next(c for c in report["checks"] if c["id"] == "serves")
     assert "call status 14" in serves["message"] or "gRPC status 14" in serves["message"], serves["message"]
 

@@ -33,6 +33,7 @@ from eppkit.cluster.apipod import ApiSite
 from eppkit.cluster.pod import ManagedPod
 from eppkit.cluster.portforward import PortForward
 from eppkit.components.ports import PortAllocator
+from eppkit.pytest_plugin.state import CLUSTER
 from eppkit.runtimes import images
 from eppkit.topology import Topology, VllmSpec
 
@@ -42,9 +43,10 @@ CHAT = {"model": "mock-llm", "max_tokens": 4, "messages": [{"role": "user", "con
 
 
 @pytest.fixture
-def own_cluster_as_another(eppkit_runtime):
-    """The kit's one-node cluster, given by its kubeconfig (a handle, this process's for the test, as
-    ``--eppkit-kubeconfig`` makes it): the kubernetes runtime reaches it as any other. The images its Pods pull are
+def own_cluster_as_another(eppkit_runtime, request):
+    """The kit's one-node cluster, given by its kubeconfig (a handle, the session's for the test, as
+    ``--eppkit-kubeconfig`` makes it, passed down to the test's testbeds): the kubernetes runtime reaches it as any
+    other. The images its Pods pull are
     loaded into its node first, as `kind load docker-image $(eppkit cluster images)` does."""
     from eppkit.cluster import images as node_images
     from eppkit.runtimes.kubernetes import pod_images
@@ -53,9 +55,13 @@ def own_cluster_as_another(eppkit_runtime):
     for tag in pod_images():
         node_images.ensure_from_docker(cluster.layout().containerd_socket, tag, cluster.layout().home / "images.lock")
     own = handle.named(path)
-    before = handle.use(own)
+    before = request.config.stash.get(CLUSTER, None)
+    request.config.stash[CLUSTER] = own
     yield own
-    handle.use(before)
+    if before is None:
+        del request.config.stash[CLUSTER]
+    else:
+        request.config.stash[CLUSTER] = before
 
 
 def _post(port: int, body: dict) -> tuple[int, dict, dict]:
@@ -242,7 +248,7 @@ def test_a_program_of_this_host_is_refused_in_words_when_the_node_is_another_mac
     from eppkit import runtimes
     from eppkit.plan import ServiceSpec
 
-    launcher = runtimes.launcher("kubernetes")  # this process's cluster: the handle made for the test
+    launcher = runtimes.launcher("kubernetes", own_cluster_as_another)  # the handle made for the test, passed down
     assert launcher.cluster is own_cluster_as_another
     monkeypatch.setattr(own_cluster_as_another, "_node", own_cluster_as_another.node()._replace(mine=False))
     spec = ServiceSpec("epp", "", 9000, argv=[sys.executable, "-m", "eppkit.services.epp"], on_host=True)

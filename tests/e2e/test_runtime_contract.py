@@ -5,7 +5,7 @@ marked ``eppkit_runtime_contract`` (docs/api.md, "What runs on which runtime"). 
 the contract that says the runtime starts every topology the kit has: each mode, in each flow it runs, serves
 one request and leaves a complete trace.
 
-| mode × flow (every pair the registries accept: 26) | expected |
+| mode × flow (every pair the registries accept: 31) | expected |
 |---|---|
 | the request (streamed; images in epd) | HTTP 200, a pod named, the stream complete |
 | its trace | every span the topology's mode, flow and backend emit, the client's span its one root, Envoy's ingress under it, the picker call (picker modes) under ingress holding the decision, which ends before the upstream starts |
@@ -23,7 +23,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.eppkit_runtime_contract("every topolo
 
 # The kit's own EPP started as an EPP of one's own would be.
 OPTIONS = {external_epp.MODE.name: {"epp_command": f"{sys.executable} -m eppkit.services.epp --host 127.0.0.1 "
-                                                   "--port {grpc_port} --endpoints {named_endpoints}"}}
+                                                   "--port {grpc_port} --endpoints {named_endpoints} "
+                                                   "--pod-roles {pod_roles}"}}
 IMAGES = 2
 # The fewest components each flow runs with (one pod, one prefiller, one decoder, one encoder): every container
 # of a flow's kinds still starts, in a third of the time of the defaults.

@@ -11,6 +11,7 @@ not starved.
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,8 +73,12 @@ def test_envoy_out_of_inotify_instances_says_which_limit_and_how_to_raise_it():
         config.write_text(CONFIG.format(dir=tmp))
         os.chmod(config, 0o644)
         os.chmod(Path(tmp, "pool.json"), 0o644)
+        # A copy nobody can run: the kit's Envoy may live where nobody can (a fresh machine's HOME is 0700)
+        runnable = Path(tmp, "envoy")
+        shutil.copy(envoy, runnable)
+        os.chmod(runnable, 0o755)
         env = {**os.environ, "HOME": tmp}
-        out = subprocess.run([sys.executable, "-c", CHILD.format(uid=NOBODY), str(envoy), str(config)],
+        out = subprocess.run([sys.executable, "-c", CHILD.format(uid=NOBODY), str(runnable), str(config)],
                              capture_output=True, text=True, timeout=60, env=env, cwd=tmp)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -10,15 +10,16 @@ import json
 from types import SimpleNamespace
 
 import pytest
-
-from eppkit.conformance.bodydiff import LOST, REENCODED, SAME, UNREAD, arrival, first_difference, json_kept
-from eppkit.conformance.checks.protocol import _body, bodies_byte_for_byte, body_values_kept
-from eppkit.conformance.checks.registry import FAIL, PASS
-from eppkit.conformance.harness import Harness
-from eppkit.conformance.witness import Sent
 from eppkit.observability.client import ClientResult
 from eppkit.services.openai_errors import error_body
 from eppkit.services.pod_headers import HEADER_BODY_BYTES, HEADER_BODY_SHA256, HEADER_POD, RECEIVED_BODY_FIELD
+
+from eppkit.conformance.bodydiff import LOST, REENCODED, SAME, UNREAD, arrival, first_difference, json_kept
+from eppkit.conformance.checks._bodies import body as _body
+from eppkit.conformance.checks.protocol import bodies_byte_for_byte, body_values_kept
+from eppkit.conformance.checks.registry import FAIL, PASS
+from eppkit.conformance.harness import Harness
+from eppkit.conformance.witness import NotWitnessed, Sent
 
 pytestmark = pytest.mark.unit
 
@@ -125,6 +126,7 @@ class _BodiesThrough:
     protocol = "http/1.1"
     body_digest, body_length = staticmethod(Harness.body_digest), staticmethod(Harness.body_length)
     digest, served_by = staticmethod(Harness.digest), staticmethod(Harness.served_by)
+    must_serve, cause, request_timeout_s = Harness.must_serve, Harness.cause, 4.0
 
     def __init__(self, deliver):
         self.deliver = deliver
@@ -137,6 +139,9 @@ class _BodiesThrough:
 
     def _send(self, data):
         got = self.deliver(data)
+        if got is None:  # no answer in time: the client gave up, Envoy logged no line yet
+            return Sent(ClientResult(trace_id="t", status=0, headers={}, body=None,
+                                     error="ReadTimeout: read timeout=4.0"), None, self.protocol)
         try:
             json.loads(got)
             status, body = 200, {"choices": []}
@@ -165,3 +170,32 @@ def test_bodies_byte_for_byte_never_calls_a_loss_a_reencoding():
     spaced = bodies_byte_for_byte(_BodiesThrough(lambda data: data.replace(b" ", b"", 1)))
     assert "200 B, 1,200,000 B, 1,200,000 B in 20 pieces reached the backend re-encoded" in spaced.message, spaced
     assert body_values_kept(_BodiesThrough(lambda data: data.replace(b" ", b"", 1))).status == PASS
+
+
+def _reencode_small_lose_large(data):
+    """An EPP that re-encodes a small body as Go's encoding/json does (values change) and never answers a large one."""
+    if len(data) > 100_000:
+        return None
+    if not data:
+        return data
+    decoded = json.loads(data)
+    decoded["seed"] = float(decoded["seed"])
+    return json.dumps(decoded).encode()
+
+
+def test_a_body_never_answered_does_not_hide_the_values_another_body_lost():
+    # CI: GAIE's EPP under load answered no 1.2 MB body within 4 s; the 200 B body had shown its changed values
+    result = body_values_kept(_BodiesThrough(_reencode_small_lose_large))
+    assert result.status == FAIL, result
+    assert "$.seed was 9007199254740993, arrived 9007199254740992" in result.message, result.message
+    assert "also: the 1,200,000 B body was not served: no answer after 4 s" in result.message, result.message
+    assert bodies_byte_for_byte(_BodiesThrough(_reencode_small_lose_large)).status == FAIL
+
+
+def test_a_round_with_a_body_never_answered_and_nothing_wrong_in_the_rest_is_not_run_never_passed():
+    def lose_large(data):
+        return None if len(data) > 100_000 else data
+
+    for judge in (body_values_kept, bodies_byte_for_byte):
+        with pytest.raises(NotWitnessed, match="a 1,200,000 B body .* was not served as intended: no answer after 4 s"):
+            judge(_BodiesThrough(lose_large))

@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from eppkit import runtimes
 from eppkit.cluster import handle, remote
 from eppkit.cluster.apipod import ApiSite
 from eppkit.cluster.nodepod import NodeSite
@@ -31,13 +32,10 @@ def _kubeconfig(tmp_path, server: str = "https://10.0.0.1:6443"):
 
 
 @pytest.fixture
-def clean_handle(monkeypatch):
-    """This process's cluster as it was, and the environment, after the test."""
+def no_cluster_named(monkeypatch):
+    """An environment that names no cluster of your own."""
     for key in (handle.KUBECONFIG_ENV, handle.REGISTRY_ENV):
         monkeypatch.delenv(key, raising=False)
-    before = handle.use(None)
-    yield
-    handle.use(before)
 
 
 def _members(protocol) -> set[str]:
@@ -54,28 +52,30 @@ def test_the_kits_control_plane_and_a_cluster_of_your_owns_api_server_are_one_ki
     assert not _members(ApiServer) - set(dir(kind)) - {"server"}
 
 
-def test_a_cluster_named_is_this_processs_and_goes_to_its_children_by_the_environment_only(tmp_path, clean_handle):
+def test_a_cluster_named_is_handed_down_and_goes_to_a_child_by_its_spawn_environment_only(tmp_path, monkeypatch,
+                                                                                        no_cluster_named):
+    before = dict(os.environ)
     own = handle.named(_kubeconfig(tmp_path), "registry.example:5000/")
-    handle.use(own)
-    assert handle.current() is own  # the one object, passed down: not read back from the environment
-    os.environ[handle.KUBECONFIG_ENV] = str(tmp_path / "another")  # what a process handed one never reads
-    assert handle.current() is own
-    handle.use(own)
-    handle._current = None  # a child process: handed nothing, its parent's environment (clean_handle restores)
-    child = handle.current()
-    assert child is not own and child is handle.current()  # made from the environment once
+    assert dict(os.environ) == before  # nothing written into this process's environment
+    runtime = runtimes.get("kubernetes", own)
+    assert runtime.cluster is own and runtimes.get("kubernetes").cluster is not own  # passed down, not a slot
+    assert runtimes.get("local", own) is runtimes.get("local")  # a runtime that is no cluster is as it is
+    assert isinstance(handle.named(), handle.KitCluster)  # named by nobody: the kit's one-node cluster
+    for key, value in own.env().items():  # a child process, given the cluster in its spawn environment: its settings
+        monkeypatch.setenv(key, value)
+    child = handle.named()
     assert (type(child), child.kubeconfig, child.image("eppkit/envoy:x")) == (
         remote.OwnCluster, own.kubeconfig, "registry.example:5000/eppkit/envoy:x")
-    handle.use(handle.KitCluster())
-    assert handle.KUBECONFIG_ENV not in os.environ and handle.REGISTRY_ENV not in os.environ
+    assert handle.KitCluster().env() == {handle.KUBECONFIG_ENV: "", handle.REGISTRY_ENV: ""}  # a parent's is not its
 
 
-def test_a_registry_without_a_kubeconfig_or_a_missing_file_is_refused_in_words(tmp_path, clean_handle):
+def test_a_registry_without_a_kubeconfig_or_a_missing_file_is_refused_in_words(tmp_path, monkeypatch,
+                                                                               no_cluster_named):
     with pytest.raises(ValueError, match="give --kubeconfig too"):
         handle.named(None, "registry.example")
     with pytest.raises(ValueError, match="no such file"):
         handle.named(tmp_path / "none")
-    os.environ[handle.KUBECONFIG_ENV] = str(_kubeconfig(tmp_path))  # the option's default (clean_handle restores)
+    monkeypatch.setenv(handle.KUBECONFIG_ENV, str(_kubeconfig(tmp_path)))  # the option's default
     assert handle.named(None, "registry.example").image("eppkit/x") == "registry.example/eppkit/x"
 
 
@@ -117,10 +117,11 @@ def _sources():
             yield path.relative_to(ROOT).as_posix(), path.read_text()
 
 
-def test_only_the_handle_reads_the_cluster_from_the_environment():
+def test_nobody_reads_the_cluster_from_the_environment_nor_writes_it_there():
     readers = [name for name, text in _sources()
-               if re.search(r"environ(\.get)?[\[(]\s*(KUBECONFIG_ENV|REGISTRY_ENV|\"EPPKIT_KUBECONFIG\")", text)]
-    assert readers == ["eppkit/cluster/handle.py"]
+               if re.search(r"environ(\.get)?[\[(]\s*(KUBECONFIG_ENV|REGISTRY_ENV|\"EPPKIT_KUBECONFIG\")", text)
+               or re.search(r"handle\.(use|current)\(", text)]
+    assert readers == []
 
 
 def test_one_function_builds_a_lightkube_client():

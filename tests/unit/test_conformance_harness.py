@@ -1,4 +1,7 @@
-"""The conformance harness keeps the base testbed and one variant up: the others are stopped, their record kept."""
+"""The conformance harness keeps the base testbed and one variant up: the others are stopped, their record kept; but
+never one the check at hand is still using: its runs per protocol go on at once, and one run's next variant must not
+pull the testbed out from under the other (CI: no-endpoint-503's http/1.1 run found its Envoy gone, "connection
+refused", once its h2c run had started the next variant)."""
 
 from pathlib import Path
 
@@ -34,11 +37,14 @@ def harness(keep):
 def test_the_base_testbed_stays_and_one_variant_besides_it():
     h, made, log = harness(keep=1)
     base = h.bed()
+    h.begin_check()  # each check begins so (the scheduler): a variant is retired only once its check is over
     forced = h.forced_bed()
     assert h.forced_bed() is forced  # reused while up
+    h.begin_check()
     responses = h.bed("responses", epp_process_response=True)
     assert forced.stopped and not base.stopped and not responses.stopped
     assert h.bed() is base  # the base is never retired
+    h.begin_check()
     again = h.forced_bed()
     assert again is not forced and responses.stopped and not base.stopped
     assert [bed for bed in made if not bed.stopped] == [base, again]
@@ -52,6 +58,7 @@ def test_a_variant_with_its_own_topology_is_retired_like_the_others():
     h.bed()
     own = h.bed("fail-open", topology="another target's topology")
     assert own.topology == 1 and made[1] is own
+    h.begin_check()
     h.forced_bed()
     assert own.stopped
 
@@ -80,7 +87,9 @@ def test_a_testbed_of_a_check_beside_the_others_is_never_retired_and_its_record_
     h, made, _ = harness(keep=1)
     base = h.bed()
     own = h.own_bed("sustained")
+    h.begin_check()
     forced = h.forced_bed()
+    h.begin_check()
     h.bed("responses", epp_process_response=True)
     assert forced.stopped and not own.stopped and not base.stopped  # the variants retire each other, not it
     h.release(own)
@@ -94,6 +103,7 @@ def test_a_check_beside_the_others_runs_in_a_thread_up_to_the_first_latency_chec
 
     from eppkit.conformance import suite
     from eppkit.conformance.checks.registry import Check, Result
+    from eppkit.conformance.registry import ONE_RUN, OWN_TESTBED, TIMED
 
     events, release = [], threading.Event()
 
@@ -110,9 +120,9 @@ def test_a_check_beside_the_others_runs_in_a_thread_up_to_the_first_latency_chec
             return Result("pass", "ok")
         return run
 
-    checks = [Check("long", "l", "load", "must", "here", 1, long_one, per_protocol=False, beside=True),
-              Check("after", "a", "protocol", "must", "here", 2, quick("after"), per_protocol=False),
-              Check("budget", "b", "latency", "should", "here", 3, quick("budget"), per_protocol=False)]
+    checks = [Check("long", "l", "load", "must", "here", 1, long_one, uses=frozenset({ONE_RUN, OWN_TESTBED})),
+              Check("after", "a", "protocol", "must", "here", 2, quick("after"), uses=frozenset({ONE_RUN})),
+              Check("budget", "b", "latency", "should", "here", 3, quick("budget"), uses=frozenset({ONE_RUN, TIMED}))]
 
     class Concurrent(Harness):
         def probe_concurrency(self):
@@ -128,3 +138,15 @@ def test_a_check_beside_the_others_runs_in_a_thread_up_to_the_first_latency_chec
     assert events == ["after", "beside done", "budget"]
     assert [c["id"] for c in report["checks"]] == ["long", "after", "budget"]  # reported in the suite's order
     assert {c["status"] for c in report["checks"]} == {"pass"}
+
+
+def test_a_variant_the_check_at_hand_used_stays_up_while_it_starts_another():
+    h, made, _ = harness(keep=1)
+    h.begin_check()
+    first = h.bed("no-endpoint", epp_subset_hint=["10.255.255.1:1"])
+    second = h.bed("ineligible-subset", epp_subset_hint=["vllm-0"])
+    assert not first.stopped and not second.stopped
+    assert h.bed("no-endpoint", epp_subset_hint=["10.255.255.1:1"]) is first  # the other protocol's run: the same one
+    h.begin_check()
+    third = h.bed("responses", epp_process_response=True)
+    assert first.stopped and second.stopped and not third.stopped

@@ -9,10 +9,15 @@ from eppkit.services.echo_epp import MISBEHAVIOURS
 from eppkit.conformance import report as rp
 from eppkit.conformance.checks import CHECKS
 from eppkit.conformance.checks.registry import FAIL, NOT_RUN, PASS, Check, Result
+from eppkit.conformance.harness import Harness
+from eppkit.conformance.registry import ONE_RUN, SOAK
 from eppkit.conformance.suite import run, run_check, selected
 from eppkit.conformance.target import Target
 
 pytestmark = pytest.mark.unit
+
+# A harness whose testbeds are never asked for, one client protocol: the checks below judge nothing through it.
+BARE = Harness(Target("ext_proc"), make_bed=lambda topology: None, protocols=("http/1.1",))
 
 
 def test_every_check_is_registered_once_with_its_rule_level_and_source():
@@ -41,13 +46,13 @@ def test_the_protocol_checks_run_first_and_an_unknown_check_is_refused():
 def test_a_check_whose_needs_failed_is_not_run():
     ran = []
     check = Check("b", "b", "protocol", "must", "here", 1, lambda h: ran.append(1) or Result(PASS, "ok"), ("a",))
-    result = run_check(check, harness=None, results={"a": Result(FAIL, "no")})
+    result = run_check(check, harness=BARE, results={"a": Result(FAIL, "no")})
     assert (result.status, ran) == (NOT_RUN, []) and "needs a" in result.message
 
 
 def test_a_check_that_raises_fails_with_what_happened():
     check = Check("c", "c", "protocol", "must", "here", 1, lambda h: 1 / 0)
-    result = run_check(check, harness=None, results={})
+    result = run_check(check, harness=BARE, results={})
     assert result.status == FAIL and "ZeroDivisionError" in result.message
 
 
@@ -100,9 +105,9 @@ def test_the_guide_lists_every_check_with_its_level():
 def test_a_check_blocked_by_a_failure_blocks_what_needs_it_and_a_check_not_witnessed_does_not():
     ran = []
     check = Check("c", "c", "protocol", "must", "here", 3, lambda h: ran.append(1) or Result(PASS, "ok"), ("b",))
-    blocked = run_check(check, harness=None, results={"b": Result(NOT_RUN, "needs a", blocked=True)})
+    blocked = run_check(check, harness=BARE, results={"b": Result(NOT_RUN, "needs a", blocked=True)})
     assert blocked.status == NOT_RUN and blocked.blocked and ran == []
-    unwitnessed = run_check(check, harness=None, results={"b": Result(NOT_RUN, "its requests were not served")})
+    unwitnessed = run_check(check, harness=BARE, results={"b": Result(NOT_RUN, "its requests were not served")})
     assert unwitnessed.status == PASS and ran == [1]
 
 
@@ -142,7 +147,7 @@ def test_a_must_left_out_as_asked_is_named_after_the_verdict_and_ranks_below_it(
     from eppkit.conformance.report import matrix
     from eppkit.conformance.suite import CONFORMS, FAILS, WARNINGS, base_verdict, verdict
 
-    soak = Check("soak", "soak", "load", "must", "here", 1, lambda h: None, soak=True)
+    soak = Check("soak", "soak", "load", "must", "here", 1, lambda h: None, uses=frozenset({SOAK}))
     should = Check("s", "s", "protocol", "should", "here", 2, lambda h: None)
     skipped = Result(NOT_RUN, "skipped, as asked (--quick)", skipped=True)
     quick = verdict([soak, should], {"soak": skipped, "s": Result(PASS, "ok")}, partial=False, strict=False)
@@ -180,7 +185,7 @@ def test_the_soak_is_left_out_with_quick_and_judged_once_in_a_version_matrix():
 
     ran = []
     soak = Check("soak", "the soak", "load", "must", "here", 1, lambda h: ran.append(h) or Result(PASS, "ok"),
-                 per_protocol=False, soak=True)
+                 uses=frozenset({ONE_RUN, SOAK}))
     quick = run_check(soak, SimpleNamespace(target=None, quick=True, soak_judged_on=None), {})
     assert (quick.status, quick.skipped, ran) == (NOT_RUN, True, [])
     assert "--quick" in quick.message

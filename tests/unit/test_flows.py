@@ -77,7 +77,7 @@ def test_aggregated_keeps_the_response_away_from_the_epp():
 
 def test_disaggregated_layouts_hand_prefillers_and_encoders_to_every_picker(tmp_path):
     plan = layout(tmp_path, flow="epd", prefill=2, decode=1, encoders=2)
-    prefill = ",".join(f"{e.name}={e.address}" for e in plan.prefill)
+    prefill = ",".join(f"{e.name}={e.address}#prefill" for e in plan.prefill)  # each with its llm-d.ai/role
     encoders = ",".join(f"{e.name}={e.address}" for e in plan.encoders)
     assert [e.name for e in plan.prefill] == ["vllm-p0", "vllm-p1"]
     for mode in PICKER_MODES:

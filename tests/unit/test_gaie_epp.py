@@ -57,6 +57,16 @@ def test_conformance_and_a_config_of_your_own():
         plan(conformance=True, epp_config="/x/epp.yaml")
 
 
+def test_flow_control_turns_its_feature_gate_on_with_the_ttl_and_round_robin_fairness():
+    config = flag(plan(flow_control=True, default_request_ttl=5).services[0].argv, "--config-text")
+    assert "featureGates:\n- flowControl" in config and "defaultRequestTTL: 5s" in config
+    assert "fairnessPolicyRef: round-robin-fairness-policy" in config and "pluginRef: queue-scorer" in config
+    with pytest.raises(ValueError, match="give one"):
+        plan(flow_control=True, epp_config="/x/epp.yaml")
+    with pytest.raises(ValueError, match="more than 0"):
+        plan(flow_control=True, default_request_ttl=0)
+
+
 def test_a_disaggregated_flow_is_refused():
     with pytest.raises(ValueError, match="runs the aggregated flow"):
         modes.check(Topology(mode="gaie-epp", flow="pd"))

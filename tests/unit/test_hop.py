@@ -46,3 +46,27 @@ def test_modes_without_ext_proc_have_no_epp_phases():
     line["ext_proc"] = None
     found = hop.parse(json.dumps(line))
     assert found.ext_proc == {} and not any(p.startswith("epp_") for p in found.phases())
+
+
+# Envoy's own log line (stderr) that landed inside an access-log record (stdout, the same file on the local runtime),
+# between the two writes of a record that spanned two buffer slices: as CI's fail-open check found it (1.40.0).
+WARNING = ('[2026-12-07 06:25:58.608][12612][warning][ext_proc] [source/extensions/filters/http/ext_proc/ext_proc.cc:'
+           '2068] [Tags: "ConnectionId":"19","StreamId":"2631831639258774565"] Received gRPC error on stream: 14, '
+           'message no healthy upstream{no_healthy_upstream}')
+
+
+def test_a_record_cut_in_two_by_envoys_own_log_line_is_read_whole(tmp_path):
+    cut = LINE.index('"ext_proc"') + 30
+    lines = [LINE.replace("r1", "r0"), LINE[:cut] + WARNING, WARNING, LINE[cut:], "[access] a human line", LINE]
+    found = hop.read(lines)
+    assert [h["request_id"] for h in found] == ["r0", "r1", "r1"], found
+    assert found[1].call_statuses() == hop.parse(LINE).call_statuses()
+    # read as the log grows: the tail written after the head was read
+    log = tmp_path / "envoy.log"
+    log.write_text("\n".join(lines[:2]) + "\n")
+    index = hop.LogIndex(log)
+    assert index.find("0af7651916cd43dd8448eb211c80319c").fields["request_id"] == "r0"
+    with open(log, "a") as f:
+        f.write("\n".join(lines[2:4]) + "\n")
+    assert index.find("0af7651916cd43dd8448eb211c80319c").fields["request_id"] == "r1"
+    assert [h["request_id"] for h in index.update().hops] == ["r0", "r1"]

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from eppkit.components import container as containers
+from eppkit.core.settings import Settings, SettingsError
 from eppkit.runtimes import common
 from eppkit.runtimes import images
 from eppkit.runtimes.images import binaries, engine
@@ -22,10 +23,9 @@ def test_image_source_can_be_forced_without_probing_a_registry(monkeypatch, valu
     assert images.choose_source() == expected
 
 
-def test_image_source_rejects_an_unknown_value(monkeypatch):
-    monkeypatch.setenv(images.SOURCE_ENV, "sometimes")
-    with pytest.raises(images.ImageError, match="auto, registry or offline"):
-        images.choose_source()
+def test_image_source_rejects_an_unknown_value():
+    with pytest.raises(SettingsError, match=r"EPPKIT_IMAGE_SOURCE='sometimes': choose from auto, registry, offline"):
+        Settings.read({images.SOURCE_ENV: "sometimes"})
 
 
 def test_official_images_are_pinned_to_the_versions_the_local_runtime_runs():

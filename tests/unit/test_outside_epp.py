@@ -1,6 +1,8 @@
 """An EPP of your own seen as clearly as the kit's: its decision span, its own spans in the contract check,
 the subset hint it is given, the protocol's health services, eppkit run's request headers."""
 
+import asyncio
+
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
@@ -82,14 +84,18 @@ def test_the_picker_picks_within_the_subset_and_503s_when_none_fits():
 
 def test_the_echo_epp_decides_on_the_headers():
     epp = EchoProcessor(Pool(["127.0.0.1:1", "127.0.0.1:2"]), otel_trace.get_tracer("t"), shed_header="x-shed")
-    first = epp.decide({}, None)
+
+    def decide(found, subset):
+        return asyncio.run(epp.decide(found, subset))
+
+    first = decide({}, None)
     assert first.request_headers.response.clear_route_cache
     assert first.dynamic_metadata.fields["envoy.lb"].struct_value.fields[headers.DESTINATION].string_value == \
         "127.0.0.1:1,127.0.0.1:2"
-    assert epp.decide({headers.TEST_ENDPOINT_SELECTION: "127.0.0.1:2"}, None).dynamic_metadata.fields[
+    assert decide({headers.TEST_ENDPOINT_SELECTION: "127.0.0.1:2"}, None).dynamic_metadata.fields[
         "envoy.lb"].struct_value.fields[headers.DESTINATION].string_value == "127.0.0.1:2"
-    assert epp.decide({}, ("10.0.0.1:1",)).immediate_response.status.code == 503
-    assert epp.decide({"x-shed": "1"}, None).immediate_response.status.code == 429
+    assert decide({}, ("10.0.0.1:1",)).immediate_response.status.code == 503
+    assert decide({"x-shed": "1"}, None).immediate_response.status.code == 429
 
 
 def test_eppkit_run_takes_request_headers():

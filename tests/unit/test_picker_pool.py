@@ -179,3 +179,31 @@ def test_a_malformed_metrics_answer_keeps_the_endpoint_up_and_its_last_figures()
     ep = asyncio.run(go())
     assert ep.healthy and (ep.waiting, ep.running) == (3, 1)
     assert "malformed metrics" in ep.last_error
+
+
+def test_a_scrape_asks_for_the_samples_it_reads_and_reads_a_whole_exposition_that_ignores_the_ask():
+    # The mock's /metrics (and vLLM's: prometheus_client's exposition) serves ?name[]= samples only: three gauges'
+    # lines instead of 45 KB of histograms every 200 ms. An exposition that serves everything is read all the same.
+    from eppkit.services.openai_server.metrics import NAME_PARAM, VllmMetrics
+
+    mock = VllmMetrics("m", running=lambda: 2, waiting=lambda: 5, kv_usage=lambda: 0.5)
+    asked = []
+
+    async def filtering(request):
+        asked.append(sorted(request.query.getall(NAME_PARAM, [])))
+        return web.Response(body=mock.render(request.query.getall(NAME_PARAM, [])))
+
+    async def whole(request):
+        return web.Response(body=mock.render())
+
+    async def go():
+        async with _metrics_server(filtering) as a, _metrics_server(whole) as b:
+            pool = Pool(parse_endpoints(f"a=127.0.0.1:{a},b=127.0.0.1:{b}"))
+            await _scrape_once(pool, timeout_s=1.0)
+        return pool.endpoints
+
+    ep_a, ep_b = asyncio.run(go())
+    assert asked == [["vllm:kv_cache_usage_perc", "vllm:lora_requests_info", "vllm:num_requests_running",
+                      "vllm:num_requests_waiting"]]
+    assert (ep_a.waiting, ep_a.running) == (ep_b.waiting, ep_b.running) == (5, 2)
+    assert len(mock.render(asked[0])) < len(mock.render()) / 20

@@ -54,7 +54,7 @@ class FakeLauncher:
 def fake_runtime(monkeypatch):
     made: list[FakeLauncher] = []
 
-    def launcher(runtime, **options):
+    def launcher(runtime, cluster=None, **options):
         made.append(FakeLauncher(**options))
         return made[-1]
 

@@ -7,6 +7,7 @@ import pytest
 from eppkit.observability.client import ClientResult
 
 from eppkit.workload import SCENARIOS, Driver, Load, classify, plan_requests
+from tests.support.imports import ROOT
 
 pytestmark = pytest.mark.unit
 
@@ -45,6 +46,14 @@ def test_prompt_sizes_come_in_turn_at_their_size():
     for r in planned:
         size = len(r.body["messages"][0]["content"].encode())
         assert r.prompt_kb * 1024 <= size < r.prompt_kb * 1024 + 20, (r.prompt_kb, size)
+
+
+def test_docs_compare_md_has_one_row_per_scenario_with_its_flow():
+    text = (ROOT / "docs" / "compare.md").read_text().split("## Scenarios", 1)[1].lstrip()
+    table = text.split("\n\n", 1)[0]  # the section's first table
+    rows = {cells[1].strip("` "): cells[2].strip() for line in table.splitlines() if line.startswith("| `")
+            for cells in [line.split("|")]}
+    assert rows == {name: s.flow for name, s in SCENARIOS.items()}, "docs/compare.md's scenario table"
 
 
 def test_stream_override_and_scenario_shapes():

@@ -1,21 +1,24 @@
-"""The conformance checks: one module per kind (protocol, responses, data plane, latency, tracing), each check a function
-registered with :func:`eppkit.conformance.checks.registry.check` (rules, statuses and levels: that module).
+"""The EPP's checks: one module per kind (protocol, sustained load, responses, saturation, data plane, routing,
+latency, tracing, P/D, flow control), each check one function with one decorator,
+:func:`eppkit.conformance.registry.check` (a check of this package judges an EPP:
+:data:`~eppkit.conformance.registry.CHECKS`).
 Adding a check is one decorated function in one of these modules, plus the broken EPP that fails it
 (``python -m eppkit.services.echo_epp --misbehave``) in tests/e2e/test_conformance_suite.py.
 """
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.registry import CHECKS, STATUSES, Check, Result
+from eppkit.conformance.registry import CHECKS, Check
+from eppkit.conformance.results import STATUSES, Result
 from eppkit.core.registry import load_members
 
 __all__ = ["CHECKS", "STATUSES", "Check", "Result"]
 
 
-# The order they run in: the protocol first (every other check needs its requests served), sustained load (beside
-# the checks after it, up to the latency budget), the response path, saturation (beside the data plane's and
-# routing's checks), the data plane, routing (what the EPP declares it routes by), the latency budget (over every
-# request the suite sent), tracing; a module added later runs last.
+# The order the report lists the modules' checks in, each module's in the order it declares them; a module added
+# later is listed last. How they run is the scheduler's (eppkit.conformance.schedule), from what each check declares:
+# the protocol's checks come first because every other check needs them, a check on a testbed of its own starts as
+# soon as its needs are judged and runs beside the others, a timed one (the latency budget) waits for those.
 ORDER = ("protocol", "sustained", "responses", "saturation", "data_plane", "routing", "latency", "tracing")
 
 

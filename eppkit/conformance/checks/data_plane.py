@@ -9,45 +9,49 @@ fixed point and the EPP is judged (its picks as Envoy logged them, and which pod
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from typing import TYPE_CHECKING
 
 import requests
 
-from eppkit.conformance.checks.protocol import SERVES
-from eppkit.conformance.checks.registry import (
+from eppkit.conformance.contract import answered_by_the_epp, down, error_body_problem, judge_fail_closed
+from eppkit.conformance.pods import with_pod_args
+from eppkit.conformance.registry import ONE_RUN, SERVED, check, declared_by
+from eppkit.conformance.results import (
     DATA_PLANE,
     GAIE_CONFORMANCE,
     SHOULD,
-    check,
-    declared_by,
     evidence_of,
     failed,
     judged,
     not_applicable,
     passed,
 )
-from eppkit.conformance.pods import with_pod_args
 from eppkit.conformance.target import Target
 from eppkit.conformance.witness import NotWitnessed, Sent, call_failures, from_the_epp, served
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.modes import external_epp
 from eppkit.services.picker import headers
 
-# A request is served only when these hold (a body re-encoded on the way is still served: its own check).
-NEEDS = SERVES
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
+    from eppkit.conformance.results import Result
+
 READY_S = 5.0  # how long a fresh testbed's EPP may take to serve its first pick
+PICKS = 6  # follows-pick's requests
 
 
 def _first(destination: str | None) -> str:
     return (destination or "").split(",")[0].strip()
 
 
-@check("follows-pick", "the gateway sends each request where the EPP picked", category=DATA_PLANE, needs=NEEDS)
-def follows_pick(h):
-    """Six requests: the EPP names a destination (``envoy.lb`` metadata) and Envoy's upstream is its primary."""
+@check("follows-pick", "the gateway sends each request where the EPP picked", category=DATA_PLANE, needs=SERVED)
+def follows_pick(h: EppHarness) -> Result:
+    """{PICKS!W} requests: the EPP names a destination (``envoy.lb`` metadata) and Envoy's upstream is its primary."""
     bed = h.bed()
     evidence, problems = [], []
-    for sent in h.send_all(bed, [{}] * 6):
+    for sent in h.send_all(bed, [{}] * PICKS):
         hop = h.must_serve(sent, "a request").hop
         evidence.append(evidence_of(hop))
         if not hop["destination"]:
@@ -58,8 +62,8 @@ def follows_pick(h):
                   passing="every request went to the EPP's primary")
 
 
-@check("served-endpoint", "the endpoint that served is reported", category=DATA_PLANE, needs=NEEDS)
-def served_endpoint(h):
+@check("served-endpoint", "the endpoint that served is reported", category=DATA_PLANE, needs=SERVED)
+def served_endpoint(h: EppHarness) -> Result:
     """The endpoint that served comes back in ``envoy.lb`` / ``x-gateway-destination-endpoint-served`` (the
     EPP sees it on the response path) and in the response header of that name."""
     bed = h.bed()
@@ -68,7 +72,8 @@ def served_endpoint(h):
         sent = h.must_serve(sent, "a request")
         result, hop = sent.result, sent.hop
         evidence.append(evidence_of(hop) + f"; response header {headers.SERVED}: {result.headers.get(headers.SERVED)}")
-        if result.headers.get(headers.SERVED) != hop["upstream"] or (hop["served"] and hop["served"] != hop["upstream"]):
+        if (result.headers.get(headers.SERVED) != hop["upstream"]
+                or (hop["served"] and hop["served"] != hop["upstream"])):
             problems.append(f"served by {hop['upstream']}, reported {result.headers.get(headers.SERVED)!r} / "
                             f"{hop['served']!r}")
     return judged(problems, evidence, failing="the served endpoint was not reported",
@@ -76,8 +81,8 @@ def served_endpoint(h):
 
 
 @check("test-header", "GAIE's test header (test-epp-endpoint-selection) forces the pick", category=DATA_PLANE,
-       level=SHOULD, source=GAIE_CONFORMANCE, needs=NEEDS)
-def test_header(h):
+       level=SHOULD, source=GAIE_CONFORMANCE, needs=SERVED)
+def test_header(h: EppHarness) -> Result:
     """``test-epp-endpoint-selection: <ip:port>`` names the pod; each of three pods named in turn answers (what
     GAIE's conformance tests steer their EPP with)."""
     bed = h.forced_bed()
@@ -95,8 +100,8 @@ def test_header(h):
 
 
 @check("several-ports", "a pod's ports are picked exactly (data parallelism)", category=DATA_PLANE, level=SHOULD,
-       source=GAIE_CONFORMANCE, needs=NEEDS + ("test-header",))
-def several_ports(h):
+       source=GAIE_CONFORMANCE, needs=SERVED + ("test-header",))
+def several_ports(h: EppHarness) -> Result:
     """Pods that share an address on several ports (vLLM's data-parallel ranks): ``ip:port`` in the test header
     names exactly that rank."""
     bed = h.forced_bed()
@@ -116,9 +121,9 @@ def several_ports(h):
                   passing="each rank picked exactly")
 
 
-@check("fallbacks", "a pick whose primary is down is served by its fallback", category=DATA_PLANE, needs=NEEDS,
-       per_protocol=False)
-def fallbacks(h):
+@check("fallbacks", "a pick whose primary is down is served by its fallback", category=DATA_PLANE, needs=SERVED,
+       uses=(ONE_RUN,))
+def fallbacks(h: EppHarness) -> Result:
     """With the first pod stopped, requests whose pick (Envoy's record of the ``envoy.lb`` destination) names it
     first and another pod after it are served by that fallback: Envoy tries the list in order (the protocol: "go
     sequentially down the list"). Every request asks for ``<down>,<up>`` with GAIE's test header, so an EPP that
@@ -144,7 +149,8 @@ def fallbacks(h):
         if len(picked) < 2 or picked[0] != down_address:
             continue  # not a pick whose primary is down, with a fallback: no evidence either way
         judged += 1
-        if sent.result.status != 200 or h.pod_of(bed, hop["upstream"] or "") not in {h.pod_of(bed, a) for a in picked[1:]}:
+        fallbacks = {h.pod_of(bed, a) for a in picked[1:]}
+        if sent.result.status != 200 or h.pod_of(bed, hop["upstream"] or "") not in fallbacks:
             problems.append(f"{','.join(picked)} ({down} down): {h.cause(sent)}, served by {sent.served_by}")
     if problems:
         return failed(f"requests whose primary ({down}) was down were not served by their fallback: "
@@ -156,21 +162,21 @@ def fallbacks(h):
     return passed(f"{judged} picks with {down} down first were served by their fallback", evidence)
 
 
-@check("subset-list", "the subset hint as a list narrows the pick", category=DATA_PLANE, needs=NEEDS)
-def subset_list(h):
+@check("subset-list", "the subset hint as a list narrows the pick", category=DATA_PLANE, needs=SERVED)
+def subset_list(h: EppHarness) -> Result:
     """Every request carries ``envoy.lb.subset_hint`` / ``x-gateway-destination-endpoint-subset: ["<pod 1>"]``:
     the EPP picks only from it."""
     return _subset(h, "subset-list", [h.target.pods[1]])
 
 
 @check("subset-string", "the subset hint as a string narrows the pick", category=DATA_PLANE, level=SHOULD,
-       source="GAIE lwepp (a comma-separated string; the protocol doc says a list)", needs=NEEDS)
-def subset_string(h):
+       source="GAIE lwepp (a comma-separated string; the protocol doc says a list)", needs=SERVED)
+def subset_string(h: EppHarness) -> Result:
     """The same hint as one comma-separated string (GAIE's lightweight EPP accepts it; gateways send it so)."""
     return _subset(h, "subset-string", h.target.pods[2])
 
 
-def _subset(h, variant: str, hint):
+def _subset(h: EppHarness, variant: str, hint):
     bed = h.bed(variant, epp_subset_hint=hint)
     wanted = hint if isinstance(hint, list) else hint.split(",")
     received = [h.address(bed, pod) for pod in wanted]  # as the EPP receives it: ip:port
@@ -187,7 +193,7 @@ def _subset(h, variant: str, hint):
     return passed(f"every request served within {shown!r}", evidence)
 
 
-def _immediate(h, sent: Sent, status: int, what: str, evidence: list[str]):
+def _immediate(h: EppHarness, sent: Sent, status: int, what: str, evidence: list[str]):
     """The EPP's own local reply of ``status`` (Envoy's record: an immediate response from ext_proc): None when it
     was; a failure when the request was answered otherwise; not run when the EPP's stream failed for another
     cause."""
@@ -195,25 +201,55 @@ def _immediate(h, sent: Sent, status: int, what: str, evidence: list[str]):
     immediate = hop is not None and from_the_epp(hop)
     if sent.result.status == status and immediate:
         return None
-    if hop is not None and (call_failures(hop) or str(hop["details"] or "").startswith("ext_proc_error")):
+    if hop is not None and (call_failures(hop) or str(hop["details"] or "").startswith(("ext_proc_error",
+                                                                                            "downstream_"))):
         raise NotWitnessed(f"{what} ({sent.protocol}) was not answered by the EPP", sent, h.request_timeout_s)
+    if hop is None and not sent.result.status:  # it never reached Envoy (a refused connection): no evidence
+        raise NotWitnessed(f"{what} ({sent.protocol}) never reached Envoy", sent, h.request_timeout_s)
     how = f"HTTP {sent.result.status}" + (" from the EPP" if immediate else
                                           f" (routed to {hop['upstream'] if hop else '?'}: {h.cause(sent)})")
     return failed(f"{what}: {how}; answer an ImmediateResponse {status}.", evidence)
 
 
-@check("no-endpoint-503", "no endpoint fits: 503", category=DATA_PLANE, needs=NEEDS)
-def no_endpoint(h):
-    """A subset hint naming no endpoint of the pool leaves none eligible: the EPP answers an immediate 503 (its own
-    local reply, as Envoy's record shows; a 503 from Envoy itself, no healthy upstream, is not one)."""
+@check("no-endpoint-503", "no endpoint fits: 503 with an OpenAI-style error", category=DATA_PLANE, needs=SERVED)
+def no_endpoint(h: EppHarness) -> Result:
+    """A subset hint that leaves no endpoint eligible gets the EPP's own 503 (its local reply, as Envoy's record
+    shows; a 503 from Envoy itself, no healthy upstream, is not one) with an OpenAI-style JSON error
+    (``{{"error": {{"message": ...}}}}``, what OpenAI clients read): a hint naming no endpoint of the pool, and a hint
+    naming only a pod that is down (its mock stopped; in a control plane its Pod not Ready too), judged once the EPP
+    has had {READY_S:g} s to notice."""
     bed = h.bed("no-endpoint", epp_subset_hint=["10.255.255.1:1"])
     sent = h.send(bed)
-    evidence = [evidence_of(sent.hop), f"client: HTTP {sent.result.status}"]
-    return _immediate(h, sent, 503, "with no eligible endpoint", evidence) or passed("503 from the EPP", evidence)
+    evidence = [f"empty subset (10.255.255.1:1, no pod of the pool): {evidence_of(sent.hop)}; client: HTTP "
+                f"{sent.result.status}"]
+    problem = _no_endpoint_answer(h, sent, "a subset hint naming no pod of the pool", evidence)
+    pod = h.target.pods[0]
+    bed = h.bed("ineligible-subset", epp_subset_hint=[pod])
+    down(bed, pod)
+    sent = answered_by_the_epp(lambda: h.send(bed), READY_S)
+    evidence.append(f"ineligible subset ({h.address(bed, pod)}: {pod}, down): {evidence_of(sent.hop)}; client: "
+                    f"HTTP {sent.result.status}, {json.dumps(sent.result.body)[:300]}")
+    problem = problem or _no_endpoint_answer(h, sent, f"a subset hint naming only {pod}, which is down", evidence)
+    return problem or passed("503 from the EPP with an OpenAI-style error, for an empty and an ineligible subset",
+                             evidence)
 
 
-@check("shed-429", "a request the EPP sheds: 429", category=DATA_PLANE, needs=NEEDS)
-def shed(h):
+def _no_endpoint_answer(h: EppHarness, sent: Sent, what: str, evidence: list[str]):
+    """The EPP's 503 to ``what``: None when it was its own with an OpenAI-style error, else the failure (not run
+    when its stream failed for another cause)."""
+    wrong = _immediate(h, sent, 503, what, evidence)
+    if wrong is not None:
+        return wrong
+    body = error_body_problem(sent.result.body)
+    if body:
+        evidence.append(f"the body the client got: {json.dumps(sent.result.body)[:300]}")
+        return failed(f"{what}: the EPP's 503, but {body}. Answer an ImmediateResponse 503 with content-type "
+                      'application/json and an OpenAI-style error body ({"error": {"message": ...}}).', evidence)
+    return None
+
+
+@check("shed-429", "a request the EPP sheds: 429", category=DATA_PLANE, needs=SERVED)
+def shed(h: EppHarness) -> Result:
     """A request the EPP drops (the target's ``--shed-header``, e.g. the kit's ``x-eppkit-shed: 1``) is answered
     429 by the EPP itself."""
     if not h.target.shed_header:
@@ -223,20 +259,37 @@ def shed(h):
     return _immediate(h, sent, 429, "a shed request", evidence) or passed("429 from the EPP", evidence)
 
 
+def _without_epp(h: EppHarness, variant: str, failure_mode_allow: bool):
+    """A testbed of the target's mode of integration whose EPP never answers (an address nobody listens on), with
+    ``failure_mode_allow`` as asked, once Envoy's health check has marked it down; and 4 requests through it."""
+    gone = Target(mode=external_epp.MODE.name, options={"epp_address": "127.0.0.1:1",
+                                                        "failure_mode_allow": failure_mode_allow},
+                  envoy_version=h.target.envoy_version)
+    bed = h.bed(variant, topology=gone.topology())
+    h.wait_epp_unhealthy(bed)
+    return h.send_all(bed, [{}] * 4)
+
+
 @check("fail-open", "with the EPP unavailable and fail-open, requests are still served", category=DATA_PLANE,
        level=SHOULD, source=GAIE_CONFORMANCE)
-def fail_open(h):
+def fail_open(h: EppHarness) -> Result:
     """The gateway's side of the protocol: with ``failure_mode_allow`` and no EPP answering, requests go round
     robin over the pool (GAIE's EppUnAvailableFailOpen), whoever the EPP would have been."""
-    gone = Target(mode=external_epp.MODE.name, options={"epp_address": "127.0.0.1:1", "failure_mode_allow": True},
-                  envoy_version=h.target.envoy_version)
-    bed = h.bed("fail-open", topology=gone.topology())
-    h.wait_epp_unhealthy(bed)
-    sents = h.send_all(bed, [{}] * 4)
+    sents = _without_epp(h, "fail-open", True)
     evidence = [evidence_of(s.hop) for s in sents]
     problems = [h.cause(s) for s in sents if not served(s)]
     return judged(problems, evidence, failing="with the EPP unreachable and failure_mode_allow, requests failed",
                   passing="served round robin without the EPP")
+
+
+@check("fail-closed", "with the EPP unavailable and fail-closed, the gateway answers 5xx and reaches no pod",
+       category=DATA_PLANE, level=SHOULD, uses=(ONE_RUN,),
+       source="Envoy ext_proc failure_mode_allow: false (its default); GAIE's EppUnAvailableFailOpen is its twin")
+def fail_closed(h: EppHarness) -> Result:
+    """The gateway's side, judged for the integration the EPP runs behind (the kit's Envoy, ext_proc as the target's
+    mode sets it up), never the EPP itself: with ``failure_mode_allow: false`` and no EPP answering, every request is
+    answered 5xx by Envoy and none reaches a pod (Envoy's record: no upstream; no pod's answer)."""
+    return judge_fail_closed(_without_epp(h, "fail-closed", False))
 
 
 KV_EVENTS = "vLLM's KV-cache events, as llm-d's precise prefix-cache scorer and Dynamo's KV router read them"
@@ -259,8 +312,8 @@ def _conversation(c: int, turn: int) -> str:
     return f"{_prefix(c)} Turn {turn}: which pod answers?"
 
 
-CACHE_AWARE = declared_by("cache_aware", "the EPP does not say it is cache-aware (--cache-aware): where it sends a "
-                          "prompt is not judged by where its blocks are")
+CACHE_AWARE = declared_by(lambda target: target.cache_aware, "the EPP does not say it is cache-aware (--cache-aware): "
+                          "where it sends a prompt is not judged by where its blocks are")
 
 
 def _cached(sent: Sent) -> tuple[int, object]:
@@ -269,7 +322,7 @@ def _cached(sent: Sent) -> tuple[int, object]:
     return (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0, usage.get("prompt_tokens")
 
 
-def _to_pod(h, bed, address: str, path: str, body: dict | None = None) -> None:
+def _to_pod(h: EppHarness, bed, address: str, path: str, body: dict | None = None) -> None:
     """A request straight to a pod, past Envoy and the EPP (what another client of the pod does)."""
     if body is not None:
         body = {"model": bed.backends[0].model, "max_tokens": 1, **body}
@@ -279,11 +332,12 @@ def _to_pod(h, bed, address: str, path: str, body: dict | None = None) -> None:
 
 @check("kv-cache-affinity", "a cache-aware EPP sends prompts that share a prefix to a pod that holds its blocks, "
        "after an eviction and a cache reset too",
-       category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=NEEDS, per_protocol=False, declared=CACHE_AWARE)
-def kv_cache_affinity(h):
-    """For an EPP that says it is cache-aware (``--cache-aware``): four conversations, each a prompt prefix of its
-    own and four turns, sent one at a time and interleaved to pods that publish their KV-cache events (vLLM's
-    ZeroMQ events; the EPP learns where from ``{kv_events}``). Every turn after a conversation's first must go to a
+       category=DATA_PLANE, level=SHOULD, source=KV_EVENTS, needs=SERVED, uses=(ONE_RUN,), declared=CACHE_AWARE)
+def kv_cache_affinity(h: EppHarness) -> Result:
+    """For an EPP that says it is cache-aware \\
+    (``--cache-aware``): {CONVERSATIONS!w} conversations, each a prompt prefix of its
+    own and {TURNS!w} turns, sent one at a time and interleaved to pods that publish their KV-cache events (vLLM's
+    ZeroMQ events; the EPP learns where from ``{{kv_events}}``). Every turn after a conversation's first must go to a
     pod that already held its prefix, in that pod's own words: the answer's ``usage.prompt_tokens_details.
     cached_tokens`` (the blocks it found in its prefix cache).
 
@@ -291,7 +345,8 @@ def kv_cache_affinity(h):
     (``POST /reset_prefix_cache`` to a pod holding conversation 0: AllBlocksCleared, what a restarted pod announces),
     and another pod given the first half of the prefix straight (its BlockStored): the next turn must go to that pod,
     the only one holding any of it; an EPP that missed the reset still sees the whole prefix on the first. **An
-    eviction**: the pod that served that turn fills with other prompts sent straight to it (each pod keeps 64 blocks;
+    eviction**: the pod that served that turn fills with other \\
+    prompts sent straight to it (each pod keeps {KV_CACHE_BLOCKS} blocks;
     BlockRemoved, least recently used first), a third pod is given the prefix's first block: the next turn must go
     there. A pod answering with the prefix still cached where it should not be (the reset or the eviction did not
     take) makes the check not run, never pass."""

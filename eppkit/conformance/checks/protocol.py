@@ -13,20 +13,20 @@ failed for another cause leaves the check not run, with that cause, never passed
 
 from __future__ import annotations
 
-import base64
-import json
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from eppkit.conformance import bodydiff
-from eppkit.conformance.checks.registry import (
+from eppkit.conformance.checks._bodies import PIECES, SIZES, bodies_sent, body, how_it_arrived, said_of  # noqa: F401  (PIECES, SIZES: the body rules say them)
+from eppkit.conformance.registry import ONE_RUN, SERVED, check
+from eppkit.conformance.results import (
     ENVOY_EXT_PROC,
     NOT_RUN,
     PROTOCOL,
     SHOULD,
     Result,
-    check,
     evidence_of,
     failed,
     judged,
@@ -37,14 +37,13 @@ from eppkit.conformance.witness import Sent, served
 from eppkit.modes import external_epp
 from eppkit.observability.client import H2C
 from eppkit.services.epp.protocol import HEALTH_SERVICES
-from eppkit.services.pod_headers import HEADER_ECHO_BODY, RECEIVED_BODY_FIELD
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
 
 SPURIOUS = "spurious_message"
 BODY_MUTATION = "Normal_body_mutation"  # Envoy's details for a whole-body mutation in FULL_DUPLEX_STREAMED
 GRPC_FAILED_PRECONDITION = 9  # ext_proc's call status of a reply Envoy did not ask for
-# The checks of how a request is served at all: what the others need to pass first.
-ORDER_NEEDS = ("reply-order", "streamed-body-mutations", "end-of-stream")
-SERVES = ORDER_NEEDS + ("serves",)
 # A body written in pieces, apart: Envoy hands each to the EPP as its own message (the last one carries data and
 # end_of_stream in HTTP/2; HTTP/1.1 ends with an empty chunk).
 PACED = {"pieces": 6, "pause_s": 0.02}
@@ -67,13 +66,14 @@ def _out_of_order(sent: Sent) -> str | None:
         return None
     details = str(hop["details"] or "")
     wrong = {k: v for k, v in hop.call_statuses().items() if v == GRPC_FAILED_PRECONDITION}
-    if (SPURIOUS in details and BODY_MUTATION not in details) or (wrong and "request_body_last_call_status" not in wrong):
+    if ((SPURIOUS in details and BODY_MUTATION not in details)
+            or (wrong and "request_body_last_call_status" not in wrong)):
         return f"{hop['method']} {hop['path']}: Envoy answered {hop['code']} {details} ({wrong or 'no call status'})"
     return None
 
 
 @check("reply-order", "replies come in the order Envoy asked for them", category=PROTOCOL, source=ENVOY_EXT_PROC)
-def reply_order(h):
+def reply_order(h: EppHarness) -> Result:
     """A request with a body (written whole, and in paced pieces) and one without: every ext_proc phase answered
     with its own reply, in order (call status 0), no spurious message (``spurious_msgs_received``)."""
     bed = h.bed()
@@ -94,7 +94,7 @@ def reply_order(h):
 
 @check("streamed-body-mutations", "body replies are streamed mutations", category=PROTOCOL, source=ENVOY_EXT_PROC,
        needs=("reply-order",))
-def streamed_body_mutations(h):
+def streamed_body_mutations(h: EppHarness) -> Result:
     """In FULL_DUPLEX_STREAMED every body reply must be ``body_mutation.streamed_response`` (Envoy refuses a
     whole-body mutation with 500 ``spurious_message:_Normal_body_mutation_response_...``)."""
     sent = h.send(h.bed())
@@ -109,7 +109,7 @@ def streamed_body_mutations(h):
 
 @check("end-of-stream", "the last body reply keeps end_of_stream", category=PROTOCOL, source=ENVOY_EXT_PROC,
        needs=("reply-order", "streamed-body-mutations"))
-def end_of_stream(h):
+def end_of_stream(h: EppHarness) -> Result:
     """The request's last body chunk goes back with ``end_of_stream``, whether it carries data (an HTTP/2 body
     in one DATA frame; the last of paced pieces) or is empty: Envoy then finishes the upstream request (its
     timeline has ``upstream_sent``). Without it the request hangs: Envoy arms no message timeout in this mode."""
@@ -120,8 +120,8 @@ def end_of_stream(h):
     if hung:
         return failed(f"{' and '.join(hung)} never finished upstream (the client gave up after "
                       f"{h.request_timeout_s:g} s with no answer; Envoy's record has no upstream_sent time): echo "
-                      "end_of_stream on the body reply of the chunk that carries it, also when that chunk carries data (HTTP/2 sends "
-                      "a body's last data and its end in one frame).", evidence)
+                      "end_of_stream on the body reply of the chunk that carries it, also when that chunk carries data "
+                      "(HTTP/2 sends a body's last data and its end in one frame).", evidence)
     for s in sents:
         h.must_serve(s, "a request with a body")
     return passed("Envoy finished the upstream request", evidence)
@@ -129,7 +129,7 @@ def end_of_stream(h):
 
 @check("request-without-body", "a request without a body (GET /v1/models) is answered", category=PROTOCOL,
        source=ENVOY_EXT_PROC)
-def request_without_body(h):
+def request_without_body(h: EppHarness) -> Result:
     """``GET /v1/models``: the headers come with ``end_of_stream``; the EPP decides on them alone and the request
     is served (no body will follow: an EPP that waits for one hangs the request)."""
     sent = h.send(h.bed(), method="GET")
@@ -142,8 +142,8 @@ def request_without_body(h):
 
 
 @check("serves", "a request with a body and one without are served", category=PROTOCOL, source=ENVOY_EXT_PROC,
-       needs=ORDER_NEEDS + ("request-without-body",))
-def serves(h):
+       needs=("reply-order", "streamed-body-mutations", "end-of-stream", "request-without-body"))
+def serves(h: EppHarness) -> Result:
     """The witness every other check needs: a POST with a body and a GET without reach a backend and come back
     200, every ext_proc phase's call status 0. When they do not, Envoy's record says why (the EPP refused the
     stream: call status 14; a gRPC error; a reset; a local reply)."""
@@ -157,84 +157,10 @@ def serves(h):
                       "traffic).")
 
 
-# Sizes the bodies are checked at: empty, one small chunk, and well past one chunk (1.2 MB of JSON goes to the
-# EPP in many messages when the client writes it in pieces; written at once, Envoy may hand it over in one).
-BODY_SIZES = (0, 200, 1_200_000)
-
-
-def _body(size: int, model: str) -> bytes:
-    """A chat request of about ``size`` bytes, written as a client might (indentation, keys in its order) and
-    holding what a re-encoder of the JSON loses or changes: an integer above 2^53, a float of 17 significant
-    digits, a duplicate key (the last one counts), non-ASCII text and ``\\u`` escapes."""
-    if size == 0:
-        return b""
-    head = ('{\n  "model": %s,\n  "seed": 9007199254740993,\n  "temperature": 0.12345678901234567,\n'
-            '  "max_tokens": 2,\n  "max_tokens": 1,\n  "messages": [\n    {"role": "user", "content": '
-            '"h\\u00e9llo, caf\u00e9 \u4e16\u754c \\ud83d\\ude00 %s"}\n  ]\n}' % (json.dumps(model), "{filler}"))
-    filler = "x" * max(1, size - len(head.replace("{filler}", "").encode()))  # one long word: one token to the mock
-    return head.replace("{filler}", filler).encode()
-
-
-def _bodies_sent(h) -> tuple[list[tuple[str, bytes, Sent]], list[str]]:
-    """Bodies of 0 B, 200 B and 1.2 MB (written whole, and in 20 paced pieces: many messages to the EPP) sent
-    through the EPP, the mock asked to echo what it received: (label, the client's bytes, the request) of each one
-    the backend was sent, and evidence of those the EPP refused itself (its own 4xx: not judged). A body neither
-    refused nor served leaves the check not run (NotWitnessed)."""
-    bed = h.bed()
-    forms = [(size, 1) for size in BODY_SIZES] + [(BODY_SIZES[-1], 20)]
-    bodies = [_body(size, bed.backends[0].model) for size, _ in forms]
-    sents = h.send_all(bed, [{"raw_body": data, "pieces": pieces, "pause_s": 0.01 if pieces > 1 else 0.0,
-                              "headers": {HEADER_ECHO_BODY: "1"}}
-                             for data, (_, pieces) in zip(bodies, forms)])
-    out, refused = [], []
-    for (size, pieces), data, sent in zip(forms, bodies, sents):
-        result, hop = sent.result, sent.hop
-        got = h.body_digest(result)
-        label = f"{size:,} B" + (f" in {pieces} pieces" if pieces > 1 else "")
-        if got is None and hop is not None and str(hop["details"] or "").startswith("epp_") or (
-                got is None and 400 <= result.status < 500 and h.served_by(result) is None):
-            refused.append(f"{label}: the EPP refused it itself (HTTP {result.status}): not judged")
-            continue
-        if got is None:
-            h.must_serve(Sent(result, hop, h.protocol), f"a {label} body", status=result.status or 200)
-        out.append((label, data, sent))
-    return out, refused
-
-
-def _arrived(h, label: str, data: bytes, sent: Sent, evidence: list[str]) -> bodydiff.Arrival:
-    """How ``data`` reached the backend (eppkit.conformance.bodydiff.arrival), from the mock's answer: its digest,
-    length and copy of what it received, its status; said in ``evidence``."""
-    result = sent.result
-    got, length = h.body_digest(result), h.body_length(result)
-    evidence.append(f"{label}: client sent {len(data):,} B, sha256 {h.digest(data)[:16]}…; backend received "
-                    + (f"{length:,} B, " if length is not None else "") + f"sha256 {(got or 'nothing')[:16]}…")
-    if got is None:
-        return bodydiff.Arrival(bodydiff.LOST, "", f"nothing arrived (HTTP {result.status})")
-    if got == h.digest(data):
-        return bodydiff.Arrival(bodydiff.SAME, bodydiff.byte_counts(len(data), len(data)), "the same bytes")
-    error = result.body.get("error") if isinstance(result.body, dict) else None
-    found = bodydiff.arrival(data, _received(result), got_bytes=length, status=result.status,
-                             said=str(error.get("message", ""))[:200] if isinstance(error, dict) else "")
-    evidence += [f"{label}: {line}" for line in (found.counts, found.where, found.how) if line]
-    return found
-
-
-def _said(how: str, bodies: list[tuple[str, bodydiff.Arrival]]) -> str:
-    """Bodies that arrived alike: each named with the bytes that arrived of it, what became of their values, and
-    where the first one first differs."""
-    counts = {found.counts for _, found in bodies}
-    if len(counts) == 1:
-        said = ", ".join(label for label, _ in bodies) + ": " + "; ".join(filter(None, (counts.pop(), how)))
-    else:
-        said = ", ".join(f"{label} ({found.counts})" if found.counts else label for label, found in bodies) + f": {how}"
-    where = bodies[0][1].where
-    return said + (f"; {where}" if where else "")
-
-
 @check("body-values-kept", "every JSON value of a body reaches the backend as the client wrote it",
-       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVES)
-def body_values_kept(h):
-    """Bodies of 0 B, 200 B and 1.2 MB (written whole, and in 20 paced pieces) through the EPP, each holding what a
+       category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVED)
+def body_values_kept(h: EppHarness) -> Result:
+    """Bodies of {SIZES} (written whole, and in {PIECES} paced pieces) through the EPP, each holding what a
     JSON re-encoder loses or changes (an integer above 2^53, a float of 17 significant digits, a duplicate key,
     non-ASCII text, ``\\u`` escapes): the backend receives the same bytes (the mock's ``x-mock-request-sha256``),
     or other bytes that still say every value, duplicate key and text the client's did (read exactly: numbers as
@@ -242,20 +168,22 @@ def body_values_kept(h):
     that arrived of the client's (``x-mock-request-bytes``) and the first difference: a body cut short, no longer
     JSON, answered with an error, a value lost or changed. An EPP that refuses a body (its own 4xx) is not judged
     on it."""
-    bodies, evidence = _bodies_sent(h)
+    sent_round = bodies_sent(h)
+    bodies, evidence = sent_round.arrived, sent_round.evidence
     lost: dict[str, list[tuple[str, bodydiff.Arrival]]] = {}  # what became of the values -> the bodies it befell
     unread = []
     for label, data, sent in bodies:
-        found = _arrived(h, label, data, sent, evidence)
+        found = how_it_arrived(h, label, data, sent, evidence)
         if found.kind == bodydiff.LOST:
             lost.setdefault(found.how, []).append((label, found))
         elif found.kind == bodydiff.UNREAD:
             unread.append(label)
     if lost:
         return failed("the backend did not receive what the client sent: " + "; ".join(
-            _said(how, group) for how, group in lost.items()) + ". Echo every chunk's bytes unchanged, each to the "
-            "body's end (cut, hold back or drop none); never read the JSON into floats or a map and write it again.",
-            evidence)
+            said_of(how, group) for how, group in lost.items()) + sent_round.also_unserved(h) + ". Echo every "
+            "chunk's bytes unchanged, each to the body's end (cut, hold back or drop none); never read the JSON into "
+            "floats or a map and write it again.", evidence)
+    sent_round.witnessed(h)
     if unread:  # as many bytes as the client sent (where the backend says), served: nothing says a value was lost
         return Result(NOT_RUN, f"{', '.join(unread)} arrived as other bytes, which the backend served, and its copy "
                       "of them is not in its answer (x-mock-echo-body): their values could not be read", evidence)
@@ -271,48 +199,42 @@ REENCODING_RISK = ("The risk: anything keyed on the body's bytes no longer match
 
 
 @check("bodies-byte-for-byte", "bodies from 0 B to well past a chunk arrive upstream byte for byte",
-       category=PROTOCOL, level=SHOULD, source=ENVOY_EXT_PROC, needs=SERVES + ("body-values-kept",))
-def bodies_byte_for_byte(h):
+       category=PROTOCOL, level=SHOULD, source=ENVOY_EXT_PROC, needs=SERVED + ("body-values-kept",))
+def bodies_byte_for_byte(h: EppHarness) -> Result:
     """The same bodies as ``body-values-kept``, sent again: the sha256 of what the backend received equals the
     client's, byte for byte (key order, spacing and escapes as the client wrote them). An EPP that re-encodes the
     JSON and keeps every value fails this *should*, its risk named; one that loses a value fails the *must* (and
     here, sent again, is said to have lost it: never called a re-encoding)."""
-    bodies, evidence = _bodies_sent(h)
+    sent_round = bodies_sent(h)
+    bodies, evidence = sent_round.arrived, sent_round.evidence
     found: dict[str, list[tuple[str, bodydiff.Arrival]]] = {}
     for label, data, sent in bodies:
-        arrived = _arrived(h, label, data, sent, evidence)
-        if arrived.kind != bodydiff.SAME:
-            found.setdefault(arrived.kind, []).append((label, arrived))
+        reached = how_it_arrived(h, label, data, sent, evidence)
+        if reached.kind != bodydiff.SAME:
+            found.setdefault(reached.kind, []).append((label, reached))
     said = []
     if found.get(bodydiff.REENCODED):
         said.append(f"{', '.join(label for label, _ in found[bodydiff.REENCODED])} reached the backend re-encoded, as "
                     f"other bytes than the client sent that say every value the same. {REENCODING_RISK}")
     lost: dict[str, list[tuple[str, bodydiff.Arrival]]] = {}
-    for label, arrived in found.get(bodydiff.LOST, []):
-        lost.setdefault(arrived.how, []).append((label, arrived))
-    said += [f"data lost on the way: {_said(how, group)}" for how, group in lost.items()]
+    for label, reached in found.get(bodydiff.LOST, []):
+        lost.setdefault(reached.how, []).append((label, reached))
+    said += [f"data lost on the way: {said_of(how, group)}" for how, group in lost.items()]
     said += [f"{label}: {a.how}" for label, a in found.get(bodydiff.UNREAD, [])]
     if said:
-        return failed(". ".join(said) + ". Echo every chunk's bytes unchanged.", evidence)
+        return failed(". ".join(said) + sent_round.also_unserved(h) + ". Echo every chunk's bytes unchanged.",
+                      evidence)
+    sent_round.witnessed(h)
     if not bodies:
         return failed("the EPP refused every body size, the backend received none", evidence)
     return passed(f"{len(bodies)} bodies arrived byte for byte", evidence)
 
 
-def _received(result) -> bytes | None:
-    """The body the mock received, from its answer (``x-mock-echo-body``), or None."""
-    field = result.body.get(RECEIVED_BODY_FIELD) if isinstance(result.body, dict) else None
-    try:
-        return base64.b64decode(field) if isinstance(field, str) else None
-    except ValueError:
-        return None
-
-
 TRAILER = {"x-eppkit-trailer": "1"}
 
 
-@check("trailers", "request trailers are answered", category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVES)
-def trailers(h):
+@check("trailers", "request trailers are answered", category=PROTOCOL, source=ENVOY_EXT_PROC, needs=SERVED)
+def trailers(h: EppHarness) -> Result:
     """An HTTP/2 request whose body is followed by trailers: Envoy sends the body without ``end_of_stream``, then
     ``request_trailers``; the EPP answers them (a trailers reply, or the whole body with CONTINUE_AND_REPLACE)
     and the request is served. An EPP that never answers the trailers hangs it. (Envoy drops HTTP/1.1
@@ -332,8 +254,8 @@ def trailers(h):
 
 @check("trailers-body-once", "a body followed by trailers reaches the backend once", category=PROTOCOL,
        level=SHOULD, source="Envoy ext_proc with a retry policy (envoyproxy/envoy#45470)",
-       needs=SERVES + ("bodies-byte-for-byte", "trailers"))
-def trailers_body_once(h):
+       needs=SERVED + ("bodies-byte-for-byte", "trailers"))
+def trailers_body_once(h: EppHarness) -> Result:
     """An HTTP/2 body followed by trailers, through a route with a retry policy (the kit's picked route, as a
     gateway's usually has): the backend receives it once, byte for byte. Envoy 1.36-1.40 keeps a copy of a
     streamed-back body for retries and sends it again when the EPP's trailers reply resumes the request
@@ -342,7 +264,7 @@ def trailers_body_once(h):
     if h.protocol != H2C:
         return not_applicable("Envoy drops HTTP/1.1 request trailers before any filter (no enable_trailers)")
     bed = h.bed()
-    data = _body(200, bed.backends[0].model)
+    data = body(200, bed.backends[0].model)
     result = h.chat(bed, raw_body=data, trailers=TRAILER)
     sent = Sent(result, h.hop(bed, result), h.protocol)
     got = h.body_digest(result)
@@ -350,7 +272,7 @@ def trailers_body_once(h):
     if got is None and sent.served_by is None:
         h.must_serve(sent, "a request with trailers")
     if got != h.digest(data):
-        version = getattr(h.envoy_binary, "version", "this Envoy")
+        version = h.envoy_binary.version if h.envoy_binary is not None else "this Envoy"
         length = h.body_length(result)
         counts = f"{bodydiff.byte_counts(len(data), length)}, " if length is not None else ""
         return failed(f"the backend received the body {'twice' if 'Extra data' in str(result.body) else 'changed'} "
@@ -363,8 +285,8 @@ def trailers_body_once(h):
 
 
 @check("cancelled-request", "a request cancelled mid-body leaves the EPP serving", category=PROTOCOL, level=SHOULD,
-       source=ENVOY_EXT_PROC, needs=SERVES)
-def cancelled_request(h):
+       source=ENVOY_EXT_PROC, needs=SERVED)
+def cancelled_request(h: EppHarness) -> Result:
     """An HTTP/2 client resets its stream half-way through the body: Envoy records the reset and closes the EPP's
     stream; once Envoy has logged it, the next requests, one at a time, are served (the EPP let go of the cancelled
     stream)."""
@@ -393,8 +315,8 @@ def _health_address(bed) -> tuple[str, int] | None:
 
 
 @check("health-services", "gRPC health serves liveness, readiness and the ext_proc service", category=PROTOCOL,
-       needs=("serves",), per_protocol=False)
-def health_services(h):
+       needs=("serves",), uses=(ONE_RUN,))
+def health_services(h: EppHarness) -> Result:
     """grpc.health.v1 on the EPP's health port (else its gRPC port) answers SERVING for ``liveness``,
     ``readiness`` and ``envoy.service.ext_proc.v3.ExternalProcessor`` (the protocol's health checking), and the
     EPP serves while it says so (``serves``)."""
@@ -422,13 +344,13 @@ CONCURRENT = 16
 
 
 @check("concurrent-streams", f"{CONCURRENT} concurrent streams without an error", category=PROTOCOL,
-       level=SHOULD, source=ENVOY_EXT_PROC, needs=SERVES)
-def concurrent_streams(h):
-    """Sixteen requests at once, each its own ext_proc stream: every one served, no stream failed or reset by
+       level=SHOULD, source=ENVOY_EXT_PROC, needs=SERVED)
+def concurrent_streams(h: EppHarness) -> Result:
+    """{CONCURRENT!W} requests at once, each its own ext_proc stream: every one served, no stream failed or reset by
     the EPP (``streams_failed``, ``spurious_msgs_received``)."""
     bed = h.bed()
     before = h.stats(bed)
-    results = h.concurrently(bed, CONCURRENT, lambda: h.chat(bed))
+    results = h.concurrently(bed, CONCURRENT, lambda: h.chat(bed))  # in this run's protocol (h2c: one connection)
     delta = h.delta(before, h.stats(bed))
     codes: dict[int, int] = {}
     for r in results:

@@ -5,22 +5,27 @@ to the request's end, and the framing of the response stays Envoy's.
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.protocol import SERVES
-from eppkit.conformance.checks.registry import (ENVOY_EXT_PROC, PROTOCOL, SHOULD, check, evidence_of, failed, judged,
-                                                 passed)
+from typing import TYPE_CHECKING
+
+from eppkit.conformance.registry import SERVED, check
+from eppkit.conformance.results import ENVOY_EXT_PROC, PROTOCOL, SHOULD, evidence_of, failed, judged, passed
 from eppkit.conformance.witness import Sent, stream_cut
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
+    from eppkit.conformance.results import Result
 
 RESPONSES = {"epp_process_response": True}  # the testbed variant with response processing on
 TOKENS = 8  # response-phases' streamed answer
 
 
-def responses_bed(h):
+def responses_bed(h: EppHarness):
     return h.bed("responses", **RESPONSES)
 
 
 @check("response-phases", "a streamed response passes through the EPP's response phases", category=PROTOCOL,
-       source=ENVOY_EXT_PROC, needs=SERVES)
-def response_phases(h):
+       source=ENVOY_EXT_PROC, needs=SERVED)
+def response_phases(h: EppHarness) -> Result:
     """With response processing on (response headers SEND, body FULL_DUPLEX_STREAMED): a streamed chat request
     gets every token and ``[DONE]``, the response phases' call status is 0, and the served endpoint reaches
     the EPP (``envoy.lb`` metadata; an EPP that echoes it as ``x-conformance-test-served-endpoint``, as GAIE's
@@ -49,7 +54,7 @@ def response_phases(h):
                   evidence)
 
 
-def _destinations(h, bed, n: int) -> tuple[list[str], list[str]]:
+def _destinations(h: EppHarness, bed, n: int) -> tuple[list[str], list[str]]:
     """``n`` served requests on ``bed``: Envoy's records, and what differs between the header, the metadata Envoy
     holds at the request's end and the endpoint that served."""
     evidence, problems = [], []
@@ -64,8 +69,8 @@ def _destinations(h, bed, n: int) -> tuple[list[str], list[str]]:
 
 
 @check("same-destination", "the header and the metadata name the same destination", category=PROTOCOL,
-       needs=SERVES + ("response-phases",))
-def same_destination(h):
+       needs=SERVED + ("response-phases",))
+def same_destination(h: EppHarness) -> Result:
     """``x-gateway-destination-endpoint`` and ``envoy.lb`` / ``x-gateway-destination-endpoint`` carry the same
     value (the protocol: precedence between them is undefined; Envoy's picked route reads the metadata), with and
     without response processing (the metadata as Envoy holds it when the request ends)."""
@@ -83,8 +88,8 @@ def same_destination(h):
 
 
 @check("metadata-stable", "the decision's metadata is not overwritten on the response path", category=PROTOCOL,
-       source="GAIE EPP protocol; GAIE #2824", needs=SERVES + ("response-phases",))
-def metadata_stable(h):
+       source="GAIE EPP protocol; GAIE #2824", needs=SERVED + ("response-phases",))
+def metadata_stable(h: EppHarness) -> Result:
     """With response processing on, the ``envoy.lb`` destination Envoy holds when the request ends is the one it
     routed by: the endpoint that served is its primary. An EPP that sends dynamic metadata again on a response
     reply (naming another pod) overwrites the request's (GAIE #2824): access logs, retries and the served-endpoint
@@ -96,7 +101,8 @@ def metadata_stable(h):
         evidence.append(evidence_of(hop))
         primary = str(hop["destination"] or "").split(",")[0].strip()
         if primary and primary != hop["upstream"]:
-            problems.append(f"served by {hop['upstream']}, the metadata at the request's end names {hop['destination']!r}")
+            problems.append(f"served by {hop['upstream']}, the metadata at the request's end names "
+                            f"{hop['destination']!r}")
     return judged(problems, evidence, failing="the destination metadata changed after the decision",
                   passing="the destination held from the decision to the request's end",
                   fix="Send envoy.lb metadata with the request headers reply only, never on a response reply.")
@@ -108,8 +114,9 @@ FRAMED_TOKENS = 2  # framing-headers' streamed answer
 
 
 @check("framing-headers", "the EPP leaves a response's framing to Envoy", category=PROTOCOL, level=SHOULD,
-       source="HTTP semantics (RFC 9110 §6.1, §8.6); GAIE #2993, envoyproxy/ai-gateway #2391", needs=SERVES + ("response-phases",))
-def framing_headers(h):
+       source="HTTP semantics (RFC 9110 §6.1, §8.6); GAIE #2993, envoyproxy/ai-gateway #2391",
+       needs=SERVED + ("response-phases",))
+def framing_headers(h: EppHarness) -> Result:
     """On its response headers reply the EPP sets no ``transfer-encoding`` (nor ``content-length``): how the
     response is framed is the proxy's business, and the EPP sees the response before Envoy re-frames it. An EPP
     that echoes the backend's headers back sets them (GAIE #2993: the response cut after its first events behind
@@ -129,7 +136,7 @@ def framing_headers(h):
                       "to Envoy (no transfer-encoding or content-length on a response headers reply), and echo "
                       "each response body chunk whole, with its end_of_stream.", evidence)
     if rejected:
-        version = getattr(h.envoy_binary, "version", "")
+        version = h.envoy_binary.version if h.envoy_binary is not None else ""
         return failed(f"the EPP set transfer-encoding on its response headers replies: Envoy {version} refused "
                       f"{rejected} such header mutations ({REJECTED}), so these responses came through, but a gateway "
                       "that applies them breaks the response. Set no transfer-encoding or content-length on a "

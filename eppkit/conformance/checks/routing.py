@@ -1,7 +1,7 @@
 """Routing judged black-box: what EPPs are deployed for, each rule declared by the EPP (``--load-aware``,
-``--lora-affinity``; a rule it does not take on is n/a). The pods' own words judge it: their ``/metrics`` as vLLM writes them (scraped by the
-check) and the pod each answer names (the mock's ``x-inference-pod``), beside Envoy's record of where it sent
-each request.
+``--lora-affinity``; a rule it does not take on is n/a). The pods' own words judge it: their ``/metrics`` as vLLM
+writes them (scraped by the check) and the pod each answer names (the mock's ``x-inference-pod``), beside Envoy's
+record of where it sent each request.
 
 A check that cannot make its condition (a pod that would not get busy, or would not load an adapter: its metrics do
 not show it) is not run, never passed.
@@ -10,9 +10,8 @@ not show it) is not run, never passed.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from eppkit.conformance.checks.data_plane import NEEDS
-from eppkit.conformance.checks.registry import DATA_PLANE, SHOULD, Result, check, declared_by, judged, not_applicable
 from eppkit.conformance.held import State, envoy_sent, hold
 from eppkit.conformance.pods import (
     BUSY_ITL_MS,
@@ -20,6 +19,7 @@ from eppkit.conformance.pods import (
     BUSY_TOKENS,
     BUSY_WITHIN_S,
     KV_USAGE,
+    PROBE_GAP_S,  # noqa: F401  (the rules say it)
     RUNNING,
     WAITING,
     BusyLoad,
@@ -29,10 +29,15 @@ from eppkit.conformance.pods import (
     scrape,
     with_pod_args,
 )
+from eppkit.conformance.registry import ONE_RUN, OWN_TESTBED, SERVED, check, declared_by
+from eppkit.conformance.results import DATA_PLANE, SHOULD, Result, judged, not_applicable
 from eppkit.services.openai_server.lora_info import MAX_LORA, LoraInfo
 from eppkit.services.openai_server.lora_info import NAME as LORA_INFO
 from eppkit.services.openai_server.lora_info import RUNNING as RUNNING_LORAS
 from eppkit.services.openai_server.lora_info import WAITING as WAITING_LORAS
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
 
 LOAD_SOURCE = "GAIE's queue and KV-cache-utilization scorers, llm-d-router's load-aware scorer (vLLM's /metrics)"
 MAX_SEQS = 4  # each pod's --max-num-seqs in this check's testbed: requests beyond it wait, as on vLLM
@@ -42,8 +47,8 @@ SHARE = 0.8  # at least this share of them go to the other pods
 BUSY_LOAD = f"{BUSY_STREAMS} streamed requests of {BUSY_TOKENS} tokens ({BUSY_ITL_MS} ms apart)"
 
 
-LOAD_AWARE = declared_by("load_aware", "the EPP does not say it is load-aware (--load-aware): where it sends a "
-                         "request is not judged by the pods' load")
+LOAD_AWARE = declared_by(lambda target: target.load_aware, "the EPP does not say it is load-aware (--load-aware): "
+                         "where it sends a request is not judged by the pods' load")
 
 
 def busy(metrics: dict[str, float]) -> bool:
@@ -52,13 +57,15 @@ def busy(metrics: dict[str, float]) -> bool:
 
 
 @check("load-aware", "a load-aware EPP keeps new requests away from a busy pod", category=DATA_PLANE, level=SHOULD,
-       source=LOAD_SOURCE, needs=NEEDS, per_protocol=False, declared=LOAD_AWARE, beside=True)
-def load_aware(h):
+       source=LOAD_SOURCE, needs=SERVED, declared=LOAD_AWARE, uses=(ONE_RUN, OWN_TESTBED))
+def load_aware(h: EppHarness) -> Result:
     """For an EPP that says it routes by load (``--load-aware``; it reads the pods' ``/metrics``): one of three
-    pods (each running at most 4 requests at once, 256 KV-cache blocks) made busy for real, with 8 long streamed
+    pods (each running at most {MAX_SEQS} requests at once, \\
+    {KV_BLOCKS} KV-cache blocks) made busy for real, with {BUSY_STREAMS} long streamed
     requests sent straight to it; once its ``/metrics`` shows requests running and waiting and KV-cache blocks in
     use (``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc``), and a second
-    for the EPP to scrape it, 20 new requests through Envoy, one every 0.1 s, HTTP/1.1 and h2c in turn: at least 80 %
+    for the EPP to scrape it, {PROBES} new requests through Envoy, \\
+    one every {PROBE_GAP_S:g} s, HTTP/1.1 and h2c in turn: at least {SHARE!p}
     of them are served by the other pods (the pod each answer names). The busy pod's metrics before and after the
     requests are in the evidence; a pod that would not get busy, or stopped being busy before the last request was
     sent, or a request sent only after the load was dropped leaves the check not run. Then the busy streams are
@@ -68,7 +75,7 @@ def load_aware(h):
         return _judge_load_aware(h, bed)
 
 
-def _judge_load_aware(h, bed) -> Result:
+def _judge_load_aware(h: EppHarness, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     target, others = bed.backends[0], bed.backends[1:]
@@ -112,8 +119,8 @@ LOADED_WITHIN_S = 5.0  # the anchor's /metrics must show its adapter running wit
 LORA_PROBES = 20  # new requests through Envoy, one every PROBE_GAP_S, the two adapters in turn
 
 
-LORA_AFFINITY = declared_by("lora_affinity", "the EPP does not say it routes LoRA adapters (--lora-affinity): where "
-                            "it sends an adapter's requests is not judged")
+LORA_AFFINITY = declared_by(lambda target: target.lora_affinity, "the EPP does not say it routes LoRA adapters "
+                            "(--lora-affinity): where it sends an adapter's requests is not judged")
 
 
 def lora_of(address: str) -> LoraInfo | None:
@@ -131,16 +138,21 @@ def _running(info: LoraInfo | None, adapter: str) -> bool:
 
 
 @check("lora-affinity", "an EPP that routes LoRA adapters sends an adapter's requests where it is running",
-       category=DATA_PLANE, level=SHOULD, source=LORA_SOURCE, needs=NEEDS, per_protocol=False,
-       declared=LORA_AFFINITY, beside=True)
-def lora_affinity(h):
+       category=DATA_PLANE, level=SHOULD, source=LORA_SOURCE, needs=SERVED,
+       declared=LORA_AFFINITY, uses=(ONE_RUN, OWN_TESTBED))
+def lora_affinity(h: EppHarness) -> Result:
     """For an EPP that says it routes LoRA adapters (``--lora-affinity``; it reads the pods' ``/metrics``): three
-    pods each serve three adapters (``--lora-modules``), at most two loaded at once (``--max-loras 2``). Two adapters
-    are made to run for real, each on a pod of its own, with 2 long streamed requests sent straight to that pod; once
+    pods each serve three adapters (``--lora-modules``), at most \\
+    {MAX_LORAS!w} loaded at once (``--max-loras {MAX_LORAS}``). Two adapters
+    are made to run for real, each on a pod of its own, with \\
+    {ANCHOR_STREAMS} long streamed requests sent straight to that pod; once
     each pod's ``/metrics`` shows its adapter in ``running_lora_adapters`` (``vllm:lora_requests_info``, scraped by
-    the check), and a second for the EPP to scrape it, 20 new requests through Envoy, the two adapters in turn, one
-    every 0.1 s, HTTP/1.1 and h2c in turn: at least 80 % of each adapter's requests are served by the pod running it
-    (the pod each answer names; its ``model`` the adapter), while that pod has room (one adapter of two running). A
+    the check), and a second for the EPP to scrape it, \\
+    {LORA_PROBES} new requests through Envoy, the two adapters in turn, one
+    every {PROBE_GAP_S:g} s, HTTP/1.1 and h2c in turn: at least \\
+    {SHARE!p} of each adapter's requests are served by the pod running it
+    (the pod each answer names; its ``model`` the adapter), \\
+    while that pod has room (one adapter of {MAX_LORAS!w} running). A
     pod that would not run its adapter, or stopped running it before the last request was sent, or a request sent
     only after the load was dropped leaves the check not run. An EPP that ignores the adapter (round robin, or the
     least loaded pod: the third) sends at most half of them there."""
@@ -151,7 +163,7 @@ def lora_affinity(h):
         return _judge_lora_affinity(h, bed)
 
 
-def _judge_lora_affinity(h, bed) -> Result:
+def _judge_lora_affinity(h: EppHarness, bed) -> Result:
     if len(bed.backends) < 2:
         return not_applicable("the check needs two pods or more: the target's topology has fewer")
     anchors = dict(zip(ADAPTERS, bed.backends[-2:]))  # adapter -> the pod it is made to run on

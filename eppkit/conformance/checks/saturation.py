@@ -11,22 +11,14 @@ check not run, never passed.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from eppkit.conformance.checks.protocol import SERVES
-from eppkit.conformance.checks.registry import (
-    DATA_PLANE,
-    SHOULD,
-    Result,
-    check,
-    declared_by,
-    evidence_of,
-    judged,
-    not_applicable,
-)
+from eppkit.conformance.contract import openai_error
 from eppkit.conformance.held import State, hold
 from eppkit.conformance.pods import (
     BUSY_WITHIN_S,
     KV_USAGE,
+    PROBE_GAP_S,  # noqa: F401  (its rule says it)
     WAITING,
     BusyLoad,
     load_words,
@@ -34,10 +26,15 @@ from eppkit.conformance.pods import (
     scrape,
     with_pod_args,
 )
+from eppkit.conformance.registry import CONTROL_PLANE, ONE_RUN, OWN_TESTBED, SERVED, check, declared_by
+from eppkit.conformance.results import DATA_PLANE, SHOULD, Result, evidence_of, judged, not_applicable
 from eppkit.conformance.witness import from_the_epp
 from eppkit.modes import ext_proc
 from eppkit.services.picker.headers import OBJECTIVE
 from eppkit.services.picker.saturation import KV_CACHE_UTIL_THRESHOLD, QUEUE_DEPTH_THRESHOLD
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
 
 SOURCE = ("GAIE's saturation detector and admission control (v1.5.0: pkg/epp/requestcontrol/admission.go, "
           "saturationdetector/utilization; InferenceObjective priority < 0 is sheddable)")
@@ -48,20 +45,14 @@ SHEDDABLE, STANDARD = ("eppkit-sheddable", -1), ("eppkit-standard", 0)
 PROBES = 12  # new requests through Envoy, one every 0.1 s: two sheddable, two standard, ... HTTP/1.1 and h2c in turn
 
 
-DECLARED = declared_by("saturation", "the EPP does not say it sheds sheddable requests when the pool is saturated "
-                       "(--saturation): its answers to them are not judged")
+DECLARED = declared_by(lambda target: target.saturation, "the EPP does not say it sheds sheddable requests when the "
+                       "pool is saturated (--saturation): its answers to them are not judged")
 
 
 def over(metrics: dict[str, float]) -> bool:
     """The pod is over GAIE's default thresholds in its own words: its waiting queue at 5 or more, or its KV cache
     at 0.8 or more used."""
     return metrics.get(WAITING, 0) >= QUEUE_DEPTH_THRESHOLD or metrics.get(KV_USAGE, 0) >= KV_CACHE_UTIL_THRESHOLD
-
-
-def openai_error(body) -> bool:
-    """An OpenAI-style error body: ``{"error": {"message": ...}}``."""
-    error = body.get("error") if isinstance(body, dict) else None
-    return isinstance(error, dict) and isinstance(error.get("message"), str)
 
 
 def kind_of(i: int) -> tuple[str, int]:
@@ -108,32 +99,35 @@ def judge(sents, names: dict[str, str]) -> tuple[list[str], list[str], int, int]
 
 
 @check("saturation", "an EPP that sheds by priority: a sheddable request gets 429 while the pool is saturated, "
-       "others are served", category=DATA_PLANE, level=SHOULD, source=SOURCE, needs=SERVES, per_protocol=False,
-       declared=DECLARED, beside=True, control_plane=True)
-def saturation(h):
+       "others are served", category=DATA_PLANE, level=SHOULD, source=SOURCE, needs=SERVED,
+       declared=DECLARED, uses=(ONE_RUN, OWN_TESTBED, CONTROL_PLANE))
+def saturation(h: EppHarness) -> Result:
     """For an EPP that says it sheds sheddable work when the pool is saturated (``--saturation``; GAIE's rule):
-    two InferenceObjectives of the testbed's InferencePool in its control plane, ``eppkit-sheddable``
-    (priority -1) and ``eppkit-standard`` (priority 0); every pod (each running at most 2 requests at once) made
-    saturated for real with 8 long streamed requests sent straight to it, until its ``/metrics`` shows it over
-    GAIE's default thresholds (``vllm:num_requests_waiting`` 5 or more, or ``vllm:kv_cache_usage_perc`` 0.8 or
-    more); then, a second for the EPP to scrape them, 12 requests through Envoy, one every 0.1 s, HTTP/1.1 and h2c
+    two InferenceObjectives of the testbed's InferencePool in its control plane, ``{SHEDDABLE[0]}``
+    (priority {SHEDDABLE[1]}) and ``{STANDARD[0]}`` (priority \\
+    {STANDARD[1]}); every pod (each running at most {MAX_SEQS} requests at once) made
+    saturated for real with {STREAMS} long streamed requests sent straight to it, until its ``/metrics`` shows it over
+    GAIE's default thresholds (``{WAITING}`` \\
+    {QUEUE_DEPTH_THRESHOLD} or more, or ``{KV_USAGE}`` {KV_CACHE_UTIL_THRESHOLD:g} or
+    more); then, a second for the EPP to scrape them, {PROBES} \\
+    requests through Envoy, one every {PROBE_GAP_S:g} s, HTTP/1.1 and h2c
     in turn, each naming an objective in ``x-gateway-inference-objective``: every sheddable one is answered 429 by
     the EPP itself (Envoy's record) with an OpenAI-style JSON error, every standard one is served once the pods'
     streams are dropped. The pods' metrics before and after are in the evidence; a pod that would not saturate,
     or stopped being saturated before the last request was sent, leaves the check not run. The kit's EPP reads
     the objectives from the control plane (mode ext_proc, ``epp_watch_pool``); an EPP of your own reads them
-    where its command's ``{kubeconfig}`` and ``{pool_namespace}`` say (without them, the testbed has no control
+    where its command's ``{{kubeconfig}}`` and ``{{pool_namespace}}`` say (without them, the testbed has no control
     plane and the objectives are only named)."""
     with h.own("saturation", topology=topology(h.target)) as bed:
         return _judge_saturation(h, bed)
 
 
-def _judge_saturation(h, bed) -> Result:
+def _judge_saturation(h: EppHarness, bed) -> Result:
     if not bed.backends:
         return not_applicable("the pool is empty")
     if why := off_network(bed.backends):
         return not_applicable(why)
-    pool = getattr(bed, "pool", None)
+    pool = bed.pool
     if pool is not None:
         for name, priority in (SHEDDABLE, STANDARD):
             pool.add_objective(name, priority)

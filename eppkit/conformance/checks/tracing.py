@@ -8,21 +8,26 @@ sits in a trace nobody finds from the request.
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.protocol import SERVES
-from eppkit.conformance.checks.registry import SHOULD, TRACING, check, failed, not_applicable, passed
+from typing import TYPE_CHECKING
+
+from eppkit.conformance.registry import ONE_RUN, SERVED, check
+from eppkit.conformance.results import SHOULD, TRACING, failed, not_applicable, passed
 from eppkit.core.polling import PollTimeout, poll
 from eppkit.observability import expected_spans as ex
 from eppkit.observability.contract import Service
 
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import EppHarness
+    from eppkit.conformance.results import Result
+
 # Services of the kit's testbed around the EPP, never the EPP itself.
 AROUND = {Service.CLIENT, Service.ENVOY, Service.VLLM, Service.PD_SIDECAR, Service.ENCODER}
-NEEDS = SERVES
 EXPORT_WAIT_S = 7.0  # OTel SDKs export in batches every 5 s by default
 
 
-@check("trace-context", "the EPP's spans join Envoy's trace", category=TRACING, level=SHOULD, needs=NEEDS,
-       source="W3C trace context in the ext_proc gRPC metadata (Envoy's tracer)", per_protocol=False)
-def trace_context(h):
+@check("trace-context", "the EPP's spans join Envoy's trace", category=TRACING, level=SHOULD, needs=SERVED,
+       source="W3C trace context in the ext_proc gRPC metadata (Envoy's tracer)", uses=(ONE_RUN,))
+def trace_context(h: EppHarness) -> Result:
     """One request: spans of the EPP under Envoy's ext_proc call span pass; spans of a trace of its own (found
     by the request's time) fail; no spans at all: not applicable."""
     bed = h.bed()

@@ -1,6 +1,7 @@
 """A plugin's checks (``eppkit conformance --plugin``): your Lua filter, dynamic module or HTTP filter judged as the
-subject, each check in the registry of its own (:data:`eppkit.conformance.checks.registry.PLUGIN_CHECKS`), so no
-EPP check runs on a plugin and no plugin check on an EPP.
+subject, each check one function with one decorator (:func:`eppkit.conformance.registry.check`: a check of this
+package judges a plugin, in a registry of its own, :data:`~eppkit.conformance.registry.PLUGIN_CHECKS`), so no EPP check
+runs on a plugin and no plugin check on an EPP.
 
 Every check sends the same requests through the plugin's testbed and through its floor (:mod:`.floor`: the same
 topology without the plugin's filters, started once per verdict) and judges the difference, on HTTP/1.1 and h2c.
@@ -17,10 +18,11 @@ from eppkit.core.registry import load_members
 FLOOR = {"testbed": "the same topology without the plugin's filters, started beside it in the same run",
          "rule": RULE}
 
-# The order they run in: no-script-errors and no-module-errors after every check of ordinary traffic, as they read
-# the errors counter and Envoy's log over every request the verdict sent before them; hostile-input-survives after
-# them, its hostile requests' errors its own (each counted around the request that raised it), so that no check
-# counts another's; streams-served last, as a plugin that cannot survive a cancelled stream takes Envoy down with it.
+# The order the report lists the modules' checks in (each module's in the order it declares them). How they run is
+# the scheduler's, from what each check declares: no-script-errors and no-module-errors audit (they read the errors
+# counter and Envoy's log over every request the verdict sent before them: after every check of ordinary traffic);
+# hostile-input-survives and streams-served may take Envoy down (after every other, so that no check counts their
+# errors and none goes down with them).
 ORDER = ("streaming", "bodies", "refusals", "cost", "memory", "script_errors", "module_errors", "hostile", "streams")
 
 load_members(__name__, __path__, group="plugin_checks", skip=("floor", "alive"), order=ORDER)

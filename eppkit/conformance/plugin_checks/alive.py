@@ -8,7 +8,12 @@ verdict quotes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import requests
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
 
 # Where a process's end begins in Envoy's log: a Go panic (a dynamic module's), Go's fatal error, Envoy's own crash
 # handler's backtrace, a critical line.
@@ -16,7 +21,7 @@ ENDINGS = ("panic:", "fatal error:", "Caught ", "][critical][")
 LAST_WORDS = 4  # lines of it quoted: the panic's message and where it was
 
 
-def envoy_up(h, bed) -> tuple[bool, float]:
+def envoy_up(h: PluginHarness, bed) -> tuple[bool, float]:
     """Envoy's admin /ready answers LIVE; its server.uptime (s; -1 when the admin does not answer)."""
     try:
         ready = requests.get(f"{bed.envoy_admin_url}/ready", timeout=5)
@@ -39,7 +44,7 @@ def last_words(bed) -> list[str]:
     return said[:1] + frames[:LAST_WORDS - 1]
 
 
-def gone(h, bed, uptime_before: float) -> str | None:
+def gone(h: PluginHarness, bed, uptime_before: float) -> str | None:
     """How Envoy is not up as it was (None: it is), in its own words where it left any."""
     live, uptime = envoy_up(h, bed)
     if live and uptime >= uptime_before:

@@ -6,29 +6,45 @@ client receives (the mock's ``x-mock-response-sha256``). A plugin that declares 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
-from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, judged
 from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.registry import check
+from eppkit.conformance.results import MUST, judged
 from eppkit.conformance.witness import NotWitnessed, Sent
 from eppkit.observability.client import H2C
 from eppkit.services.pod_headers import HEADER_RESPONSE_SHA256
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
+    from eppkit.conformance.results import Result
+    from eppkit.conformance.target import PluginTarget
 
 BODIES = "bodies"
 KIB, MIB = 1024, 1024 * 1024
 SIZES = (0, 1, 16 * KIB - 1, 16 * KIB + 1, MIB)  # around Envoy's 16 KiB buffer slices, and a large one
 LARGE = 8 * MIB  # written whole only: the largest body a filter buffering it must hold
+
+
+def said(size: int) -> str:
+    """A body's size as the rule says it: "0 B", "16 KiB−1", "1 MiB"."""
+    for unit, name in ((MIB, "MiB"), (KIB, "KiB")):
+        for off, suffix in ((0, ""), (-1, "−1"), (1, "+1")):
+            if size - off >= unit and (size - off) % unit == 0:
+                return f"{(size - off) // unit} {name}{suffix}"
+    return f"{size} B"
+
+
+SIZES_SAID = ", ".join(map(said, SIZES[:-1])) + f" and {said(SIZES[-1])}"  # what the rule says of them
+LARGE_SAID, TRAILED_SAID = said(LARGE), said(MIB)
 PACED = {"pieces": 8, "pause_s": 0.005}  # a body written in paced pieces: many data frames / chunks to the filter
 # h2c only (Envoy's HTTP/1.1 codec drops request trailers): a body in pieces that ends with trailers
 TRAILED = {"pieces": 4, "pause_s": 0.005, "trailers": {"x-eppkit-checksum": "trailer"}}
 ANSWER_TOKENS = 200  # a non-streamed answer of a few KiB
 
 
-def _rewrites(target) -> set[str]:
-    return set(getattr(target, "rewrites", ()) or ())
-
-
-def _declared(target) -> str | None:
-    if {"request", "response"} <= _rewrites(target):
+def _declared(target: PluginTarget) -> str | None:
+    if {"request", "response"} <= target.rewrites:
         return "the plugin declares it rewrites request and response bodies (--plugin-rewrites)"
     return None
 
@@ -44,7 +60,7 @@ def exact_body(size: int, model: str) -> bytes:
     return json.dumps(head).encode()
 
 
-def _received(h, sent: Sent, what: str) -> str:
+def _received(h: PluginHarness, sent: Sent, what: str) -> str:
     """The digest the backend reports for ``sent``'s body; NotWitnessed when no backend answered it."""
     got = h.body_digest(sent.result)
     if got is None or h.served_by(sent.result) is None:
@@ -65,7 +81,7 @@ def _is_json(data: bytes) -> bool:
     return True
 
 
-def _request_body(h, beds: dict, data: bytes, traffic: dict, label: str) -> dict[str, str | None]:
+def _request_body(h: PluginHarness, beds: dict, data: bytes, traffic: dict, label: str) -> dict[str, str | None]:
     """What the backend received of ``data`` through each testbed (side -> sha256; None: the plugin's request got no
     answer from the backend, which the floor's did); NotWitnessed when the floor itself did not pass it unchanged;
     _FloorRefuses when the floor's picker refused a body that is not JSON."""
@@ -100,17 +116,17 @@ def _label(size: int, traffic: dict) -> str:
 
 
 @check("bodies-byte-for-byte", "bodies pass the plugin byte for byte, both ways", category=BODIES, level=MUST,
-       source="HTTP semantics: a filter that does not say it rewrites a body forwards it unchanged",
-       registry=PLUGIN_CHECKS, declared=_declared)
-def bodies_byte_for_byte(h):
-    """Request bodies of 0 B, 1 B, 16 KiB−1, 16 KiB+1 and 1 MiB, each written whole and in 8 paced pieces, 8 MiB
-    whole, and on h2c 1 MiB in 4 pieces ending with request trailers, reach the backend with the sha256 the client
+       source="HTTP semantics: a filter that does not say it rewrites a body forwards it unchanged", declared=_declared)
+def bodies_byte_for_byte(h: PluginHarness) -> Result:
+    """Request bodies of {SIZES_SAID}, each written whole and in {PACED[pieces]} paced pieces, {LARGE_SAID}
+    whole, and on h2c {TRAILED_SAID} in {TRAILED[pieces]} pieces \\
+    ending with request trailers, reach the backend with the sha256 the client
     sent; a non-streamed answer of a few KiB reaches the client with the sha256 the backend wrote. The same requests
     through the floor must do so too (else the testbed, not the plugin, changes them: not judged); one the floor
     delivers and the plugin never answers (held until the client gave up) fails; one the plugin refuses is
     refusals-are-clean's (not run here)."""
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}
-    rewrites = _rewrites(h.target)
+    rewrites = h.target.rewrites
     evidence, problems = [], []
     if "request" not in rewrites:
         model = beds["plugin"].backends[0].model
@@ -155,6 +171,6 @@ def bodies_byte_for_byte(h):
     return judged(problems, evidence, failing="a body did not pass the plugin byte for byte",
                   passing="every body passed byte for byte" + (f" (not judged: {', '.join(sorted(rewrites))})"
                                                                 if rewrites else ""),
-                  fix="Forward bodies unchanged and continue every request, its trailers too (a module: return Continue "
-                      "from OnRequestTrailers), or declare the direction you rewrite (--plugin-rewrites)")
+                  fix="Forward bodies unchanged and continue every request, its trailers too (a module: return "
+                      "Continue from OnRequestTrailers), or declare the direction you rewrite (--plugin-rewrites)")
 

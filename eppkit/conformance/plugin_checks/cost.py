@@ -7,18 +7,27 @@ busy loop) follows every other rule and still makes each request that much later
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.registry import PLUGIN_CHECKS, SHOULD, check, evidence_of, judged
+from typing import TYPE_CHECKING
+
+from eppkit.conformance.budget import CostBudget  # noqa: F401  (its rule says the defaults)
 from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.registry import TIMED, check
+from eppkit.conformance.results import SHOULD, evidence_of, judged
 from eppkit.conformance.witness import Sent
 from eppkit.observability import steps
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
+    from eppkit.conformance.results import Result
 
 LATENCY = "latency"
 REQUESTS = 40  # ordinary chats per testbed and protocol, interleaved plugin / floor, after one unmeasured each
 AT = (50, 99)
 ROUNDS = 2  # a second round of REQUESTS only when p99 alone is over
+MOST = REQUESTS * ROUNDS  # chats per testbed when p99 alone is over
 
 
-def _sent(h, beds: dict) -> dict[str, list[Sent]]:
+def _sent(h: PluginHarness, beds: dict) -> dict[str, list[Sent]]:
     """REQUESTS ordinary chats through each testbed, interleaved (which goes first alternates), each served, with
     Envoy's record of each read once they are all logged."""
     for side, bed in beds.items():  # a fresh connection's first request pays for it: not measured
@@ -67,14 +76,18 @@ def _judge(budget, gateway: dict[str, list[float]]) -> tuple[list[str], list[str
 
 
 @check("cost-within-budget", "the plugin adds no more than its budget to a request", category=LATENCY, level=SHOULD,
-       source="eppkit (a budget: eppkit conformance --plugin --budget)", registry=PLUGIN_CHECKS, timed=True)
-def cost_within_budget(h):
-    """Forty ordinary chats through the plugin and forty through the floor, interleaved, after one unmeasured chat on
+       source="eppkit (a budget: eppkit conformance --plugin --budget)", uses=(TIMED,))
+def cost_within_budget(h: PluginHarness) -> Result:
+    """{REQUESTS!W} ordinary chats through the plugin and \\
+    {REQUESTS!w} through the floor, interleaved, after one unmeasured chat on
     each: Envoy's own time on a request (its whole time less the backend's, upstream start to upstream end, from its
     access log) through the plugin is, at p50 and p99, within the budget of the floor's (default: the plugin adds
-    p50 ≤ 1 ms or 10 % of the floor's figure when that is more; p99 is reported, and judged only when the budget
-    names it, allowing at least the floor's own p99 less its p50, the machine's noise; ``--budget p50=MS,p99=MS``). When p99
-    alone is over, forty more each and the p99 of eighty decides (one slow request in forty is a busy machine's as
+    p50 ≤ {CostBudget.p50_ms:g} ms or {CostBudget.share!p} of the floor's \\
+    figure when that is more; p99 is reported, and judged only when the budget
+    names it, allowing at least the floor's own p99 less its \\
+    p50, the machine's noise; ``--budget p50=MS,p99=MS``). When p99
+    alone is over, {REQUESTS!w} more each and the p99 of \\
+    {MOST!w} decides (one slow request in {REQUESTS!w} is a busy machine's as
     often as the plugin's). Every chat must be served on both testbeds."""
     budget = h.budget
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}

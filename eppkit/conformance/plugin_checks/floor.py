@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
 
 VARIANT = "floor"  # the harness's name for the floor's testbed (kept up beside the plugin's for the whole verdict)
 MIN_MS, SHARE = 5.0, 0.10  # a figure passes within max(5 ms, 10 %) of the floor's
 RULE = f"a figure passes within max({MIN_MS:g} ms, {SHARE:.0%}) of the floor's (medians of the same requests)"
 
 
-def bed(h):
+def bed(h: PluginHarness):
     """The floor's testbed (started on first use, then the same one for every check)."""
     return h.bed(VARIANT, topology=h.target.topology(floor=True))
 

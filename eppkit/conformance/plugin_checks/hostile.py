@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import TYPE_CHECKING
 
-from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, evidence_of, judged
 from eppkit.conformance.plugin_checks import alive, floor, refusals, script_errors
+from eppkit.conformance.registry import MAY_TAKE_DOWN, check
+from eppkit.conformance.results import MUST, evidence_of, judged
 from eppkit.conformance.witness import NotWitnessed
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
+    from eppkit.conformance.results import Result
 
 HOSTILE = "robustness"
 KIB = 1024
@@ -43,7 +49,10 @@ def cases(model: str) -> list[tuple[str, dict]]:
     ]
 
 
-def _errors_raised(h, bed, floor_bed, send) -> tuple[object, int]:
+CASES = len(cases("model"))  # the hostile requests sent, as the rule counts them
+
+
+def _errors_raised(h: PluginHarness, bed, floor_bed, send) -> tuple[object, int]:
     """``send()``'s Sent and the plugin's Lua errors it raised (its errors counters, read around it alone)."""
     with _counting:
         before = sum(script_errors.lua_errors(h, bed, floor_bed).values())
@@ -60,18 +69,18 @@ def _made(plugin, floor_sent) -> bool:
 
 
 @check("hostile-input-survives", "hostile input reaching the plugin neither crashes it nor gets a 5xx from it",
-       category=HOSTILE, level=MUST, registry=PLUGIN_CHECKS,
+       category=HOSTILE, level=MUST,
        source="eppkit's hostile-client cases (tests/e2e/test_hostile_envoy.py, test_fuzz.py): a gateway filter "
-              "survives any request Envoy's codec accepts")
-def hostile_input_survives(h):
-    """A plain chat, then twelve hostile requests that reach a filter (a body cut short, not JSON, empty, a JSON
+              "survives any request Envoy's codec accepts", uses=(MAY_TAKE_DOWN,))
+def hostile_input_survives(h: PluginHarness) -> Result:
+    """A plain chat, then {CASES!w} hostile requests that reach a filter (a body cut short, not JSON, empty, a JSON
     array, a numeric model, not UTF-8, nested 2,000 deep, 1 MiB of non-JSON, content-type text/plain, a 16 KiB
     header, 60 extra headers, odd header values), each through the plugin and its floor: Envoy's /ready answers
     LIVE after them and its server.uptime did not go back; the plugin's Lua errors counter does not move on any
     (unless it moved on the plain chat: then no-script-errors judges it); no answer the plugin made is a 5xx, and
     each non-2xx it made is an OpenAI-style error. A failure quotes Envoy's ``script log:`` line."""
     bed, floor_bed = h.bed(), floor.bed(h)
-    lua = h.target.has_lua() if hasattr(h.target, "has_lua") else False
+    lua = h.target.has_lua()
     _, uptime = alive.envoy_up(h, bed)
     plain, plain_errors = _errors_raised(h, bed, floor_bed, lambda: h.send(bed))
     h.must_serve(plain, "a plain chat through the plugin")

@@ -12,16 +12,21 @@ and the plugin's is held to the floor's.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import requests
 
-from eppkit.conformance.checks.registry import MUST, NOT_RUN, PLUGIN_CHECKS, Result, check, judged
 from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.registry import ONE_RUN, check
+from eppkit.conformance.results import MUST, NOT_RUN, Result, judged
 from eppkit.conformance.witness import Sent
 from eppkit.core import procfs
 from eppkit.native_load import NativeDriver
 from eppkit.observability.client import PROTOCOLS, ClientResult
 from eppkit.workload import Load, PlannedRequest, Sample
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
 
 RESOURCES = "resources"
 REQUESTS, WARM_UP = 2000, 500  # per testbed: growth is judged over the 1,500 after the warm-up
@@ -32,6 +37,7 @@ KIB, MIB = 1024, 1024 * 1024
 # The bound: the gallery's no-op Lua filter grew Envoy's RSS by 0.2-0.6 MiB over the 1,500 requests after the warm-up,
 # the floor by 0.1-0.4 MiB (2-core VM); a leak of 32 KiB a request by 50 MiB. 8 MiB is 5.5 KiB a request kept.
 BOUND_MIB, OVER_FLOOR_MIB = 8.0, 4.0
+JUDGED = REQUESTS - WARM_UP  # requests per testbed whose growth is judged
 
 
 def _plan(model: str) -> list[PlannedRequest]:
@@ -43,7 +49,7 @@ def _plan(model: str) -> list[PlannedRequest]:
             for i in range(REQUESTS)]
 
 
-def _memory(h, bed) -> dict[str, float]:
+def _memory(h: PluginHarness, bed) -> dict[str, float]:
     """Envoy's figures now (MiB): its process's RSS and its admin /memory's allocated and heap_size."""
     figures = {"rss": procfs.tree_rss_bytes(bed.processes()["envoy"].pid) / MIB}
     try:
@@ -54,7 +60,7 @@ def _memory(h, bed) -> dict[str, float]:
     return figures
 
 
-def _load(h, bed, side: str, plan: list[PlannedRequest], deadline: float) -> int:
+def _load(h: PluginHarness, bed, side: str, plan: list[PlannedRequest], deadline: float) -> int:
     """``plan`` through ``bed``, IN_FLIGHT at once, alternately HTTP/1.1 and h2c, with the headers a gate lets
     through, none sent after ``deadline``; how many were sent. NotWitnessed with Envoy's record of the first not
     served."""
@@ -75,7 +81,7 @@ def _result(sample: Sample) -> ClientResult:
                         error=None if sample.status else sample.detail)
 
 
-def _run(h, side: str, bed) -> dict:
+def _run(h: PluginHarness, side: str, bed) -> dict:
     """The load through one testbed: Envoy's figures at the start, after the warm-up and at the end."""
     started = time.monotonic()
     deadline = started + DEADLINE_S
@@ -99,20 +105,23 @@ def _line(side: str, run: dict) -> str:
 
 
 @check("memory-bounded", "Envoy's memory stays bounded through the plugin", category=RESOURCES, level=MUST,
-       source="eppkit (a gateway filter must not keep memory per request)", registry=PLUGIN_CHECKS,
-       per_protocol=False)
-def memory_bounded(h):
-    """2,000 requests through the plugin and the same 2,000 through the floor (half HTTP/1.1, half h2c: chats, streamed
-    chats, bodies of 1-16 KiB; 32 in flight, sent by the kit's load client; at most 120 s a testbed): Envoy's RSS grows, over the 1,500 after a
-    warm-up of 500, by no more than max(8 MiB, the floor's growth + 4 MiB). Envoy's admin /memory (its heap) is in
+       source="eppkit (a gateway filter must not keep memory per request)", uses=(ONE_RUN,))
+def memory_bounded(h: PluginHarness) -> Result:
+    """{REQUESTS:,} requests through the plugin and the same \\
+    {REQUESTS:,} through the floor (half HTTP/1.1, half h2c: chats, streamed
+    chats, bodies of 1-16 KiB; {IN_FLIGHT} in flight, sent by the kit's load \\
+    client; at most {DEADLINE_S:g} s a testbed): Envoy's RSS grows, over the {JUDGED:,} after a
+    warm-up of {WARM_UP}, by no more than max({BOUND_MIB:g} MiB, the \\
+    floor's growth + {OVER_FLOOR_MIB:g} MiB). Envoy's admin /memory (its heap) is in
     the evidence. Judged once over both protocols' requests; each must be served."""
     # One testbed after the other: both at once took longer on 2 cores (the client's and Envoys' CPU is the bound)
     runs = {side: _run(h, side, bed) for side, bed in (("plugin", h.bed()), ("floor", floor.bed(h)))}
     growth = {side: run["end"]["rss"] - run["warm"]["rss"] for side, run in runs.items()}
     allowed = max(BOUND_MIB, growth["floor"] + OVER_FLOOR_MIB)
     sent = runs["plugin"]["n"]
-    evidence = [f"each testbed: {WARM_UP} requests of warm-up, then {REQUESTS - WARM_UP} judged ({', '.join(PROTOCOLS)} "
-                f"alternately; chats, streamed chats, bodies of 1-16 KiB; {IN_FLIGHT} in flight)"]
+    evidence = [f"each testbed: {WARM_UP} requests of warm-up, then {REQUESTS - WARM_UP} judged "
+                f"({', '.join(PROTOCOLS)} alternately; chats, streamed chats, bodies of 1-16 KiB; {IN_FLIGHT} in "
+                "flight)"]
     evidence += [_line(side, run) for side, run in runs.items()]
     short = [side for side, run in runs.items() if run["n"] < (REQUESTS - WARM_UP) // 2]
     if short:

@@ -12,11 +12,16 @@ own rule, the report naming which one erred."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, Result, check, evidence_of, judged
 from eppkit.conformance.plugin_checks import floor
 from eppkit.conformance.plugin_checks.script_errors import ROBUSTNESS, envoy_log_lines, ordinary_requests
+from eppkit.conformance.registry import AUDIT, check
+from eppkit.conformance.results import MUST, Result, evidence_of, judged
 from eppkit.gateway import go_modules
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
 
 # Envoy's levels for a module's log lines that say something failed.
 ERROR_TAGS = ("][error][dynamic_modules]", "][critical][dynamic_modules]")
@@ -65,8 +70,8 @@ def plugin_error_lines(bed, floor_bed) -> list[str]:
 
 @check("no-module-errors", "the plugin's dynamic modules log no error", category=ROBUSTNESS, level=MUST,
        source="Envoy dynamic modules (abi.h: envoy_dynamic_module_callback_log; the Go SDK's Log and panic barrier)",
-       registry=PLUGIN_CHECKS, declared=_declared)
-def no_module_errors(h) -> Result:
+       uses=(AUDIT,), declared=_declared)
+def no_module_errors(h: PluginHarness) -> Result:
     """A chat, a streamed chat, a GET and a body in paced pieces through the plugin, each served: Envoy logs no line
     at ``[error]`` or ``[critical]`` from a dynamic module for them, nor for any request the verdict sent before
     them. A failure quotes Envoy's line."""

@@ -15,9 +15,16 @@ Envoy, that is what your client gets.
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, evidence_of, judged
+from typing import TYPE_CHECKING
+
 from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.registry import check
+from eppkit.conformance.results import MUST, evidence_of, judged
 from eppkit.conformance.witness import Sent
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
+    from eppkit.conformance.results import Result
 
 REFUSALS = "refusals"
 KIT_REWRITE = "envoy_local_reply"  # the error type of the kit's local_reply mapper (envoy/base.yaml.j2)
@@ -81,11 +88,12 @@ def refusal_problem(what: str, sent: Sent) -> str | None:
 
 
 @check("refusals-are-clean", "what the plugin refuses, it refuses in OpenAI-style JSON, before the backend",
-       category=REFUSALS, level=MUST, registry=PLUGIN_CHECKS,
+       category=REFUSALS, level=MUST,
        source="OpenAI API errors ({\"error\": {\"message\", \"type\"}}); a gateway's refusal is an API error")
-def refusals_are_clean(h):
+def refusals_are_clean(h: PluginHarness) -> Result:
     """A chat, a streamed chat and a GET without the headers the plugin lets through (--plugin-let-through), and a
-    chat of 5,000 words with them, through the plugin and its floor: each the floor serves (a 2xx from the backend)
+    chat of {LONG_PROMPT_WORDS:,} words with them, through the \\
+    plugin and its floor: each the floor serves (a 2xx from the backend)
     and the plugin does not is the plugin's refusal; each must be an OpenAI-style JSON error (the kit's rewrite of a
     plain-text local reply is not) and Envoy's access log must show no upstream for it. A plugin that refuses none
     of them passes on having served every one, and says so."""
@@ -104,7 +112,7 @@ def refusals_are_clean(h):
         problem = refusal_problem(what, plugin)
         problems += [problem] if problem else []
     evidence += [f"served through the plugin: {evidence_of(s.hop)}" for s in served[:1]]
-    gate = h.target.let_through_headers() if hasattr(h.target, "let_through_headers") else {}
+    gate = h.target.let_through_headers()
     without = f"without {', '.join(gate)}" if gate else "(no --plugin-let-through given)"
     return judged(problems, evidence,
                   failing="the plugin refused requests uncleanly",

@@ -6,8 +6,14 @@ Lua filters a stat_prefix of its own (eppkit.gateway.user_filters), so its count
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.registry import MUST, NOT_RUN, PLUGIN_CHECKS, Result, check, evidence_of, judged
+from typing import TYPE_CHECKING
+
 from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.registry import AUDIT, check
+from eppkit.conformance.results import MUST, NOT_RUN, Result, evidence_of, judged
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
 
 ROBUSTNESS = "robustness"
 LUA_STATS = "http.ingress.lua."
@@ -24,7 +30,7 @@ def _declared(target) -> str | None:
     return None
 
 
-def ordinary_requests(h, bed) -> list:
+def ordinary_requests(h: PluginHarness, bed) -> list:
     """:data:`REQUESTS` through ``bed``, each served (else the check is not run, with the cause): their Sents."""
     model = bed.backends[0].model
     sents = []
@@ -36,7 +42,7 @@ def ordinary_requests(h, bed) -> list:
     return sents
 
 
-def lua_errors(h, bed, floor_bed) -> dict[str, int]:
+def lua_errors(h: PluginHarness, bed, floor_bed) -> dict[str, int]:
     """The plugin's own Lua ``errors`` counters on its testbed (those the floor's testbed has too are the mode's)."""
     theirs = h.stats(floor_bed, LUA_STATS)
     return {k: v for k, v in h.stats(bed, LUA_STATS).items() if k.endswith(".errors") and k not in theirs}
@@ -62,9 +68,9 @@ def quoted(lines: list[str]) -> str | None:
 
 
 @check("no-script-errors", "the plugin's Lua script raises no error", category=ROBUSTNESS, level=MUST,
-       source="Envoy Lua filter (lua_filter.rst: statistics; a script error fails open)", registry=PLUGIN_CHECKS,
-       declared=_declared)
-def no_script_errors(h):
+       source="Envoy Lua filter (lua_filter.rst: statistics; a script error fails open)",
+       declared=_declared, uses=(AUDIT,))
+def no_script_errors(h: PluginHarness) -> Result:
     """A chat, a streamed chat, a GET and a body in paced pieces through the plugin, each served: its Lua filters'
     ``errors`` counters do not move, and across every request the verdict sent it they stand at 0. A failure quotes
     Envoy's ``script log:`` line (the error and its line in the script)."""

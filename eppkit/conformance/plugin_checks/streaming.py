@@ -4,10 +4,17 @@ holds every byte until the stream ends: its first token comes as late as its las
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, evidence_of, judged
+from typing import TYPE_CHECKING
+
 from eppkit.conformance.plugin_checks import floor
+from eppkit.conformance.registry import TIMED, check
+from eppkit.conformance.results import MUST, evidence_of, judged
 from eppkit.conformance.witness import NotWitnessed
 from eppkit.services.vllm.request_in import HEADER_ITL, HEADER_TTFT
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
+    from eppkit.conformance.results import Result
 
 STREAMING = "streaming"
 TOKENS, TTFT_MS, ITL_MS = 10, 20, 20  # a stream of known pace: 10 tokens, 20 ms to the first and between each
@@ -23,12 +30,16 @@ def _beyond_backend(sent) -> float:
 
 
 @check("streaming-preserved", "a streamed answer keeps its pace through the plugin", category=STREAMING, level=MUST,
-       source="OpenAI streaming (SSE); a gateway filter must not buffer a stream", registry=PLUGIN_CHECKS, timed=True)
-def streaming_preserved(h):
-    """Streamed chats of 10 tokens at 20 ms (the mock paced by ``x-mock-ttft-ms`` / ``x-mock-itl-ms``), seven through
-    the plugin and seven through the floor, interleaved, after one unmeasured chat on each: the client's time to first
-    token, less the backend's own time to its first byte (Envoy's record), is in median no later than max(5 ms,
-    10 %) after the floor's, and the median inter-token gap within max(5 ms, 10 %) of the floor's either way. Every
+       source="OpenAI streaming (SSE); a gateway filter must not buffer a stream", uses=(TIMED,))
+def streaming_preserved(h: PluginHarness) -> Result:
+    """Streamed chats of {TOKENS} tokens at {ITL_MS} ms (the mock \\
+    paced by ``{HEADER_TTFT}`` / ``{HEADER_ITL}``), {REQUESTS!w} through
+    the plugin and {REQUESTS!w} through the floor, \\
+    interleaved, after one unmeasured chat on each: the client's time to first
+    token, less the backend's own time to its first byte \\
+    (Envoy's record), is in median no later than max({floor.MIN_MS:g} ms,
+    {floor.SHARE!p}) after the floor's, and the median inter-token gap \\
+    within max({floor.MIN_MS:g} ms, {floor.SHARE!p}) of the floor's either way. Every
     stream must be served whole on both testbeds."""
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}
     for side, bed in beds.items():  # a fresh testbed's first request pays for its connections: not measured

@@ -9,11 +9,18 @@ plugin that takes Envoy down takes no other check with it.
 
 from __future__ import annotations
 
-from eppkit.conformance.checks.registry import MUST, PLUGIN_CHECKS, check, evidence_of, judged
+from typing import TYPE_CHECKING
+
 from eppkit.conformance.plugin_checks import alive, floor, refusals
+from eppkit.conformance.registry import MAY_TAKE_DOWN, check
+from eppkit.conformance.results import MUST, evidence_of, judged
 from eppkit.conformance.witness import NotWitnessed, Sent, served
 from eppkit.observability.client import H2C
 from eppkit.services.vllm.request_in import HEADER_ITL, HEADER_TTFT
+
+if TYPE_CHECKING:
+    from eppkit.conformance.harness import PluginHarness
+    from eppkit.conformance.results import Result
 
 STREAMS = "streams"
 AT_ONCE, AT_ONCE_TOKENS = 64, 4
@@ -35,7 +42,7 @@ def _problem(what: str, sent: Sent, h, tokens: int | None = None) -> str | None:
     return f"{what}: not served ({h.cause(sent)}{got})"
 
 
-def _cancelled(h, bed, side: str) -> Sent:
+def _cancelled(h: PluginHarness, bed, side: str) -> Sent:
     """A stream given up after its second token; NotWitnessed when the floor's was not cut mid-answer."""
     sent = h.send(bed, cancel_after_tokens=CANCEL_AFTER_TOKENS, **LONG)
     got = len(sent.result.tokens)
@@ -44,14 +51,17 @@ def _cancelled(h, bed, side: str) -> Sent:
     return sent
 
 
-@check("streams-served", "requests without a body, 64 streams at once and cancelled streams are served or refused "
-       "cleanly", category=STREAMS, level=MUST, registry=PLUGIN_CHECKS,
+@check("streams-served", f"requests without a body, {AT_ONCE} streams at once and cancelled streams are served or "
+       "refused cleanly", category=STREAMS, level=MUST, uses=(MAY_TAKE_DOWN,),
        source="HTTP semantics (RFC 9110 §6.4: a request without content) and HTTP/2 (RFC 9113 §8.1, RST_STREAM "
               "CANCEL): a gateway filter serves every stream its codec accepts and survives a client that goes away")
-def streams_served(h):
-    """Through the floor, then the plugin: a GET /v1/models (no body); 64 streamed chats of 4 tokens at once, each
-    served whole; a stream of 40 tokens the client gives up after two (HTTP/1.1: it closes the connection; h2c: it
-    resets the stream), and on h2c a body reset after 4 of its 8 pieces. Each must be served, or refused in
+def streams_served(h: PluginHarness) -> Result:
+    """Through the floor, then the plugin: a GET /v1/models (no \\
+    body); {AT_ONCE} streamed chats of {AT_ONCE_TOKENS} tokens at once, each
+    served whole; a stream of {LONG[max_tokens]} tokens the client gives \\
+    up after {CANCEL_AFTER_TOKENS!w} (HTTP/1.1: it closes the connection; h2c: it
+    resets the stream), and on h2c a body reset after \\
+    {ABANDONED[cancel_after]} of its {ABANDONED[pieces]} pieces. Each must be served, or refused in
     OpenAI-style JSON. After them Envoy's admin answers LIVE with its server.uptime not gone back (the same process)
     and a chat through the plugin is served. A failure quotes Envoy's last words (a module's panic) when it is gone."""
     beds = {"plugin": h.bed(), "floor": floor.bed(h)}

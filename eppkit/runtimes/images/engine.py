@@ -18,10 +18,11 @@ from typing import Iterator
 
 from eppkit.core.paths import DOCKERFILES, cache_dir, cache_lock
 from eppkit.core.progress import Progress
+from eppkit.core.settings import Settings, settings
 from eppkit.gateway import process as envoy_process
 
-SOURCE_ENV = "EPPKIT_IMAGE_SOURCE"  # auto (default) | registry | offline
-REPO_ENV = "EPPKIT_IMAGE_REPO"  # namespace of the images we build (default: eppkit)
+SOURCE_ENV = Settings.variable("image_source")  # auto (default) | registry | offline
+REPO_ENV = Settings.variable("image_repo")  # namespace of the images we build (default: eppkit)
 RECIPE_VERSION = "2"  # bump to rebuild every image after a change in how they are made
 # The official Envoy image: the envoy image's first choice, and what the registry probe asks the manifest of.
 ENVOY_OFFICIAL = f"envoyproxy/envoy:v{envoy_process.ENVOY_VERSION}"
@@ -76,11 +77,9 @@ def registry_reachable(timeout_s: float = 4.0) -> bool:
 
 
 def choose_source() -> str:
-    wanted = os.environ.get(SOURCE_ENV, "auto").strip().lower() or "auto"
+    wanted = settings().image_source  # auto, registry or offline (a value that is none is refused as it is read)
     if wanted in ("registry", "offline"):
         return wanted
-    if wanted != "auto":
-        raise ImageError(f"{SOURCE_ENV}={wanted!r}: expected auto, registry or offline")
     return "registry" if registry_reachable() else "offline"
 
 
@@ -136,7 +135,7 @@ def tree_digest(files: dict[str, Path]) -> str:
 
 def repo() -> str:
     """Namespace of built images: ``eppkit`` unless $EPPKIT_IMAGE_REPO says otherwise (e.g. per CI job)."""
-    return os.environ.get(REPO_ENV, "eppkit").strip().rstrip("/") or "eppkit"
+    return settings().image_repo
 
 
 def tag(repo: str, version: str, digest: str) -> str:

