@@ -133,7 +133,9 @@ def test_a_fault_fails_exactly_its_own_checks_under_both_client_protocols(make_b
     report = judge(make_bed, fault)
     # (trailers-body-once warns about every EPP that streams the body back, this one included: Envoy's issue)
     failed = {c["id"]: c for c in report["checks"] if c["status"] == "fail" and c["id"] != "trailers-body-once"}
-    assert set(failed) == checks, rp.text(report)
+    missed = "\n".join(f"{c['id']} ({c['status']}): " + "\n  ".join(c["evidence"]) for c in report["checks"]
+                       if c["id"] in checks - set(failed))  # what a check that let the fault through saw
+    assert set(failed) == checks, rp.text(report) + "\n" + missed
     first = failed[min(checks, key=lambda c: [x["id"] for x in report["checks"]].index(c))]
     assert words in first["message"], first
     assert first["evidence"], "a failure carries Envoy's evidence"
