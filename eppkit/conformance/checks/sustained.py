@@ -267,8 +267,8 @@ def _confirmed(h: EppHarness, bed, driver: NativeDriver, over: list[Over], evide
             runs = dict(zip(sides, pool.map(
                 lambda b: NativeDriver(b.envoy_url, driver.load, protocols=driver.protocols).run(plan),
                 sides.values())))
-        soaked = _hop_values(runs["soaked"].samples, found := _hops(bed, runs["soaked"].samples), parts=1)
-        lost = _lost(runs["soaked"].samples, found)
+        found = _hops(bed, runs["soaked"].samples)
+        soaked, lost = _hop_values(runs["soaked"].samples, found, parts=1), _lost(runs["soaked"].samples, found)
         fresh = (_hop_values(runs["fresh"].samples, _hops(fresh_bed, runs["fresh"].samples), parts=1)
                  if fresh_bed is not None else None)
     sent = len(runs["soaked"].samples)
