@@ -208,9 +208,12 @@ def kv_event_shape(publisher: str, base_url: str, timeout_s: float = 20.0, *, di
     import msgpack
     import zmq
 
+    from zmq.utils.monitor import recv_monitor_message
+
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"")
+    joined = sub.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
     if dials:
         sub.bind(publisher)
     else:
@@ -219,7 +222,12 @@ def kv_event_shape(publisher: str, base_url: str, timeout_s: float = 20.0, *, di
                            "the server binds, the subscriber connects"}
     kinds: dict[str, set[str]] = {}  # a field's types over every event of its kind ("bytes[32] | null")
     try:
-        time.sleep(2.0 if dials else 0.5)  # a SUB sees only what is published after it joined (a dialer retries each s)
+        # A SUB sees only what is published after it joined: the requests wait for the two ends' handshake (a dialer
+        # retries; a fixed 2 s lost every event once in CI, the simulator dialling late on a busy machine), then for
+        # the subscription to reach the publisher.
+        if joined.poll(int(timeout_s * 1000)):
+            recv_monitor_message(joined)
+            time.sleep(0.3)
         for _ in range(2):
             requests.post(f"{base_url}/v1/chat/completions", json=KV_PROMPT, timeout=120).raise_for_status()
         deadline = time.monotonic() + timeout_s
@@ -239,6 +247,8 @@ def kv_event_shape(publisher: str, base_url: str, timeout_s: float = 20.0, *, di
                 for name, value in fields.items():
                     kinds.setdefault(f"kv.{tag}.{name}", set()).add(_kv_type(value))
     finally:
+        sub.disable_monitor()
+        joined.close(0)
         sub.close(0)
         ctx.term()
     return {**out, **{path: " | ".join(sorted(types)) for path, types in kinds.items()}}
